@@ -1,0 +1,288 @@
+// Package conf is the service's configuration: one struct with defaults,
+// read once in main (viper: optional YAML file, then COMBO_<SECTION>_<KEY>
+// environment variables, environment winning) and passed down by value.
+package conf
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/viper"
+)
+
+// Config is every knob of the service. CONTRACT.md §4 names the required
+// keys; the rest have defaults that suit one replica on a laptop and a
+// fleet alike.
+type Config struct {
+	Server  Server  `mapstructure:"server"`
+	Metrics Metrics `mapstructure:"metrics"`
+	Redis   Redis   `mapstructure:"redis"`
+	Window  Window  `mapstructure:"window"`
+	Worker  Worker  `mapstructure:"worker"`
+	Log     Log     `mapstructure:"log"`
+}
+
+type Server struct {
+	// Addr is where the Kitex RPC server listens.
+	Addr string `mapstructure:"addr"`
+	// ShutdownTimeout bounds the drain on SIGTERM; windows still held after
+	// it stay pending in Redis and are reclaimed by another replica.
+	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
+}
+
+type Metrics struct {
+	// Addr serves /metrics, /healthz and /readyz; empty turns it off.
+	Addr string `mapstructure:"addr"`
+}
+
+type Redis struct {
+	// Addr of a single Redis; empty (and no Addrs) starts an embedded one.
+	Addr string `mapstructure:"addr"`
+	// Addrs of Redis Cluster seed nodes; non-empty turns on cluster mode.
+	Addrs []string `mapstructure:"addrs"`
+	// EmbeddedAddr is where the embedded Redis listens (port 0 = free port).
+	EmbeddedAddr string `mapstructure:"embedded_addr"`
+	Password     string `mapstructure:"password"`
+	DB           int    `mapstructure:"db"`
+	// Timeout bounds one request path's Redis work, so callers get
+	// UNAVAILABLE quickly instead of waiting out retries.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// Shards is the number of hash-tagged streams keys are spread over; on a
+	// cluster it spreads one hot activity over several masters.
+	Shards int `mapstructure:"shards"`
+	// StreamMaxLen is a far-away safety bound (XADD MAXLEN ~). Flushed entries
+	// are deleted, so a stream normally holds only open windows.
+	StreamMaxLen int64 `mapstructure:"stream_maxlen"`
+	PoolSize     int   `mapstructure:"pool_size"`
+}
+
+type Window struct {
+	// Size is W: how long after its first report a window stays open.
+	Size time.Duration `mapstructure:"size"`
+	// Grace is waited after W before a window is flushed, so reports still
+	// in flight whose created_at falls inside the window can join it.
+	Grace time.Duration `mapstructure:"grace"`
+	// Dedupe is how long a contribution id is remembered.
+	Dedupe time.Duration `mapstructure:"dedupe"`
+	// Stale is how long after opening a window may still be published;
+	// older ones are dropped and counted.
+	Stale time.Duration `mapstructure:"stale"`
+}
+
+type Worker struct {
+	// Consumer is this replica's name in the consumer group. It must be
+	// stable across restarts so a restarted replica finds its own pending
+	// entries again.
+	Consumer string `mapstructure:"consumer"`
+	// ClaimIdle: entries pending on another consumer longer than this are
+	// taken over. Must exceed Window.Size + Window.Grace.
+	ClaimIdle time.Duration `mapstructure:"claim_idle"`
+	// ConsumerIdleDelete: a consumer with no pending entries, idle this long,
+	// is removed from the group.
+	ConsumerIdleDelete time.Duration `mapstructure:"consumer_idle_delete"`
+	// ReadCount is XREADGROUP COUNT; BatchSize is how many due windows one
+	// pipelined flush carries.
+	ReadCount int `mapstructure:"read_count"`
+	BatchSize int `mapstructure:"batch_size"`
+	// Block is XREADGROUP BLOCK. It must be finite (go-redis reads 0 as
+	// "forever"), so shutdown is prompt.
+	Block time.Duration `mapstructure:"block"`
+}
+
+type Log struct {
+	Level string `mapstructure:"level"`
+	// Format is "json" (production) or "console" (development).
+	Format string `mapstructure:"format"`
+}
+
+// Default returns the configuration used when nothing is set.
+func Default() Config {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "combo-worker"
+	}
+	c := Config{
+		Server:  Server{Addr: ":8888", ShutdownTimeout: 15 * time.Second},
+		Metrics: Metrics{Addr: ":9100"},
+		Redis: Redis{
+			EmbeddedAddr: "127.0.0.1:0",
+			Timeout:      500 * time.Millisecond,
+			Shards:       1,
+			StreamMaxLen: 10_000_000,
+		},
+		Window: Window{Size: 3 * time.Second, Grace: 200 * time.Millisecond, Dedupe: 60 * time.Second, Stale: 60 * time.Second},
+		Worker: Worker{
+			Consumer:           host,
+			ConsumerIdleDelete: 24 * time.Hour,
+			ReadCount:          512,
+			BatchSize:          256,
+			Block:              time.Second,
+		},
+		Log: Log{Level: "info", Format: "json"},
+	}
+	c.Worker.ClaimIdle = DefaultClaimIdle(c.Window)
+	return c
+}
+
+// DefaultClaimIdle is W + grace + 2 s: long enough that a live owner has
+// flushed its entry, short enough that a dead owner's windows are late by
+// seconds, not minutes.
+func DefaultClaimIdle(w Window) time.Duration { return w.Size + w.Grace + 2*time.Second }
+
+// Embedded reports whether the service runs on its embedded Redis.
+func (c Config) Embedded() bool { return c.Redis.Addr == "" && len(c.Redis.Addrs) == 0 }
+
+// Validate refuses settings the service cannot honour, naming the key.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if _, _, err := net.SplitHostPort(c.Server.Addr); err != nil {
+		bad("server.addr", "must be host:port, got %q", c.Server.Addr)
+	}
+	if c.Metrics.Addr != "" {
+		if _, _, err := net.SplitHostPort(c.Metrics.Addr); err != nil {
+			bad("metrics.addr", "must be host:port or empty, got %q", c.Metrics.Addr)
+		}
+	}
+	if c.Redis.Addr != "" && len(c.Redis.Addrs) > 0 {
+		bad("redis.addrs", "set either redis.addr (one Redis) or redis.addrs (a cluster), not both")
+	}
+	if c.Embedded() {
+		if _, _, err := net.SplitHostPort(c.Redis.EmbeddedAddr); err != nil {
+			bad("redis.embedded_addr", "must be host:port, got %q", c.Redis.EmbeddedAddr)
+		}
+	}
+	if c.Redis.DB < 0 {
+		bad("redis.db", "must be >= 0, got %d", c.Redis.DB)
+	}
+	if len(c.Redis.Addrs) > 0 && c.Redis.DB != 0 {
+		bad("redis.db", "must be 0 in cluster mode, got %d", c.Redis.DB)
+	}
+	if c.Redis.Timeout <= 0 {
+		bad("redis.timeout", "must be > 0, got %s", c.Redis.Timeout)
+	}
+	if c.Redis.Shards < 1 || c.Redis.Shards > 1024 {
+		bad("redis.shards", "must be 1..1024, got %d", c.Redis.Shards)
+	}
+	if c.Redis.StreamMaxLen < 10_000 {
+		bad("redis.stream_maxlen", "must be >= 10000 (it is a far-away safety bound), got %d", c.Redis.StreamMaxLen)
+	}
+	if c.Redis.PoolSize < 0 {
+		bad("redis.pool_size", "must be >= 0 (0 = go-redis default), got %d", c.Redis.PoolSize)
+	}
+	w := c.Window
+	if w.Size < 10*time.Millisecond {
+		bad("window.size", "must be >= 10ms, got %s", w.Size)
+	}
+	if w.Size%time.Millisecond != 0 || w.Grace%time.Millisecond != 0 {
+		bad("window.size", "window.size and window.grace must be whole milliseconds")
+	}
+	if w.Grace < 0 {
+		bad("window.grace", "must be >= 0, got %s", w.Grace)
+	}
+	if w.Dedupe < time.Second {
+		bad("window.dedupe", "must be >= 1s, got %s", w.Dedupe)
+	}
+	if w.Stale <= w.Size+w.Grace {
+		bad("window.stale", "must exceed window.size + window.grace (%s), got %s", w.Size+w.Grace, w.Stale)
+	}
+	if strings.TrimSpace(c.Worker.Consumer) == "" {
+		bad("worker.consumer", "must not be empty")
+	}
+	if c.Worker.ClaimIdle <= w.Size+w.Grace {
+		bad("worker.claim_idle", "must exceed window.size + window.grace (%s), got %s", w.Size+w.Grace, c.Worker.ClaimIdle)
+	}
+	if c.Worker.ClaimIdle >= w.Stale {
+		bad("worker.claim_idle", "must be below window.stale (%s), got %s: a claimed window would already be stale", w.Stale, c.Worker.ClaimIdle)
+	}
+	if c.Worker.ConsumerIdleDelete < c.Worker.ClaimIdle {
+		bad("worker.consumer_idle_delete", "must be >= worker.claim_idle (%s), got %s", c.Worker.ClaimIdle, c.Worker.ConsumerIdleDelete)
+	}
+	if c.Worker.ReadCount < 1 {
+		bad("worker.read_count", "must be >= 1, got %d", c.Worker.ReadCount)
+	}
+	if c.Worker.BatchSize < 1 {
+		bad("worker.batch_size", "must be >= 1, got %d", c.Worker.BatchSize)
+	}
+	if c.Worker.Block <= 0 {
+		bad("worker.block", "must be > 0 (0 blocks forever), got %s", c.Worker.Block)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", "must be debug, info, warn or error, got %q", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "json", "console":
+	default:
+		bad("log.format", "must be json or console, got %q", c.Log.Format)
+	}
+	return errors.Join(errs...)
+}
+
+// Load reads the optional YAML file at path (empty: none) and the COMBO_*
+// environment over Default(), and validates the result.
+func Load(path string) (Config, error) {
+	v := viper.New()
+	v.SetEnvPrefix("COMBO")
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+	// AutomaticEnv only answers keys viper knows: register every key with
+	// its default so COMBO_WINDOW_SIZE and friends are seen without a file.
+	var defaults map[string]any
+	if err := mapstructure.Decode(Default(), &defaults); err != nil {
+		return Config{}, fmt.Errorf("conf.Load: %w", err)
+	}
+	// claim_idle's default follows the window actually configured, so it is
+	// registered as 0 ("derive") and filled in after decoding.
+	defaults["worker"].(map[string]any)["claim_idle"] = time.Duration(0)
+	for key, val := range flatten("", defaults) {
+		v.SetDefault(key, val)
+	}
+	if path != "" {
+		v.SetConfigFile(path)
+		if err := v.ReadInConfig(); err != nil {
+			return Config{}, fmt.Errorf("conf.Load: read %s: %w", path, err)
+		}
+	}
+	var c Config
+	hook := mapstructure.ComposeDecodeHookFunc(
+		mapstructure.StringToTimeDurationHookFunc(),
+		mapstructure.StringToSliceHookFunc(","),
+	)
+	if err := v.Unmarshal(&c, viper.DecodeHook(hook)); err != nil {
+		return Config{}, fmt.Errorf("conf.Load: %w", err)
+	}
+	if c.Worker.ClaimIdle == 0 {
+		c.Worker.ClaimIdle = DefaultClaimIdle(c.Window)
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("conf.Load: invalid configuration:\n%w", err)
+	}
+	return c, nil
+}
+
+func flatten(prefix string, m map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, val := range m {
+		key := k
+		if prefix != "" {
+			key = prefix + "." + k
+		}
+		if sub, ok := val.(map[string]any); ok {
+			for kk, vv := range flatten(key, sub) {
+				out[kk] = vv
+			}
+			continue
+		}
+		out[key] = val
+	}
+	return out
+}

@@ -1,0 +1,107 @@
+package conf
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultIsValid(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.Addr != ":8888" || c.Redis.Addr != "" || c.Redis.EmbeddedAddr != "127.0.0.1:0" || c.Window.Size != 3*time.Second ||
+		c.Window.Grace != 200*time.Millisecond || c.Window.Dedupe != time.Minute || c.Window.Stale != time.Minute ||
+		c.Log.Level != "info" || c.Worker.Consumer == "" || c.Worker.ClaimIdle != 5200*time.Millisecond {
+		t.Fatalf("defaults differ from CONTRACT.md §4: %+v", c)
+	}
+	if !c.Embedded() {
+		t.Fatal("empty redis.addr must mean embedded")
+	}
+}
+
+func TestLoadNoFile(t *testing.T) {
+	c, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.Addr != ":8888" {
+		t.Fatalf("server.addr = %q", c.Server.Addr)
+	}
+}
+
+func TestLoadFileThenEnvWins(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "combo.yaml")
+	yaml := "server:\n  addr: \":9999\"\nredis:\n  addr: \"10.0.0.1:6379\"\n  db: 2\nwindow:\n  size: 2s\n  grace: 100ms\nlog:\n  level: debug\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("COMBO_WINDOW_SIZE", "200ms")
+	t.Setenv("COMBO_REDIS_DB", "3")
+	t.Setenv("COMBO_WORKER_CONSUMER", "replica-a")
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.Addr != ":9999" || c.Redis.Addr != "10.0.0.1:6379" || c.Log.Level != "debug" || c.Window.Grace != 100*time.Millisecond {
+		t.Fatalf("file values not read: %+v", c)
+	}
+	if c.Window.Size != 200*time.Millisecond || c.Redis.DB != 3 || c.Worker.Consumer != "replica-a" {
+		t.Fatalf("environment must win: %+v", c)
+	}
+	if c.Worker.ClaimIdle != 200*time.Millisecond+100*time.Millisecond+2*time.Second {
+		t.Fatalf("claim_idle must follow the configured window, got %s", c.Worker.ClaimIdle)
+	}
+}
+
+func TestLoadEnvList(t *testing.T) {
+	t.Setenv("COMBO_REDIS_ADDRS", "127.0.0.1:7000,127.0.0.1:7001")
+	c, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Redis.Addrs) != 2 || c.Redis.Addrs[1] != "127.0.0.1:7001" || c.Embedded() {
+		t.Fatalf("redis.addrs = %q", c.Redis.Addrs)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	if _, err := Load(filepath.Join(t.TempDir(), "nope.yaml")); err == nil {
+		t.Fatal("a named config file that does not exist must be an error")
+	}
+}
+
+func TestValidateNamesKey(t *testing.T) {
+	cases := []struct {
+		key    string
+		mutate func(c *Config)
+	}{
+		{"server.addr", func(c *Config) { c.Server.Addr = "nonsense" }},
+		{"redis.timeout", func(c *Config) { c.Redis.Timeout = 0 }},
+		{"redis.shards", func(c *Config) { c.Redis.Shards = 0 }},
+		{"redis.addrs", func(c *Config) { c.Redis.Addr, c.Redis.Addrs = "a:1", []string{"b:2"} }},
+		{"window.size", func(c *Config) { c.Window.Size = 0 }},
+		{"window.grace", func(c *Config) { c.Window.Grace = -time.Millisecond }},
+		{"window.dedupe", func(c *Config) { c.Window.Dedupe = 0 }},
+		{"window.stale", func(c *Config) { c.Window.Stale = c.Window.Size }},
+		{"worker.consumer", func(c *Config) { c.Worker.Consumer = " " }},
+		{"worker.claim_idle", func(c *Config) { c.Worker.ClaimIdle = c.Window.Size + c.Window.Grace }},
+		{"worker.block", func(c *Config) { c.Worker.Block = 0 }},
+		{"log.level", func(c *Config) { c.Log.Level = "loud" }},
+		{"log.format", func(c *Config) { c.Log.Format = "xml" }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.key, func(t *testing.T) {
+			c := Default()
+			tc.mutate(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.key+":") {
+				t.Fatalf("want an error naming %s, got %v", tc.key, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,163 @@
+package validate
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+)
+
+func good() *combo.Contribution {
+	return &combo.Contribution{
+		Id: 1, ActivityId: 7, UserId: 42, StarId: 0, ItemId: 3,
+		ItemType: "烟花 {x}:y", ItemName: "Firework", ItemIcon: "https://cdn/i.png",
+		Nickname: "小明", AvatarUrl: "https://cdn/a.png", Quantity: 1, CreatedAt: 1732950000123,
+	}
+}
+
+func TestContribution(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(c *combo.Contribution)
+		field  string // "" means valid
+		reason string // substring of the reason
+	}{
+		{"valid", func(c *combo.Contribution) {}, "", ""},
+		{"valid star 0 and empty texts", func(c *combo.Contribution) { c.StarId, c.ItemName, c.Nickname = 0, "", "" }, "", ""},
+		{"valid max lengths", func(c *combo.Contribution) {
+			c.ItemType, c.ItemName, c.ItemIcon = strings.Repeat("a", 64), strings.Repeat("n", 256), strings.Repeat("i", 2048)
+			c.Nickname, c.AvatarUrl, c.Quantity = strings.Repeat("n", 256), strings.Repeat("u", 2048), 1000000
+		}, "", ""},
+		{"id zero", func(c *combo.Contribution) { c.Id = 0 }, "id", "must be > 0"},
+		{"id negative", func(c *combo.Contribution) { c.Id = -5 }, "id", "got -5"},
+		{"activity zero", func(c *combo.Contribution) { c.ActivityId = 0 }, "activity_id", "must be > 0"},
+		{"user zero", func(c *combo.Contribution) { c.UserId = 0 }, "user_id", "must be > 0"},
+		{"star negative", func(c *combo.Contribution) { c.StarId = -1 }, "star_id", "must be >= 0"},
+		{"item id zero", func(c *combo.Contribution) { c.ItemId = 0 }, "item_id", "must be > 0"},
+		{"item type empty", func(c *combo.Contribution) { c.ItemType = "" }, "item_type", "1..64 bytes, got 0"},
+		{"item type 65 bytes", func(c *combo.Contribution) { c.ItemType = strings.Repeat("a", 65) }, "item_type", "got 65"},
+		{"item type control", func(c *combo.Contribution) { c.ItemType = "a\nb" }, "item_type", "control"},
+		{"item type DEL", func(c *combo.Contribution) { c.ItemType = "a\x7f" }, "item_type", "control"},
+		{"item type NUL", func(c *combo.Contribution) { c.ItemType = "a\x00" }, "item_type", "control"},
+		{"item type bad utf8", func(c *combo.Contribution) { c.ItemType = "a\xff" }, "item_type", "UTF-8"},
+		{"item name long", func(c *combo.Contribution) { c.ItemName = strings.Repeat("n", 257) }, "item_name", "at most 256"},
+		{"item name bad utf8", func(c *combo.Contribution) { c.ItemName = "\xc3\x28" }, "item_name", "UTF-8"},
+		{"item icon long", func(c *combo.Contribution) { c.ItemIcon = strings.Repeat("i", 2049) }, "item_icon", "at most 2048"},
+		{"nickname long", func(c *combo.Contribution) { c.Nickname = strings.Repeat("n", 257) }, "nickname", "at most 256"},
+		{"nickname bad utf8", func(c *combo.Contribution) { c.Nickname = "\xff" }, "nickname", "UTF-8"},
+		{"avatar long", func(c *combo.Contribution) { c.AvatarUrl = strings.Repeat("u", 2049) }, "avatar_url", "at most 2048"},
+		{"avatar bad utf8", func(c *combo.Contribution) { c.AvatarUrl = "\xff" }, "avatar_url", "UTF-8"},
+		{"quantity zero", func(c *combo.Contribution) { c.Quantity = 0 }, "quantity", "1..1000000"},
+		{"quantity too big", func(c *combo.Contribution) { c.Quantity = 1000001 }, "quantity", "got 1000001"},
+		{"created_at seconds", func(c *combo.Contribution) { c.CreatedAt = 1732950000 }, "created_at", "must be unix milliseconds, got 1732950000 (that looks like seconds)"},
+		{"created_at zero", func(c *combo.Contribution) { c.CreatedAt = 0 }, "created_at", "unix milliseconds"},
+		{"created_at just below", func(c *combo.Contribution) { c.CreatedAt = 999999999999 }, "created_at", "unix milliseconds"},
+		{"created_at microseconds", func(c *combo.Contribution) { c.CreatedAt = 1732950000123000 }, "created_at", "year 9999"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := good()
+			tc.mutate(c)
+			err := Contribution(c, "contribution")
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("want valid, got %v", err)
+				}
+				return
+			}
+			var ve *Error
+			if !errors.As(err, &ve) {
+				t.Fatalf("want *Error, got %v", err)
+			}
+			if want := "contribution." + tc.field; ve.Field != want {
+				t.Errorf("field = %q, want %q (err %v)", ve.Field, want, err)
+			}
+			if !strings.Contains(ve.Reason, tc.reason) {
+				t.Errorf("reason %q does not contain %q", ve.Reason, tc.reason)
+			}
+		})
+	}
+}
+
+func TestContributionNil(t *testing.T) {
+	if err := Contribution(nil, "contribution"); err == nil || err.Error() != "contribution: required" {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestContributionsNamesIndex(t *testing.T) {
+	batch := []*combo.Contribution{good(), good(), good(), good()}
+	batch[3].CreatedAt = 1732950000
+	err := Contributions(batch)
+	want := "contributions[3].created_at: must be unix milliseconds, got 1732950000 (that looks like seconds)"
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %s", err, want)
+	}
+	batch[3] = nil
+	if err := Contributions(batch); err == nil || err.Error() != "contributions[3]: required" {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestContributionsSize(t *testing.T) {
+	if err := Contributions(nil); err == nil || !strings.HasPrefix(err.Error(), "contributions: must hold 1..1000 items, got 0") {
+		t.Fatalf("empty: %v", err)
+	}
+	big := make([]*combo.Contribution, MaxBatch+1)
+	for i := range big {
+		big[i] = good()
+	}
+	if err := Contributions(big); err == nil || !strings.Contains(err.Error(), "got 1001") {
+		t.Fatalf("too big: %v", err)
+	}
+	if err := Contributions(big[:MaxBatch]); err != nil {
+		t.Fatalf("max size refused: %v", err)
+	}
+}
+
+func TestMergeLatest(t *testing.T) {
+	rec := func() *combo.ContributionRecord {
+		return &combo.ContributionRecord{Id: 1, UserId: 2, ItemId: 3, ItemType: "x", Quantity: 1, CreatedAt: 1732950000123}
+	}
+	cases := []struct {
+		name string
+		req  *combo.MergeLatestRequest
+		want string // "" = valid; else the error's prefix
+	}{
+		{"valid", &combo.MergeLatestRequest{ActivityId: 1, Records: []*combo.ContributionRecord{rec()}}, ""},
+		{"empty records", &combo.MergeLatestRequest{ActivityId: 1}, ""},
+		{"nil", nil, "req: required"},
+		{"activity", &combo.MergeLatestRequest{ActivityId: 0}, "activity_id: must be > 0"},
+		{"too many", &combo.MergeLatestRequest{ActivityId: 1, Records: make([]*combo.ContributionRecord, MaxMergeRecords+1)}, "records: must hold at most 10000"},
+		{"nil record", &combo.MergeLatestRequest{ActivityId: 1, Records: []*combo.ContributionRecord{rec(), nil}}, "records[1]: required"},
+		{"bad record", &combo.MergeLatestRequest{ActivityId: 1, Records: []*combo.ContributionRecord{rec(), {Id: 5, UserId: 2, ItemId: 3, ItemType: "x", Quantity: 0, CreatedAt: 1732950000123}}}, "records[1].quantity"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := MergeLatest(tc.req)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("want valid, got %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("got %v, want prefix %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func BenchmarkContributions(b *testing.B) {
+	batch := make([]*combo.Contribution, 50)
+	for i := range batch {
+		batch[i] = good()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := Contributions(batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
