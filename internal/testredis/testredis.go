@@ -1,0 +1,153 @@
+// Package testredis starts a real redis-server for tests: on a free port, in
+// a temporary directory, stopped when the test ends. Integration tests use it
+// instead of mocks so they exercise the Lua scripts and streams for real.
+package testredis
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Options tune the server; the zero value is an in-memory Redis.
+type Options struct {
+	// AppendOnly turns on AOF with appendfsync always, so a killed and
+	// restarted server keeps every acknowledged write.
+	AppendOnly bool
+	// Args are extra redis-server arguments (e.g. "--cluster-enabled", "yes").
+	Args []string
+}
+
+// Server is one running redis-server.
+type Server struct {
+	Addr string
+	Port int
+	Dir  string
+	opts Options
+	cmd  *exec.Cmd
+	tb   testing.TB
+}
+
+// Start runs redis-server on a free port and registers its stop with t.Cleanup.
+// It skips the test when redis-server is not installed and CI is not set;
+// under CI a missing server is a failure, never a silent skip.
+func Start(tb testing.TB, opts Options) *Server {
+	tb.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") != "" {
+			tb.Fatalf("redis-server not found on PATH under CI: %v", err)
+		}
+		tb.Skipf("redis-server not installed: %v", err)
+	}
+	s := &Server{Dir: tb.TempDir(), opts: opts, tb: tb}
+	s.Port = FreePort(tb)
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+	s.start()
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+func (s *Server) start() {
+	s.tb.Helper()
+	args := []string{
+		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--dir", s.Dir,
+		"--save", "", "--daemonize", "no", "--logfile", filepath.Join(s.Dir, "redis.log"),
+	}
+	if s.opts.AppendOnly {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	args = append(args, s.opts.Args...)
+	cmd := exec.Command("redis-server", args...)
+	if err := cmd.Start(); err != nil {
+		s.tb.Fatalf("testredis: start redis-server: %v", err)
+	}
+	s.cmd = cmd
+	if err := WaitReady(s.Addr, 10*time.Second); err != nil {
+		log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+		s.tb.Fatalf("testredis: %v\n%s", err, log)
+	}
+}
+
+// Client returns a client for this server, closed when the test ends.
+func (s *Server) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	s.tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Kill stops the server with SIGKILL, as a crash would.
+func (s *Server) Kill() { s.signal(syscall.SIGKILL) }
+
+// Stop ends the server gracefully; it is safe to call twice.
+func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-done
+	}
+	s.cmd = nil
+}
+
+// Restart starts the server again on the same port and directory (with AOF,
+// its data comes back).
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.Stop()
+	s.start()
+}
+
+// Start again after Kill or Stop.
+func (s *Server) Start() {
+	s.tb.Helper()
+	s.start()
+}
+
+// WaitReady polls addr with PING until it answers or timeout passes.
+func WaitReady(addr string, timeout time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis at %s not ready after %s: %w", addr, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// FreePort asks the kernel for a free TCP port on loopback.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("testredis: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,63 @@
+// Package metrics holds the service's Prometheus collectors. One Metrics
+// value is built in main on a registry and passed to the handler and the
+// worker; tests build their own on a fresh registry.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+const namespace = "combo"
+
+// Report outcomes (label values of combo_reports_total).
+const (
+	OutcomeOK          = "ok"
+	OutcomeDuplicate   = "duplicate"
+	OutcomeDegraded    = "degraded"
+	OutcomeInvalid     = "invalid"
+	OutcomeUnavailable = "unavailable"
+	OutcomeInternal    = "internal"
+)
+
+// Metrics are the service's collectors.
+type Metrics struct {
+	Reports        *prometheus.CounterVec // by outcome
+	WindowsOpened  prometheus.Counter
+	WindowsFlushed *prometheus.CounterVec // by status: published, stale, gone
+	PushLag        prometheus.Histogram   // publish time minus due time
+	Reclaimed      prometheus.Counter
+	ClaimDeleted   prometheus.Counter
+	BadEntries     prometheus.Counter
+	RedisErrors    *prometheus.CounterVec // by op
+	LoopPanics     *prometheus.CounterVec // by loop
+	HeldWindows    prometheus.Gauge
+}
+
+// New registers the collectors on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	return &Metrics{
+		Reports: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "reports_total",
+			Help: "Contributions reported, by outcome: ok, duplicate, degraded, invalid, unavailable, internal."}, []string{"outcome"}),
+		WindowsOpened: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "windows_opened_total",
+			Help: "Windows opened (first report of a combo key's window)."}),
+		WindowsFlushed: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "windows_flushed_total",
+			Help: "Windows retired by the worker, by status: published, stale (dropped unpublished), gone (already flushed elsewhere)."}, []string{"status"}),
+		PushLag: f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "push_lag_seconds",
+			Help:    "Publish time minus the window's due time (W + grace after its first report), by Redis's clock.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),
+		Reclaimed: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "reclaimed_entries_total",
+			Help: "Stream entries taken over from another consumer (XAUTOCLAIM)."}),
+		ClaimDeleted: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "claim_deleted_entries_total",
+			Help: "Pending entries XAUTOCLAIM reported as deleted from the stream: their windows cannot be published."}),
+		BadEntries: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "bad_entries_total",
+			Help: "Stream entries that could not be parsed or whose processing panicked."}),
+		RedisErrors: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "redis_errors_total",
+			Help: "Failed Redis operations, by operation."}, []string{"op"}),
+		LoopPanics: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "loop_panics_total",
+			Help: "Panics recovered in background loops, by loop."}, []string{"loop"}),
+		HeldWindows: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "held_windows",
+			Help: "Windows this replica has read and holds until they are due."}),
+	}
+}

@@ -1,0 +1,117 @@
+// Package push is the wire format of what combo-service publishes: one JSON
+// message per closed window on the pub/sub channel act:{activity_id}:contributions
+// (CONTRACT.md §3). The gateway, the demo and the benchmark decode it with
+// these types; the service encodes it with Fragment and Single.
+package push
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+)
+
+// Type is the message's "type" value.
+const Type = "contributions_response"
+
+// ChannelPattern matches every activity's channel (PSUBSCRIBE).
+const ChannelPattern = "act:*:contributions"
+
+// Channel is the pub/sub channel of one activity.
+func Channel(activityID int64) string {
+	return "act:" + strconv.FormatInt(activityID, 10) + ":contributions"
+}
+
+// Message is one push.
+type Message struct {
+	ActivityID int64  `json:"activity_id"`
+	Type       string `json:"type"`
+	Record     Record `json:"record"`
+}
+
+// Record is one merged feed item. Every field is always present (no
+// omitempty): the frontend reads them without checks. encoding/json writes
+// int64 as exact JSON integers.
+type Record struct {
+	ID         int64  `json:"id"`
+	UserID     int64  `json:"user_id"`
+	Nickname   string `json:"nickname"`
+	AvatarURL  string `json:"avatar_url"`
+	StarID     int64  `json:"star_id"`
+	ItemID     int64  `json:"item_id"`
+	ItemType   string `json:"item_type"`
+	ItemName   string `json:"item_name"`
+	ItemIcon   string `json:"item_icon"`
+	Quantity   int32  `json:"quantity"`
+	ComboCount int32  `json:"combo_count"`
+	CreatedAt  int64  `json:"created_at"`
+}
+
+// display is the part of a record taken from a window's smallest-id row.
+type display struct {
+	UserID    int64  `json:"user_id"`
+	Nickname  string `json:"nickname"`
+	AvatarURL string `json:"avatar_url"`
+	StarID    int64  `json:"star_id"`
+	ItemID    int64  `json:"item_id"`
+	ItemType  string `json:"item_type"`
+	ItemName  string `json:"item_name"`
+	ItemIcon  string `json:"item_icon"`
+}
+
+// Fragment returns the display members of c's record as JSON object members
+// without the braces (`"user_id":1,"nickname":"…",…`). The report script
+// keeps the smallest-id row's fragment and the flush script completes it with
+// id, quantity, combo_count and created_at, so string escaping is done once,
+// here, by encoding/json, and never in Lua.
+func Fragment(c *combo.Contribution) ([]byte, error) {
+	b, err := json.Marshal(display{
+		UserID: c.UserId, Nickname: c.Nickname, AvatarURL: c.AvatarUrl, StarID: c.StarId,
+		ItemID: c.ItemId, ItemType: c.ItemType, ItemName: c.ItemName, ItemIcon: c.ItemIcon,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b[1 : len(b)-1], nil
+}
+
+// RecordOf is the feed item of one contribution on its own.
+func RecordOf(c *combo.Contribution) Record {
+	return Record{
+		ID: c.Id, UserID: c.UserId, Nickname: c.Nickname, AvatarURL: c.AvatarUrl, StarID: c.StarId,
+		ItemID: c.ItemId, ItemType: c.ItemType, ItemName: c.ItemName, ItemIcon: c.ItemIcon,
+		Quantity: c.Quantity, ComboCount: c.Quantity, CreatedAt: c.CreatedAt,
+	}
+}
+
+// Single is the message for one contribution published on its own: the
+// degraded path, when aggregation failed but Redis still answers.
+func Single(c *combo.Contribution) ([]byte, error) {
+	return json.Marshal(Message{ActivityID: c.ActivityId, Type: Type, Record: RecordOf(c)})
+}
+
+// Decode parses one pushed message strictly: every record member must be
+// present, so a consumer notices a producer that drops fields.
+func Decode(payload []byte) (Message, error) {
+	var m Message
+	if err := json.Unmarshal(payload, &m); err != nil {
+		return Message{}, fmt.Errorf("push.Decode: %w", err)
+	}
+	var raw struct {
+		Record map[string]json.RawMessage `json:"record"`
+	}
+	if err := json.Unmarshal(payload, &raw); err != nil {
+		return Message{}, fmt.Errorf("push.Decode: %w", err)
+	}
+	for _, k := range RecordKeys {
+		if _, ok := raw.Record[k]; !ok {
+			return Message{}, fmt.Errorf("push.Decode: record has no %q", k)
+		}
+	}
+	return m, nil
+}
+
+// RecordKeys are the 12 members every pushed record carries.
+var RecordKeys = []string{"id", "user_id", "nickname", "avatar_url", "star_id", "item_id",
+	"item_type", "item_name", "item_icon", "quantity", "combo_count", "created_at"}

@@ -1,0 +1,130 @@
+package repo
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/push"
+)
+
+//go:embed flush.lua
+var flushLua string
+
+var flushScript = redis.NewScript(flushLua)
+
+// Window is one stream entry: a window waiting to close.
+type Window struct {
+	Shard      int
+	ID         string // stream entry id: the window's identity
+	ActivityID int64
+	UserID     int64
+	ItemType   string
+	Due        int64 // Redis ms when it may be published
+}
+
+// FlushStatus is what one flush did.
+type FlushStatus int
+
+const (
+	Published FlushStatus = iota
+	Early                 // not due yet by Redis's clock; try again at Due
+	Stale                 // older than window.stale: dropped, never published
+	Gone                  // no data: already flushed (e.g. by a claimer)
+)
+
+func (s FlushStatus) String() string {
+	switch s {
+	case Published:
+		return "published"
+	case Early:
+		return "early"
+	case Stale:
+		return "stale"
+	case Gone:
+		return "gone"
+	}
+	return "unknown"
+}
+
+// FlushResult answers one window's flush. Err is set when this window's
+// script failed while Redis answered (the entry stays pending).
+type FlushResult struct {
+	Status   FlushStatus
+	Lag      time.Duration // Published: how long past due
+	Age      time.Duration // Stale: how old the window was
+	Due, Now int64         // Early: Redis ms
+	Quantity int64
+	Err      error
+}
+
+// Flush runs the flush script for each window, pipelined (one round trip
+// per batch; a cluster client splits it per node). The error is set only
+// when Redis did not answer; then no result can be trusted and every window
+// stays pending, so retrying is safe: a window that was in fact published
+// answers Gone the second time.
+func (r *Repo) Flush(ctx context.Context, ws []Window) ([]FlushResult, error) {
+	cmds, err := r.runFlushes(ctx, ws)
+	if err != nil {
+		return nil, wrap("repo.Flush", err)
+	}
+	out := make([]FlushResult, len(ws))
+	loaded := false
+	for i, cmd := range cmds {
+		if cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") && !loaded {
+			if err := r.LoadScripts(ctx); err != nil {
+				return nil, err
+			}
+			loaded = true
+		}
+		out[i] = parseFlush(cmd)
+		if out[i].Err != nil && isUnavailable(out[i].Err) {
+			return nil, wrap("repo.Flush", out[i].Err)
+		}
+	}
+	return out, nil
+}
+
+func (r *Repo) runFlushes(ctx context.Context, ws []Window) ([]*redis.Cmd, error) {
+	pipe := r.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(ws))
+	for i, w := range ws {
+		cmds[i] = flushScript.EvalSha(ctx, pipe,
+			[]string{
+				r.keys.Stream(w.Shard),
+				r.keys.Current(w.Shard, w.ActivityID, w.UserID, w.ItemType),
+				r.keys.Parked(w.Shard, w.ID),
+			},
+			Group, w.ID, push.Channel(w.ActivityID), strconv.FormatInt(w.ActivityID, 10), r.staleMs,
+		)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && isUnavailable(err) {
+		return nil, err
+	}
+	return cmds, nil
+}
+
+func parseFlush(cmd *redis.Cmd) FlushResult {
+	vals, err := cmd.Int64Slice()
+	if err != nil {
+		return FlushResult{Err: err}
+	}
+	if len(vals) != 3 {
+		return FlushResult{Err: fmt.Errorf("flush script: want 3 values, got %d", len(vals))}
+	}
+	switch vals[0] {
+	case 0:
+		return FlushResult{Status: Published, Lag: time.Duration(vals[1]) * time.Millisecond, Quantity: vals[2]}
+	case 1:
+		return FlushResult{Status: Early, Due: vals[1], Now: vals[2]}
+	case 2:
+		return FlushResult{Status: Stale, Age: time.Duration(vals[1]) * time.Millisecond, Quantity: vals[2]}
+	case 3:
+		return FlushResult{Status: Gone}
+	}
+	return FlushResult{Err: fmt.Errorf("flush script: unknown status %d", vals[0])}
+}

@@ -1,0 +1,91 @@
+package repo
+
+import (
+	"hash/fnv"
+	"strconv"
+)
+
+// Every Redis key of the service is built here, from one prefix, and carries
+// a {hash tag} naming its shard, so all keys one Lua script touches share a
+// Redis Cluster slot:
+//
+//	combo:{N}:stream                      STREAM  windows waiting to close (the only key without a TTL)
+//	combo:{N}:cur:<a>:<u>:<len>:<type>    HASH    the combo key's newest unpublished window
+//	combo:{N}:win:<stream id>             HASH    a window displaced by a newer one before its flush
+//	combo:{N}:seen:<contribution id>      STRING  "already counted" marker, value = its window's stream id
+//
+// N is the shard, 0..shards-1, chosen from the combo key. The item type is
+// written raw after its byte length: the length makes the key unambiguous
+// whatever bytes the type holds (':', '{', '}', spaces, CJK), and the tag,
+// being the first {...} in the key, is never changed by a '{' inside it.
+const prefix = "combo:"
+
+// Group is the consumer group every replica's worker joins.
+const Group = "combo-workers"
+
+// Keys builds the service's Redis keys for a fixed number of shards.
+type Keys struct {
+	shards int
+	tags   []string // "combo:{N}:" per shard, built once
+}
+
+// NewKeys returns the key builder for shards shards (>= 1).
+func NewKeys(shards int) Keys {
+	if shards < 1 {
+		shards = 1
+	}
+	k := Keys{shards: shards, tags: make([]string, shards)}
+	for i := range k.tags {
+		k.tags[i] = prefix + "{" + strconv.Itoa(i) + "}:"
+	}
+	return k
+}
+
+// Shards is the number of shards.
+func (k Keys) Shards() int { return k.shards }
+
+// Shard places a combo key: every report of one key lands on one shard, so
+// its window's keys and its stream share a slot.
+func (k Keys) Shard(activityID, userID int64, itemType string) int {
+	if k.shards == 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	var b [16]byte
+	h.Write(strconv.AppendInt(b[:0], activityID, 10))
+	h.Write([]byte{0})
+	h.Write(strconv.AppendInt(b[:0], userID, 10))
+	h.Write([]byte{0})
+	h.Write([]byte(itemType))
+	return int(h.Sum32() % uint32(k.shards))
+}
+
+// Stream is shard's stream of windows waiting to close.
+func (k Keys) Stream(shard int) string { return k.tags[shard] + "stream" }
+
+// Current is the hash of the combo key's newest unpublished window.
+func (k Keys) Current(shard int, activityID, userID int64, itemType string) string {
+	b := make([]byte, 0, len(k.tags[shard])+48+len(itemType))
+	b = append(b, k.tags[shard]...)
+	b = append(b, "cur:"...)
+	b = strconv.AppendInt(b, activityID, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, userID, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(len(itemType)), 10)
+	b = append(b, ':')
+	b = append(b, itemType...)
+	return string(b)
+}
+
+// ParkedPrefix is the prefix the report script appends a stream id to when
+// it parks a displaced window (the script knows the id, Go does not).
+func (k Keys) ParkedPrefix(shard int) string { return k.tags[shard] + "win:" }
+
+// Parked is the hash of a displaced window, by its stream entry id.
+func (k Keys) Parked(shard int, streamID string) string { return k.ParkedPrefix(shard) + streamID }
+
+// Seen is the dedupe marker of one contribution id.
+func (k Keys) Seen(shard int, contributionID int64) string {
+	return k.tags[shard] + "seen:" + strconv.FormatInt(contributionID, 10)
+}

@@ -1,0 +1,127 @@
+// Package repo is combo-service's Redis layer: the report and flush Lua
+// scripts, the stream of windows waiting to close and its consumer group.
+// It takes a redis.UniversalClient, so one Redis and a Redis Cluster run the
+// same code.
+package repo
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrUnavailable wraps every failure where Redis did not answer (refused,
+// timed out, connection lost): callers get a fast UNAVAILABLE.
+var ErrUnavailable = errors.New("redis unavailable")
+
+// Settings are the window rule's and stream's parameters.
+type Settings struct {
+	Window       time.Duration // W
+	Grace        time.Duration
+	Dedupe       time.Duration
+	Stale        time.Duration
+	Timeout      time.Duration // bound on one request path's Redis work
+	Shards       int
+	StreamMaxLen int64
+}
+
+// Repo runs the service's Redis operations.
+type Repo struct {
+	rdb  redis.UniversalClient
+	keys Keys
+	set  Settings
+
+	// Script arguments that never change, formatted once.
+	windowMs, graceMs, dedupeMs, ttlMs, staleMs, maxLen string
+}
+
+// New returns a Repo over rdb.
+func New(rdb redis.UniversalClient, s Settings) *Repo {
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+	return &Repo{
+		rdb: rdb, keys: NewKeys(s.Shards), set: s,
+		windowMs: ms(s.Window), graceMs: ms(s.Grace), dedupeMs: ms(s.Dedupe), staleMs: ms(s.Stale),
+		// A window's hash outlives its stale deadline a little, so the flush
+		// that finds it stale can count it; then Redis reclaims the memory
+		// even if no flush ever comes.
+		ttlMs:  ms(s.Stale + s.Window + s.Grace + 10*time.Second),
+		maxLen: strconv.FormatInt(s.StreamMaxLen, 10),
+	}
+}
+
+// Keys is the key builder the repo uses.
+func (r *Repo) Keys() Keys { return r.keys }
+
+// LoadScripts loads the Lua scripts so pipelines can use EVALSHA, which
+// has no EVAL fallback inside a pipeline. On a cluster go-redis loads them
+// on every master.
+func (r *Repo) LoadScripts(ctx context.Context) error {
+	for _, s := range []*redis.Script{reportScript, flushScript} {
+		if err := s.Load(ctx, r.rdb).Err(); err != nil {
+			return wrap("repo.LoadScripts", err)
+		}
+	}
+	return nil
+}
+
+// Time is Redis's clock, the one clock all replicas share.
+func (r *Repo) Time(ctx context.Context) (time.Time, error) {
+	t, err := r.rdb.Time(ctx).Result()
+	if err != nil {
+		return time.Time{}, wrap("repo.Time", err)
+	}
+	return t, nil
+}
+
+// Ping checks that Redis answers.
+func (r *Repo) Ping(ctx context.Context) error {
+	return wrap("repo.Ping", r.rdb.Ping(ctx).Err())
+}
+
+// wrap names the operation and marks "Redis did not answer" failures with
+// ErrUnavailable; replies Redis did send (script errors, WRONGTYPE, OOM)
+// stay as they are.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if isUnavailable(err) {
+		return &opError{op: op, err: err, unavailable: true}
+	}
+	return &opError{op: op, err: err}
+}
+
+type opError struct {
+	op          string
+	err         error
+	unavailable bool
+}
+
+func (e *opError) Error() string {
+	if e.unavailable {
+		return e.op + ": " + ErrUnavailable.Error() + ": " + e.err.Error()
+	}
+	return e.op + ": " + e.err.Error()
+}
+
+func (e *opError) Unwrap() []error {
+	if e.unavailable {
+		return []error{ErrUnavailable, e.err}
+	}
+	return []error{e.err}
+}
+
+// isUnavailable: no reply from Redis at all (refused, timed out, closed),
+// as opposed to an error reply. LOADING, MASTERDOWN, CLUSTERDOWN and
+// TRYAGAIN are replies, but they too say the data cannot be reached now.
+func isUnavailable(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return true
+	}
+	return redis.IsLoadingError(err) || redis.IsMasterDownError(err) ||
+		redis.IsClusterDownError(err) || redis.IsTryAgainError(err)
+}

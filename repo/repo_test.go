@@ -1,0 +1,122 @@
+package repo_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/push"
+	"github.com/combo-service/combo-service/repo"
+)
+
+const base = int64(1732950000000)
+
+func settings() repo.Settings {
+	return repo.Settings{Window: 200 * time.Millisecond, Grace: 50 * time.Millisecond, Dedupe: 10 * time.Second,
+		Stale: 10 * time.Second, Timeout: time.Second, Shards: 1, StreamMaxLen: 100000}
+}
+
+func contribution(id int64, itemType string, createdAt int64) *combo.Contribution {
+	return &combo.Contribution{Id: id, ActivityId: 7, UserId: 42, ItemId: 3, ItemType: itemType, ItemName: "烟花",
+		Nickname: "小明", Quantity: 1, CreatedAt: createdAt}
+}
+
+// backends runs fn against a real redis-server and the embedded miniredis,
+// since the service runs on both.
+func backends(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
+	t.Run("redis-server", func(t *testing.T) { fn(t, testredis.Start(t, testredis.Options{}).Client()) })
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		fn(t, c)
+	})
+}
+
+func TestReportThenFlush(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r := repo.New(rdb, settings())
+		if err := r.LoadScripts(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.EnsureGroups(ctx); err != nil {
+			t.Fatal(err)
+		}
+		sub := rdb.Subscribe(ctx, push.Channel(7))
+		defer sub.Close()
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		big := int64(math.MaxInt64 - 10)
+		res, err := r.Report(ctx, []*combo.Contribution{
+			contribution(big, "a:{b} 烟花", base+100), contribution(big-1, "a:{b} 烟花", base+150), contribution(big, "a:{b} 烟花", base+100),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []repo.ReportResult{{repo.Opened, big, 1}, {repo.Joined, big - 1, 2}, {repo.Duplicate, big - 1, 2}}
+		for i := range want {
+			if res[i] != want[i] {
+				t.Fatalf("result %d = %+v, want %+v", i, res[i], want[i])
+			}
+		}
+		ws, bad, err := r.Read(ctx, 0, "c1", ">", 10, 100*time.Millisecond)
+		if err != nil || len(bad) != 0 || len(ws) != 1 {
+			t.Fatalf("read: %v %v %v", ws, bad, err)
+		}
+		fr, err := r.Flush(ctx, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fr[0].Status != repo.Early {
+			t.Fatalf("flush before due must be early, got %+v", fr[0])
+		}
+		time.Sleep(time.Duration(fr[0].Due-fr[0].Now)*time.Millisecond + 5*time.Millisecond)
+		fr, err = r.Flush(ctx, ws)
+		if err != nil || fr[0].Status != repo.Published || fr[0].Quantity != 2 {
+			t.Fatalf("flush: %+v %v", fr, err)
+		}
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := push.Decode([]byte(msg.Payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Record.ID != big-1 || m.Record.Quantity != 2 || m.Record.ComboCount != 2 || m.Record.CreatedAt != base+100 ||
+			m.Record.ItemType != "a:{b} 烟花" || m.Type != push.Type || m.ActivityID != 7 || !strings.Contains(msg.Payload, "9223372036854775796") {
+			t.Fatalf("payload %s", msg.Payload)
+		}
+		fr, err = r.Flush(ctx, ws)
+		if err != nil || fr[0].Status != repo.Gone {
+			t.Fatalf("second flush must be gone: %+v %v", fr, err)
+		}
+		if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 0 {
+			t.Fatalf("stream holds %d entries after the flush", n)
+		}
+	})
+}
+
+func TestUnavailable(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer rdb.Close()
+	r := repo.New(rdb, settings())
+	start := time.Now()
+	_, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, "x", base)})
+	if !errors.Is(err, repo.ErrUnavailable) {
+		t.Fatalf("want ErrUnavailable, got %v", err)
+	}
+	if time.Since(start) > time.Second {
+		t.Fatalf("took %s", time.Since(start))
+	}
+}

@@ -1,0 +1,139 @@
+package repo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// EnsureGroups creates the consumer group on every shard's stream (and the
+// stream itself); an existing group is left as it is. The group starts at
+// "0" so entries added before the first worker ever ran are not skipped.
+func (r *Repo) EnsureGroups(ctx context.Context) error {
+	for shard := 0; shard < r.keys.Shards(); shard++ {
+		err := r.rdb.XGroupCreateMkStream(ctx, r.keys.Stream(shard), Group, "0").Err()
+		if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+			return wrap("repo.EnsureGroups", err)
+		}
+	}
+	return nil
+}
+
+// Read reads up to count entries of shard's stream for consumer. start "0"
+// re-reads the consumer's own pending entries (after a restart), ">" reads
+// new ones, waiting up to block (block must be > 0 or < 0 for no wait: 0
+// would wait forever). Entries that cannot be parsed, or whose data was
+// deleted under them, come back as bad ids for the caller to Drop.
+func (r *Repo) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) (ws []Window, bad []string, err error) {
+	if block == 0 {
+		return nil, nil, errors.New("repo.Read: block 0 would wait forever")
+	}
+	res, err := r.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: Group, Consumer: consumer, Streams: []string{r.keys.Stream(shard), start},
+		Count: int64(count), Block: block,
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		if redis.HasErrorPrefix(err, "NOGROUP") {
+			// The stream or group vanished (FLUSHALL, a failover that lost
+			// it): recreate it and read again next time.
+			if gerr := r.EnsureGroups(ctx); gerr != nil {
+				return nil, nil, gerr
+			}
+			return nil, nil, nil
+		}
+		return nil, nil, wrap("repo.Read", err)
+	}
+	for _, s := range res {
+		ws, bad = r.parseEntries(shard, s.Messages, ws, bad)
+	}
+	return ws, bad, nil
+}
+
+// Claim takes over entries pending longer than minIdle on any consumer
+// (XAUTOCLAIM), from cursor start ("0-0" to begin). It returns the claimed
+// windows, entries that cannot be parsed, the ids Redis reported as
+// deleted (trimmed while pending: their windows cannot be published; Redis
+// has already removed them from the pending list), and the next cursor
+// ("0-0" when the scan is complete).
+func (r *Repo) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) (ws []Window, bad, deleted []string, next string, err error) {
+	msgs, next, deleted, err := r.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
+		Stream: r.keys.Stream(shard), Group: Group, Consumer: consumer,
+		MinIdle: minIdle, Start: start, Count: int64(count),
+	}).Result()
+	if err != nil {
+		if redis.HasErrorPrefix(err, "NOGROUP") {
+			return nil, nil, nil, "0-0", r.EnsureGroups(ctx)
+		}
+		return nil, nil, nil, "", wrap("repo.Claim", err)
+	}
+	ws, bad = r.parseEntries(shard, msgs, nil, nil)
+	return ws, bad, deleted, next, nil
+}
+
+// Drop acknowledges and deletes entries that can never be flushed.
+func (r *Repo) Drop(ctx context.Context, shard int, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	stream := r.keys.Stream(shard)
+	pipe := r.rdb.Pipeline()
+	pipe.XAck(ctx, stream, Group, ids...)
+	pipe.XDel(ctx, stream, ids...)
+	_, err := pipe.Exec(ctx)
+	return wrap("repo.Drop", err)
+}
+
+func (r *Repo) parseEntries(shard int, msgs []redis.XMessage, ws []Window, bad []string) ([]Window, []string) {
+	for _, m := range msgs {
+		w, err := parseEntry(shard, m)
+		if err != nil {
+			bad = append(bad, m.ID)
+			continue
+		}
+		ws = append(ws, w)
+	}
+	return ws, bad
+}
+
+func parseEntry(shard int, m redis.XMessage) (Window, error) {
+	str := func(k string) (string, error) {
+		v, ok := m.Values[k].(string)
+		if !ok {
+			return "", fmt.Errorf("entry %s: no field %q", m.ID, k)
+		}
+		return v, nil
+	}
+	num := func(k string) (int64, error) {
+		s, err := str(k)
+		if err != nil {
+			return 0, err
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("entry %s: field %q: %w", m.ID, k, err)
+		}
+		return n, nil
+	}
+	w := Window{Shard: shard, ID: m.ID}
+	var err error
+	if w.ActivityID, err = num("a"); err != nil {
+		return Window{}, err
+	}
+	if w.UserID, err = num("u"); err != nil {
+		return Window{}, err
+	}
+	if w.ItemType, err = str("t"); err != nil {
+		return Window{}, err
+	}
+	if w.Due, err = num("d"); err != nil {
+		return Window{}, err
+	}
+	return w, nil
+}
