@@ -1,0 +1,66 @@
+// Package client is the caller's side of combo-service: a Kitex client
+// constructor (NewClient), a ComboError helper (IsComboError), and a
+// Reporter that makes reporting contributions fire-and-forget without ever
+// losing one silently.
+//
+// # Reporter
+//
+// Report validates a contribution (with the service's own rules, package
+// validate) and puts a copy in a bounded in-memory queue; it never waits for
+// the network. In the background, a batch goes out with ReportContributions
+// as soon as BatchSize contributions are queued or the oldest has waited
+// Linger, at most Concurrency batches at a time. A failed batch is retried
+// up to MaxRetries times with exponential backoff (combo-service deduplicates
+// by contribution id, so a retry never counts twice), except one refused
+// with INVALID_ARGUMENT, which can never succeed.
+//
+// Every contribution ends one of these ways, and each is visible:
+//
+//   - Report returns an error (invalid, ErrQueueFull, ErrClosed): nothing was
+//     taken, the caller still owns the contribution;
+//   - the service acknowledges it: Stats().Sent;
+//   - the Reporter gives up (retries exhausted, refused, or Close's ctx
+//     expired): Stats().Dropped, and the batch is handed to
+//     ReporterOptions.OnDrop with the reason.
+//
+// The queue is memory only: if the process dies without Close, what it held
+// is lost. The caller's DB row is the durable copy; persist what OnDrop and
+// ErrQueueFull hand back, or re-report rows from the DB, to close that gap.
+//
+// # Usage in activityService
+//
+// Build one Reporter at start-up, report each purchase right after its DB
+// write commits, and Close it on shutdown after the RPC server has stopped
+// taking requests:
+//
+//	cli, err := client.NewClient([]string{"combo-service:8888"})
+//	if err != nil {
+//		return err
+//	}
+//	reporter, err := client.NewReporter(cli, client.ReporterOptions{
+//		Registerer: prometheus.DefaultRegisterer,
+//		OnDrop: func(batch []*combo.Contribution, err error) {
+//			// Given up on: keep the ids so a job can report them again.
+//			for _, c := range batch {
+//				logger.Error("combo report dropped", zap.Int64("id", c.Id), zap.Error(err))
+//			}
+//		},
+//	})
+//	if err != nil {
+//		return err
+//	}
+//
+//	// In the purchase handler, after the activity_contributions row is written:
+//	if err := reporter.Report(ctx, contribution); err != nil {
+//		// Not taken (invalid, queue full, or shutting down): the purchase
+//		// itself succeeded, so log it and let a re-report job pick it up.
+//		logger.Warn("combo report not queued", zap.Int64("id", contribution.Id), zap.Error(err))
+//	}
+//
+//	// On shutdown:
+//	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+//	defer cancel()
+//	if err := reporter.Close(ctx); err != nil {
+//		logger.Error("combo reporter: not everything was flushed", zap.Error(err))
+//	}
+package client

@@ -1,0 +1,57 @@
+package client
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metric names and the outcome label values of reports_total.
+const (
+	metricQueueDepth   = "combo_reporter_queue_depth"
+	metricReportsTotal = "combo_reporter_reports_total"
+
+	outcomeSent      = "sent"
+	outcomeQueueFull = "queue_full"
+	outcomeDropped   = "dropped"
+	outcomeRetried   = "retried"
+	outcomeInvalid   = "invalid"
+)
+
+// metrics always exist, so the hot path never checks for nil; they are only
+// exported when a Registerer is given.
+type metrics struct {
+	sent, queueFull, dropped, retried, invalid prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, error) {
+	reports := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricReportsTotal,
+		Help: "Contributions by outcome: sent (acknowledged by combo-service), " +
+			"queue_full (refused by Report, buffer full), dropped (given up on, " +
+			"handed to OnDrop), retried (re-sent after a failed attempt, per item), " +
+			"invalid (refused by Report, failed validation).",
+	}, []string{"outcome"})
+	m := &metrics{
+		sent:      reports.WithLabelValues(outcomeSent),
+		queueFull: reports.WithLabelValues(outcomeQueueFull),
+		dropped:   reports.WithLabelValues(outcomeDropped),
+		retried:   reports.WithLabelValues(outcomeRetried),
+		invalid:   reports.WithLabelValues(outcomeInvalid),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: metricQueueDepth,
+		Help: "Contributions held by the Reporter (queued or in flight), bounded by QueueSize.",
+	}, depth)
+	if err := reg.Register(gauge); err != nil {
+		return nil, fmt.Errorf("combo client: register %s: %w", metricQueueDepth, err)
+	}
+	if err := reg.Register(reports); err != nil {
+		reg.Unregister(gauge)
+		return nil, fmt.Errorf("combo client: register %s: %w", metricReportsTotal, err)
+	}
+	return m, nil
+}

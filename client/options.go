@@ -1,0 +1,130 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+)
+
+// Reporter defaults, applied by ReporterOptions.Validate to zero fields.
+const (
+	DefaultQueueSize      = 10000
+	DefaultBatchSize      = 50
+	MaxBatchSize          = 1000 // ReportContributions takes 1..1000 items
+	DefaultLinger         = 20 * time.Millisecond
+	DefaultConcurrency    = 4
+	DefaultMaxRetries     = 3
+	DefaultInitialBackoff = 50 * time.Millisecond
+	DefaultMaxBackoff     = time.Second
+	DefaultRPCTimeout     = time.Second
+)
+
+// ReporterOptions configures a Reporter. The zero value of every field means
+// its default.
+type ReporterOptions struct {
+	// QueueSize bounds the contributions the Reporter holds at once: queued
+	// and in flight (being sent or waiting for a retry) together. Report
+	// returns ErrQueueFull beyond it. Default 10000; must be >= BatchSize.
+	QueueSize int
+	// BatchSize sends a batch as soon as this many contributions are queued.
+	// Default 50, at most 1000.
+	BatchSize int
+	// Linger sends a batch once the oldest queued contribution has waited
+	// this long, however few are queued. Default 20ms.
+	Linger time.Duration
+	// Concurrency is how many batches may be in flight at once, retries
+	// included. Default 4.
+	Concurrency int
+	// MaxRetries is how many times a failed batch is sent again (so at most
+	// 1+MaxRetries attempts). 0 means the default 3; a negative value
+	// disables retries. A batch refused with INVALID_ARGUMENT is never
+	// retried.
+	MaxRetries int
+	// InitialBackoff is the wait before the first retry; it doubles for each
+	// further retry up to MaxBackoff. Defaults 50ms and 1s.
+	InitialBackoff time.Duration
+	MaxBackoff     time.Duration
+	// RPCTimeout bounds each ReportContributions attempt, through its ctx.
+	// Default 1s.
+	RPCTimeout time.Duration
+
+	// OnDrop, if set, receives every contribution the Reporter gives up on
+	// (retries exhausted, refused by the service, or still held when Close's
+	// ctx expired) with the reason, so the caller can log or persist them
+	// for a later re-report (reports are idempotent by id). It may be called
+	// from several goroutines at once and should not block for long: while
+	// it runs, a send slot is held. The slice is the caller's to keep.
+	OnDrop func(batch []*combo.Contribution, err error)
+	// Logger, if set, logs every drop at error level (in addition to OnDrop).
+	Logger *zap.Logger
+	// Registerer, if set, receives the Reporter's metrics:
+	// combo_reporter_queue_depth and
+	// combo_reporter_reports_total{outcome="sent|queue_full|dropped|retried|invalid"}.
+	// Registering a second Reporter on the same Registerer fails; wrap it
+	// with prometheus.WrapRegistererWith to tell them apart.
+	Registerer prometheus.Registerer
+}
+
+// Validate applies defaults to zero fields and checks the rest, in place.
+// NewReporter calls it on its own copy.
+func (o *ReporterOptions) Validate() error {
+	if o.QueueSize == 0 {
+		o.QueueSize = DefaultQueueSize
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.Linger == 0 {
+		o.Linger = DefaultLinger
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.MaxRetries == 0 {
+		o.MaxRetries = DefaultMaxRetries
+	}
+	if o.InitialBackoff == 0 {
+		o.InitialBackoff = DefaultInitialBackoff
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = max(DefaultMaxBackoff, o.InitialBackoff)
+	}
+	if o.RPCTimeout == 0 {
+		o.RPCTimeout = DefaultRPCTimeout
+	}
+
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("combo client: ReporterOptions."+format, args...))
+	}
+	if o.BatchSize < 1 || o.BatchSize > MaxBatchSize {
+		bad("BatchSize must be 1..%d, got %d", MaxBatchSize, o.BatchSize)
+	}
+	if o.QueueSize < o.BatchSize {
+		bad("QueueSize must be >= BatchSize (%d), got %d", o.BatchSize, o.QueueSize)
+	}
+	if o.Linger < 0 {
+		bad("Linger must be > 0, got %v", o.Linger)
+	}
+	if o.Concurrency < 0 {
+		bad("Concurrency must be > 0, got %d", o.Concurrency)
+	}
+	if o.InitialBackoff < 0 {
+		bad("InitialBackoff must be > 0, got %v", o.InitialBackoff)
+	}
+	if o.MaxBackoff < o.InitialBackoff {
+		bad("MaxBackoff must be >= InitialBackoff (%v), got %v", o.InitialBackoff, o.MaxBackoff)
+	}
+	if o.RPCTimeout < 0 {
+		bad("RPCTimeout must be > 0, got %v", o.RPCTimeout)
+	}
+	return errors.Join(errs...)
+}
+
+// retries is the number of retries after the first attempt.
+func (o *ReporterOptions) retries() int { return max(o.MaxRetries, 0) }

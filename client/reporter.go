@@ -1,0 +1,445 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cloudwego/kitex/client/callopt"
+	"go.uber.org/zap"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/validate"
+)
+
+var (
+	// ErrQueueFull is returned by Report when the Reporter already holds
+	// QueueSize contributions. The contribution was not taken: the caller
+	// still owns it (log it, persist it, or report it again later).
+	ErrQueueFull = errors.New("combo client: reporter queue is full")
+	// ErrClosed is returned by Report once Close has been called. The
+	// contribution was not taken.
+	ErrClosed = errors.New("combo client: reporter is closed")
+	// ErrBadResponse is the (retryable) error of an attempt whose reply was
+	// not one result per contribution; it reaches OnDrop if retries run out.
+	ErrBadResponse = errors.New("combo client: malformed ReportContributions response")
+)
+
+// BatchSender sends one batch. comboservice.Client satisfies it.
+type BatchSender interface {
+	ReportContributions(ctx context.Context, req *combo.ReportContributionsRequest, callOptions ...callopt.Option) (*combo.ReportContributionsResponse, error)
+}
+
+// ReporterStats is a consistent snapshot of a Reporter's counters. At any
+// snapshot Accepted == Sent + Dropped + Queued + InFlight.
+type ReporterStats struct {
+	Queued    int    // waiting to be put in a batch
+	InFlight  int    // in batches being sent or waiting for a retry
+	Accepted  uint64 // taken by Report
+	Sent      uint64 // acknowledged by combo-service
+	Retried   uint64 // re-sent after a failed attempt, counted per contribution
+	Dropped   uint64 // given up on and handed to OnDrop
+	QueueFull uint64 // refused by Report with ErrQueueFull
+	Invalid   uint64 // refused by Report with a validation error
+}
+
+// Reporter reports contributions to combo-service fire-and-forget: Report
+// only validates and enqueues; batches are sent in the background when
+// BatchSize contributions are queued or the oldest has waited Linger,
+// whichever comes first, at most Concurrency batches at a time, each
+// retried up to MaxRetries times. Nothing is lost silently: a contribution
+// is either refused by Report with an error, acknowledged by the service
+// (Sent), or handed to OnDrop with the reason (Dropped).
+//
+// Delivery is at least once: a batch whose acknowledgement was lost is sent
+// again, which combo-service deduplicates by contribution id. Contributions
+// held in memory are lost if the process dies without Close; the caller's
+// DB row is the durable copy.
+//
+// A Reporter is safe for concurrent use.
+type Reporter struct {
+	sender  BatchSender
+	opts    ReporterOptions
+	metrics *metrics
+
+	ctx    context.Context // canceled when Close gives up (abort)
+	cancel context.CancelFunc
+	wake   chan struct{} // cap 1: the dispatcher has something to look at
+	slots  chan struct{} // cap Concurrency: one token per batch in flight
+	done   chan struct{} // closed when the dispatcher and all sends are over
+	sends  sync.WaitGroup
+
+	mu       sync.Mutex
+	pending  []pendingItem // FIFO, oldest first
+	inflight map[*batch]struct{}
+	held     int // len(pending) + contributions in inflight batches
+	closed   bool
+	aborted  bool
+	stats    ReporterStats // Queued and InFlight are derived on read
+}
+
+type pendingItem struct {
+	c  *combo.Contribution
+	at time.Time // enqueue time, for Linger
+}
+
+// batch is owned by one send goroutine; resolved (under Reporter.mu) marks
+// that its fate has been counted, by the send or by an abort, exactly once.
+type batch struct {
+	items    []*combo.Contribution
+	resolved bool
+}
+
+// NewReporter starts a Reporter sending through sender. Call Close to flush
+// and stop it.
+func NewReporter(sender BatchSender, opts ReporterOptions) (*Reporter, error) {
+	if sender == nil {
+		return nil, errors.New("combo client: NewReporter needs a BatchSender")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Reporter{
+		sender:   sender,
+		opts:     opts,
+		wake:     make(chan struct{}, 1),
+		slots:    make(chan struct{}, opts.Concurrency),
+		done:     make(chan struct{}),
+		inflight: make(map[*batch]struct{}),
+	}
+	m, err := newMetrics(opts.Registerer, func() float64 {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return float64(r.held)
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.metrics = m
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	go r.dispatch()
+	return r, nil
+}
+
+// Report validates c and enqueues a copy of it; it never waits for the
+// network. It returns the validation error (naming the field, e.g.
+// "contribution.created_at"), ErrQueueFull, or ErrClosed, in which case
+// nothing was enqueued and the caller still owns the report. A nil error
+// means the Reporter owns it: it will end up Sent or handed to OnDrop.
+//
+// ctx is not used to abandon the report: it is meant to be called right
+// after the DB write, when the caller's request may already be canceled.
+func (r *Reporter) Report(ctx context.Context, c *combo.Contribution) error {
+	if err := validate.Contribution(c, "contribution"); err != nil {
+		r.mu.Lock()
+		r.stats.Invalid++
+		r.mu.Unlock()
+		r.metrics.invalid.Inc()
+		return err
+	}
+	cp := *c // the caller may reuse c; every field is a value
+
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return ErrClosed
+	}
+	if r.held >= r.opts.QueueSize {
+		r.stats.QueueFull++
+		r.mu.Unlock()
+		r.metrics.queueFull.Inc()
+		return ErrQueueFull
+	}
+	r.pending = append(r.pending, pendingItem{c: &cp, at: time.Now()})
+	r.held++
+	r.stats.Accepted++
+	n := len(r.pending)
+	r.mu.Unlock()
+
+	// The dispatcher must arm its Linger timer for a first item and cut a
+	// batch when BatchSize is reached; pending grows by one per Report, so
+	// it always passes through exactly BatchSize.
+	if n == 1 || n == r.opts.BatchSize {
+		r.signal()
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the counters.
+func (r *Reporter) Stats() ReporterStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.stats
+	s.Queued = len(r.pending)
+	s.InFlight = r.held - len(r.pending)
+	return s
+}
+
+// Close stops accepting reports (Report returns ErrClosed), sends everything
+// still queued, waits for batches in flight including their retries, and
+// returns nil. If ctx ends first, it hands everything still held to OnDrop
+// with an error wrapping ctx.Err(), cancels the RPCs in flight, and returns
+// ctx.Err(). Contributions dropped during the flush (retries exhausted) are
+// reported through OnDrop as usual and do not make Close fail.
+func (r *Reporter) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.aborted { // an earlier Close gave up and dropped everything held
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	r.signal()
+
+	select {
+	case <-r.done:
+		return nil
+	default:
+	}
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		if r.abort(ctx.Err()) == 0 {
+			return nil // nothing was left to lose
+		}
+		return ctx.Err()
+	}
+}
+
+// abort drops everything still held, stops the dispatcher and cancels the
+// sends. Returns how many contributions it dropped.
+func (r *Reporter) abort(cause error) int {
+	err := fmt.Errorf("combo client: reporter closed before delivery: %w", cause)
+	r.mu.Lock()
+	if r.aborted {
+		r.mu.Unlock()
+		return 0
+	}
+	r.aborted = true
+	var lost [][]*combo.Contribution
+	for b := range r.inflight {
+		b.resolved = true
+		lost = append(lost, b.items)
+	}
+	clear(r.inflight)
+	for len(r.pending) > 0 {
+		lost = append(lost, r.cutLocked())
+	}
+	n := r.held
+	r.held = 0
+	r.stats.Dropped += uint64(n)
+	r.mu.Unlock()
+
+	r.cancel()
+	r.metrics.dropped.Add(float64(n))
+	for _, items := range lost {
+		r.drop(items, err)
+	}
+	return n
+}
+
+func (r *Reporter) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// dispatch is the single goroutine that cuts batches: it waits until
+// BatchSize contributions are queued, the oldest has waited Linger, or the
+// Reporter is closing, then takes a send slot and only then cuts the batch,
+// so contributions arriving while all slots are busy join it.
+func (r *Reporter) dispatch() {
+	defer close(r.done)
+	defer r.sends.Wait()
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		if r.aborted {
+			r.mu.Unlock()
+			return
+		}
+		n, closed := len(r.pending), r.closed
+		var wait time.Duration
+		if n > 0 && n < r.opts.BatchSize && !closed {
+			wait = r.opts.Linger - time.Since(r.pending[0].at)
+		}
+		r.mu.Unlock()
+
+		if n == 0 && closed {
+			return // Report refuses new items; the sends are awaited by defer
+		}
+		if n == 0 || wait > 0 {
+			var fire <-chan time.Time
+			if n > 0 {
+				timer.Reset(wait)
+				fire = timer.C
+			}
+			select {
+			case <-r.wake:
+			case <-fire:
+			case <-r.ctx.Done():
+			}
+			timer.Stop()
+			continue
+		}
+
+		select {
+		case r.slots <- struct{}{}:
+		case <-r.ctx.Done():
+			return
+		}
+		b := r.cut()
+		if b == nil { // aborted meanwhile
+			<-r.slots
+			continue
+		}
+		r.sends.Add(1)
+		go r.send(b)
+	}
+}
+
+// cut moves up to BatchSize queued contributions into a new in-flight batch.
+func (r *Reporter) cut() *batch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.aborted || len(r.pending) == 0 {
+		return nil
+	}
+	b := &batch{items: r.cutLocked()}
+	r.inflight[b] = struct{}{}
+	return b
+}
+
+func (r *Reporter) cutLocked() []*combo.Contribution {
+	n := min(len(r.pending), r.opts.BatchSize)
+	items := make([]*combo.Contribution, n)
+	for i := range items {
+		items[i] = r.pending[i].c
+	}
+	// Reslicing forward keeps memory bounded: append reallocates to about
+	// twice the live length (<= QueueSize) and the old array is collected.
+	clear(r.pending[:n])
+	r.pending = r.pending[n:]
+	if len(r.pending) == 0 {
+		r.pending = nil
+	}
+	return items
+}
+
+// send delivers one batch, retrying with exponential backoff, and resolves it.
+func (r *Reporter) send(b *batch) {
+	defer func() {
+		<-r.slots
+		r.sends.Done()
+	}()
+
+	backoff := r.opts.InitialBackoff
+	retries := r.opts.retries()
+	var err error
+	attempt := 0
+	for ; ; attempt++ {
+		if attempt > 0 {
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-r.ctx.Done(): // aborted: the batch is already dropped
+				t.Stop()
+				return
+			}
+			backoff = min(2*backoff, r.opts.MaxBackoff)
+			if !r.countRetry(b) {
+				return
+			}
+		}
+		if err = r.attempt(b.items); err == nil {
+			r.resolve(b, nil)
+			return
+		}
+		if r.ctx.Err() != nil {
+			return // aborted: the batch is already dropped
+		}
+		if ce, ok := IsComboError(err); ok && ce.Code == CodeInvalidArgument {
+			r.resolve(b, fmt.Errorf("combo client: batch of %d refused, not retried: %w", len(b.items), err))
+			return
+		}
+		if attempt >= retries {
+			break
+		}
+	}
+	r.resolve(b, fmt.Errorf("combo client: batch of %d failed after %d attempts: %w", len(b.items), attempt+1, err))
+}
+
+func (r *Reporter) attempt(items []*combo.Contribution) error {
+	ctx, cancel := context.WithTimeout(r.ctx, r.opts.RPCTimeout)
+	defer cancel()
+	resp, err := r.sender.ReportContributions(ctx, &combo.ReportContributionsRequest{Contributions: items})
+	if err != nil {
+		return err
+	}
+	if resp == nil {
+		return fmt.Errorf("%w: nil response and nil error", ErrBadResponse)
+	}
+	if len(resp.Results) != len(items) {
+		return fmt.Errorf("%w: %d results for %d contributions", ErrBadResponse, len(resp.Results), len(items))
+	}
+	return nil
+}
+
+// countRetry counts a retry of b unless it was already resolved by an abort.
+func (r *Reporter) countRetry(b *batch) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b.resolved {
+		return false
+	}
+	r.stats.Retried += uint64(len(b.items))
+	r.metrics.retried.Add(float64(len(b.items)))
+	return true
+}
+
+// resolve counts b as sent (err == nil) or dropped, unless an abort already
+// dropped it, and hands a dropped batch to OnDrop.
+func (r *Reporter) resolve(b *batch, err error) {
+	n := len(b.items)
+	r.mu.Lock()
+	if b.resolved {
+		r.mu.Unlock()
+		return
+	}
+	b.resolved = true
+	delete(r.inflight, b)
+	r.held -= n
+	if err == nil {
+		r.stats.Sent += uint64(n)
+	} else {
+		r.stats.Dropped += uint64(n)
+	}
+	r.mu.Unlock()
+
+	if err == nil {
+		r.metrics.sent.Add(float64(n))
+		return
+	}
+	r.metrics.dropped.Add(float64(n))
+	r.drop(b.items, err)
+}
+
+func (r *Reporter) drop(items []*combo.Contribution, err error) {
+	if l := r.opts.Logger; l != nil {
+		l.Error("combo client: contributions dropped",
+			zap.Int("count", len(items)),
+			zap.Int64("first_id", items[0].Id),
+			zap.Int64("last_id", items[len(items)-1].Id),
+			zap.Error(err))
+	}
+	if r.opts.OnDrop != nil {
+		r.opts.OnDrop(items, err)
+	}
+}

@@ -1,0 +1,848 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/kitex/client/callopt"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+)
+
+// waitFor bounds every wait for an event, so a bug fails fast instead of
+// hanging the suite.
+const waitFor = 5 * time.Second
+
+var errTransport = errors.New("connection reset by peer")
+
+// fakeSender records every attempt and answers through respond (nil: success).
+type fakeSender struct {
+	// respond decides an attempt's outcome; attempt counts from 1 across all
+	// calls. It may block. nil means success.
+	respond func(ctx context.Context, attempt int, items []*combo.Contribution) error
+	// calls, if set, receives the ids of each attempt as it starts.
+	calls chan []int64
+
+	mu          sync.Mutex
+	attempts    [][]int64
+	at          []time.Time
+	inFlight    int
+	maxInFlight int
+}
+
+func newFake(respond func(ctx context.Context, attempt int, items []*combo.Contribution) error) *fakeSender {
+	return &fakeSender{respond: respond, calls: make(chan []int64, 1024)}
+}
+
+func (f *fakeSender) ReportContributions(ctx context.Context, req *combo.ReportContributionsRequest, _ ...callopt.Option) (*combo.ReportContributionsResponse, error) {
+	items := req.GetContributions()
+	ids := make([]int64, len(items))
+	for i, c := range items {
+		ids[i] = c.Id
+	}
+	f.mu.Lock()
+	f.attempts = append(f.attempts, ids)
+	f.at = append(f.at, time.Now())
+	attempt := len(f.attempts)
+	f.inFlight++
+	f.maxInFlight = max(f.maxInFlight, f.inFlight)
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.inFlight--
+		f.mu.Unlock()
+	}()
+	if f.calls != nil {
+		f.calls <- ids
+	}
+
+	if f.respond != nil {
+		if err := f.respond(ctx, attempt, items); err != nil {
+			return nil, err
+		}
+	}
+	resp := &combo.ReportContributionsResponse{Results: make([]*combo.ReportContributionResponse, len(items))}
+	for i, c := range items {
+		resp.Results[i] = &combo.ReportContributionResponse{WindowId: c.Id, WindowQuantity: c.Quantity}
+	}
+	return resp, nil
+}
+
+func (f *fakeSender) snapshot() (attempts [][]int64, maxInFlight int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.attempts), f.maxInFlight
+}
+
+// recv waits for the next attempt.
+func (f *fakeSender) recv(t *testing.T) []int64 {
+	t.Helper()
+	select {
+	case ids := <-f.calls:
+		return ids
+	case <-time.After(waitFor):
+		t.Fatal("timed out waiting for a ReportContributions call")
+		return nil
+	}
+}
+
+// dropLog collects OnDrop calls.
+type dropLog struct {
+	mu    sync.Mutex
+	ids   []int64
+	errs  []error
+	calls chan int
+}
+
+func newDropLog() *dropLog { return &dropLog{calls: make(chan int, 1024)} }
+
+func (d *dropLog) onDrop(batch []*combo.Contribution, err error) {
+	d.mu.Lock()
+	for _, c := range batch {
+		d.ids = append(d.ids, c.Id)
+	}
+	d.errs = append(d.errs, err)
+	d.mu.Unlock()
+	d.calls <- len(batch)
+}
+
+func (d *dropLog) snapshot() ([]int64, []error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.ids), slices.Clone(d.errs)
+}
+
+func (d *dropLog) recv(t *testing.T) int {
+	t.Helper()
+	select {
+	case n := <-d.calls:
+		return n
+	case <-time.After(waitFor):
+		t.Fatal("timed out waiting for OnDrop")
+		return 0
+	}
+}
+
+func contribution(id int64) *combo.Contribution {
+	return &combo.Contribution{
+		Id: id, ActivityId: 7, UserId: 1000 + id%10, StarId: 0, ItemId: 3,
+		ItemType: "rose", ItemName: "Rose", Quantity: 1, CreatedAt: 1_732_950_000_000 + id,
+	}
+}
+
+func newTestReporter(t *testing.T, s BatchSender, opts ReporterOptions) *Reporter {
+	t.Helper()
+	r, err := NewReporter(s, opts)
+	if err != nil {
+		t.Fatalf("NewReporter: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		_ = r.Close(ctx)
+	})
+	return r
+}
+
+func mustReport(t *testing.T, r *Reporter, ids ...int64) {
+	t.Helper()
+	for _, id := range ids {
+		if err := r.Report(context.Background(), contribution(id)); err != nil {
+			t.Fatalf("Report(%d): %v", id, err)
+		}
+	}
+}
+
+func ids(from, to int64) []int64 {
+	var out []int64
+	for id := from; id <= to; id++ {
+		out = append(out, id)
+	}
+	return out
+}
+
+func closeWithin(t *testing.T, r *Reporter) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := r.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+func checkConsistent(t *testing.T, s ReporterStats) {
+	t.Helper()
+	if s.Accepted != s.Sent+s.Dropped+uint64(s.Queued)+uint64(s.InFlight) {
+		t.Fatalf("inconsistent stats: %+v", s)
+	}
+}
+
+func TestBatchSizeTrigger(t *testing.T) {
+	f := newFake(nil)
+	r := newTestReporter(t, f, ReporterOptions{BatchSize: 10, Linger: time.Hour})
+
+	start := time.Now()
+	mustReport(t, r, ids(1, 9)...)
+	if s := r.Stats(); s.Queued != 9 || s.InFlight != 0 {
+		t.Fatalf("9 of BatchSize 10 must stay queued, stats %+v", s)
+	}
+	mustReport(t, r, 10)
+	got := f.recv(t)
+	if !slices.Equal(got, ids(1, 10)) {
+		t.Fatalf("batch = %v, want ids 1..10 in order", got)
+	}
+	if d := time.Since(start); d > waitFor {
+		t.Fatalf("batch took %v", d)
+	}
+	closeWithin(t, r)
+	attempts, _ := f.snapshot()
+	if len(attempts) != 1 {
+		t.Fatalf("%d calls, want 1", len(attempts))
+	}
+	if s := r.Stats(); s.Sent != 10 || s.Queued != 0 || s.InFlight != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestLingerTrigger(t *testing.T) {
+	const linger = 30 * time.Millisecond
+	f := newFake(nil)
+	r := newTestReporter(t, f, ReporterOptions{BatchSize: 50, Linger: linger})
+
+	start := time.Now()
+	mustReport(t, r, 1, 2, 3)
+	got := f.recv(t)
+	elapsed := time.Since(start)
+	if !slices.Equal(got, []int64{1, 2, 3}) {
+		t.Fatalf("batch = %v, want [1 2 3]", got)
+	}
+	if elapsed < linger {
+		t.Fatalf("batch sent after %v, before Linger %v", elapsed, linger)
+	}
+	closeWithin(t, r)
+	if attempts, _ := f.snapshot(); len(attempts) != 1 {
+		t.Fatalf("%d calls, want 1", len(attempts))
+	}
+	if s := r.Stats(); s.Sent != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestConcurrentReports(t *testing.T) {
+	const producers, each = 32, 500
+	f := newFake(nil)
+	f.calls = nil
+	opts := ReporterOptions{QueueSize: producers * each}
+	r := newTestReporter(t, f, opts)
+
+	// Watch the invariants while the producers run.
+	stop := make(chan struct{})
+	watched := make(chan error, 1)
+	go func() {
+		var err error
+		for {
+			select {
+			case <-stop:
+				watched <- err
+				return
+			default:
+			}
+			s := r.Stats()
+			if err == nil && s.Accepted != s.Sent+s.Dropped+uint64(s.Queued)+uint64(s.InFlight) {
+				err = fmt.Errorf("inconsistent stats %+v", s)
+			}
+			if err == nil && s.Queued+s.InFlight > opts.QueueSize {
+				err = fmt.Errorf("holding %d > QueueSize", s.Queued+s.InFlight)
+			}
+			runtime.Gosched()
+		}
+	}()
+
+	var wg sync.WaitGroup
+	errs := make(chan error, producers)
+	for p := range producers {
+		wg.Go(func() {
+			for i := range each {
+				id := int64(p*each + i + 1)
+				if err := r.Report(context.Background(), contribution(id)); err != nil {
+					errs <- fmt.Errorf("Report(%d): %w", id, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	closeWithin(t, r)
+	close(stop)
+	if err := <-watched; err != nil {
+		t.Fatal(err)
+	}
+
+	attempts, maxInFlight := f.snapshot()
+	seen := make(map[int64]int, producers*each)
+	for _, batch := range attempts {
+		if len(batch) == 0 || len(batch) > DefaultBatchSize {
+			t.Fatalf("batch of %d, want 1..%d", len(batch), DefaultBatchSize)
+		}
+		for _, id := range batch {
+			seen[id]++
+		}
+	}
+	for id := int64(1); id <= producers*each; id++ {
+		if seen[id] != 1 {
+			t.Fatalf("id %d sent %d times, want exactly once", id, seen[id])
+		}
+	}
+	if len(seen) != producers*each {
+		t.Fatalf("%d distinct ids sent, want %d", len(seen), producers*each)
+	}
+	if maxInFlight > DefaultConcurrency {
+		t.Fatalf("%d batches in flight at once, Concurrency is %d", maxInFlight, DefaultConcurrency)
+	}
+	s := r.Stats()
+	checkConsistent(t, s)
+	want := ReporterStats{Accepted: producers * each, Sent: producers * each}
+	if s != want {
+		t.Fatalf("stats %+v, want %+v", s, want)
+	}
+}
+
+func TestConcurrencyBound(t *testing.T) {
+	release := make(chan struct{})
+	f := newFake(func(ctx context.Context, _ int, _ []*combo.Contribution) error {
+		<-release
+		return nil
+	})
+	r := newTestReporter(t, f, ReporterOptions{BatchSize: 1, Concurrency: 3, Linger: time.Hour})
+
+	mustReport(t, r, ids(1, 10)...)
+	for range 3 {
+		f.recv(t)
+	}
+	// Three batches hold the three slots; the rest wait, uncut.
+	if s := r.Stats(); s.InFlight != 3 || s.Queued != 7 {
+		t.Fatalf("stats %+v, want 3 in flight and 7 queued", s)
+	}
+	close(release)
+	closeWithin(t, r)
+	attempts, maxInFlight := f.snapshot()
+	if len(attempts) != 10 || maxInFlight != 3 {
+		t.Fatalf("%d calls, %d at most in flight; want 10 and 3", len(attempts), maxInFlight)
+	}
+}
+
+func TestSlowBatchDoesNotStallOthers(t *testing.T) {
+	release := make(chan struct{})
+	f := newFake(func(ctx context.Context, _ int, items []*combo.Contribution) error {
+		if items[0].Id == 1 {
+			<-release
+		}
+		return nil
+	})
+	r := newTestReporter(t, f, ReporterOptions{BatchSize: 1, Concurrency: 2, Linger: time.Hour, RPCTimeout: time.Hour})
+
+	mustReport(t, r, 1)
+	if got := f.recv(t); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("first call %v", got)
+	}
+	mustReport(t, r, ids(2, 20)...)
+	for range 19 {
+		f.recv(t)
+	}
+	// The slow batch still in flight; the others got through the other slot.
+	deadline := time.After(waitFor)
+	for r.Stats().Sent != 19 {
+		select {
+		case <-deadline:
+			t.Fatalf("stats %+v, want 19 sent", r.Stats())
+		default:
+			runtime.Gosched()
+		}
+	}
+	if s := r.Stats(); s.InFlight != 1 {
+		t.Fatalf("stats %+v, want the slow batch in flight", s)
+	}
+	close(release)
+	closeWithin(t, r)
+	if s := r.Stats(); s.Sent != 20 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// gather returns the reporter metrics of reg by name and outcome label.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				key += "{" + l.GetName() + "=" + l.GetValue() + "}"
+			}
+			switch {
+			case m.GetGauge() != nil:
+				out[key] = m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				out[key] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+func TestQueueFull(t *testing.T) {
+	release := make(chan struct{})
+	f := newFake(func(ctx context.Context, _ int, _ []*combo.Contribution) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	reg := prometheus.NewRegistry()
+	const size = 100
+	r := newTestReporter(t, f, ReporterOptions{
+		QueueSize: size, BatchSize: 10, Concurrency: 2, RPCTimeout: time.Hour, Registerer: reg,
+	})
+
+	mustReport(t, r, ids(1, size)...)
+	for id := int64(size + 1); id <= size+10; id++ {
+		if err := r.Report(context.Background(), contribution(id)); !errors.Is(err, ErrQueueFull) {
+			t.Fatalf("Report(%d) = %v, want ErrQueueFull", id, err)
+		}
+	}
+	s := r.Stats()
+	checkConsistent(t, s)
+	if s.Accepted != size || s.QueueFull != 10 || s.Queued+s.InFlight != size {
+		t.Fatalf("stats %+v, want %d held and 10 refused", s, size)
+	}
+	r.mu.Lock()
+	capacity := cap(r.pending)
+	r.mu.Unlock()
+	if capacity > 2*size {
+		t.Fatalf("queue capacity %d grew past 2*QueueSize", capacity)
+	}
+	m := gather(t, reg)
+	if m["combo_reporter_queue_depth"] != size || m["combo_reporter_reports_total{outcome=queue_full}"] != 10 {
+		t.Fatalf("metrics %v", m)
+	}
+
+	close(release)
+	closeWithin(t, r)
+	if s := r.Stats(); s.Sent != size || s.Dropped != 0 || s.Queued+s.InFlight != 0 {
+		t.Fatalf("stats after release %+v", s)
+	}
+	m = gather(t, reg)
+	if m["combo_reporter_queue_depth"] != 0 || m["combo_reporter_reports_total{outcome=sent}"] != size {
+		t.Fatalf("metrics after release %v", m)
+	}
+}
+
+func TestRetryThenSuccess(t *testing.T) {
+	const backoff = 20 * time.Millisecond
+	f := newFake(func(ctx context.Context, attempt int, _ []*combo.Contribution) error {
+		if attempt <= 2 {
+			return errTransport
+		}
+		return nil
+	})
+	drops := newDropLog()
+	reg := prometheus.NewRegistry()
+	r := newTestReporter(t, f, ReporterOptions{
+		BatchSize: 5, Linger: time.Hour, InitialBackoff: backoff, OnDrop: drops.onDrop, Registerer: reg,
+	})
+
+	mustReport(t, r, ids(1, 5)...)
+	closeWithin(t, r) // Close waits for the retries
+
+	attempts, _ := f.snapshot()
+	if len(attempts) != 3 {
+		t.Fatalf("%d attempts, want 3", len(attempts))
+	}
+	for _, a := range attempts {
+		if !slices.Equal(a, ids(1, 5)) {
+			t.Fatalf("attempt sent %v, want the same batch 1..5", a)
+		}
+	}
+	f.mu.Lock()
+	gap1, gap2 := f.at[1].Sub(f.at[0]), f.at[2].Sub(f.at[1])
+	f.mu.Unlock()
+	if gap1 < backoff || gap2 < 2*backoff {
+		t.Fatalf("retry gaps %v, %v; want >= %v, %v", gap1, gap2, backoff, 2*backoff)
+	}
+	s := r.Stats()
+	if s.Sent != 5 || s.Retried != 10 || s.Dropped != 0 {
+		t.Fatalf("stats %+v, want 5 sent, 10 retried", s)
+	}
+	if got, _ := drops.snapshot(); len(got) != 0 {
+		t.Fatalf("OnDrop got %v", got)
+	}
+	m := gather(t, reg)
+	if m["combo_reporter_reports_total{outcome=retried}"] != 10 || m["combo_reporter_reports_total{outcome=sent}"] != 5 {
+		t.Fatalf("metrics %v", m)
+	}
+}
+
+func TestRetryExhausted(t *testing.T) {
+	f := newFake(func(context.Context, int, []*combo.Contribution) error { return errTransport })
+	drops := newDropLog()
+	r := newTestReporter(t, f, ReporterOptions{
+		BatchSize: 5, Linger: time.Hour, MaxRetries: 2, InitialBackoff: time.Millisecond, OnDrop: drops.onDrop,
+	})
+
+	mustReport(t, r, ids(1, 5)...)
+	if n := drops.recv(t); n != 5 {
+		t.Fatalf("OnDrop got %d, want the batch of 5", n)
+	}
+	got, errs := drops.snapshot()
+	if !slices.Equal(got, ids(1, 5)) || len(errs) != 1 || !errors.Is(errs[0], errTransport) {
+		t.Fatalf("OnDrop(%v, %v), want ids 1..5 and the transport error", got, errs)
+	}
+	attempts, _ := f.snapshot()
+	if len(attempts) != 3 {
+		t.Fatalf("%d attempts, want 1 + MaxRetries = 3", len(attempts))
+	}
+	s := r.Stats()
+	checkConsistent(t, s)
+	if s.Dropped != 5 || s.Retried != 10 || s.Sent != 0 || s.InFlight != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	closeWithin(t, r)
+}
+
+func TestRetryPolicyByError(t *testing.T) {
+	cases := []struct {
+		name         string
+		maxRetries   int
+		err          error
+		wantAttempts int
+	}{
+		{"invalid argument is never retried", 3, &combo.ComboError{Code: CodeInvalidArgument, Message: "contributions[0].id: must be > 0"}, 1},
+		{"wrapped invalid argument is never retried", 3, fmt.Errorf("kitex: %w", &combo.ComboError{Code: CodeInvalidArgument}), 1},
+		{"unavailable is retried", 2, &combo.ComboError{Code: CodeUnavailable, Message: "redis down"}, 3},
+		{"internal is retried", 1, &combo.ComboError{Code: CodeInternal}, 2},
+		{"negative MaxRetries disables retries", -1, errTransport, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(func(context.Context, int, []*combo.Contribution) error { return tc.err })
+			drops := newDropLog()
+			r := newTestReporter(t, f, ReporterOptions{
+				BatchSize: 2, Linger: time.Hour, MaxRetries: tc.maxRetries,
+				InitialBackoff: time.Millisecond, OnDrop: drops.onDrop,
+			})
+			mustReport(t, r, 1, 2)
+			drops.recv(t)
+			attempts, _ := f.snapshot()
+			if len(attempts) != tc.wantAttempts {
+				t.Fatalf("%d attempts, want %d", len(attempts), tc.wantAttempts)
+			}
+			_, errs := drops.snapshot()
+			if !errors.Is(errs[0], tc.err) {
+				t.Fatalf("OnDrop err %v, want it to wrap %v", errs[0], tc.err)
+			}
+			if ce, ok := IsComboError(tc.err); ok {
+				if got, ok := IsComboError(errs[0]); !ok || got.Code != ce.Code {
+					t.Fatalf("IsComboError(%v) = %v, %v", errs[0], got, ok)
+				}
+			}
+			s := r.Stats()
+			if s.Dropped != 2 || s.Retried != uint64(2*(tc.wantAttempts-1)) {
+				t.Fatalf("stats %+v", s)
+			}
+		})
+	}
+}
+
+func TestMalformedResponseIsNotSent(t *testing.T) {
+	drops := newDropLog()
+	s := senderFunc(func(context.Context, *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
+		return nil, nil // what a dropped BizStatusError looks like
+	})
+	r := newTestReporter(t, s, ReporterOptions{BatchSize: 1, MaxRetries: -1, OnDrop: drops.onDrop})
+	mustReport(t, r, 1)
+	drops.recv(t)
+	if _, errs := drops.snapshot(); !errors.Is(errs[0], ErrBadResponse) {
+		t.Fatalf("OnDrop err %v, want ErrBadResponse", errs[0])
+	}
+	if st := r.Stats(); st.Sent != 0 || st.Dropped != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+type senderFunc func(context.Context, *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error)
+
+func (f senderFunc) ReportContributions(ctx context.Context, req *combo.ReportContributionsRequest, _ ...callopt.Option) (*combo.ReportContributionsResponse, error) {
+	return f(ctx, req)
+}
+
+func TestRPCTimeoutThroughCtx(t *testing.T) {
+	const timeout = 20 * time.Millisecond
+	drops := newDropLog()
+	f := newFake(func(ctx context.Context, _ int, _ []*combo.Contribution) error {
+		dl, ok := ctx.Deadline()
+		if !ok || time.Until(dl) > timeout {
+			return fmt.Errorf("deadline %v, %v; want within %v", dl, ok, timeout)
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	r := newTestReporter(t, f, ReporterOptions{BatchSize: 1, MaxRetries: -1, RPCTimeout: timeout, OnDrop: drops.onDrop})
+	mustReport(t, r, 1)
+	drops.recv(t)
+	if _, errs := drops.snapshot(); !errors.Is(errs[0], context.DeadlineExceeded) {
+		t.Fatalf("OnDrop err %v, want DeadlineExceeded", errs[0])
+	}
+}
+
+func TestReportRefusesInvalid(t *testing.T) {
+	f := newFake(nil)
+	reg := prometheus.NewRegistry()
+	r := newTestReporter(t, f, ReporterOptions{Registerer: reg})
+
+	bad := contribution(0) // id must be > 0
+	seconds := contribution(2)
+	seconds.CreatedAt = 1_732_950_000 // seconds, not milliseconds
+	for _, tc := range []struct {
+		c     *combo.Contribution
+		field string
+	}{
+		{bad, "contribution.id"},
+		{seconds, "contribution.created_at"},
+		{nil, "contribution"},
+	} {
+		err := r.Report(context.Background(), tc.c)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.field) {
+			t.Fatalf("Report(%v) = %v, want a validation error naming %s", tc.c, err, tc.field)
+		}
+	}
+	s := r.Stats()
+	if s != (ReporterStats{Invalid: 3}) {
+		t.Fatalf("stats %+v, want only 3 invalid", s)
+	}
+	closeWithin(t, r)
+	if attempts, _ := f.snapshot(); len(attempts) != 0 {
+		t.Fatalf("sent %v", attempts)
+	}
+	if m := gather(t, reg); m["combo_reporter_reports_total{outcome=invalid}"] != 3 {
+		t.Fatalf("metrics %v", m)
+	}
+}
+
+func TestReportCopiesContribution(t *testing.T) {
+	var got *combo.Contribution
+	s := senderFunc(func(_ context.Context, req *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
+		got = req.Contributions[0]
+		return &combo.ReportContributionsResponse{Results: []*combo.ReportContributionResponse{{}}}, nil
+	})
+	r := newTestReporter(t, s, ReporterOptions{Linger: time.Hour})
+	c := contribution(1)
+	mustReportPtr(t, r, c)
+	c.Id, c.ItemType = 99, "changed" // the caller reuses its struct
+	closeWithin(t, r)
+	if got == nil || got.Id != 1 || got.ItemType != "rose" {
+		t.Fatalf("sent %v, want the contribution as it was at Report", got)
+	}
+}
+
+func mustReportPtr(t *testing.T, r *Reporter, c *combo.Contribution) {
+	t.Helper()
+	if err := r.Report(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCloseFlushes(t *testing.T) {
+	f := newFake(nil)
+	r := newTestReporter(t, f, ReporterOptions{BatchSize: 50, Linger: time.Hour})
+
+	mustReport(t, r, ids(1, 7)...)
+	closeWithin(t, r)
+	attempts, _ := f.snapshot()
+	if len(attempts) != 1 || !slices.Equal(attempts[0], ids(1, 7)) {
+		t.Fatalf("sent %v, want one batch 1..7", attempts)
+	}
+	if err := r.Report(context.Background(), contribution(8)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Report after Close = %v, want ErrClosed", err)
+	}
+	closeWithin(t, r) // a second Close is harmless
+	if s := r.Stats(); s.Sent != 7 || s.Accepted != 7 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestCloseFlushesLargeQueue(t *testing.T) {
+	f := newFake(nil)
+	r := newTestReporter(t, f, ReporterOptions{BatchSize: 10, Linger: time.Hour, Concurrency: 1})
+	// 25 = two size-triggered batches plus 5 that only Close sends.
+	mustReport(t, r, ids(1, 25)...)
+	closeWithin(t, r)
+	attempts, _ := f.snapshot()
+	var all []int64
+	for _, a := range attempts {
+		all = append(all, a...)
+	}
+	if !slices.Equal(all, ids(1, 25)) {
+		t.Fatalf("sent %v", attempts)
+	}
+}
+
+func TestCloseExpiredDropsRemainder(t *testing.T) {
+	release := make(chan struct{})
+	ctxErrs := make(chan error, 1)
+	// This sender ignores its ctx until released: Close must not wait for it.
+	f := newFake(func(ctx context.Context, _ int, _ []*combo.Contribution) error {
+		<-release
+		ctxErrs <- ctx.Err()
+		return nil
+	})
+	drops := newDropLog()
+	r := newTestReporter(t, f, ReporterOptions{
+		BatchSize: 5, Concurrency: 1, Linger: time.Hour, RPCTimeout: time.Hour, OnDrop: drops.onDrop,
+	})
+
+	mustReport(t, r, ids(1, 12)...)
+	f.recv(t) // batch 1..5 in flight, 6..12 queued
+	if s := r.Stats(); s.InFlight != 5 || s.Queued != 7 {
+		t.Fatalf("stats %+v", s)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Close(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close = %v, want context.Canceled", err)
+	}
+	got, errs := drops.snapshot()
+	slices.Sort(got)
+	if !slices.Equal(got, ids(1, 12)) {
+		t.Fatalf("OnDrop got %v, want every held id 1..12 once", got)
+	}
+	for _, err := range errs {
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("OnDrop err %v, want it to wrap context.Canceled", err)
+		}
+	}
+	s := r.Stats()
+	checkConsistent(t, s)
+	if s.Dropped != 12 || s.Sent != 0 || s.Queued != 0 || s.InFlight != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	if err := r.Report(context.Background(), contribution(13)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Report after Close = %v, want ErrClosed", err)
+	}
+
+	// The stuck RPC was canceled; when it returns, nothing is counted twice
+	// and nothing that was dropped turns into sent.
+	close(release)
+	if err := <-ctxErrs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("in-flight RPC ctx err = %v, want canceled", err)
+	}
+	select {
+	case <-r.done:
+	case <-time.After(waitFor):
+		t.Fatal("reporter goroutines did not finish")
+	}
+	if got, _ := drops.snapshot(); len(got) != 12 {
+		t.Fatalf("OnDrop got %d ids after the RPC returned, want 12", len(got))
+	}
+	if s2 := r.Stats(); s2 != s {
+		t.Fatalf("stats changed after abort: %+v -> %+v", s, s2)
+	}
+	if attempts, _ := f.snapshot(); len(attempts) != 1 {
+		t.Fatalf("%d attempts after Close gave up, want only the one in flight", len(attempts))
+	}
+	closeWithin(t, r)
+}
+
+func TestCloseDeadlineWhileRetrying(t *testing.T) {
+	f := newFake(func(context.Context, int, []*combo.Contribution) error { return errTransport })
+	drops := newDropLog()
+	r := newTestReporter(t, f, ReporterOptions{
+		BatchSize: 3, Linger: time.Hour, MaxRetries: 5, InitialBackoff: time.Hour, OnDrop: drops.onDrop,
+	})
+	mustReport(t, r, 1, 2, 3)
+	f.recv(t) // first attempt failed; now waiting an hour to retry
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := r.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close = %v, want DeadlineExceeded", err)
+	}
+	if got, _ := drops.snapshot(); !slices.Equal(got, []int64{1, 2, 3}) {
+		t.Fatalf("OnDrop got %v", got)
+	}
+	select {
+	case <-r.done: // the backoff was interrupted
+	case <-time.After(waitFor):
+		t.Fatal("retry loop did not stop")
+	}
+	if s := r.Stats(); s.Dropped != 3 || s.Retried != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	var o ReporterOptions
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := ReporterOptions{
+		QueueSize: DefaultQueueSize, BatchSize: DefaultBatchSize, Linger: DefaultLinger,
+		Concurrency: DefaultConcurrency, MaxRetries: DefaultMaxRetries, InitialBackoff: DefaultInitialBackoff,
+		MaxBackoff: DefaultMaxBackoff, RPCTimeout: DefaultRPCTimeout,
+	}
+	if fmt.Sprint(o) != fmt.Sprint(want) {
+		t.Fatalf("defaults %+v, want %+v", o, want)
+	}
+	for _, bad := range []ReporterOptions{
+		{BatchSize: MaxBatchSize + 1, QueueSize: 5000},
+		{BatchSize: -1},
+		{QueueSize: 10, BatchSize: 50},
+		{QueueSize: -1},
+		{Linger: -time.Second},
+		{Concurrency: -1},
+		{InitialBackoff: time.Second, MaxBackoff: time.Millisecond},
+		{RPCTimeout: -1},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("Validate(%+v) = nil, want an error", bad)
+		}
+	}
+	if _, err := NewReporter(newFake(nil), ReporterOptions{BatchSize: 2000}); err == nil {
+		t.Error("NewReporter accepted BatchSize 2000")
+	}
+	if _, err := NewReporter(nil, ReporterOptions{}); err == nil {
+		t.Error("NewReporter accepted a nil sender")
+	}
+}
+
+func TestDuplicateRegistration(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a := prometheus.WrapRegistererWith(prometheus.Labels{"target": "a"}, reg)
+	newTestReporter(t, newFake(nil), ReporterOptions{Registerer: a})
+	if _, err := NewReporter(newFake(nil), ReporterOptions{Registerer: a}); err == nil {
+		t.Fatal("second Reporter on one Registerer: want an error")
+	}
+	// Wrapped with another label value, a second one is fine.
+	b := prometheus.WrapRegistererWith(prometheus.Labels{"target": "b"}, reg)
+	newTestReporter(t, newFake(nil), ReporterOptions{Registerer: b})
+	if got := len(gather(t, reg)); got != 2*6 {
+		t.Fatalf("%d series, want 2 reporters x (1 gauge + 5 outcomes)", got)
+	}
+}
