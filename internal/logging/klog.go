@@ -13,7 +13,7 @@ import (
 // Klog adapts a zap logger to Kitex's klog.FullLogger; install it with
 // klog.SetLogger(logging.Klog(l)).
 func Klog(l *zap.Logger) klog.FullLogger {
-	return &klogger{s: l.Named("kitex").WithOptions(zap.AddCallerSkip(2)).Sugar()}
+	return &klogger{s: l.Named("kitex").WithOptions(zap.AddCallerSkip(3)).Sugar()}
 }
 
 type klogger struct{ s *zap.SugaredLogger }

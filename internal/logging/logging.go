@@ -3,6 +3,7 @@
 package logging
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -45,3 +46,14 @@ func Sampled(l *zap.Logger) *zap.Logger {
 		return zapcore.NewSamplerWithOptions(c, time.Second, 1, 0)
 	}))
 }
+
+// Redis adapts a zap logger to go-redis's internal logger (pool dial
+// failures and the like), sampled like the background loops: during an
+// outage it would otherwise print a line per connection attempt.
+func Redis(l *zap.Logger) RedisLogger { return RedisLogger{s: Sampled(l.Named("go-redis")).Sugar()} }
+
+// RedisLogger implements go-redis's internal.Logging.
+type RedisLogger struct{ s *zap.SugaredLogger }
+
+// Printf logs at warn: go-redis only logs what went wrong.
+func (r RedisLogger) Printf(_ context.Context, format string, v ...any) { r.s.Warnf(format, v...) }

@@ -1,0 +1,44 @@
+package handler
+
+import (
+	"context"
+	"errors"
+
+	"go.uber.org/zap"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/repo"
+	"github.com/combo-service/combo-service/validate"
+)
+
+// ComboError codes (CONTRACT.md §1).
+const (
+	CodeInvalidArgument int32 = 1
+	CodeUnavailable     int32 = 2
+	CodeInternal        int32 = 3
+)
+
+// fail maps any error to the ComboError the caller receives, counts it
+// against n reports and logs what the caller cannot fix. It is the only
+// place errors become ComboError: Kitex delivers a *combo.ComboError as the
+// IDL's declared exception, a typed error on every client.
+func (h *Handler) fail(ctx context.Context, err error, n int) *combo.ComboError {
+	var invalid *validate.Error
+	var code int32
+	var outcome string
+	switch {
+	case errors.As(err, &invalid):
+		code, outcome = CodeInvalidArgument, metrics.OutcomeInvalid
+	case errors.Is(err, repo.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		code, outcome = CodeUnavailable, metrics.OutcomeUnavailable
+		h.log.Warn("report refused: redis unavailable", zap.Error(err))
+	default:
+		code, outcome = CodeInternal, metrics.OutcomeInternal
+		h.log.Error("report failed", zap.Error(err))
+	}
+	if n > 0 {
+		h.metrics.Reports.WithLabelValues(outcome).Add(float64(n))
+	}
+	return &combo.ComboError{Code: code, Message: err.Error()}
+}

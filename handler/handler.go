@@ -1,0 +1,142 @@
+// Package handler implements the ComboService RPCs. It stays thin:
+// validate, call the store or the window rule, map errors to ComboError in
+// one place (errors.go).
+package handler
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/repo"
+	"github.com/combo-service/combo-service/validate"
+	"github.com/combo-service/combo-service/window"
+)
+
+// Store counts contributions into their windows.
+type Store interface {
+	Report(ctx context.Context, cs []*combo.Contribution) ([]repo.ReportResult, error)
+}
+
+// Handler serves combo.ComboService.
+type Handler struct {
+	store   Store
+	window  time.Duration
+	metrics *metrics.Metrics
+	log     *zap.Logger
+}
+
+var _ combo.ComboService = (*Handler)(nil)
+
+// New returns the RPC handler. windowSize is W, used by MergeLatest.
+func New(store Store, windowSize time.Duration, m *metrics.Metrics, log *zap.Logger) *Handler {
+	return &Handler{store: store, window: windowSize, metrics: m, log: log}
+}
+
+// ReportContribution counts one contribution.
+func (h *Handler) ReportContribution(ctx context.Context, req *combo.ReportContributionRequest) (*combo.ReportContributionResponse, error) {
+	if req == nil {
+		req = &combo.ReportContributionRequest{}
+	}
+	if err := validate.Contribution(req.Contribution, "contribution"); err != nil {
+		return nil, h.fail(ctx, err, 1)
+	}
+	res, err := h.store.Report(ctx, []*combo.Contribution{req.Contribution})
+	if err != nil {
+		return nil, h.fail(ctx, err, 1)
+	}
+	h.count(res)
+	return response(res[0]), nil
+}
+
+// ReportContributions counts a batch, validated whole first: one bad item
+// refuses the call and nothing is counted.
+func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
+	if req == nil {
+		req = &combo.ReportContributionsRequest{}
+	}
+	if err := validate.Contributions(req.Contributions); err != nil {
+		return nil, h.fail(ctx, err, len(req.Contributions))
+	}
+	res, err := h.store.Report(ctx, req.Contributions)
+	if err != nil {
+		return nil, h.fail(ctx, err, len(req.Contributions))
+	}
+	h.count(res)
+	out := &combo.ReportContributionsResponse{Results: make([]*combo.ReportContributionResponse, len(res))}
+	for i, r := range res {
+		out.Results[i] = response(r)
+	}
+	return out, nil
+}
+
+// MergeLatest merges DB rows by the window rule (the poll path). Pure: it
+// touches no Redis. ContributionRecord carries no activity_id, so every
+// record is taken as a row of req.activity_id.
+func (h *Handler) MergeLatest(ctx context.Context, req *combo.MergeLatestRequest) (*combo.MergeLatestResponse, error) {
+	if err := validate.MergeLatest(req); err != nil {
+		return nil, h.fail(ctx, err, 0)
+	}
+	rows := make([]window.Row, len(req.Records))
+	for i, r := range req.Records {
+		rows[i] = window.Row{
+			ID: r.Id, ActivityID: req.ActivityId, UserID: r.UserId, StarID: r.StarId, ItemID: r.ItemId,
+			ItemType: r.ItemType, ItemName: r.ItemName, ItemIcon: r.ItemIcon, Nickname: r.Nickname,
+			AvatarURL: r.AvatarUrl, Quantity: r.Quantity, CreatedAt: r.CreatedAt,
+		}
+	}
+	merged := window.Merge(rows, h.window)
+	if req.Limit > 0 && len(merged) > int(req.Limit) {
+		merged = merged[:req.Limit]
+	}
+	out := &combo.MergeLatestResponse{Records: make([]*combo.ContributionRecord, len(merged))}
+	for i, m := range merged {
+		out.Records[i] = &combo.ContributionRecord{
+			Id: m.ID, UserId: m.UserID, Nickname: m.Nickname, AvatarUrl: m.AvatarURL, StarId: m.StarID,
+			ItemId: m.ItemID, ItemType: m.ItemType, ItemName: m.ItemName, ItemIcon: m.ItemIcon,
+			Quantity: m.Quantity, ComboCount: m.Quantity, CreatedAt: m.CreatedAt,
+		}
+	}
+	return out, nil
+}
+
+func response(r repo.ReportResult) *combo.ReportContributionResponse {
+	return &combo.ReportContributionResponse{
+		WindowId: r.WindowID, WindowQuantity: r.WindowQuantity,
+		Duplicate: r.Outcome == repo.Duplicate, Degraded: r.Outcome == repo.Degraded,
+	}
+}
+
+func (h *Handler) count(res []repo.ReportResult) {
+	var ok, dup, degraded, opened int
+	for _, r := range res {
+		switch r.Outcome {
+		case repo.Duplicate:
+			dup++
+		case repo.Degraded:
+			degraded++
+		case repo.Opened:
+			opened++
+			ok++
+		default:
+			ok++
+		}
+	}
+	add := func(outcome string, n int) {
+		if n > 0 {
+			h.metrics.Reports.WithLabelValues(outcome).Add(float64(n))
+		}
+	}
+	add(metrics.OutcomeOK, ok)
+	add(metrics.OutcomeDuplicate, dup)
+	add(metrics.OutcomeDegraded, degraded)
+	if opened > 0 {
+		h.metrics.WindowsOpened.Add(float64(opened))
+	}
+	if degraded > 0 {
+		h.log.Warn("aggregation failed; contributions published on their own", zap.Int("count", degraded))
+	}
+}

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/kitex/client"
+	"github.com/cloudwego/kitex/pkg/klog"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
+	"github.com/combo-service/combo-service/push"
+)
+
+// Test windows are short (CONTRACT timing scaled down) with generous waits.
+const (
+	testWindow = 200 * time.Millisecond
+	testGrace  = 50 * time.Millisecond
+)
+
+var nextID atomic.Int64
+
+func TestMain(m *testing.M) {
+	nextID.Store(time.Now().UnixNano() / 1000)
+	klog.SetLevel(klog.LevelWarn) // Kitex's start/stop lines would drown test output
+	os.Exit(m.Run())
+}
+
+// newID returns a contribution id unique within the test binary.
+func newID() int64 { return nextID.Add(1) }
+
+// service is one in-process combo-service (run() as main calls it) on a
+// real redis-server, with an RPC client and a subscriber on every channel.
+type service struct {
+	t      *testing.T
+	cfg    conf.Config
+	redis  *testredis.Server
+	rdb    *redis.Client
+	rpc    comboservice.Client
+	addrs  started
+	cancel context.CancelFunc
+	done   chan error
+	pushes *pushLog
+}
+
+type options struct {
+	redis  *testredis.Server // share a Redis between services
+	mutate func(c *conf.Config)
+}
+
+func startService(t *testing.T, o options) *service {
+	t.Helper()
+	if o.redis == nil {
+		o.redis = testredis.Start(t, testredis.Options{})
+	}
+	cfg := conf.Default()
+	cfg.Server.Addr = "127.0.0.1:0"
+	cfg.Metrics.Addr = "127.0.0.1:0"
+	cfg.Redis.Addr = o.redis.Addr
+	cfg.Window.Size, cfg.Window.Grace = testWindow, testGrace
+	cfg.Window.Dedupe, cfg.Window.Stale = 30*time.Second, 20*time.Second
+	cfg.Worker.ClaimIdle = conf.DefaultClaimIdle(cfg.Window)
+	cfg.Worker.Block = 100 * time.Millisecond
+	cfg.Worker.Consumer = t.Name()
+	cfg.Server.ShutdownTimeout = 10 * time.Second
+	if o.mutate != nil {
+		o.mutate(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s := &service{t: t, cfg: cfg, redis: o.redis, rdb: o.redis.Client(), done: make(chan error, 1)}
+	s.pushes = subscribe(t, s.rdb)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	ready := make(chan started, 1)
+	go func() { s.done <- run(ctx, cfg, testLogger(t), ready) }()
+	select {
+	case s.addrs = <-ready:
+	case err := <-s.done:
+		t.Fatalf("service did not start: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("service did not start within 10s")
+	}
+	s.rpc = newRPC(t, s.addrs.RPCAddr)
+	t.Cleanup(func() { s.stop() })
+	return s
+}
+
+// stop cancels the service as SIGTERM would and returns run's error.
+func (s *service) stop() error {
+	if s.cancel == nil {
+		return nil
+	}
+	s.cancel()
+	s.cancel = nil
+	select {
+	case err := <-s.done:
+		return err
+	case <-time.After(20 * time.Second):
+		s.t.Fatal("service did not stop within 20s")
+		return nil
+	}
+}
+
+func (s *service) report(c *combo.Contribution) *combo.ReportContributionResponse {
+	s.t.Helper()
+	resp, err := s.rpc.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: c})
+	if err != nil {
+		s.t.Fatalf("ReportContribution(%d): %v", c.Id, err)
+	}
+	return resp
+}
+
+// comboErr calls fn and returns the ComboError it must fail with.
+func comboErr(t *testing.T, err error) *combo.ComboError {
+	t.Helper()
+	var ce *combo.ComboError
+	if !errors.As(err, &ce) {
+		t.Fatalf("want a *combo.ComboError, got %T %v", err, err)
+	}
+	return ce
+}
+
+// received is one push as the gateway would see it.
+type received struct {
+	at      time.Time
+	channel string
+	msg     push.Message
+	raw     string
+}
+
+type pushLog struct {
+	mu   sync.Mutex
+	all  []received
+	cond chan struct{}
+	t    *testing.T
+}
+
+func subscribe(t *testing.T, rdb *redis.Client) *pushLog {
+	t.Helper()
+	ctx := context.Background()
+	sub := rdb.PSubscribe(ctx, push.ChannelPattern)
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatalf("psubscribe: %v", err)
+	}
+	p := &pushLog{cond: make(chan struct{}, 1), t: t}
+	go func() {
+		for m := range sub.Channel(redis.WithChannelSize(10000)) {
+			msg, err := push.Decode([]byte(m.Payload))
+			if err != nil {
+				t.Errorf("undecodable push on %s: %v: %s", m.Channel, err, m.Payload)
+				continue
+			}
+			p.mu.Lock()
+			p.all = append(p.all, received{at: time.Now(), channel: m.Channel, msg: msg, raw: m.Payload})
+			p.mu.Unlock()
+			select {
+			case p.cond <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() { sub.Close() })
+	return p
+}
+
+// waitFor waits until match selects n pushes, and returns them; it fails
+// after timeout.
+func (p *pushLog) waitFor(n int, timeout time.Duration, match func(received) bool) []received {
+	p.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		got := p.matching(match)
+		if len(got) >= n {
+			return got
+		}
+		select {
+		case <-p.cond:
+		case <-deadline:
+			p.t.Fatalf("got %d pushes, want %d, within %s: %+v", len(got), n, timeout, got)
+		}
+	}
+}
+
+func (p *pushLog) matching(match func(received) bool) []received {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []received
+	for _, r := range p.all {
+		if match == nil || match(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// quiet asserts nothing more matching arrives for d (used after the
+// expected pushes, to catch a second publish of a window).
+func (p *pushLog) quiet(d time.Duration, want int, match func(received) bool) {
+	p.t.Helper()
+	time.Sleep(d)
+	if got := p.matching(match); len(got) != want {
+		p.t.Fatalf("want exactly %d pushes, got %d: %+v", want, len(got), got)
+	}
+}
+
+func forActivity(a int64) func(received) bool {
+	return func(r received) bool { return r.msg.ActivityID == a }
+}
+
+// raw decodes a push's record into a generic map, for exactness checks.
+func rawRecord(t *testing.T, r received) map[string]json.RawMessage {
+	t.Helper()
+	var m struct {
+		Record map[string]json.RawMessage `json:"record"`
+	}
+	if err := json.Unmarshal([]byte(r.raw), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m.Record
+}
+
+func testLogger(t *testing.T) *zap.Logger { return zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)) }
+
+func newRPC(t *testing.T, addr string) comboservice.Client {
+	t.Helper()
+	rpc, err := comboservice.NewClient("combo-service", client.WithHostPorts(addr), client.WithRPCTimeout(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rpc
+}

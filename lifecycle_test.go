@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/repo"
+)
+
+// If the aggregation script fails but Redis answers, the contribution is
+// published on its own at once and the answer says degraded.
+func TestDegradedWhenScriptFails(t *testing.T) {
+	s := startService(t, options{})
+	a := newActivity()
+	c := gift(a, 1, "firework", 4)
+	// Make the window key the wrong type: the script's HMGET fails.
+	key := repo.NewKeys(1).Current(0, a, 1, "firework")
+	if err := s.rdb.Set(context.Background(), key, "not a hash", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	resp := s.report(c)
+	if !resp.Degraded || resp.Duplicate || resp.WindowId != c.Id || resp.WindowQuantity != 4 {
+		t.Fatalf("response %+v", resp)
+	}
+	got := s.pushes.waitFor(1, wait, forActivity(a))
+	if r := got[0].msg.Record; r.ID != c.Id || r.Quantity != 4 || r.ComboCount != 4 {
+		t.Fatalf("record %+v", r)
+	}
+	if d := got[0].at.Sub(sent); d > testWindow {
+		t.Fatalf("degraded publish took %s; it must be immediate", d)
+	}
+}
+
+// When Redis does not answer, reports fail fast with UNAVAILABLE; when it
+// is back, windows flow again without a restart.
+func TestRedisDownFailsFastThenRecovers(t *testing.T) {
+	s := startService(t, options{mutate: func(c *conf.Config) { c.Redis.Timeout = 300 * time.Millisecond }})
+	a := newActivity()
+	s.redis.Kill()
+	for range 3 {
+		start := time.Now()
+		_, err := s.rpc.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: gift(a, 1, "firework", 1)})
+		if ce := comboErr(t, err); ce.Code != 2 {
+			t.Fatalf("code %d %q, want 2 (UNAVAILABLE)", ce.Code, ce.Message)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("UNAVAILABLE took %s, want within about a second", d)
+		}
+	}
+	s.redis.Start()
+	// The subscriber of the harness died with the server; watch anew.
+	pushes := subscribe(t, s.rdb)
+	deadline := time.Now().Add(10 * time.Second)
+	var c *combo.Contribution
+	for {
+		c = gift(a, 1, "firework", 1)
+		_, err := s.rpc.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: c})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reports still fail 10s after Redis came back: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	got := pushes.waitFor(1, 10*time.Second, forActivity(a))
+	if got[0].msg.Record.ID != c.Id {
+		t.Fatalf("record %+v, want id %d", got[0].msg.Record, c.Id)
+	}
+}
+
+// SIGTERM (ctx cancel in run) stops taking RPCs and publishes every held
+// window before run returns nil.
+func TestShutdownPublishesHeldWindows(t *testing.T) {
+	s := startService(t, options{mutate: func(c *conf.Config) {
+		c.Window.Size = 2 * time.Second // windows are surely still open at stop
+		c.Worker.ClaimIdle = conf.DefaultClaimIdle(c.Window)
+	}})
+	a := newActivity()
+	const n = 20
+	for i := range n {
+		s.report(gift(a, int64(i+1), "firework", 1))
+	}
+	stopped := time.Now()
+	if err := s.stop(); err != nil {
+		t.Fatalf("run returned %v, want nil (exit 0)", err)
+	}
+	if held := len(s.pushes.matching(forActivity(a))); held != n {
+		// Pushes may still be in the subscriber's buffer; give them a moment.
+		s.pushes.waitFor(n, 2*time.Second, forActivity(a))
+	}
+	if d := time.Since(stopped); d > 2*time.Second+testGrace+3*time.Second {
+		t.Fatalf("shutdown took %s", d)
+	}
+	if pending := s.rdb.XPending(context.Background(), repo.NewKeys(1).Stream(0), repo.Group).Val(); pending.Count != 0 {
+		t.Fatalf("%d entries still pending after shutdown", pending.Count)
+	}
+}
+
+// With no redis.addr the service runs on its embedded Redis (the README's
+// first command), and pushes are watchable there.
+func TestEmbeddedRedis(t *testing.T) {
+	cfg := conf.Default()
+	cfg.Server.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Window.Size, cfg.Window.Grace = testWindow, testGrace
+	cfg.Worker.ClaimIdle = conf.DefaultClaimIdle(cfg.Window)
+	cfg.Worker.Block = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan started, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg, testLogger(t), ready) }()
+	st := <-ready
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	rdb := redis.NewClient(&redis.Options{Addr: st.RedisAddr})
+	defer rdb.Close()
+	pushes := subscribe(t, rdb)
+	rpc := newRPC(t, st.RPCAddr)
+	a := newActivity()
+	first := gift(a, 1, "firework", 1)
+	for _, c := range []*combo.Contribution{first, gift(a, 1, "firework", 2)} {
+		if _, err := rpc.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := pushes.waitFor(1, wait, forActivity(a))
+	if r := got[0].msg.Record; r.ID != first.Id || r.Quantity != 3 {
+		t.Fatalf("record %+v", r)
+	}
+}

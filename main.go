@@ -1,0 +1,227 @@
+// Command combo-service merges repeated gifts of one user into one feed item
+// per window and publishes it once on act:{activity_id}:contributions.
+// See README.md; the wire contract is CONTRACT.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/cloudwego/kitex/pkg/klog"
+	"github.com/cloudwego/kitex/pkg/rpcinfo"
+	"github.com/cloudwego/kitex/server"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/handler"
+	"github.com/combo-service/combo-service/internal/logging"
+	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
+	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/repo"
+	"github.com/combo-service/combo-service/worker"
+)
+
+func main() {
+	confPath := flag.String("conf", os.Getenv("COMBO_CONFIG"), "optional YAML config file (also COMBO_CONFIG)")
+	flag.Parse()
+
+	cfg, err := conf.Load(*confPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	log, err := logging.New(cfg.Log.Level, cfg.Log.Format)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	defer log.Sync() //nolint:errcheck // nothing to do if stderr is gone
+	klog.SetLogger(logging.Klog(log))
+	redis.SetLogger(logging.Redis(log))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, cfg, log, nil); err != nil {
+		log.Error("combo-service stopped with an error", zap.Error(err))
+		os.Exit(1)
+	}
+}
+
+// started tells a caller of run (the tests) where things listen.
+type started struct {
+	RPCAddr     string
+	RedisAddr   string
+	MetricsAddr string
+}
+
+// run wires the service, serves until ctx ends, then shuts down in order:
+//  1. stop taking RPCs (the Kitex server drains in-flight calls);
+//  2. the worker stops reading, then publishes every window it holds as it
+//     comes due (bounded by server.shutdown_timeout);
+//  3. the metrics server, the Redis client and the embedded Redis close.
+func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- started) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+
+	rdb, redisAddr, closeRedis, err := openRedis(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+
+	store := repo.New(rdb, repo.Settings{
+		Window: cfg.Window.Size, Grace: cfg.Window.Grace, Dedupe: cfg.Window.Dedupe, Stale: cfg.Window.Stale,
+		Timeout: cfg.Redis.Timeout, Shards: cfg.Redis.Shards, StreamMaxLen: cfg.Redis.StreamMaxLen,
+	})
+	// Scripts are loaded now so pipelines can use EVALSHA at once; if Redis
+	// is down the repo loads them on its first NOSCRIPT instead.
+	loadCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if err := store.LoadScripts(loadCtx); err != nil {
+		log.Warn("could not load Lua scripts yet; will load on first use", zap.Error(err))
+	}
+	cancel()
+
+	w := worker.New(store, worker.Config{
+		Consumer: cfg.Worker.Consumer, Shards: cfg.Redis.Shards, ClaimIdle: cfg.Worker.ClaimIdle,
+		ReadCount: cfg.Worker.ReadCount, BatchSize: cfg.Worker.BatchSize, Block: cfg.Worker.Block,
+	}, logging.Sampled(log.Named("worker")), m)
+	w.Start()
+
+	ln, err := net.Listen("tcp", cfg.Server.Addr)
+	if err != nil {
+		_ = w.Shutdown(context.Background())
+		return fmt.Errorf("listen %s: %w", cfg.Server.Addr, err)
+	}
+	svr := comboservice.NewServer(
+		handler.New(store, cfg.Window.Size, m, logging.Sampled(log.Named("handler"))),
+		server.WithListener(ln),
+		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: "combo-service"}),
+		server.WithExitSignal(func() <-chan error {
+			ch := make(chan error, 1)
+			go func() { <-ctx.Done(); ch <- nil }()
+			return ch
+		}),
+		server.WithExitWaitTime(2*time.Second),
+	)
+
+	metricsSrv, metricsAddr, err := serveMetrics(cfg.Metrics.Addr, reg, store, w, log)
+	if err != nil {
+		_ = w.Shutdown(context.Background())
+		return err
+	}
+
+	log.Info("combo-service started",
+		zap.String("rpc_addr", ln.Addr().String()), zap.String("redis", redisAddr),
+		zap.String("metrics_addr", metricsAddr), zap.String("consumer", cfg.Worker.Consumer),
+		zap.Duration("window", cfg.Window.Size), zap.Duration("grace", cfg.Window.Grace), zap.Int("shards", cfg.Redis.Shards))
+	if ready != nil {
+		ready <- started{RPCAddr: ln.Addr().String(), RedisAddr: redisAddr, MetricsAddr: metricsAddr}
+	}
+
+	// Run blocks until ctx ends, then stops taking RPCs and drains in-flight ones.
+	runErr := svr.Run()
+	log.Info("rpc server stopped; publishing held windows", zap.Int("held", w.Held()))
+
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
+	defer cancelDrain()
+	shutdownErr := w.Shutdown(drainCtx)
+	if metricsSrv != nil {
+		_ = metricsSrv.Shutdown(drainCtx)
+	}
+	if err := errors.Join(runErr, shutdownErr); err != nil {
+		return err
+	}
+	log.Info("combo-service stopped cleanly")
+	return nil
+}
+
+// openRedis connects to the configured Redis, or starts the embedded one.
+func openRedis(cfg conf.Config, log *zap.Logger) (redis.UniversalClient, string, func(), error) {
+	opts := &redis.UniversalOptions{
+		Addrs: cfg.Redis.Addrs, Password: cfg.Redis.Password, DB: cfg.Redis.DB, PoolSize: cfg.Redis.PoolSize,
+		// Fail fast: a caller must get UNAVAILABLE within about a second,
+		// not after retries pile up behind a dead Redis.
+		DialTimeout: cfg.Redis.Timeout, ReadTimeout: cfg.Redis.Timeout, WriteTimeout: cfg.Redis.Timeout,
+		PoolTimeout: cfg.Redis.Timeout, MaxRetries: -1, ContextTimeoutEnabled: true,
+		IsClusterMode: len(cfg.Redis.Addrs) > 0,
+	}
+	closeEmbedded := func() {}
+	addr := cfg.Redis.Addr
+	switch {
+	case len(cfg.Redis.Addrs) > 0:
+		addr = fmt.Sprint(cfg.Redis.Addrs)
+	case addr == "":
+		mr := miniredis.NewMiniRedis()
+		if err := mr.StartAddr(cfg.Redis.EmbeddedAddr); err != nil {
+			return nil, "", nil, fmt.Errorf("start embedded redis on %s: %w", cfg.Redis.EmbeddedAddr, err)
+		}
+		addr = mr.Addr()
+		closeEmbedded = mr.Close
+		log.Warn("redis.addr is empty: running on an embedded in-memory Redis. NOTHING SURVIVES A RESTART. "+
+			"Set redis.addr (COMBO_REDIS_ADDR) for production.",
+			zap.String("embedded_redis_addr", addr),
+			zap.String("watch_pushes", "redis-cli -p "+portOf(addr)+" psubscribe 'act:*:contributions'"))
+	}
+	if len(opts.Addrs) == 0 {
+		opts.Addrs = []string{addr}
+	}
+	rdb := redis.NewUniversalClient(opts)
+	return rdb, addr, func() { _ = rdb.Close(); closeEmbedded() }, nil
+}
+
+func portOf(addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return port
+}
+
+// serveMetrics serves /metrics, /healthz (the process is alive) and
+// /readyz (Redis answers and the worker runs).
+func serveMetrics(addr string, reg *prometheus.Registry, store *repo.Repo, w *worker.Worker, log *zap.Logger) (*http.Server, string, error) {
+	if addr == "" {
+		return nil, "", nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := store.Ping(ctx); err != nil {
+			http.Error(rw, "redis: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if !w.Running() {
+			http.Error(rw, "worker not running", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = rw.Write([]byte("ok\n"))
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("listen metrics %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server failed", zap.Error(err))
+		}
+	}()
+	return srv, ln.Addr().String(), nil
+}

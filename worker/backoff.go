@@ -1,0 +1,21 @@
+package worker
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+)
+
+// backoff spaces retries of a failing Redis call: 50 ms doubling to 2 s,
+// with jitter so replicas do not retry in step after an outage.
+type backoff struct{ next time.Duration }
+
+func newBackoff() *backoff { return &backoff{next: 50 * time.Millisecond} }
+
+func (b *backoff) reset() { b.next = 50 * time.Millisecond }
+
+func (b *backoff) wait(ctx context.Context) {
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(b.next*2, 2*time.Second)
+	sleep(ctx, d)
+}

@@ -1,0 +1,122 @@
+package worker
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+
+	"github.com/combo-service/combo-service/repo"
+)
+
+// dueQueue holds the windows this replica has read, ordered by when they
+// come due (local clock). The flusher sleeps until the earliest one instead
+// of sleeping per entry, so one late window never holds up the others. An
+// entry id is held at most once: a window re-read or re-claimed while held
+// is not flushed twice by this replica.
+type dueQueue struct {
+	mu   sync.Mutex
+	h    dueHeap
+	held map[string]struct{}
+	wake chan struct{} // poked when an earlier due time arrives
+}
+
+type dueItem struct {
+	w   repo.Window
+	due time.Time // local clock
+}
+
+func newDueQueue() *dueQueue {
+	return &dueQueue{held: map[string]struct{}{}, wake: make(chan struct{}, 1)}
+}
+
+// push adds items not held yet and reports how many it added.
+func (q *dueQueue) push(items ...dueItem) int {
+	q.mu.Lock()
+	added := 0
+	earliest := len(q.h) == 0
+	var head time.Time
+	if !earliest {
+		head = q.h[0].due
+	}
+	for _, it := range items {
+		if _, ok := q.held[it.w.ID]; ok {
+			continue
+		}
+		q.held[it.w.ID] = struct{}{}
+		heap.Push(&q.h, it)
+		added++
+		if !earliest && it.due.Before(head) {
+			earliest = true
+		}
+	}
+	q.mu.Unlock()
+	if added > 0 && earliest {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
+	return added
+}
+
+// requeue puts back items popped for a flush that did not retire them.
+func (q *dueQueue) requeue(items ...dueItem) {
+	q.mu.Lock()
+	for _, it := range items {
+		delete(q.held, it.w.ID)
+	}
+	q.mu.Unlock()
+	q.push(items...)
+}
+
+// popDue removes up to max items due at now. Popped items stay "held"
+// until done or requeue, so a concurrent re-read cannot add them twice.
+func (q *dueQueue) popDue(now time.Time, max int) []dueItem {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []dueItem
+	for len(q.h) > 0 && len(out) < max && !q.h[0].due.After(now) {
+		out = append(out, heap.Pop(&q.h).(dueItem))
+	}
+	return out
+}
+
+// done forgets retired items.
+func (q *dueQueue) done(items ...dueItem) {
+	q.mu.Lock()
+	for _, it := range items {
+		delete(q.held, it.w.ID)
+	}
+	q.mu.Unlock()
+}
+
+// next is the earliest due time, if any item waits.
+func (q *dueQueue) next() (time.Time, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.h) == 0 {
+		return time.Time{}, false
+	}
+	return q.h[0].due, true
+}
+
+// holding counts items waiting or being flushed.
+func (q *dueQueue) holding() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.held)
+}
+
+type dueHeap []dueItem
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(dueItem)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = dueItem{}
+	*h = old[:len(old)-1]
+	return it
+}

@@ -1,0 +1,509 @@
+// Package worker closes windows: it consumes the stream of windows waiting
+// to close as a member of the consumer group, holds what it read in a local
+// due-time queue and flushes due windows in pipelined batches.
+//
+// Loops, all started by Start:
+//   - one reader per shard: its own pending entries first (id "0", after a
+//     restart), then new ones (">"), with a finite BLOCK;
+//   - one claimer: takes over entries idle on another consumer longer than
+//     ClaimIdle (XAUTOCLAIM), so a dead replica's windows are published;
+//   - one flusher: sleeps until the earliest due window, flushes all due
+//     windows in batches of BatchSize.
+//
+// Shutdown order: stop the readers and the claimer (nothing new is taken),
+// read once more what this replica's last RPCs enqueued, let the flusher
+// publish every held window as it comes due, then stop the flusher. What
+// is still held when the deadline passes stays pending in Redis for another
+// replica (or this one, restarted) to publish.
+//
+// Every loop survives a bad entry or batch: it recovers, logs, counts and
+// goes on.
+package worker
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/repo"
+)
+
+// Store is what the worker needs of Redis.
+type Store interface {
+	EnsureGroups(ctx context.Context) error
+	Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, error)
+	Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) (ws []repo.Window, bad, deleted []string, next string, err error)
+	Drop(ctx context.Context, shard int, ids []string) error
+	Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error)
+	Time(ctx context.Context) (time.Time, error)
+}
+
+// Config tunes the worker.
+type Config struct {
+	Consumer  string        // stable name in the consumer group
+	Shards    int           // streams to consume
+	ClaimIdle time.Duration // take over entries idle longer than this
+	ReadCount int           // XREADGROUP COUNT
+	BatchSize int           // windows per pipelined flush
+	Block     time.Duration // XREADGROUP BLOCK, finite
+	// MaxHeld pauses reading while this many windows are held, so a
+	// replica that falls behind leaves new entries to the others.
+	MaxHeld int
+	// OpTimeout bounds one Redis call of a loop.
+	OpTimeout time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Shards < 1 {
+		c.Shards = 1
+	}
+	if c.ReadCount < 1 {
+		c.ReadCount = 512
+	}
+	if c.BatchSize < 1 {
+		c.BatchSize = 256
+	}
+	if c.Block <= 0 {
+		c.Block = time.Second
+	}
+	if c.MaxHeld < 1 {
+		c.MaxHeld = 200_000
+	}
+	if c.OpTimeout <= 0 {
+		c.OpTimeout = 2 * time.Second
+	}
+}
+
+// Worker is one replica's consumer of the window streams.
+type Worker struct {
+	cfg     Config
+	store   Store
+	log     *zap.Logger // sampled: repeated failures log about once a second
+	metrics *metrics.Metrics
+
+	q     *dueQueue
+	clock redisClock
+
+	takeCtx    context.Context // readers and claimer
+	stopTaking context.CancelFunc
+	takers     sync.WaitGroup
+
+	draining  chan struct{} // closed: the flusher exits once nothing is held
+	stopFlush chan struct{} // closed: the flusher exits now
+	flushDone chan struct{}
+
+	startOnce, shutdownOnce sync.Once
+}
+
+// New returns a worker; Start runs it.
+func New(store Store, cfg Config, log *zap.Logger, m *metrics.Metrics) *Worker {
+	cfg.defaults()
+	return &Worker{
+		cfg: cfg, store: store, log: log, metrics: m, q: newDueQueue(),
+		draining: make(chan struct{}), stopFlush: make(chan struct{}), flushDone: make(chan struct{}),
+	}
+}
+
+// Start launches the loops and returns at once; they retry Redis by
+// themselves until Shutdown.
+func (w *Worker) Start() {
+	w.startOnce.Do(func() {
+		w.takeCtx, w.stopTaking = context.WithCancel(context.Background())
+		go w.flushLoop()
+		w.takers.Add(1)
+		go func() {
+			defer w.takers.Done()
+			w.prepare(w.takeCtx)
+			for shard := 0; shard < w.cfg.Shards; shard++ {
+				w.takers.Add(1)
+				go func() { defer w.takers.Done(); w.readLoop(w.takeCtx, shard) }()
+			}
+			w.takers.Add(1)
+			go func() { defer w.takers.Done(); w.claimLoop(w.takeCtx) }()
+		}()
+	})
+}
+
+// Held is the number of windows this replica holds.
+func (w *Worker) Held() int { return w.q.holding() }
+
+// Running reports whether the worker has started and not shut down.
+func (w *Worker) Running() bool {
+	if w.takeCtx == nil {
+		return false
+	}
+	return w.takeCtx.Err() == nil
+}
+
+// prepare creates the groups and learns Redis's clock, retrying until
+// Redis answers or the worker stops.
+func (w *Worker) prepare(ctx context.Context) {
+	bo := newBackoff()
+	for ctx.Err() == nil {
+		err := w.op(ctx, func(ctx context.Context) error {
+			if err := w.store.EnsureGroups(ctx); err != nil {
+				return err
+			}
+			t, err := w.store.Time(ctx)
+			if err == nil {
+				w.clock.observe(t.UnixMilli(), time.Now())
+			}
+			return err
+		})
+		if err == nil {
+			return
+		}
+		w.redisError("prepare", err)
+		bo.wait(ctx)
+	}
+}
+
+// op runs one Redis call under OpTimeout.
+func (w *Worker) op(ctx context.Context, fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+	defer cancel()
+	return fn(ctx)
+}
+
+func (w *Worker) readLoop(ctx context.Context, shard int) {
+	start := "0" // own pending entries first: they survived our last run
+	bo := newBackoff()
+	for ctx.Err() == nil {
+		if w.q.holding() >= w.cfg.MaxHeld {
+			sleep(ctx, 50*time.Millisecond)
+			continue
+		}
+		n, err := w.readOnce(ctx, shard, start, w.cfg.Block)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.redisError("read", err)
+			bo.wait(ctx)
+			continue
+		}
+		bo.reset()
+		if start != ">" {
+			if n.last == "" {
+				start = ">"
+			} else {
+				start = n.last
+			}
+		}
+	}
+}
+
+type readResult struct {
+	count int
+	last  string // last entry id returned
+}
+
+// readOnce reads one batch and queues it; a panic on a bad entry is
+// recovered and counted so the loop goes on.
+func (w *Worker) readOnce(ctx context.Context, shard int, start string, block time.Duration) (res readResult, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.panicked("read", p, zap.Int("shard", shard))
+			err = fmt.Errorf("worker.read: panic: %v", p)
+		}
+	}()
+	// The read may block for Block; its timeout must cover that.
+	rctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout+max(block, 0))
+	defer cancel()
+	ws, bad, err := w.store.Read(rctx, shard, w.cfg.Consumer, start, w.cfg.ReadCount, block)
+	if err != nil {
+		return res, err
+	}
+	w.dropBad(ctx, shard, bad)
+	w.hold(ws)
+	res.count = len(ws) + len(bad)
+	for _, win := range ws {
+		res.last = maxID(res.last, win.ID)
+	}
+	for _, id := range bad {
+		res.last = maxID(res.last, id)
+	}
+	return res, nil
+}
+
+func (w *Worker) hold(ws []repo.Window) int {
+	if len(ws) == 0 {
+		return 0
+	}
+	items := make([]dueItem, len(ws))
+	for i, win := range ws {
+		items[i] = dueItem{w: win, due: w.clock.local(win.Due)}
+	}
+	n := w.q.push(items...)
+	w.metrics.HeldWindows.Set(float64(w.q.holding()))
+	return n
+}
+
+func (w *Worker) dropBad(ctx context.Context, shard int, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	w.metrics.BadEntries.Add(float64(len(ids)))
+	w.log.Warn("dropping stream entries that cannot be flushed", zap.Int("shard", shard), zap.Strings("ids", ids))
+	if err := w.op(ctx, func(ctx context.Context) error { return w.store.Drop(ctx, shard, ids) }); err != nil {
+		// They stay pending; the claimer brings them back and we try again.
+		w.redisError("drop", err)
+	}
+}
+
+func (w *Worker) claimLoop(ctx context.Context) {
+	every := max(w.cfg.ClaimIdle/2, 100*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
+			if err := w.claimShard(ctx, shard); err != nil && ctx.Err() == nil {
+				w.redisError("claim", err)
+			}
+		}
+	}
+}
+
+// claimShard scans shard's pending entries once, taking over the idle ones.
+func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.panicked("claim", p, zap.Int("shard", shard))
+			err = fmt.Errorf("worker.claim: panic: %v", p)
+		}
+	}()
+	cursor := "0-0"
+	for ctx.Err() == nil {
+		var ws []repo.Window
+		var bad, deleted []string
+		var next string
+		err := w.op(ctx, func(ctx context.Context) error {
+			var err error
+			ws, bad, deleted, next, err = w.store.Claim(ctx, shard, w.cfg.Consumer, w.cfg.ClaimIdle, cursor, w.cfg.ReadCount)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if len(deleted) > 0 {
+			w.metrics.ClaimDeleted.Add(float64(len(deleted)))
+			w.log.Warn("pending entries were deleted from the stream before their windows were published",
+				zap.Int("shard", shard), zap.Strings("ids", deleted))
+		}
+		w.dropBad(ctx, shard, bad)
+		if n := w.hold(ws); n > 0 {
+			w.metrics.Reclaimed.Add(float64(n))
+			w.log.Info("took over idle windows", zap.Int("shard", shard), zap.Int("count", n))
+		}
+		if next == "" || next == "0-0" {
+			return nil
+		}
+		cursor = next
+	}
+	return nil
+}
+
+func (w *Worker) flushLoop() {
+	defer close(w.flushDone)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	bo := newBackoff()
+	draining, isDraining := w.draining, false
+	for {
+		for {
+			batch := w.q.popDue(time.Now(), w.cfg.BatchSize)
+			if len(batch) == 0 {
+				break
+			}
+			if !w.flushBatch(batch) {
+				bo.wait(context.Background())
+				break
+			}
+			bo.reset()
+		}
+		if isDraining && w.q.holding() == 0 {
+			return
+		}
+		if due, ok := w.q.next(); ok {
+			timer.Reset(max(time.Until(due), 0))
+		} else {
+			timer.Reset(time.Hour)
+		}
+		select {
+		case <-w.stopFlush:
+			return
+		case <-draining:
+			draining, isDraining = nil, true
+		case <-timer.C:
+		case <-w.q.wake:
+		}
+	}
+}
+
+// flushBatch flushes one batch and reports whether Redis answered. Items
+// not retired go back to the queue.
+func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			ids := make([]string, len(batch))
+			for i, it := range batch {
+				ids[i] = it.w.ID
+			}
+			w.panicked("flush", p, zap.Strings("ids", ids))
+			w.metrics.BadEntries.Add(float64(len(batch)))
+			// Forget them locally; they stay pending and the claimer
+			// retries them after ClaimIdle, so nothing is lost.
+			w.q.done(batch...)
+			ok = true
+		}
+		w.metrics.HeldWindows.Set(float64(w.q.holding()))
+	}()
+	ws := make([]repo.Window, len(batch))
+	for i, it := range batch {
+		ws[i] = it.w
+	}
+	var res []repo.FlushResult
+	sent := time.Now()
+	err := w.op(context.Background(), func(ctx context.Context) error {
+		var err error
+		res, err = w.store.Flush(ctx, ws)
+		return err
+	})
+	if err != nil {
+		w.redisError("flush", err)
+		w.retryLater(batch)
+		return false
+	}
+	var retry []dueItem
+	for i, r := range res {
+		it := batch[i]
+		if r.Err != nil {
+			w.redisError("flush_script", r.Err)
+			retry = append(retry, it)
+			continue
+		}
+		switch r.Status {
+		case repo.Published:
+			w.metrics.WindowsFlushed.WithLabelValues("published").Inc()
+			w.metrics.PushLag.Observe(r.Lag.Seconds())
+			w.q.done(it)
+		case repo.Early:
+			// Our estimate of Redis's clock was off: learn it and wait.
+			w.clock.observe(r.Now, sent)
+			it.due = w.clock.local(r.Due)
+			retry = append(retry, it)
+		case repo.Stale:
+			w.metrics.WindowsFlushed.WithLabelValues("stale").Inc()
+			w.log.Warn("window dropped unpublished: older than window.stale",
+				zap.String("window", it.w.ID), zap.Int64("activity", it.w.ActivityID),
+				zap.Int64("user", it.w.UserID), zap.Duration("age", r.Age), zap.Int64("quantity", r.Quantity))
+			w.q.done(it)
+		case repo.Gone:
+			w.metrics.WindowsFlushed.WithLabelValues("gone").Inc()
+			w.q.done(it)
+		}
+	}
+	if len(retry) > 0 {
+		w.q.requeue(retry...)
+	}
+	return true
+}
+
+// retryLater puts a batch back a little later, so a Redis outage is not
+// hammered; the windows stay pending in Redis all along.
+func (w *Worker) retryLater(batch []dueItem) {
+	later := time.Now().Add(200 * time.Millisecond)
+	for i := range batch {
+		if batch[i].due.Before(later) {
+			batch[i].due = later
+		}
+	}
+	w.q.requeue(batch...)
+}
+
+// Shutdown stops taking windows, publishes the held ones as they come due
+// and returns when none is held, or with an error when ctx ends first.
+func (w *Worker) Shutdown(ctx context.Context) error {
+	var err error
+	w.shutdownOnce.Do(func() {
+		if w.stopTaking == nil { // never started
+			return
+		}
+		w.stopTaking()
+		w.takers.Wait()
+		// The RPC server has stopped; take what its last calls enqueued
+		// so this replica's own windows go out before it exits.
+		for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
+			for ctx.Err() == nil {
+				n, rerr := w.readOnce(ctx, shard, ">", -1)
+				if rerr != nil || n.count == 0 {
+					break
+				}
+			}
+		}
+		close(w.draining)
+		select {
+		case <-w.flushDone:
+		case <-ctx.Done():
+			close(w.stopFlush)
+			<-w.flushDone
+			err = fmt.Errorf("worker.Shutdown: %d windows still held, left pending for another replica: %w", w.q.holding(), ctx.Err())
+		}
+	})
+	return err
+}
+
+func (w *Worker) redisError(op string, err error) {
+	w.metrics.RedisErrors.WithLabelValues(op).Inc()
+	w.log.Warn("redis operation failed; retrying", zap.String("op", op), zap.Error(err))
+}
+
+func (w *Worker) panicked(loop string, p any, fields ...zap.Field) {
+	w.metrics.LoopPanics.WithLabelValues(loop).Inc()
+	w.log.Error("recovered panic in worker loop", append(fields, zap.String("loop", loop), zap.Any("panic", p), zap.Stack("stack"))...)
+}
+
+// maxID returns the larger stream id ("ms-seq").
+func maxID(a, b string) string {
+	if a == "" || compareIDs(b, a) > 0 {
+		return b
+	}
+	return a
+}
+
+func compareIDs(a, b string) int {
+	am, as := splitID(a)
+	bm, bs := splitID(b)
+	if c := cmp.Compare(am, bm); c != 0 {
+		return c
+	}
+	return cmp.Compare(as, bs)
+}
+
+func splitID(id string) (ms, seq uint64) {
+	m, s, _ := strings.Cut(id, "-")
+	ms, _ = strconv.ParseUint(m, 10, 64)
+	seq, _ = strconv.ParseUint(s, 10, 64)
+	return ms, seq
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
