@@ -98,6 +98,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	w := worker.New(store, worker.Config{
 		Consumer: cfg.Worker.Consumer, Shards: cfg.Redis.Shards, ClaimIdle: cfg.Worker.ClaimIdle,
 		ReadCount: cfg.Worker.ReadCount, BatchSize: cfg.Worker.BatchSize, Block: cfg.Worker.Block,
+		ConsumerIdleDelete: cfg.Worker.ConsumerIdleDelete,
 	}, logging.Sampled(log.Named("worker")), m)
 	w.Start()
 

@@ -32,6 +32,9 @@ type Metrics struct {
 	RedisErrors    *prometheus.CounterVec // by op
 	LoopPanics     *prometheus.CounterVec // by loop
 	HeldWindows    prometheus.Gauge
+	StreamLength   *prometheus.GaugeVec // by shard, sampled
+	StreamPending  *prometheus.GaugeVec // by shard, sampled
+	ConsumersGone  prometheus.Counter
 }
 
 // New registers the collectors on reg.
@@ -59,5 +62,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Panics recovered in background loops, by loop."}, []string{"loop"}),
 		HeldWindows: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "held_windows",
 			Help: "Windows this replica has read and holds until they are due."}),
+		StreamLength: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_length",
+			Help: "Entries in the shard's stream (open windows), sampled."}, []string{"shard"}),
+		StreamPending: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_pending",
+			Help: "Entries read by some consumer and not yet flushed, sampled."}, []string{"shard"}),
+		ConsumersGone: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "consumers_removed_total",
+			Help: "Dead consumers removed from the group (no pending entries, idle past worker.consumer_idle_delete)."}),
 	}
 }

@@ -120,3 +120,39 @@ func TestUnavailable(t *testing.T) {
 		t.Fatalf("took %s", time.Since(start))
 	}
 }
+
+// Real Redis only: miniredis does not track consumer idle time for every
+// command, and the embedded mode never has dead replicas to prune.
+func TestPruneConsumersKeepsPending(t *testing.T) {
+	func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r := repo.New(rdb, settings())
+		if err := r.EnsureGroups(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "x", base)}); err != nil {
+			t.Fatal(err)
+		}
+		// "busy" holds the entry; "idle" has none; "me" is ourselves.
+		if ws, _, err := r.Read(ctx, 0, "busy", ">", 10, -1); err != nil || len(ws) != 1 {
+			t.Fatalf("read: %v %v", ws, err)
+		}
+		for _, c := range []string{"idle", "me"} {
+			if err := rdb.XGroupCreateConsumer(ctx, r.Keys().Stream(0), repo.Group, c).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // let them be idle > 10ms
+		removed, err := r.PruneConsumers(ctx, 0, "me", 10*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(removed) != 1 || removed[0] != "idle" {
+			t.Fatalf("removed %v, want [idle]", removed)
+		}
+		length, pending, err := r.StreamStats(ctx, 0)
+		if err != nil || length != 1 || pending != 1 {
+			t.Fatalf("stats %d %d %v", length, pending, err)
+		}
+	}(t, testredis.Start(t, testredis.Options{}).Client())
+}

@@ -8,9 +8,11 @@
 //   - one claimer: takes over entries idle on another consumer longer than
 //     ClaimIdle (XAUTOCLAIM), so a dead replica's windows are published;
 //   - one flusher: sleeps until the earliest due window, flushes all due
-//     windows in batches of BatchSize.
+//     windows in batches of BatchSize;
+//   - one housekeeper: samples stream length and pending count, and removes
+//     dead consumers once they have nothing pending.
 //
-// Shutdown order: stop the readers and the claimer (nothing new is taken),
+// Shutdown order: stop the readers, the claimer and the housekeeper (nothing new is taken),
 // read once more what this replica's last RPCs enqueued, let the flusher
 // publish every held window as it comes due, then stop the flusher. What
 // is still held when the deadline passes stays pending in Redis for another
@@ -43,6 +45,8 @@ type Store interface {
 	Drop(ctx context.Context, shard int, ids []string) error
 	Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error)
 	Time(ctx context.Context) (time.Time, error)
+	StreamStats(ctx context.Context, shard int) (length, pending int64, err error)
+	PruneConsumers(ctx context.Context, shard int, self string, idle time.Duration) ([]string, error)
 }
 
 // Config tunes the worker.
@@ -58,6 +62,11 @@ type Config struct {
 	MaxHeld int
 	// OpTimeout bounds one Redis call of a loop.
 	OpTimeout time.Duration
+	// ConsumerIdleDelete: remove consumers idle this long with nothing
+	// pending (0 = never).
+	ConsumerIdleDelete time.Duration
+	// SampleEvery is how often stream length and pending count are sampled.
+	SampleEvery time.Duration
 }
 
 func (c *Config) defaults() {
@@ -78,6 +87,9 @@ func (c *Config) defaults() {
 	}
 	if c.OpTimeout <= 0 {
 		c.OpTimeout = 2 * time.Second
+	}
+	if c.SampleEvery <= 0 {
+		c.SampleEvery = 5 * time.Second
 	}
 }
 
@@ -125,8 +137,9 @@ func (w *Worker) Start() {
 				w.takers.Add(1)
 				go func() { defer w.takers.Done(); w.readLoop(w.takeCtx, shard) }()
 			}
-			w.takers.Add(1)
+			w.takers.Add(2)
 			go func() { defer w.takers.Done(); w.claimLoop(w.takeCtx) }()
+			go func() { defer w.takers.Done(); w.housekeepingLoop(w.takeCtx) }()
 		}()
 	})
 }

@@ -1,0 +1,71 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// housekeepingLoop samples each stream's length and pending count for the
+// metrics, and removes dead consumers from the group. A consumer is removed
+// only when its pending list is empty (DELCONSUMER would drop pending
+// entries) and it has been idle for ConsumerIdleDelete: by then the claimer
+// has taken over anything it held.
+func (w *Worker) housekeepingLoop(ctx context.Context) {
+	t := time.NewTicker(w.cfg.SampleEvery)
+	defer t.Stop()
+	var lastPrune time.Time
+	for {
+		w.housekeep(ctx, &lastPrune)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (w *Worker) housekeep(ctx context.Context, lastPrune *time.Time) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.panicked("housekeeping", p)
+		}
+	}()
+	for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
+		label := strconv.Itoa(shard)
+		err := w.op(ctx, func(ctx context.Context) error {
+			length, pending, err := w.store.StreamStats(ctx, shard)
+			if err == nil {
+				w.metrics.StreamLength.WithLabelValues(label).Set(float64(length))
+				w.metrics.StreamPending.WithLabelValues(label).Set(float64(pending))
+			}
+			return err
+		})
+		if err != nil && ctx.Err() == nil {
+			w.redisError("stream_stats", err)
+		}
+	}
+	idle := w.cfg.ConsumerIdleDelete
+	if idle <= 0 || time.Since(*lastPrune) < min(idle/10, time.Hour) {
+		return
+	}
+	*lastPrune = time.Now()
+	for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
+		var removed []string
+		err := w.op(ctx, func(ctx context.Context) error {
+			var err error
+			removed, err = w.store.PruneConsumers(ctx, shard, w.cfg.Consumer, idle)
+			return err
+		})
+		if len(removed) > 0 {
+			w.metrics.ConsumersGone.Add(float64(len(removed)))
+			w.log.Info("removed dead consumers with nothing pending", zap.Int("shard", shard), zap.Strings("consumers", removed))
+		}
+		if err != nil && ctx.Err() == nil {
+			w.redisError("prune_consumers", fmt.Errorf("shard %d: %w", shard, err))
+		}
+	}
+}
