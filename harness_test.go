@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -46,7 +47,7 @@ type service struct {
 	t      *testing.T
 	cfg    conf.Config
 	redis  *testredis.Server
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	rpc    comboservice.Client
 	addrs  started
 	cancel context.CancelFunc
@@ -55,19 +56,27 @@ type service struct {
 }
 
 type options struct {
-	redis  *testredis.Server // share a Redis between services
-	mutate func(c *conf.Config)
+	redis   *testredis.Server  // share a Redis between services
+	cluster *testredis.Cluster // run on a Redis Cluster instead
+	mutate  func(c *conf.Config)
 }
 
 func startService(t *testing.T, o options) *service {
 	t.Helper()
-	if o.redis == nil {
+	if o.redis == nil && o.cluster == nil {
 		o.redis = testredis.Start(t, testredis.Options{})
 	}
 	cfg := conf.Default()
 	cfg.Server.Addr = "127.0.0.1:0"
 	cfg.Metrics.Addr = "127.0.0.1:0"
-	cfg.Redis.Addr = o.redis.Addr
+	var rdb redis.UniversalClient
+	if o.cluster != nil {
+		cfg.Redis.Addrs = o.cluster.Addrs
+		rdb = o.cluster.Client(t)
+	} else {
+		cfg.Redis.Addr = o.redis.Addr
+		rdb = o.redis.Client()
+	}
 	cfg.Window.Size, cfg.Window.Grace = testWindow, testGrace
 	cfg.Window.Dedupe, cfg.Window.Stale = 30*time.Second, 20*time.Second
 	cfg.Worker.ClaimIdle = conf.DefaultClaimIdle(cfg.Window)
@@ -80,7 +89,7 @@ func startService(t *testing.T, o options) *service {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	s := &service{t: t, cfg: cfg, redis: o.redis, rdb: o.redis.Client(), done: make(chan error, 1)}
+	s := &service{t: t, cfg: cfg, redis: o.redis, rdb: rdb, done: make(chan error, 1)}
 	s.pushes = subscribe(t, s.rdb)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -149,7 +158,7 @@ type pushLog struct {
 	t    *testing.T
 }
 
-func subscribe(t *testing.T, rdb *redis.Client) *pushLog {
+func subscribe(t *testing.T, rdb redis.UniversalClient) *pushLog {
 	t.Helper()
 	ctx := context.Background()
 	sub := rdb.PSubscribe(ctx, push.ChannelPattern)
@@ -242,4 +251,54 @@ func newRPC(t *testing.T, addr string) comboservice.Client {
 		t.Fatal(err)
 	}
 	return rpc
+}
+
+// checkConservation waits until the pushes matching match carry as much
+// quantity as was reported, then checks it per key ("user|item_type") and
+// that no window id was pushed twice.
+func checkConservation(t *testing.T, p *pushLog, timeout time.Duration, match func(received) bool, want map[string]int32) {
+	t.Helper()
+	total := int32(0)
+	for _, q := range want {
+		total += q
+	}
+	var got []received
+	p.until(timeout, func(rs []received) bool {
+		sum := int32(0)
+		for _, r := range rs {
+			sum += r.msg.Record.Quantity
+		}
+		got = rs
+		return sum >= total
+	}, match)
+	byKey := map[string]int32{}
+	ids := map[int64]bool{}
+	for _, r := range got {
+		if ids[r.msg.Record.ID] {
+			t.Fatalf("window %d pushed twice", r.msg.Record.ID)
+		}
+		ids[r.msg.Record.ID] = true
+		byKey[fmt.Sprintf("%d|%s", r.msg.Record.UserID, r.msg.Record.ItemType)] += r.msg.Record.Quantity
+	}
+	for k, q := range want {
+		if byKey[k] != q {
+			t.Errorf("key %s: pushed %d, reported %d", k, byKey[k], q)
+		}
+	}
+	if len(byKey) != len(want) {
+		t.Errorf("pushed %d keys, reported %d", len(byKey), len(want))
+	}
+}
+
+// until waits for cond over the matching pushes, failing after timeout.
+func (p *pushLog) until(timeout time.Duration, cond func([]received) bool, match func(received) bool) {
+	p.t.Helper()
+	deadline := time.After(timeout)
+	for !cond(p.matching(match)) {
+		select {
+		case <-p.cond:
+		case <-deadline:
+			p.t.Fatalf("condition not met within %s", timeout)
+		}
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/cloudwego/kitex/pkg/klog"
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/server"
+	kprom "github.com/kitex-contrib/monitor-prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -117,6 +118,9 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 			return ch
 		}),
 		server.WithExitWaitTime(2*time.Second),
+		// Kitex's own RPC metrics (kitex_server_throughput, kitex_server_latency_us)
+		// on our registry, served by our /metrics.
+		server.WithTracer(kprom.NewServerTracer("", "", kprom.WithRegistry(reg), kprom.WithDisableServer(true))),
 	)
 
 	metricsSrv, metricsAddr, err := serveMetrics(cfg.Metrics.Addr, reg, store, w, log)

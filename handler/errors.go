@@ -23,7 +23,7 @@ const (
 // against n reports and logs what the caller cannot fix. It is the only
 // place errors become ComboError: Kitex delivers a *combo.ComboError as the
 // IDL's declared exception, a typed error on every client.
-func (h *Handler) fail(ctx context.Context, err error, n int) *combo.ComboError {
+func (h *Handler) fail(_ context.Context, err error, n int, fields ...zap.Field) *combo.ComboError {
 	var invalid *validate.Error
 	var code int32
 	var outcome string
@@ -32,10 +32,10 @@ func (h *Handler) fail(ctx context.Context, err error, n int) *combo.ComboError 
 		code, outcome = CodeInvalidArgument, metrics.OutcomeInvalid
 	case errors.Is(err, repo.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		code, outcome = CodeUnavailable, metrics.OutcomeUnavailable
-		h.log.Warn("report refused: redis unavailable", zap.Error(err))
+		h.log.Warn("report refused: redis unavailable", append(fields, zap.Error(err))...)
 	default:
 		code, outcome = CodeInternal, metrics.OutcomeInternal
-		h.log.Error("report failed", zap.Error(err))
+		h.log.Error("report failed", append(fields, zap.Error(err))...)
 	}
 	if n > 0 {
 		h.metrics.Reports.WithLabelValues(outcome).Add(float64(n))

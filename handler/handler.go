@@ -44,11 +44,17 @@ func (h *Handler) ReportContribution(ctx context.Context, req *combo.ReportContr
 	if err := validate.Contribution(req.Contribution, "contribution"); err != nil {
 		return nil, h.fail(ctx, err, 1)
 	}
-	res, err := h.store.Report(ctx, []*combo.Contribution{req.Contribution})
+	c := req.Contribution
+	res, err := h.store.Report(ctx, []*combo.Contribution{c})
 	if err != nil {
-		return nil, h.fail(ctx, err, 1)
+		return nil, h.fail(ctx, err, 1, zap.Int64("activity", c.ActivityId), zap.Int64("user", c.UserId), zap.Int64("id", c.Id))
 	}
 	h.count(res)
+	// Debug only: at info there is no line per report, whatever the load.
+	if ce := h.log.Check(zap.DebugLevel, "reported"); ce != nil {
+		ce.Write(zap.Int64("activity", c.ActivityId), zap.Int64("user", c.UserId), zap.Int64("id", c.Id),
+			zap.Int64("window", res[0].WindowID), zap.Int32("window_quantity", res[0].WindowQuantity))
+	}
 	return response(res[0]), nil
 }
 
@@ -63,7 +69,9 @@ func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportCont
 	}
 	res, err := h.store.Report(ctx, req.Contributions)
 	if err != nil {
-		return nil, h.fail(ctx, err, len(req.Contributions))
+		first := req.Contributions[0]
+		return nil, h.fail(ctx, err, len(req.Contributions), zap.Int("batch", len(req.Contributions)),
+			zap.Int64("activity", first.ActivityId), zap.Int64("user", first.UserId), zap.Int64("id", first.Id))
 	}
 	h.count(res)
 	out := &combo.ReportContributionsResponse{Results: make([]*combo.ReportContributionResponse, len(res))}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/repo"
+)
+
+// The contract scenarios and a conservation check on a 3-master Redis
+// Cluster, with keys sharded over several hash-tagged streams.
+func TestRedisCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test skipped in -short")
+	}
+	cluster := testredis.StartCluster(t, 3)
+	const shards = 6
+	s := startService(t, options{cluster: cluster, mutate: func(c *conf.Config) { c.Redis.Shards = shards }})
+
+	t.Run("same item 3 times: one push, quantity 3, first id", func(t *testing.T) {
+		a := newActivity()
+		first := gift(a, 1, "firework", 1)
+		s.report(first)
+		s.report(gift(a, 1, "firework", 1))
+		s.report(gift(a, 1, "firework", 1))
+		got := s.pushes.waitFor(1, wait, forActivity(a))
+		if r := got[0].msg.Record; r.ID != first.Id || r.Quantity != 3 {
+			t.Fatalf("record %+v", r)
+		}
+		s.pushes.quiet(testWindow+testGrace, 1, forActivity(a))
+	})
+
+	t.Run("different items, activities and a duplicate", func(t *testing.T) {
+		a1, a2 := newActivity(), newActivity()
+		dup := gift(a1, 1, "rocket", 2)
+		for _, c := range []*combo.Contribution{gift(a1, 1, "firework", 1), dup, gift(a1, 1, "{x}:y 烟花", 3), gift(a2, 1, "firework", 4)} {
+			s.report(c)
+		}
+		if r := s.report(dup); !r.Duplicate {
+			t.Fatalf("duplicate not detected: %+v", r)
+		}
+		g1 := s.pushes.waitFor(3, wait, forActivity(a1))
+		g2 := s.pushes.waitFor(1, wait, forActivity(a2))
+		sum := int32(0)
+		for _, g := range g1 {
+			sum += g.msg.Record.Quantity
+		}
+		if sum != 6 || g2[0].msg.Record.Quantity != 4 {
+			t.Fatalf("quantities %d / %d", sum, g2[0].msg.Record.Quantity)
+		}
+	})
+
+	t.Run("conservation under concurrent batches", func(t *testing.T) {
+		a := newActivity()
+		want := map[string]int32{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 10 {
+					batch := make([]*combo.Contribution, 50)
+					for i := range batch {
+						batch[i] = gift(a, int64(g*100+i%20+1), fmt.Sprint("item-", i%3), int32(1+i%4))
+					}
+					if _, err := s.rpc.ReportContributions(context.Background(), &combo.ReportContributionsRequest{Contributions: batch}); err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					for _, c := range batch {
+						want[fmt.Sprintf("%d|%s", c.UserId, c.ItemType)] += c.Quantity
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		total := int32(0)
+		for _, q := range want {
+			total += q
+		}
+		checkConservation(t, s.pushes, 15*time.Second, forActivity(a), want)
+	})
+
+	t.Run("streams spread over the masters and end empty", func(t *testing.T) {
+		keys := repo.NewKeys(shards)
+		masters := map[string]bool{}
+		cc := s.rdb.(*redis.ClusterClient)
+		for shard := range shards {
+			stream := keys.Stream(shard)
+			slot := cc.ClusterKeySlot(context.Background(), stream).Val()
+			for _, sl := range cc.ClusterSlots(context.Background()).Val() {
+				if int64(sl.Start) <= slot && slot <= int64(sl.End) {
+					masters[sl.Nodes[0].Addr] = true
+				}
+			}
+			if n := cc.XLen(context.Background(), stream).Val(); n != 0 {
+				t.Errorf("shard %d stream holds %d entries after every window was pushed", shard, n)
+			}
+		}
+		if len(masters) < 2 {
+			t.Errorf("%d shards landed on %d master(s); want them spread", shards, len(masters))
+		}
+	})
+}

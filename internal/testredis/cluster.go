@@ -1,0 +1,100 @@
+package testredis
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Cluster is a local Redis Cluster of masters only, for tests.
+type Cluster struct {
+	Nodes []*Server
+	Addrs []string
+}
+
+// StartCluster starts n cluster-enabled redis-servers on free ports, joins
+// them with `redis-cli --cluster create` (slots spread over all masters)
+// and waits until the cluster reports ok.
+func StartCluster(tb testing.TB, n int) *Cluster {
+	tb.Helper()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		tb.Fatalf("redis-cli not found: %v", err)
+	}
+	c := &Cluster{}
+	for range n {
+		s := &Server{Dir: tb.TempDir(), tb: tb, opts: Options{Args: []string{
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+		}}}
+		// The cluster bus listens on port+10000: pick a port that leaves room.
+		s.Port = clusterPort(tb)
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+		s.start()
+		tb.Cleanup(s.Stop)
+		c.Nodes = append(c.Nodes, s)
+		c.Addrs = append(c.Addrs, s.Addr)
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	if err := c.waitOK(20 * time.Second); err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// Client returns a cluster client, closed when the test ends.
+func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
+	tb.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+func (c *Cluster) waitOK(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok := true
+		for _, n := range c.Nodes {
+			cl := redis.NewClient(&redis.Options{Addr: n.Addr})
+			info, err := cl.ClusterInfo(context.Background()).Result()
+			_ = cl.Close()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testredis: cluster not ok after %s", timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func clusterPort(tb testing.TB) int {
+	for range 100 {
+		p := FreePort(tb)
+		if p+10000 > 65535 {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+10000)))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return p
+	}
+	tb.Fatal("testredis: no free port pair for a cluster node")
+	return 0
+}
