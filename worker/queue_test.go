@@ -1,0 +1,74 @@
+package worker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/combo-service/combo-service/repo"
+)
+
+func item(id string, due time.Time) dueItem { return dueItem{w: repo.Window{ID: id}, due: due} }
+
+func TestDueQueueOrdersAndHoldsOnce(t *testing.T) {
+	q := newDueQueue()
+	t0 := time.Now()
+	if n := q.push(item("3-0", t0.Add(3*time.Second)), item("1-0", t0.Add(time.Second)), item("2-0", t0.Add(2*time.Second))); n != 3 {
+		t.Fatalf("added %d", n)
+	}
+	if n := q.push(item("1-0", t0)); n != 0 {
+		t.Fatal("an id already held was added again")
+	}
+	if next, _ := q.next(); !next.Equal(t0.Add(time.Second)) {
+		t.Fatalf("next = %v", next)
+	}
+	got := q.popDue(t0.Add(2*time.Second), 10)
+	if len(got) != 2 || got[0].w.ID != "1-0" || got[1].w.ID != "2-0" {
+		t.Fatalf("popped %+v", got)
+	}
+	// Popped but not done: still held, so a re-read cannot add it twice.
+	if n := q.push(item("1-0", t0)); n != 0 || q.holding() != 3 {
+		t.Fatalf("popped item re-added (n=%d, holding %d)", n, q.holding())
+	}
+	q.done(got[0])
+	q.requeue(got[1])
+	if q.holding() != 2 {
+		t.Fatalf("holding %d, want 2", q.holding())
+	}
+	if got := q.popDue(t0.Add(time.Hour), 1); len(got) != 1 || got[0].w.ID != "2-0" {
+		t.Fatalf("batch limit / requeue: %+v", got)
+	}
+}
+
+func TestDueQueueWakesOnEarlierItem(t *testing.T) {
+	q := newDueQueue()
+	t0 := time.Now()
+	q.push(item("1-0", t0.Add(time.Hour)))
+	<-q.wake // the first item always wakes
+	q.push(item("2-0", t0.Add(2*time.Hour)))
+	select {
+	case <-q.wake:
+		t.Fatal("a later item must not wake the flusher")
+	default:
+	}
+	q.push(item("3-0", t0))
+	select {
+	case <-q.wake:
+	default:
+		t.Fatal("an earlier item must wake the flusher")
+	}
+}
+
+func TestCompareIDs(t *testing.T) {
+	cases := []struct {
+		a, b string
+		want int
+	}{{"1-0", "1-0", 0}, {"1-1", "1-0", 1}, {"9-0", "10-0", -1}, {"1732950000000-5", "1732950000000-12", -1}}
+	for _, c := range cases {
+		if got := compareIDs(c.a, c.b); got != c.want {
+			t.Errorf("compareIDs(%s, %s) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+	if maxID("", "5-0") != "5-0" || maxID("7-0", "5-0") != "7-0" {
+		t.Fatal("maxID")
+	}
+}

@@ -1,0 +1,165 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/push"
+	"github.com/combo-service/combo-service/repo"
+	"github.com/combo-service/combo-service/worker"
+)
+
+const w = 150 * time.Millisecond
+
+func setup(t *testing.T) (*repo.Repo, *redis.Client, *metrics.Metrics) {
+	srv := testredis.Start(t, testredis.Options{})
+	rdb := srv.Client()
+	r := repo.New(rdb, repo.Settings{Window: w, Grace: 20 * time.Millisecond, Dedupe: time.Minute,
+		Stale: time.Minute, Timeout: time.Second, Shards: 1, StreamMaxLen: 100000})
+	if err := r.LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return r, rdb, metrics.New(prometheus.NewRegistry())
+}
+
+func contribution(id, activity int64) *combo.Contribution {
+	return &combo.Contribution{Id: id, ActivityId: activity, UserId: 1, ItemId: 1, ItemType: "x", Quantity: 1,
+		CreatedAt: time.Now().UnixMilli()}
+}
+
+// panicky wraps the real store and panics on the first flush: the loop
+// must recover, count it and go on; the window is retried via reclaim.
+type panicky struct {
+	*repo.Repo
+	panicked bool
+}
+
+func (p *panicky) Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error) {
+	if !p.panicked {
+		p.panicked = true
+		panic("boom")
+	}
+	return p.Repo.Flush(ctx, ws)
+}
+
+func TestWorkerSurvivesBadEntryAndPanic(t *testing.T) {
+	r, rdb, m := setup(t)
+	ctx := context.Background()
+	sub := rdb.PSubscribe(ctx, push.ChannelPattern)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.EnsureGroups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A malformed entry, as a bug or a hand-edit might leave.
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: r.Keys().Stream(0), Values: []string{"junk", "1"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	store := &panicky{Repo: r}
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: 500 * time.Millisecond, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(2, 6)}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[int64]bool{}
+	deadline := time.After(10 * time.Second)
+	for len(got) < 2 {
+		select {
+		case msg := <-sub.Channel():
+			p, err := push.Decode([]byte(msg.Payload))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[p.ActivityID] {
+				t.Fatalf("activity %d pushed twice", p.ActivityID)
+			}
+			got[p.ActivityID] = true
+		case <-deadline:
+			t.Fatalf("pushes: %v", got)
+		}
+	}
+	if n := testutil.ToFloat64(m.LoopPanics.WithLabelValues("flush")); n != 1 {
+		t.Fatalf("flush panics counted: %v", n)
+	}
+	if n := testutil.ToFloat64(m.BadEntries); n < 1 {
+		t.Fatalf("bad entries counted: %v", n)
+	}
+	if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 0 {
+		t.Fatalf("stream holds %d entries", n)
+	}
+}
+
+// A restarted consumer with the same name finds its own pending entries
+// (read with id 0) and publishes them; another consumer reclaims those of
+// a consumer that never comes back.
+func TestPendingEntriesAreRecovered(t *testing.T) {
+	r, rdb, m := setup(t)
+	ctx := context.Background()
+	sub := rdb.PSubscribe(ctx, push.ChannelPattern)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.EnsureGroups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(int64(10+i), int64(100+i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// "dead" reads two entries and crashes (never flushes); "gone" reads two more.
+	if ws, _, err := r.Read(ctx, 0, "dead", ">", 2, -1); err != nil || len(ws) != 2 {
+		t.Fatalf("read: %v %v", ws, err)
+	}
+	if ws, _, err := r.Read(ctx, 0, "gone", ">", 2, -1); err != nil || len(ws) != 2 {
+		t.Fatalf("read: %v %v", ws, err)
+	}
+	log := zaptest.NewLogger(t)
+	// "dead" restarts under the same name: it publishes its two at once.
+	restarted := worker.New(r, worker.Config{Consumer: "dead", ClaimIdle: time.Hour, Block: 50 * time.Millisecond}, log, m)
+	restarted.Start()
+	defer restarted.Shutdown(context.Background())
+	waitPushes(t, sub, 2)
+	// Another replica takes over "gone"'s entries once idle past ClaimIdle.
+	other := worker.New(r, worker.Config{Consumer: "other", ClaimIdle: 400 * time.Millisecond, Block: 50 * time.Millisecond}, log, m)
+	start := time.Now()
+	other.Start()
+	defer other.Shutdown(context.Background())
+	waitPushes(t, sub, 2)
+	if d := time.Since(start); d > 400*time.Millisecond+2*time.Second {
+		t.Fatalf("reclaim took %s", d)
+	}
+	if n := testutil.ToFloat64(m.Reclaimed); n != 2 {
+		t.Fatalf("reclaimed %v, want 2", n)
+	}
+}
+
+func waitPushes(t *testing.T, sub *redis.PubSub, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for range n {
+		select {
+		case <-sub.Channel():
+		case <-deadline:
+			t.Fatalf("fewer than %d pushes", n)
+		}
+	}
+}
