@@ -1,0 +1,89 @@
+package push
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+)
+
+func sample() *combo.Contribution {
+	return &combo.Contribution{Id: math.MaxInt64, ActivityId: 7, UserId: 1<<53 + 1, StarId: 0, ItemId: 3,
+		ItemType: `a"b\c{}: 烟花`, ItemName: "<烟花>", ItemIcon: "https://cdn/i.png?a=1&b=2", Nickname: "小明\n",
+		AvatarUrl: "", Quantity: 3, CreatedAt: 1732950000123}
+}
+
+func TestSingleHasEveryMemberExact(t *testing.T) {
+	b, err := Single(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := RecordOf(sample())
+	if m.Record != want || m.ActivityID != 7 || m.Type != Type {
+		t.Fatalf("decoded %+v, want %+v", m, want)
+	}
+	for _, exact := range []string{`"id":9223372036854775807`, `"user_id":9007199254740993`, `"star_id":0`, `"avatar_url":""`} {
+		if !strings.Contains(string(b), exact) {
+			t.Errorf("payload lacks %s: %s", exact, b)
+		}
+	}
+}
+
+// The flush script wraps the fragment with id, quantity, combo_count and
+// created_at; the result must be valid JSON carrying the 12 members.
+func TestFragmentCompletesToRecord(t *testing.T) {
+	c := sample()
+	f, err := Fragment(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := `{"activity_id":7,"type":"contributions_response","record":{"id":9223372036854775807,"quantity":5,"combo_count":5,"created_at":1732950000123,` + string(f) + `}}`
+	if !json.Valid([]byte(payload)) {
+		t.Fatalf("invalid JSON: %s", payload)
+	}
+	m, err := Decode([]byte(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Record.ItemType != c.ItemType || m.Record.Nickname != c.Nickname || m.Record.UserID != c.UserId || m.Record.Quantity != 5 {
+		t.Fatalf("record %+v", m.Record)
+	}
+}
+
+func TestDecodeRefusesMissingMember(t *testing.T) {
+	if _, err := Decode([]byte(`{"activity_id":1,"type":"contributions_response","record":{"id":1}}`)); err == nil {
+		t.Fatal("a record without its members must not decode")
+	}
+}
+
+func TestChannel(t *testing.T) {
+	if Channel(42) != "act:42:contributions" {
+		t.Fatal(Channel(42))
+	}
+}
+
+func BenchmarkFragment(b *testing.B) {
+	c := sample()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Fragment(c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkSingle(b *testing.B) {
+	c := sample()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Single(c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
