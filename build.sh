@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
-RUN_NAME="combo-service"
-
+# Builds the binaries the container image carries, exactly as the Dockerfile
+# does (deploy/container_test.go checks that the go build lines agree):
+#   output/bin/combo-service  the service (README: go build -o <bin> .)
+#   output/bin/combo-demo     the demo (cmd/combo-demo)
+set -euo pipefail
+cd "$(dirname "$0")"
 mkdir -p output/bin
-cp script/* output/
-chmod +x output/bootstrap.sh
-
-if [ "$IS_SYSTEM_TEST_ENV" != "1" ]; then
-    go build -o output/bin/${RUN_NAME}
-else
-    go test -c -covermode=set -o output/bin/${RUN_NAME} -coverpkg=./...
-fi
+CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o output/bin/combo-service .
+CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o output/bin/combo-demo ./cmd/combo-demo

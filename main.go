@@ -37,12 +37,20 @@ import (
 
 func main() {
 	confPath := flag.String("conf", os.Getenv("COMBO_CONFIG"), "optional YAML config file (also COMBO_CONFIG)")
+	probe := flag.String("healthcheck", "", "probe this path (/healthz or /readyz) on the configured metrics.addr, exit 0 if it answers 2xx; for container HEALTHCHECKs")
 	flag.Parse()
 
 	cfg, err := conf.Load(*confPath)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
+	}
+	if *probe != "" {
+		if err := healthcheck(cfg.Metrics.Addr, *probe, 2*time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, "healthcheck:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	log, err := logging.New(cfg.Log.Level, cfg.Log.Format)
 	if err != nil {

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/combo-service/combo-service/window"
+)
+
+func TestCells(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		want int
+	}{
+		{"", 0},
+		{"Lucy", 4},
+		{"小明", 4},
+		{"[1001] 小明 送烟花 ×3", 21},
+		{"ｘ", 2},       // fullwidth
+		{"e\u0301", 1}, // combining accent
+	} {
+		if got := cells(c.s); got != c.want {
+			t.Errorf("cells(%q) = %d, want %d", c.s, got, c.want)
+		}
+	}
+}
+
+func TestFit(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		w    int
+		want string
+	}{
+		{"小明", 6, "小明  "},
+		{"Lucy", 6, "Lucy  "},
+		{"小明送烟花", 6, "小明… "}, // a wide rune never straddles the edge
+		{"abcdefgh", 6, "abcde…"},
+	} {
+		got := fit(c.s, c.w)
+		if got != c.want || cells(got) != c.w {
+			t.Errorf("fit(%q, %d) = %q (%d cells), want %q", c.s, c.w, got, cells(got), c.want)
+		}
+	}
+}
+
+// The scripted story merges as its notes say, by the contract's rule, at
+// any window size it is scaled to.
+func TestScriptedMergesAsNarrated(t *testing.T) {
+	for _, w := range []time.Duration{time.Second, 3 * time.Second, 10 * time.Second} {
+		s := scripted(1001, 1002, w)
+		if !slices.IsSortedFunc(s, func(a, b click) int { return int(a.At - b.At) }) {
+			t.Fatalf("W=%s: taps are not in time order", w)
+		}
+		rows := make([]window.Row, len(s))
+		var taps int32
+		for i, k := range s {
+			rows[i] = window.Row{ID: int64(i + 1), ActivityID: k.Activity, UserID: k.User.ID, ItemID: k.Item.ID,
+				ItemType: k.Item.Type, Quantity: k.Qty, CreatedAt: 1_700_000_000_000 + k.At.Milliseconds()}
+			taps += k.Qty
+		}
+		merged := window.Merge(rows, w)
+		var sum int32
+		for _, m := range merged {
+			sum += m.Quantity
+		}
+		if len(s) != 27 || len(merged) != 12 || sum != taps {
+			t.Errorf("W=%s: %d taps (quantity %d) merged into %d records (quantity %d), want 27 into 12",
+				w, len(s), taps, len(merged), sum)
+		}
+		if last := s[len(s)-1].At; last > 4*w {
+			t.Errorf("W=%s: the script lasts %s, want at most 4 W", w, last)
+		}
+	}
+}
+
+func TestRandomIsSeededAndBounded(t *testing.T) {
+	a := random(1, 2, 3*time.Second, 10*time.Second, 42)
+	b := random(1, 2, 3*time.Second, 10*time.Second, 42)
+	if !slices.Equal(a, b) || len(a) == 0 {
+		t.Fatalf("random is not reproducible for one seed (%d vs %d taps)", len(a), len(b))
+	}
+	for _, k := range a {
+		if k.At >= 10*time.Second || k.Qty < 1 || (k.Activity != 1 && k.Activity != 2) {
+			t.Fatalf("bad tap %+v", k)
+		}
+	}
+}

@@ -1,0 +1,538 @@
+// Command combo-demo shows what combo-service does, against a running
+// service: it simulates users tapping gifts on a fan-support page (bursts of
+// one item, switching items, pauses longer than the window, several users,
+// two activities), reports every tap with ReportContribution, and prints,
+// live and side by side, the feed without merging (one item per tap, as the
+// old feed showed it: "小明 送烟花 ×1") and the merged feed it receives on
+// act:*:contributions ("小明 送烟花 ×3"). It ends with a summary and checks:
+// every tap's quantity is in exactly one push, every window is pushed once,
+// and MergeLatest (the poll path) merges the same taps into the same records.
+//
+//	go run . &                                   # the service; note embedded_redis_addr in its log
+//	go run ./cmd/combo-demo -redis 127.0.0.1:43219
+//
+// It exits 1 if a check fails, 2 on bad flags or when it cannot reach the
+// service or Redis.
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/client"
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
+	"github.com/combo-service/combo-service/push"
+)
+
+type options struct {
+	addr, redisAddr, redisPassword string
+	window, duration               time.Duration
+	scenario, color                string
+	activity                       int64
+	seed                           uint64
+}
+
+func main() {
+	o := options{}
+	flag.StringVar(&o.addr, "addr", "127.0.0.1:8888", "combo-service RPC address (host:port)")
+	flag.StringVar(&o.redisAddr, "redis", envOr("COMBO_REDIS_ADDR", "127.0.0.1:6379"),
+		"the Redis the service publishes on (default $COMBO_REDIS_ADDR); with the embedded Redis, the embedded_redis_addr the service logged")
+	flag.StringVar(&o.redisPassword, "redis-password", os.Getenv("COMBO_REDIS_PASSWORD"), "Redis password (default $COMBO_REDIS_PASSWORD)")
+	flag.DurationVar(&o.window, "window", envDuration("COMBO_WINDOW_SIZE", 3*time.Second),
+		"the service's window.size W (default $COMBO_WINDOW_SIZE or 3s); paces the scenario, the checks use the service's answers")
+	flag.StringVar(&o.scenario, "scenario", "script", "script: a fixed ~4 W story (about 15 s at W = 3s); random: seeded random taps for -duration")
+	flag.DurationVar(&o.duration, "duration", 15*time.Second, "how long -scenario random taps")
+	flag.Uint64Var(&o.seed, "seed", 1, "seed of -scenario random")
+	flag.Int64Var(&o.activity, "activity", 1001, "first activity id; the second is this + 1")
+	flag.StringVar(&o.color, "color", "auto", "auto, always or never (auto: a terminal without NO_COLOR)")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code, err := run(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "combo-demo:", err)
+	}
+	os.Exit(code)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func envDuration(key string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(key)); err == nil && d > 0 {
+		return d
+	}
+	return def
+}
+
+// tap is one click as sent, with what the service answered.
+type tap struct {
+	c        *combo.Contribution
+	at       time.Time
+	windowID int64
+	dup      bool
+	degraded bool
+	err      error
+}
+
+// win is one window as the demo sees it: the taps the service put in it
+// (by the window_id it answered) and the pushes that carried it.
+type win struct {
+	id       int64
+	activity int64
+	firstAt  time.Time
+	taps     int
+	qty      int64
+	pushes   []push.Record
+	pushedAt time.Time
+}
+
+type state struct {
+	mu      sync.Mutex
+	ours    map[int64]bool // every contribution id this run sends
+	taps    []*tap
+	wins    map[int64]*win
+	ignored int // pushes of windows this run did not open
+	pushed  chan struct{}
+}
+
+func run(ctx context.Context, o options) (int, error) {
+	if o.window < 10*time.Millisecond {
+		return 2, fmt.Errorf("-window must be >= 10ms, got %s", o.window)
+	}
+	if o.activity <= 0 || o.activity == 1<<63-1 {
+		return 2, fmt.Errorf("-activity must be > 0, got %d", o.activity)
+	}
+	colour, err := useColor(o.color, os.Stdout)
+	if err != nil {
+		return 2, err
+	}
+	a1, a2 := o.activity, o.activity+1
+	var script []click
+	switch o.scenario {
+	case "script":
+		script = scripted(a1, a2, o.window)
+	case "random":
+		if o.duration <= 0 {
+			return 2, fmt.Errorf("-duration must be > 0, got %s", o.duration)
+		}
+		script = random(a1, a2, o.window, o.duration, o.seed)
+	default:
+		return 2, fmt.Errorf("-scenario must be script or random, got %q", o.scenario)
+	}
+
+	// Subscribe first and wait for Redis to confirm, so no push is missed.
+	rdb := redis.NewClient(&redis.Options{Addr: o.redisAddr, Password: o.redisPassword, DialTimeout: 2 * time.Second})
+	defer rdb.Close()
+	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pingCtx).Err(); err != nil {
+		return 2, fmt.Errorf("cannot reach Redis at %s: %w\n"+
+			"  -redis must be the Redis the service publishes on; with its embedded Redis, the embedded_redis_addr it logged at start", o.redisAddr, err)
+	}
+	sub := rdb.PSubscribe(ctx, push.ChannelPattern)
+	defer sub.Close()
+	if _, err := sub.Receive(pingCtx); err != nil {
+		return 2, fmt.Errorf("PSUBSCRIBE %s on %s: %w", push.ChannelPattern, o.redisAddr, err)
+	}
+
+	cli, err := client.NewClient([]string{o.addr})
+	if err != nil {
+		return 2, err
+	}
+	// MergeLatest is pure (no Redis): an empty one only proves the service answers.
+	if _, err := cli.MergeLatest(pingCtx, &combo.MergeLatestRequest{ActivityId: a1}); err != nil {
+		return 2, fmt.Errorf("cannot reach combo-service at %s: %w", o.addr, err)
+	}
+
+	b := &board{out: os.Stdout, st: style{on: colour}, left: leftWidth(script)}
+	st := &state{ours: map[int64]bool{}, wins: map[int64]*win{}, pushed: make(chan struct{}, 1)}
+	last := script[len(script)-1].At
+	b.plain("%s", b.st.bold(fmt.Sprintf("combo-demo: %d taps by %d users in activities %d and %d over %.1fs; RPC %s, pushes from Redis %s, W = %s",
+		len(script), countUsers(script), a1, a2, last.Seconds(), o.addr, o.redisAddr, o.window)))
+	b.plain("%s", b.st.dim("left: the feed without merging (one item per tap); right: the merged pushes on "+push.ChannelPattern+", as they arrive"))
+	b.plain("")
+	b.header()
+
+	b.start = time.Now()
+	base := b.start.UnixMilli() * 1000 // unique ids: one run per ms, fewer than 1000 taps per ms
+	for i := range script {
+		st.ours[base+int64(i)] = true
+	}
+	go st.receive(sub, b)
+	watchdog := time.AfterFunc(o.window+3*time.Second, func() {
+		if st.windowsPushed() == 0 {
+			b.plain("%s", b.st.red(fmt.Sprintf("         │ no push yet, %s after the first tap: is %s the Redis the service uses (-redis)?", o.window+3*time.Second, o.redisAddr)))
+		}
+	})
+	defer watchdog.Stop()
+
+	interrupted := false
+	for i, k := range script {
+		if !sleepUntil(ctx, b.start.Add(k.At)) {
+			interrupted = true
+			break
+		}
+		if k.Note != "" {
+			b.note(time.Now(), k.Note)
+		}
+		st.send(ctx, cli, b, k, base+int64(i))
+	}
+
+	// Wait for the last windows: published W (+ grace) after they opened.
+	deadline := st.lastOpen().Add(o.window + max(o.window, 2*time.Second))
+	if !interrupted {
+		b.note(time.Now(), fmt.Sprintf("all taps sent; waiting for the last windows (up to %.1fs)", time.Until(deadline).Seconds()))
+	}
+	for !interrupted && !st.complete() && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			interrupted = true
+		case <-st.pushed:
+		case <-time.After(time.Until(deadline)):
+		}
+	}
+	// A short grace for a push published twice, which would show up now.
+	if !interrupted {
+		sleepUntil(ctx, time.Now().Add(300*time.Millisecond))
+	}
+	_ = sub.Close()
+
+	pollCtx, cancelPoll := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelPoll()
+	ok := st.summary(pollCtx, cli, b, o, time.Since(b.start), []int64{a1, a2}, interrupted)
+	if !ok {
+		return 1, errors.New("a check failed (see the summary)")
+	}
+	return 0, nil
+}
+
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
+
+func countUsers(s []click) int {
+	seen := map[int64]bool{}
+	for _, k := range s {
+		seen[k.User.ID] = true
+	}
+	return len(seen)
+}
+
+// leftWidth fits the widest tap of the scenario, within reason.
+func leftWidth(s []click) int {
+	w := cells("without merging")
+	for _, k := range s {
+		w = max(w, cells(feedText(k.Activity, k.User.Nick, k.Item.Name, int64(k.Qty))))
+	}
+	return min(w+2, 48)
+}
+
+// feedText is one feed item as the frontend shows it.
+func feedText(activity int64, nick, itemName string, qty int64) string {
+	return fmt.Sprintf("[%d] %s 送%s ×%d", activity, nick, itemName, qty)
+}
+
+func (st *state) send(ctx context.Context, cli comboservice.Client, b *board, k click, id int64) {
+	c := &combo.Contribution{
+		Id: id, ActivityId: k.Activity, UserId: k.User.ID, StarId: k.Activity % 1000,
+		ItemId: k.Item.ID, ItemType: k.Item.Type, ItemName: k.Item.Name,
+		ItemIcon:  "https://cdn.example.com/gift/" + k.Item.Type + ".png",
+		Nickname:  k.User.Nick,
+		AvatarUrl: "https://cdn.example.com/avatar/" + strconv.FormatInt(k.User.ID, 10) + ".png",
+		Quantity:  k.Qty,
+		CreatedAt: time.Now().UnixMilli(),
+	}
+	t := &tap{c: c, at: time.Now()}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	resp, err := cli.ReportContribution(rctx, &combo.ReportContributionRequest{Contribution: c})
+	cancel()
+	note := ""
+	st.mu.Lock()
+	switch {
+	case err != nil:
+		t.err = err
+		note = "NOT COUNTED: " + err.Error()
+	case resp.Duplicate:
+		t.dup = true
+		note = "duplicate id: not counted"
+	default:
+		t.windowID = resp.WindowId
+		if resp.Degraded || t.windowID == 0 {
+			t.degraded = resp.Degraded
+			t.windowID = c.Id // published on its own, under its own id
+			if resp.Degraded {
+				note = "degraded: published on its own"
+			}
+		}
+		w := st.wins[t.windowID]
+		if w == nil {
+			w = &win{id: t.windowID, activity: c.ActivityId, firstAt: t.at}
+			st.wins[t.windowID] = w
+		}
+		w.taps++
+		w.qty += int64(c.Quantity)
+	}
+	st.taps = append(st.taps, t)
+	st.mu.Unlock()
+	b.click(t.at, feedText(c.ActivityId, c.Nickname, c.ItemName, int64(c.Quantity)), note)
+}
+
+// receive prints and records every push until the subscription closes.
+func (st *state) receive(sub *redis.PubSub, b *board) {
+	for msg := range sub.Channel() {
+		now := time.Now()
+		m, err := push.Decode([]byte(msg.Payload))
+		if err != nil {
+			b.merged(now, "undecodable push on "+msg.Channel, err.Error())
+			continue
+		}
+		r := m.Record
+		st.mu.Lock()
+		if !st.ours[r.ID] {
+			st.ignored++
+			st.mu.Unlock()
+			continue // another client's window, or an earlier run's
+		}
+		w := st.wins[r.ID]
+		if w == nil { // the push beat the RPC answer: not expected, but keep it
+			w = &win{id: r.ID, activity: m.ActivityID, firstAt: now}
+			st.wins[r.ID] = w
+		}
+		w.pushes = append(w.pushes, r)
+		w.pushedAt = now
+		detail := fmt.Sprintf("%d tap%s, pushed %.2fs after the first", w.taps, plural(w.taps), now.Sub(w.firstAt).Seconds())
+		problem := ""
+		switch {
+		case len(w.pushes) > 1:
+			problem = fmt.Sprintf("PUSHED %d TIMES", len(w.pushes))
+		case int64(r.Quantity) != w.qty:
+			problem = fmt.Sprintf("expected ×%d", w.qty)
+		case m.ActivityID != w.activity || msg.Channel != push.Channel(w.activity):
+			problem = "on the wrong channel " + msg.Channel
+		}
+		st.mu.Unlock()
+		if problem != "" {
+			detail = b.st.red(problem) + " " + detail
+		}
+		b.merged(now, feedText(m.ActivityID, r.Nickname, r.ItemName, int64(r.Quantity)), detail)
+		select {
+		case st.pushed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func (st *state) windowsPushed() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := 0
+	for _, w := range st.wins {
+		if len(w.pushes) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func (st *state) complete() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, w := range st.wins {
+		if len(w.pushes) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (st *state) lastOpen() time.Time {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var t time.Time
+	for _, w := range st.wins {
+		if w.firstAt.After(t) {
+			t = w.firstAt
+		}
+	}
+	if t.IsZero() {
+		t = time.Now()
+	}
+	return t
+}
+
+// summary prints the totals and the checks; it reports whether all passed.
+func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board, o options, elapsed time.Duration, activities []int64, interrupted bool) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var sentQty, pushedQty int64
+	var counted, dups, degraded, failed, items, missing, twice, wrongQty int
+	for _, t := range st.taps {
+		switch {
+		case t.err != nil:
+			failed++
+		case t.dup:
+			dups++
+		default:
+			counted++
+			sentQty += int64(t.c.Quantity)
+			if t.degraded {
+				degraded++
+			}
+		}
+	}
+	for _, w := range st.wins {
+		switch len(w.pushes) {
+		case 0:
+			missing++
+		case 1:
+		default:
+			twice++
+		}
+		for _, r := range w.pushes {
+			items++
+			pushedQty += int64(r.Quantity)
+		}
+		if len(w.pushes) > 0 && int64(w.pushes[0].Quantity) != w.qty {
+			wrongQty++
+		}
+	}
+
+	mark := func(ok bool) string {
+		if ok {
+			return b.st.green("✓")
+		}
+		return b.st.red("✗")
+	}
+	line := func(label, value string) { b.plain("  %s %s", fit(label+" ", 30), value) }
+	b.plain("")
+	b.plain("%s", b.st.bold(fmt.Sprintf("Summary (%.1fs, W = %s, scenario %s)", elapsed.Seconds(), o.window, o.scenario)))
+	if interrupted {
+		b.plain("  %s", b.st.yellow("interrupted: the checks below cover what was sent"))
+	}
+	line("taps sent", fmt.Sprintf("%d (quantity %d): %d counted, %d duplicate, %d degraded, %d failed",
+		len(st.taps), sentQty, counted, dups, degraded, failed))
+	line("feed items without merging", strconv.Itoa(counted))
+	saved := ""
+	if counted > 0 && items > 0 {
+		saved = fmt.Sprintf(" (%.0f%% fewer)", 100*(1-float64(items)/float64(counted)))
+	}
+	line("feed items with merging", strconv.Itoa(items)+saved)
+	conserved := sentQty == pushedQty
+	line("conservation", fmt.Sprintf("quantity tapped %d = quantity pushed %d %s", sentQty, pushedQty, mark(conserved)))
+	once := missing == 0 && twice == 0 && wrongQty == 0
+	detail := fmt.Sprintf("%d/%d windows pushed exactly once, with the quantity the service reported", len(st.wins)-missing-twice-wrongQty, len(st.wins))
+	if !once {
+		detail += fmt.Sprintf(" (%d never pushed, %d pushed more than once, %d with another quantity)", missing, twice, wrongQty)
+	}
+	line("windows", detail+" "+mark(once))
+	pollOK, pollDetail := st.comparePoll(ctx, cli, activities)
+	line("poll path (MergeLatest)", pollDetail+" "+mark(pollOK))
+	if st.ignored > 0 {
+		line("ignored", fmt.Sprintf("%d pushes of windows this run did not open", st.ignored))
+	}
+	if failed > 0 {
+		b.plain("  %s", b.st.red("some taps failed: the service answered with an error (see the left column)"))
+	}
+	if items == 0 && counted > 0 {
+		b.plain("  %s", b.st.red(fmt.Sprintf("no push at all: is %s the Redis the service publishes on? "+
+			"With the embedded Redis, pass -redis with the embedded_redis_addr the service logged.", o.redisAddr)))
+	}
+	return conserved && once && pollOK && failed == 0
+}
+
+// comparePoll asks MergeLatest to merge the counted taps, as the poll path
+// would merge the DB rows, and compares its records with the pushes. The
+// contract says they are identical when each key's reports arrive in
+// created_at order, which the demo's sequential taps do.
+func (st *state) comparePoll(ctx context.Context, cli comboservice.Client, activities []int64) (bool, string) {
+	pushed := map[int64]push.Record{}
+	for _, w := range st.wins {
+		if len(w.pushes) > 0 {
+			pushed[w.id] = w.pushes[0]
+		}
+	}
+	same, total := 0, 0
+	var diffs []string
+	for _, act := range activities {
+		var rows []*combo.ContributionRecord
+		for _, t := range st.taps {
+			if t.err != nil || t.dup || t.c.ActivityId != act {
+				continue
+			}
+			c := t.c
+			rows = append(rows, &combo.ContributionRecord{
+				Id: c.Id, UserId: c.UserId, Nickname: c.Nickname, AvatarUrl: c.AvatarUrl, StarId: c.StarId,
+				ItemId: c.ItemId, ItemType: c.ItemType, ItemName: c.ItemName, ItemIcon: c.ItemIcon,
+				Quantity: c.Quantity, ComboCount: c.Quantity, CreatedAt: c.CreatedAt,
+			})
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		if len(rows) > 10000 {
+			return false, fmt.Sprintf("not checked: %d rows exceed MergeLatest's 10000", len(rows))
+		}
+		resp, err := cli.MergeLatest(ctx, &combo.MergeLatestRequest{ActivityId: act, Records: rows})
+		if err != nil {
+			return false, "MergeLatest failed: " + err.Error()
+		}
+		for _, r := range resp.Records {
+			total++
+			p, ok := pushed[r.Id]
+			if ok && p.Quantity == r.Quantity && p.ComboCount == r.ComboCount && p.CreatedAt == r.CreatedAt &&
+				p.UserID == r.UserId && p.ItemType == r.ItemType && p.Nickname == r.Nickname && p.ItemName == r.ItemName {
+				same++
+				continue
+			}
+			diffs = append(diffs, fmt.Sprintf("id %d ×%d", r.Id, r.Quantity))
+		}
+	}
+	ok := same == total && total == len(pushed)
+	detail := fmt.Sprintf("%d/%d merged records identical to the pushes", same, total)
+	if total != len(pushed) {
+		detail += fmt.Sprintf(" (%d windows were pushed)", len(pushed))
+	}
+	if len(diffs) > 0 {
+		slices.SortFunc(diffs, func(a, b string) int { return cmp.Compare(a, b) })
+		detail += "; differ: " + strings.Join(diffs[:min(len(diffs), 5)], ", ")
+	}
+	return ok, detail
+}

@@ -1,0 +1,830 @@
+// Package deploy_test checks the deployment files at the repository root and
+// in deploy/ against the code: the Dockerfile builds the binaries exactly as
+// build.sh and the README do, those binaries are static and work, the
+// compose file validates, the example config loads, and the alert rules are
+// well formed and name metrics the service exports.
+//
+// External tools: docker-compose (Debian package docker-compose) is required
+// under CI (CI set) and skipped without it otherwise; promtool (Debian
+// package prometheus) is used when installed.
+package deploy_test
+
+import (
+	"bufio"
+	"context"
+	"debug/elf"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/combo-service/combo-service/conf"
+)
+
+// root is the repository root (tests run in deploy/).
+func root(t *testing.T) string {
+	t.Helper()
+	r, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func read(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root(t), name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// ---------------------------------------------------------------------------
+// go build lines
+
+// goBuild is one `[VAR=value ...] go build ...` command.
+type goBuild struct {
+	Env  []string // VAR=value words before "go"
+	Args []string // from "go" on
+}
+
+func (g goBuild) String() string { return strings.Join(append(slices.Clone(g.Env), g.Args...), " ") }
+
+// Pkg is the package built: the last argument.
+func (g goBuild) Pkg() string { return g.Args[len(g.Args)-1] }
+
+// Out is the -o argument.
+func (g goBuild) Out() string {
+	for i, a := range g.Args {
+		if a == "-o" && i+1 < len(g.Args) {
+			return g.Args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, "-o="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// Reduced drops what a release build may add to the README's plain
+// `go build -o <bin> <pkg>`: CGO_ENABLED=0, -trimpath and -ldflags, and
+// names the output <bin>.
+func (g goBuild) Reduced() string {
+	var out []string
+	for i := 0; i < len(g.Args); i++ {
+		a := g.Args[i]
+		switch {
+		case a == "-trimpath" || strings.HasPrefix(a, "-ldflags="):
+		case a == "-ldflags":
+			i++
+		case a == "-o":
+			out = append(out, "-o", "<bin>")
+			i++
+		default:
+			out = append(out, a)
+		}
+	}
+	var env []string
+	for _, e := range g.Env {
+		if e != "CGO_ENABLED=0" {
+			env = append(env, e)
+		}
+	}
+	return strings.Join(append(env, out...), " ")
+}
+
+var envWord = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+
+// goBuilds finds the go build commands of a shell script or Dockerfile
+// text: continuation lines are joined, comments dropped, and each line is
+// split into commands at && ; and |.
+func goBuilds(t *testing.T, text string) []goBuild {
+	t.Helper()
+	text = strings.ReplaceAll(text, "\\\n", " ")
+	text = strings.ReplaceAll(text, "`", " ") // Markdown code spans
+	var found []goBuild
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "#") || !strings.Contains(line, "go build") {
+			continue
+		}
+		for _, cmd := range regexp.MustCompile(`&&|;|\|\|?`).Split(line, -1) {
+			words, err := shellWords(cmd)
+			if err != nil {
+				t.Fatalf("%q: %v", cmd, err)
+			}
+			for i := 0; i+1 < len(words); i++ {
+				if words[i] != "go" || words[i+1] != "build" {
+					continue
+				}
+				g := goBuild{Args: words[i:]}
+				for j := i - 1; j >= 0 && envWord.MatchString(words[j]); j-- {
+					g.Env = append([]string{words[j]}, g.Env...)
+				}
+				found = append(found, g)
+				break
+			}
+		}
+	}
+	return found
+}
+
+// shellWords splits s like a POSIX shell does for plain words, single and
+// double quotes and backslash escapes (no expansions).
+func shellWords(s string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	inWord := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\'':
+			j := strings.IndexByte(s[i+1:], '\'')
+			if j < 0 {
+				return nil, fmt.Errorf("unterminated '")
+			}
+			cur.WriteString(s[i+1 : i+1+j])
+			i += j + 1
+			inWord = true
+		case c == '"':
+			i++
+			for ; i < len(s) && s[i] != '"'; i++ {
+				if s[i] == '\\' && i+1 < len(s) && strings.IndexByte(`"\$`+"`", s[i+1]) >= 0 {
+					i++
+				}
+				cur.WriteByte(s[i])
+			}
+			if i >= len(s) {
+				return nil, fmt.Errorf(`unterminated "`)
+			}
+			inWord = true
+		case c == '\\' && i+1 < len(s):
+			i++
+			cur.WriteByte(s[i])
+			inWord = true
+		case c == ' ' || c == '\t':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteByte(c)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}
+
+func TestShellWords(t *testing.T) {
+	got, err := shellWords(`CGO_ENABLED=0 go build -ldflags="-s -w" -o 'out dir/x' a\ b .`)
+	want := []string{"CGO_ENABLED=0", "go", "build", "-ldflags=-s -w", "-o", "out dir/x", "a b", "."}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("shellWords = %q, %v; want %q", got, err, want)
+	}
+}
+
+// byPkg indexes build commands by package, refusing two builds of one.
+func byPkg(t *testing.T, file string, bs []goBuild) map[string]goBuild {
+	t.Helper()
+	m := map[string]goBuild{}
+	for _, b := range bs {
+		if _, dup := m[b.Pkg()]; dup {
+			t.Errorf("%s builds %s twice", file, b.Pkg())
+		}
+		m[b.Pkg()] = b
+	}
+	return m
+}
+
+// The packages the image carries, built by both build.sh and the Dockerfile.
+var imagePkgs = []string{".", "./cmd/combo-demo"}
+
+// The contract's build command (CONTRACT.md §4), which the README repeats.
+const contractBuild = "go build -o <bin> ."
+
+func TestDockerfileBuildsLikeBuildSh(t *testing.T) {
+	docker := byPkg(t, "Dockerfile", goBuilds(t, read(t, "Dockerfile")))
+	script := byPkg(t, "build.sh", goBuilds(t, read(t, "build.sh")))
+	for _, pkg := range imagePkgs {
+		d, ok := docker[pkg]
+		if !ok {
+			t.Errorf("the Dockerfile does not build %s", pkg)
+			continue
+		}
+		s, ok := script[pkg]
+		if !ok {
+			t.Errorf("build.sh does not build %s", pkg)
+			continue
+		}
+		if d.String() != s.String() {
+			t.Errorf("%s is built differently:\n  Dockerfile: %s\n  build.sh:   %s", pkg, d, s)
+		}
+		if !slices.Contains(d.Env, "CGO_ENABLED=0") {
+			t.Errorf("Dockerfile: %s is not built with CGO_ENABLED=0 (a static binary for distroless/static): %s", pkg, d)
+		}
+	}
+	if len(docker) != len(imagePkgs) || len(script) != len(imagePkgs) {
+		t.Errorf("build.sh builds %v and the Dockerfile %v; want exactly %v",
+			slices.Sorted(maps.Keys(script)), slices.Sorted(maps.Keys(docker)), imagePkgs)
+	}
+	if svc, ok := docker["."]; ok && svc.Reduced() != contractBuild {
+		t.Errorf("the service build %q is not the README's %q plus CGO_ENABLED=0, -trimpath and -ldflags only", svc, contractBuild)
+	}
+
+	// The README's own command, when it shows one, is the same.
+	if readme, err := os.ReadFile(filepath.Join(root(t), "README.md")); err == nil {
+		n := 0
+		for _, b := range goBuilds(t, string(readme)) {
+			if b.Pkg() != "." {
+				continue
+			}
+			n++
+			if b.Reduced() != contractBuild {
+				t.Errorf("README.md builds the service with %q; the Dockerfile and build.sh reduce to %q", b, contractBuild)
+			}
+		}
+		if n == 0 {
+			t.Logf("README.md shows no `go build ... .` line; compared with the contract's %q only", contractBuild)
+		}
+	}
+}
+
+// dockerfile is the Dockerfile's instructions, continuation lines joined.
+func dockerfile(t *testing.T) [][2]string {
+	t.Helper()
+	var ins [][2]string
+	for _, line := range strings.Split(strings.ReplaceAll(read(t, "Dockerfile"), "\\\n", " "), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		op, rest, _ := strings.Cut(line, " ")
+		ins = append(ins, [2]string{strings.ToUpper(op), strings.TrimSpace(rest)})
+	}
+	return ins
+}
+
+func TestDockerfileImage(t *testing.T) {
+	ins := dockerfile(t)
+	var froms []string
+	final := map[string][]string{} // instructions of the final stage
+	for _, in := range ins {
+		if in[0] == "FROM" {
+			froms = append(froms, in[1])
+			final = map[string][]string{}
+			continue
+		}
+		final[in[0]] = append(final[in[0]], in[1])
+	}
+	if len(froms) < 2 || !strings.HasPrefix(froms[0], "golang:1.26 ") {
+		t.Errorf("want a multi-stage build from golang:1.26; FROM lines: %q", froms)
+	}
+	if last := froms[len(froms)-1]; !strings.Contains(last, "distroless/static") && !strings.HasPrefix(last, "alpine") {
+		t.Errorf("final stage %q: want distroless/static or alpine", last)
+	}
+	if u := final["USER"]; len(u) != 1 || strings.HasPrefix(u[0], "root") || strings.HasPrefix(u[0], "0") {
+		t.Errorf("final stage USER %q: want one non-root user", u)
+	}
+	if e := final["EXPOSE"]; len(e) != 1 || !slices.Equal(strings.Fields(e[0]), []string{"8888", "9100"}) {
+		t.Errorf("EXPOSE %q: want 8888 9100", e)
+	}
+	// The binaries the final stage runs are the ones the builder makes.
+	built := map[string]bool{}
+	for _, b := range goBuilds(t, read(t, "Dockerfile")) {
+		built[filepath.Base(b.Out())] = true
+	}
+	copies := strings.Join(final["COPY"], " ")
+	if !strings.Contains(copies, "--from=build") {
+		t.Errorf("the final stage copies nothing from the build stage: COPY %q", final["COPY"])
+	}
+	hc := final["HEALTHCHECK"]
+	if len(hc) != 1 || !strings.Contains(hc[0], "CMD") {
+		t.Fatalf("HEALTHCHECK %q: want one, with CMD", hc)
+	}
+	for _, ref := range []struct{ what, text string }{{"HEALTHCHECK", hc[0]}, {"ENTRYPOINT", strings.Join(final["ENTRYPOINT"], " ")}} {
+		m := regexp.MustCompile(`"/usr/local/bin/([\w-]+)"`).FindStringSubmatch(ref.text)
+		if m == nil || !built[m[1]] {
+			t.Errorf("%s %q runs no binary the build stage builds (%v)", ref.what, ref.text, slices.Sorted(maps.Keys(built)))
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The binaries, built with build.sh's commands
+
+func TestBuiltBinariesAreStaticAndWork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds three binaries and runs the service: skipped with -short")
+	}
+	dir := t.TempDir()
+	bins := map[string]string{}
+	for pkg, b := range byPkg(t, "build.sh", goBuilds(t, read(t, "build.sh"))) {
+		out := filepath.Join(dir, filepath.Base(b.Out()))
+		args := slices.Clone(b.Args)
+		for i := range args {
+			if args[i] == "-o" {
+				args[i+1] = out
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+		cmd.Dir = root(t)
+		cmd.Env = append(os.Environ(), b.Env...)
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			cancel()
+			t.Fatalf("%s: %v\n%s", b, err, msg)
+		}
+		cancel()
+		assertStatic(t, out)
+		bins[pkg] = out
+	}
+	svc, demo := bins["."], bins["./cmd/combo-demo"]
+	if svc == "" || demo == "" {
+		t.Fatalf("build.sh does not build all of %v", imagePkgs)
+	}
+
+	for _, bin := range []string{svc, demo} {
+		out, err := exec.Command(bin, "-h").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "Usage of") {
+			t.Errorf("%s -h: %v\n%s", filepath.Base(bin), err, out)
+		}
+	}
+
+	// The service starts with no config file and the embedded Redis, the
+	// probe sees it healthy and ready, the demo's checks pass against it,
+	// and SIGTERM stops it with exit status 0.
+	const w = time.Second
+	s := startService(t, svc, "COMBO_WINDOW_SIZE="+w.String())
+	// The image's HEALTHCHECK: the binary probes its own configured metrics.addr.
+	for _, path := range []string{"/healthz", "/readyz"} {
+		probe := exec.Command(svc, "-healthcheck", path)
+		probe.Env = append(os.Environ(), "COMBO_METRICS_ADDR=0.0.0.0:"+port(t, s.metrics))
+		if out, err := probe.CombinedOutput(); err != nil {
+			t.Errorf("combo-service -healthcheck %s: %v\n%s", path, err, out)
+		}
+	}
+	closed := exec.Command(svc, "-healthcheck", "/healthz")
+	closed.Env = append(os.Environ(), "COMBO_METRICS_ADDR="+closedAddr(t))
+	if out, err := closed.CombinedOutput(); err == nil {
+		t.Errorf("healthcheck of a closed port succeeded:\n%s", out)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	d := exec.CommandContext(ctx, demo, "-addr", s.rpc, "-redis", s.redis, "-window", w.String(), "-color", "never")
+	out, err := d.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "conservation") || strings.Contains(string(out), "✗") {
+		t.Errorf("combo-demo against the service: %v\n%s", err, out)
+	} else {
+		t.Logf("combo-demo:\n%s", out)
+	}
+
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.done:
+		if s.err != nil {
+			t.Errorf("combo-service after SIGTERM: %v (want exit status 0)", s.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("combo-service still running 30s after SIGTERM")
+	}
+}
+
+// assertStatic fails unless path is an ELF executable with no interpreter
+// and no shared libraries: it runs on distroless/static, which has no libc.
+func assertStatic(t *testing.T, path string) {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			t.Errorf("%s is dynamically linked (program header %s)", filepath.Base(path), p.Type)
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Errorf("%s needs shared libraries %v", filepath.Base(path), libs)
+	}
+}
+
+type service struct {
+	cmd                 *exec.Cmd
+	rpc, metrics, redis string
+	done                chan struct{} // closed when the process has exited
+	err                 error         // its Wait error, once done
+}
+
+// startService runs the service binary on free ports with the embedded
+// Redis and waits for its "started" log line.
+func startService(t *testing.T, bin string, env ...string) *service {
+	t.Helper()
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "COMBO_SERVER_ADDR=127.0.0.1:0", "COMBO_METRICS_ADDR=127.0.0.1:0",
+		"COMBO_REDIS_ADDR=", "COMBO_REDIS_ADDRS=", "COMBO_REDIS_EMBEDDED_ADDR=127.0.0.1:0", "COMBO_CONFIG=", "COMBO_LOG_FORMAT=json")
+	cmd.Env = append(cmd.Env, env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &service{cmd: cmd, done: make(chan struct{})}
+	started := make(chan struct{})
+	var logged strings.Builder
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if logged.Len() < 64<<10 {
+				logged.WriteString(line + "\n")
+			}
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) != nil {
+				continue
+			}
+			if a, ok := m["embedded_redis_addr"].(string); ok {
+				s.redis = a
+			}
+			if m["msg"] == "combo-service started" {
+				s.rpc, _ = m["rpc_addr"].(string)
+				s.metrics, _ = m["metrics_addr"].(string)
+				close(started)
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		s.err = cmd.Wait()
+		close(s.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-s.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-s.done
+		}
+	})
+	select {
+	case <-started:
+	case <-s.done:
+		t.Fatalf("combo-service exited before starting: %v\n%s", s.err, logged.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("combo-service did not log \"combo-service started\" within 30s")
+	}
+	if s.rpc == "" || s.metrics == "" || s.redis == "" {
+		t.Fatalf("started line without rpc_addr, metrics_addr or embedded_redis_addr: %+v", s)
+	}
+	return s
+}
+
+func port(t *testing.T, addr string) string {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// closedAddr is an address nothing listens on (a port just freed).
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// ---------------------------------------------------------------------------
+// docker-compose.yml
+
+// tool finds an external tool; under CI a missing required one fails.
+func tool(t *testing.T, name string, requiredInCI bool) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
+	}
+	if requiredInCI && os.Getenv("CI") != "" {
+		t.Fatalf("%s is not installed; CI must install it (Debian package %s)", name, name)
+	}
+	t.Skipf("%s is not installed", name)
+	return ""
+}
+
+func TestComposeConfigValidates(t *testing.T) {
+	dc := tool(t, "docker-compose", true)
+	cmd := exec.Command(dc, "-f", "docker-compose.yml", "config", "-q")
+	cmd.Dir = root(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("docker-compose config -q: %v\n%s", err, out)
+	}
+}
+
+type composeFile struct {
+	Services map[string]struct {
+		Image       string            `yaml:"image"`
+		Build       any               `yaml:"build"`
+		Command     []string          `yaml:"command"`
+		Entrypoint  []string          `yaml:"entrypoint"`
+		Environment map[string]string `yaml:"environment"`
+		DependsOn   map[string]struct {
+			Condition string `yaml:"condition"`
+		} `yaml:"depends_on"`
+		Healthcheck map[string]any `yaml:"healthcheck"`
+		Volumes     []string       `yaml:"volumes"`
+	} `yaml:"services"`
+}
+
+// The compose file's shape, read without docker-compose (YAML merge keys
+// included), so it is checked everywhere.
+func TestComposeTopology(t *testing.T) {
+	var c composeFile
+	if err := yaml.Unmarshal([]byte(read(t, "docker-compose.yml")), &c); err != nil {
+		t.Fatal(err)
+	}
+	r, ok := c.Services["redis"]
+	if !ok || !strings.HasPrefix(r.Image, "redis:7") {
+		t.Fatalf("want a redis service on a redis:7 image, got %+v", r)
+	}
+	args := strings.Join(r.Command, " ")
+	if !strings.Contains(args, "--appendonly yes") || !regexp.MustCompile(`--appendfsync (everysec|always)`).MatchString(args) {
+		t.Errorf("redis must run with AOF on: command %q", args)
+	}
+	consumers := map[string]string{}
+	for _, name := range []string{"replica-a", "replica-b"} {
+		s, ok := c.Services[name]
+		if !ok {
+			t.Errorf("no %s service", name)
+			continue
+		}
+		if s.Build == nil || s.Environment["COMBO_REDIS_ADDR"] != "redis:6379" {
+			t.Errorf("%s: want build . and COMBO_REDIS_ADDR=redis:6379, got build %v env %v", name, s.Build, s.Environment)
+		}
+		consumer := s.Environment["COMBO_WORKER_CONSUMER"]
+		if consumer == "" || consumers[consumer] != "" {
+			t.Errorf("%s: COMBO_WORKER_CONSUMER %q must be set and distinct (%v)", name, consumer, consumers)
+		}
+		consumers[consumer] = name
+		if s.DependsOn["redis"].Condition != "service_healthy" || s.Healthcheck["test"] == nil {
+			t.Errorf("%s: want depends_on redis service_healthy and a healthcheck", name)
+		}
+		if cfg := s.Environment["COMBO_CONFIG"]; cfg != "" {
+			mounted := false
+			for _, v := range s.Volumes {
+				parts := strings.Split(v, ":")
+				if len(parts) >= 2 && parts[1] == cfg {
+					mounted = true
+					if _, err := os.Stat(filepath.Join(root(t), parts[0])); err != nil {
+						t.Errorf("%s mounts %s, which is missing: %v", name, parts[0], err)
+					}
+				}
+			}
+			if !mounted {
+				t.Errorf("%s: COMBO_CONFIG=%s but nothing is mounted there", name, cfg)
+			}
+		}
+	}
+	if consumers["replica-a"] == "" || consumers["replica-b"] == "" {
+		t.Errorf("want consumers replica-a and replica-b, got %v", consumers)
+	}
+	d, ok := c.Services["demo"]
+	if !ok || !slices.Equal(d.Entrypoint, []string{"/usr/local/bin/combo-demo"}) {
+		t.Fatalf("want a demo service running /usr/local/bin/combo-demo, got %+v", d)
+	}
+	cmd := strings.Join(d.Command, " ")
+	if !strings.Contains(cmd, "-addr replica-") || !strings.Contains(cmd, "-redis redis:6379") {
+		t.Errorf("demo command %q: want -addr replica-…:8888 -redis redis:6379", cmd)
+	}
+	for _, dep := range []string{"redis", "replica-a"} {
+		if d.DependsOn[dep].Condition != "service_healthy" {
+			t.Errorf("demo: want depends_on %s service_healthy", dep)
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// deploy/combo-service.example.yaml
+
+func flatten(prefix string, m map[string]any, out map[string]bool) {
+	for k, v := range m {
+		key := k
+		if prefix != "" {
+			key = prefix + "." + k
+		}
+		if sub, ok := v.(map[string]any); ok {
+			flatten(key, sub, out)
+			continue
+		}
+		out[key] = true
+	}
+}
+
+func TestExampleConfig(t *testing.T) {
+	const path = "combo-service.example.yaml"
+	// Environment wins over the file: keep this process's COMBO_* out.
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "COMBO_") {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
+	c, err := conf.Load(path)
+	if err != nil {
+		t.Fatalf("conf.Load(%s): %v", path, err)
+	}
+	if d := conf.Default(); c.Server != d.Server || c.Window != d.Window || c.Metrics != d.Metrics {
+		t.Errorf("the example's server, metrics and window sections should be the defaults:\n got %+v %+v %+v\nwant %+v %+v %+v",
+			c.Server, c.Metrics, c.Window, d.Server, d.Metrics, d.Window)
+	}
+
+	var defaults map[string]any
+	if err := mapstructure.Decode(conf.Default(), &defaults); err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	flatten("", defaults, known)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file map[string]any
+	if err := yaml.Unmarshal(b, &file); err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	flatten("", file, listed)
+	for k := range listed {
+		if !known[k] {
+			t.Errorf("%s sets %s, which the service does not know (viper would ignore it)", path, k)
+		}
+	}
+	// Left out on purpose: a shared file must not pin one replica's name.
+	omitted := map[string]bool{"worker.consumer": true}
+	for k := range known {
+		if !listed[k] && !omitted[k] {
+			t.Errorf("%s does not document %s", path, k)
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// deploy/alerts.yml
+
+type ruleFile struct {
+	Groups []struct {
+		Name  string `yaml:"name"`
+		Rules []struct {
+			Alert       string            `yaml:"alert"`
+			Record      string            `yaml:"record"`
+			Expr        string            `yaml:"expr"`
+			For         string            `yaml:"for"`
+			Labels      map[string]string `yaml:"labels"`
+			Annotations map[string]string `yaml:"annotations"`
+		} `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+// Gauges issue 5 asks for that the service does not export yet.
+var pendingMetrics = map[string]bool{"combo_stream_length": true, "combo_stream_pending": true}
+
+// exportedMetrics are the combo_* names the Go code registers: "combo_…"
+// literals, and Name: "…" in files whose namespace is "combo".
+func exportedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	literal := regexp.MustCompile(`"(combo_[a-z0-9_]+)"`)
+	field := regexp.MustCompile(`\bName:\s*"([a-z0-9_]+)"`)
+	err := filepath.WalkDir(root(t), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "kitex_gen" || d.Name() == ".git" || d.Name() == "output") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range literal.FindAllSubmatch(b, -1) {
+			names[string(m[1])] = true
+		}
+		if regexp.MustCompile(`namespace\s*=\s*"combo"`).Match(b) {
+			for _, m := range field.FindAllSubmatch(b, -1) {
+				names["combo_"+string(m[1])] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+func TestAlertRules(t *testing.T) {
+	var rf ruleFile
+	dec := yaml.NewDecoder(strings.NewReader(read(t, "deploy/alerts.yml")))
+	dec.KnownFields(true)
+	if err := dec.Decode(&rf); err != nil {
+		t.Fatalf("deploy/alerts.yml: %v", err)
+	}
+	exported := exportedMetrics(t)
+	metricRef := regexp.MustCompile(`\bcombo_[a-z0-9_]+`)
+	seen := map[string]bool{}
+	covered := map[string]bool{}
+	n := 0
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			n++
+			if r.Alert == "" || r.Expr == "" {
+				t.Errorf("group %s: a rule without alert or expr: %+v", g.Name, r)
+				continue
+			}
+			if seen[r.Alert] {
+				t.Errorf("alert %s is defined twice", r.Alert)
+			}
+			seen[r.Alert] = true
+			if s := r.Labels["severity"]; s != "warning" && s != "critical" {
+				t.Errorf("%s: severity %q, want warning or critical", r.Alert, s)
+			}
+			if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+				t.Errorf("%s: want summary and description annotations", r.Alert)
+			}
+			if r.For != "" {
+				if _, err := time.ParseDuration(r.For); err != nil {
+					t.Errorf("%s: for %q: %v", r.Alert, r.For, err)
+				}
+			}
+			if strings.Count(r.Expr, "(") != strings.Count(r.Expr, ")") {
+				t.Errorf("%s: unbalanced parentheses in %q", r.Alert, r.Expr)
+			}
+			for _, m := range metricRef.FindAllString(r.Expr, -1) {
+				base := m
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					if b, ok := strings.CutSuffix(m, suffix); ok && exported[b] {
+						base = b
+					}
+				}
+				covered[base] = true
+				switch {
+				case exported[base]:
+				case pendingMetrics[base]:
+					t.Logf("%s uses %s, which the service does not export yet", r.Alert, base)
+				default:
+					t.Errorf("%s uses %s, which the service does not export", r.Alert, m)
+				}
+			}
+		}
+	}
+	for _, want := range []string{"combo_stream_length", "combo_stream_pending", "combo_push_lag_seconds",
+		"combo_windows_flushed_total", "combo_redis_errors_total", "combo_reports_total"} {
+		if !covered[want] {
+			t.Errorf("no alert on %s", want)
+		}
+	}
+	if !strings.Contains(read(t, "deploy/alerts.yml"), `status="stale"`) || !strings.Contains(read(t, "deploy/alerts.yml"), `outcome="unavailable"`) {
+		t.Errorf("want alerts on stale drops and on reports answered unavailable")
+	}
+	if n == 0 {
+		t.Fatal("no rules")
+	}
+
+	promtool := tool(t, "promtool", false)
+	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}} {
+		out, err := exec.Command(promtool, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}

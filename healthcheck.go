@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// healthcheck GETs path on this configuration's metrics.addr and returns
+// nil on a 2xx answer. It serves the container HEALTHCHECK
+// (`combo-service -healthcheck /healthz`): the image is distroless, with no
+// curl or wget, and the probe reads the same config file and environment as
+// the service, so it always checks the port the service really uses.
+func healthcheck(metricsAddr, path string, timeout time.Duration) error {
+	host, port, err := net.SplitHostPort(metricsAddr)
+	if err != nil || port == "" || port == "0" {
+		return fmt.Errorf("metrics.addr %q has no fixed port to probe", metricsAddr)
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	target := "http://" + net.JoinHostPort(host, port) + path
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("GET %s: %s: %s", target, resp.Status, body)
+	}
+	return nil
+}
