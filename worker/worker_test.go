@@ -20,15 +20,25 @@ import (
 
 const w = 150 * time.Millisecond
 
-func setup(t *testing.T) (*repo.Repo, *redis.Client, *metrics.Metrics) {
-	srv := testredis.Start(t, testredis.Options{})
-	rdb := srv.Client()
+// setup starts a redis-server with the scripts loaded, the group created
+// and a subscriber on every push channel.
+func setup(t *testing.T) (*repo.Repo, *redis.Client, *redis.PubSub, *metrics.Metrics) {
+	ctx := context.Background()
+	rdb := testredis.Start(t, testredis.Options{}).Client()
 	r := repo.New(rdb, repo.Settings{Window: w, Grace: 20 * time.Millisecond, Dedupe: time.Minute,
 		Stale: time.Minute, Timeout: time.Second, Shards: 1, StreamMaxLen: 100000})
-	if err := r.LoadScripts(context.Background()); err != nil {
+	if err := r.LoadScripts(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return r, rdb, metrics.New(prometheus.NewRegistry())
+	if err := r.EnsureGroups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sub := rdb.PSubscribe(ctx, push.ChannelPattern)
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r, rdb, sub, metrics.New(prometheus.NewRegistry())
 }
 
 func contribution(id, activity int64) *combo.Contribution {
@@ -52,16 +62,8 @@ func (p *panicky) Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResu
 }
 
 func TestWorkerSurvivesBadEntryAndPanic(t *testing.T) {
-	r, rdb, m := setup(t)
+	r, rdb, sub, m := setup(t)
 	ctx := context.Background()
-	sub := rdb.PSubscribe(ctx, push.ChannelPattern)
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.EnsureGroups(ctx); err != nil {
-		t.Fatal(err)
-	}
 	// A malformed entry, as a bug or a hand-edit might leave.
 	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: r.Keys().Stream(0), Values: []string{"junk", "1"}}).Err(); err != nil {
 		t.Fatal(err)
@@ -110,16 +112,8 @@ func TestWorkerSurvivesBadEntryAndPanic(t *testing.T) {
 // (read with id 0) and publishes them; another consumer reclaims those of
 // a consumer that never comes back.
 func TestPendingEntriesAreRecovered(t *testing.T) {
-	r, rdb, m := setup(t)
+	r, _, sub, m := setup(t)
 	ctx := context.Background()
-	sub := rdb.PSubscribe(ctx, push.ChannelPattern)
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.EnsureGroups(ctx); err != nil {
-		t.Fatal(err)
-	}
 	for i := range 4 {
 		if _, err := r.Report(ctx, []*combo.Contribution{contribution(int64(10+i), int64(100+i))}); err != nil {
 			t.Fatal(err)
