@@ -16,8 +16,8 @@
 -- Returns {status, a, b}:
 --   0 published  a = lag ms past due, b = quantity
 --   1 early      a = due ms, b = now ms (Redis clock); nothing changed
---   2 stale      a = age ms, b = quantity (0 if its data had expired);
---                dropped, acked and deleted, never published
+--   2 stale      a = age ms, b = quantity (0 if its data had expired
+--                unpublished); dropped, acked and deleted, never published
 --   3 gone       no window for this entry (already flushed, e.g. by the
 --                consumer that claimed it); acked and deleted
 
@@ -38,8 +38,12 @@ if w[1] ~= sid then
   w = redis.call('HMGET', key, 's', 'd', 'q', 'i', 'c', 'f')
 end
 if w[1] ~= sid then
+  -- No data. If the entry is still in the stream, nobody published the
+  -- window: its hash expired, so it is stale. If the entry is gone too,
+  -- another consumer already published it.
+  local expired = #redis.call('XRANGE', KEYS[1], sid, sid) > 0 and now - opened > tonumber(ARGV[5])
   retire()
-  if now - opened > tonumber(ARGV[5]) then return {2, now - opened, 0} end
+  if expired then return {2, now - opened, 0} end
   return {3, 0, 0}
 end
 

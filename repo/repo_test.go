@@ -3,6 +3,7 @@ package repo_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -155,4 +156,43 @@ func TestPruneConsumersKeepsPending(t *testing.T) {
 			t.Fatalf("stats %d %d %v", length, pending, err)
 		}
 	}(t, testredis.Start(t, testredis.Options{}).Client())
+}
+
+// An entry whose window hash expired unpublished is stale; an entry whose
+// window another consumer published is gone.
+func TestFlushTellsExpiredFromPublished(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s := settings()
+		s.Stale = 300 * time.Millisecond
+		r := repo.New(rdb, s)
+		if err := r.EnsureGroups(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []int64{1, 2} {
+			if _, err := r.Report(ctx, []*combo.Contribution{contribution(id, fmt.Sprint("t", id), base)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ws, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
+		if err != nil || len(ws) != 2 {
+			t.Fatalf("read %v %v", ws, err)
+		}
+		// Window 1: its data vanished (TTL) while its entry waits.
+		rdb.Del(ctx, r.Keys().Current(0, 7, 42, "t1"))
+		time.Sleep(s.Stale + 50*time.Millisecond)
+		res, err := r.Flush(ctx, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[0].Status != repo.Stale || res[1].Status != repo.Stale || res[1].Quantity != 1 {
+			t.Fatalf("results %+v", res)
+		}
+		// Flushing the same entries again (as a consumer that lost a race
+		// would): both already retired, so gone.
+		res, err = r.Flush(ctx, ws)
+		if err != nil || res[0].Status != repo.Gone || res[1].Status != repo.Gone {
+			t.Fatalf("second flush %+v %v", res, err)
+		}
+	})
 }
