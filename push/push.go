@@ -48,32 +48,37 @@ type Record struct {
 	CreatedAt  int64  `json:"created_at"`
 }
 
-// display is the part of a record taken from a window's smallest-id row.
-type display struct {
-	UserID    int64  `json:"user_id"`
-	Nickname  string `json:"nickname"`
-	AvatarURL string `json:"avatar_url"`
-	StarID    int64  `json:"star_id"`
-	ItemID    int64  `json:"item_id"`
-	ItemType  string `json:"item_type"`
-	ItemName  string `json:"item_name"`
-	ItemIcon  string `json:"item_icon"`
+// FragmentSep separates the values of a Fragment. JSON escapes every
+// control character inside strings, so it can never occur within a value.
+const FragmentSep = "\x1f"
+
+// Fragment returns the display values of c's record — star_id, item_id and
+// the JSON-escaped contents (without quotes) of nickname, avatar_url,
+// item_name and item_icon — joined by FragmentSep, without member names. The report script keeps the
+// smallest-id row's fragment and the flush script names the values and
+// completes the record, so string escaping is done once, here, by
+// encoding/json, never in Lua, and Redis stores no member names or quotes
+// per window (bytes that count: a window is kept for seconds, many at once).
+func Fragment(c *combo.Contribution) ([]byte, error) {
+	b := make([]byte, 0, 48+len(c.Nickname)+len(c.AvatarUrl)+len(c.ItemName)+len(c.ItemIcon))
+	b = strconv.AppendInt(b, c.StarId, 10)
+	b = append(b, FragmentSep...)
+	b = strconv.AppendInt(b, c.ItemId, 10)
+	for _, s := range [...]string{c.Nickname, c.AvatarUrl, c.ItemName, c.ItemIcon} {
+		enc, err := json.Marshal(s)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, FragmentSep...)
+		b = append(b, enc[1:len(enc)-1]...)
+	}
+	return b, nil
 }
 
-// Fragment returns the display members of c's record as JSON object members
-// without the braces (`"user_id":1,"nickname":"…",…`). The report script
-// keeps the smallest-id row's fragment and the flush script completes it with
-// id, quantity, combo_count and created_at, so string escaping is done once,
-// here, by encoding/json, and never in Lua.
-func Fragment(c *combo.Contribution) ([]byte, error) {
-	b, err := json.Marshal(display{
-		UserID: c.UserId, Nickname: c.Nickname, AvatarURL: c.AvatarUrl, StarID: c.StarId,
-		ItemID: c.ItemId, ItemType: c.ItemType, ItemName: c.ItemName, ItemIcon: c.ItemIcon,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return b[1 : len(b)-1], nil
+// JSONString is s as a JSON string literal (for the flush script's item_type).
+func JSONString(s string) string {
+	b, _ := json.Marshal(s) // a Go string always encodes
+	return string(b)
 }
 
 // RecordOf is the feed item of one contribution on its own.

@@ -35,24 +35,34 @@ func TestSingleHasEveryMemberExact(t *testing.T) {
 	}
 }
 
-// The flush script wraps the fragment with id, quantity, combo_count and
-// created_at; the result must be valid JSON carrying the 12 members.
-func TestFragmentCompletesToRecord(t *testing.T) {
+// The flush script splits the fragment on FragmentSep and names its six
+// values; each must be a valid JSON value even when strings hold quotes,
+// backslashes, control characters or CJK.
+func TestFragmentValuesAreJSON(t *testing.T) {
 	c := sample()
 	f, err := Fragment(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	payload := `{"activity_id":7,"type":"contributions_response","record":{"id":9223372036854775807,"quantity":5,"combo_count":5,"created_at":1732950000123,` + string(f) + `}}`
-	if !json.Valid([]byte(payload)) {
-		t.Fatalf("invalid JSON: %s", payload)
+	parts := strings.Split(string(f), FragmentSep)
+	if len(parts) != 6 {
+		t.Fatalf("%d values in %q", len(parts), f)
 	}
-	m, err := Decode([]byte(payload))
-	if err != nil {
-		t.Fatal(err)
+	want := []any{float64(c.StarId), float64(c.ItemId), c.Nickname, c.AvatarUrl, c.ItemName, c.ItemIcon}
+	for i, p := range parts {
+		if i >= 2 {
+			p = `"` + p + `"` // the flush script adds the quotes
+		}
+		var v any
+		if err := json.Unmarshal([]byte(p), &v); err != nil {
+			t.Fatalf("value %d %q: %v", i, p, err)
+		}
+		if v != want[i] {
+			t.Errorf("value %d = %v, want %v", i, v, want[i])
+		}
 	}
-	if m.Record.ItemType != c.ItemType || m.Record.Nickname != c.Nickname || m.Record.UserID != c.UserId || m.Record.Quantity != 5 {
-		t.Fatalf("record %+v", m.Record)
+	if got := JSONString(`a"b\c`); got != `"a\"b\\c"` {
+		t.Errorf("JSONString = %s", got)
 	}
 }
 

@@ -99,7 +99,8 @@ func (r *Repo) runFlushes(ctx context.Context, ws []Window) ([]*redis.Cmd, error
 				r.keys.Current(w.Shard, w.ActivityID, w.UserID, w.ItemType),
 				r.keys.Parked(w.Shard, w.ID),
 			},
-			Group, w.ID, push.Channel(w.ActivityID), strconv.FormatInt(w.ActivityID, 10), r.staleMs,
+			Group, w.ID, push.Channel(w.ActivityID), strconv.FormatInt(w.ActivityID, 10),
+			strconv.FormatInt(w.UserID, 10), push.JSONString(w.ItemType), r.delayMs, r.staleMs,
 		)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && isUnavailable(err) {

@@ -4,21 +4,26 @@
 -- delete, and a crash can never leave a window published but still pending.
 --
 -- KEYS[1]  stream  STREAM windows waiting to close
--- KEYS[2]  cur     HASH   the combo key's newest unpublished window
--- KEYS[3]  parked  HASH   where the window is if a newer one displaced it
+-- KEYS[2]  cur     STRING the combo key's newest unpublished window
+-- KEYS[3]  parked  STRING where the window is if a newer one displaced it
 -- ARGV[1]  group        consumer group
--- ARGV[2]  entry id     the window's identity (hash field s); its ms part
---                       is when the window opened, by Redis's clock
+-- ARGV[2]  entry id     the window's identity; its ms part is when the
+--                       window opened, by Redis's clock
 -- ARGV[3]  channel      act:{activity_id}:contributions
 -- ARGV[4]  activity_id  decimal
--- ARGV[5]  stale        ms after opening past which the window is dropped
+-- ARGV[5]  user_id      decimal
+-- ARGV[6]  item_type    as a JSON string literal
+-- ARGV[7]  delay        W + grace, ms: the window is due at open + delay
+-- ARGV[8]  stale        ms after opening past which the window is dropped
+--
+-- Window value: see report.lua.
 --
 -- Returns {status, a, b}:
 --   0 published  a = lag ms past due, b = quantity
 --   1 early      a = due ms, b = now ms (Redis clock); nothing changed
 --   2 stale      a = age ms, b = quantity (0 if its data had expired
 --                unpublished); dropped, acked and deleted, never published
---   3 gone       no window for this entry (already flushed, e.g. by the
+--   3 gone       no window for this entry (already published, e.g. by the
 --                consumer that claimed it); acked and deleted
 
 local t = redis.call('TIME')
@@ -31,35 +36,46 @@ local function retire()
   redis.call('XDEL', KEYS[1], sid)
 end
 
-local key = KEYS[2]
-local w = redis.call('HMGET', key, 's', 'd', 'q', 'i', 'c', 'f')
-if w[1] ~= sid then
-  key = KEYS[3]
-  w = redis.call('HMGET', key, 's', 'd', 'q', 'i', 'c', 'f')
+local function load(key)
+  local v = redis.call('GET', key)
+  if not v then return nil end
+  local s, a, q, i, c, f = string.match(v, '^([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31(.*)$')
+  if s ~= sid then return nil end
+  return {a = a, q = q, i = i, c = (c ~= '' and c or a), f = f}
 end
-if w[1] ~= sid then
+
+local key = KEYS[2]
+local w = load(key)
+if not w then
+  key = KEYS[3]
+  w = load(key)
+end
+if not w then
   -- No data. If the entry is still in the stream, nobody published the
-  -- window: its hash expired, so it is stale. If the entry is gone too,
+  -- window: its data expired, so it is stale. If the entry is gone too,
   -- another consumer already published it.
-  local expired = #redis.call('XRANGE', KEYS[1], sid, sid) > 0 and now - opened > tonumber(ARGV[5])
+  local expired = #redis.call('XRANGE', KEYS[1], sid, sid) > 0 and now - opened > tonumber(ARGV[8])
   retire()
   if expired then return {2, now - opened, 0} end
   return {3, 0, 0}
 end
 
-if now - opened > tonumber(ARGV[5]) then
+if now - opened > tonumber(ARGV[8]) then
   redis.call('DEL', key)
   retire()
-  return {2, now - opened, tonumber(w[3])}
+  return {2, now - opened, tonumber(w.q)}
 end
 
-local due = tonumber(w[2])
+local due = opened + tonumber(ARGV[7])
 if now < due then return {1, due, now} end
 
-redis.call('PUBLISH', ARGV[3], '{"activity_id":' .. ARGV[4] ..
-  ',"type":"contributions_response","record":{"id":' .. w[4] ..
-  ',"quantity":' .. w[3] .. ',"combo_count":' .. w[3] ..
-  ',"created_at":' .. w[5] .. ',' .. w[6] .. '}}')
+local star, item, nick, avatar, name, icon = string.match(w.f, '^([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31(.*)$')
+redis.call('PUBLISH', ARGV[3], table.concat({
+  '{"activity_id":', ARGV[4], ',"type":"contributions_response","record":{"id":', w.i,
+  ',"user_id":', ARGV[5], ',"nickname":"', nick, '","avatar_url":"', avatar,
+  '","star_id":', star, ',"item_id":', item, ',"item_type":', ARGV[6],
+  ',"item_name":"', name, '","item_icon":"', icon, '"',
+  ',"quantity":', w.q, ',"combo_count":', w.q, ',"created_at":', w.c, '}}'}))
 redis.call('DEL', key)
 retire()
-return {0, now - due, tonumber(w[3])}
+return {0, now - due, tonumber(w.q)}

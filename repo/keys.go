@@ -10,9 +10,12 @@ import (
 // Redis Cluster slot:
 //
 //	combo:{N}:stream                      STREAM  windows waiting to close (the only key without a TTL)
-//	combo:{N}:cur:<a>:<u>:<len>:<type>    HASH    the combo key's newest unpublished window
-//	combo:{N}:win:<stream id>             HASH    a window displaced by a newer one before its flush
-//	combo:{N}:seen:<contribution id>      STRING  "already counted" marker, value = its window's stream id
+//	combo:{N}:w:<a>:<u>:<len>:<type>      STRING  the combo key's newest unpublished window
+//	combo:{N}:p:<stream id>               STRING  a window displaced (parked) by a newer one before its flush
+//	combo:{N}:s:<bucket>                  SET     ids counted in one dedupe bucket (window.dedupe / 4 of time)
+//
+// Names are short on purpose: with one window and one marker per report,
+// a few bytes of key name are a measurable share of memory per window.
 //
 // N is the shard, 0..shards-1, chosen from the combo key. The item type is
 // written raw after its byte length: the length makes the key unambiguous
@@ -67,7 +70,7 @@ func (k Keys) Stream(shard int) string { return k.tags[shard] + "stream" }
 func (k Keys) Current(shard int, activityID, userID int64, itemType string) string {
 	b := make([]byte, 0, len(k.tags[shard])+48+len(itemType))
 	b = append(b, k.tags[shard]...)
-	b = append(b, "cur:"...)
+	b = append(b, "w:"...)
 	b = strconv.AppendInt(b, activityID, 10)
 	b = append(b, ':')
 	b = strconv.AppendInt(b, userID, 10)
@@ -80,12 +83,11 @@ func (k Keys) Current(shard int, activityID, userID int64, itemType string) stri
 
 // ParkedPrefix is the prefix the report script appends a stream id to when
 // it parks a displaced window (the script knows the id, Go does not).
-func (k Keys) ParkedPrefix(shard int) string { return k.tags[shard] + "win:" }
+func (k Keys) ParkedPrefix(shard int) string { return k.tags[shard] + "p:" }
 
 // Parked is the hash of a displaced window, by its stream entry id.
 func (k Keys) Parked(shard int, streamID string) string { return k.ParkedPrefix(shard) + streamID }
 
-// Seen is the dedupe marker of one contribution id.
-func (k Keys) Seen(shard int, contributionID int64) string {
-	return k.tags[shard] + "seen:" + strconv.FormatInt(contributionID, 10)
-}
+// SeenPrefix is the prefix of shard's dedupe buckets (the report script
+// appends the bucket number, from Redis's clock).
+func (k Keys) SeenPrefix(shard int) string { return k.tags[shard] + "s:" }

@@ -33,17 +33,21 @@ type Repo struct {
 	rdb  redis.UniversalClient
 	keys Keys
 	set  Settings
+	// delay is W + grace: a window is due this long after it opened. All
+	// replicas must agree on it (and on W), as on the rest of the rule.
+	delay time.Duration
 
 	// Script arguments that never change, formatted once.
-	windowMs, graceMs, dedupeMs, ttlMs, staleMs, maxLen string
+	windowMs, delayMs, bucketMs, ttlMs, staleMs, maxLen string
 }
 
 // New returns a Repo over rdb.
 func New(rdb redis.UniversalClient, s Settings) *Repo {
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 	return &Repo{
-		rdb: rdb, keys: NewKeys(s.Shards), set: s,
-		windowMs: ms(s.Window), graceMs: ms(s.Grace), dedupeMs: ms(s.Dedupe), staleMs: ms(s.Stale),
+		delay: s.Window + s.Grace,
+		rdb:   rdb, keys: NewKeys(s.Shards), set: s,
+		windowMs: ms(s.Window), delayMs: ms(s.Window + s.Grace), bucketMs: ms(max(s.Dedupe/4, time.Millisecond)), staleMs: ms(s.Stale),
 		// A window's hash outlives its stale deadline a little, so the flush
 		// that finds it stale can count it; then Redis reclaims the memory
 		// even if no flush ever comes.

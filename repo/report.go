@@ -106,13 +106,9 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution) ([]*red
 		}
 		shard := r.keys.Shard(c.ActivityId, c.UserId, c.ItemType)
 		cmds[i] = reportScript.EvalSha(ctx, pipe,
-			[]string{
-				r.keys.Current(shard, c.ActivityId, c.UserId, c.ItemType),
-				r.keys.Seen(shard, c.Id),
-				r.keys.Stream(shard),
-			},
+			[]string{r.keys.Current(shard, c.ActivityId, c.UserId, c.ItemType), r.keys.Stream(shard)},
 			strconv.FormatInt(c.Id, 10), strconv.FormatInt(c.CreatedAt, 10), strconv.Itoa(int(c.Quantity)),
-			frag, r.windowMs, r.graceMs, r.dedupeMs, r.ttlMs, r.keys.ParkedPrefix(shard), r.maxLen,
+			frag, r.windowMs, r.bucketMs, r.ttlMs, r.keys.ParkedPrefix(shard), r.keys.SeenPrefix(shard), r.maxLen,
 			strconv.FormatInt(c.ActivityId, 10), strconv.FormatInt(c.UserId, 10), c.ItemType,
 		)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -92,7 +93,7 @@ func (r *Repo) Drop(ctx context.Context, shard int, ids []string) error {
 
 func (r *Repo) parseEntries(shard int, msgs []redis.XMessage, ws []Window, bad []string) ([]Window, []string) {
 	for _, m := range msgs {
-		w, err := parseEntry(shard, m)
+		w, err := r.parseEntry(shard, m)
 		if err != nil {
 			bad = append(bad, m.ID)
 			continue
@@ -102,7 +103,9 @@ func (r *Repo) parseEntries(shard int, msgs []redis.XMessage, ws []Window, bad [
 	return ws, bad
 }
 
-func parseEntry(shard int, m redis.XMessage) (Window, error) {
+// parseEntry reads an entry's fields; its due time is its id's ms part (when
+// the window opened, by Redis's clock) plus W + grace.
+func (r *Repo) parseEntry(shard int, m redis.XMessage) (Window, error) {
 	str := func(k string) (string, error) {
 		v, ok := m.Values[k].(string)
 		if !ok {
@@ -132,8 +135,11 @@ func parseEntry(shard int, m redis.XMessage) (Window, error) {
 	if w.ItemType, err = str("t"); err != nil {
 		return Window{}, err
 	}
-	if w.Due, err = num("d"); err != nil {
-		return Window{}, err
+	msPart, _, _ := strings.Cut(m.ID, "-")
+	opened, err := strconv.ParseInt(msPart, 10, 64)
+	if err != nil {
+		return Window{}, fmt.Errorf("entry %s: id: %w", m.ID, err)
 	}
+	w.Due = opened + r.delay.Milliseconds()
 	return w, nil
 }
