@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# bench.sh: reproduce every figure of issue 4 on this machine, 3 runs each.
+# It starts its own redis-server and combo-service on free loopback ports,
+# drives them with combo-bench, writes every run's JSON to $OUT, stops what it
+# started, and prints medians. Needs redis-server, jq, go.
+#
+#   bash cmd/combo-bench/bench.sh [OUT] [RUNS]
+#   PARTS="rate" bash cmd/combo-bench/bench.sh   # only some parts: load rate memory
+#
+# The machine is shared (2 cores): before each run it waits (up to 90 s) for
+# the CPU to be at least 85% idle, and records the idle share it saw.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${1:-/tmp/combo-bench-results}
+RUNS=${2:-3}
+PARTS=${PARTS:-"load rate memory"}
+has() { [[ " $PARTS " == *" $1 "* ]]; }
+BIN=$(mktemp -d)
+mkdir -p "$OUT"
+
+free_port() {
+  local p
+  for p in $(shuf -i 20000-40000 -n 50); do
+    ss -ltn | awk '{print $4}' | grep -q ":$p\$" || { echo "$p"; return; }
+  done
+  return 1
+}
+
+cpu_idle() { # idle share over one second, from /proc/stat
+  local a b
+  a=($(head -1 /proc/stat)); sleep 1; b=($(head -1 /proc/stat))
+  local tot=0 i
+  for i in 1 2 3 4 5 6 7 8; do tot=$((tot + b[i] - a[i])); done
+  echo $(( 100 * (b[4] - a[4]) / (tot > 0 ? tot : 1) ))
+}
+
+wait_idle() {
+  local t=0 idle
+  while idle=$(cpu_idle); [ "$idle" -lt 85 ] && [ $t -lt 90 ]; do t=$((t + 1)); done
+  echo "$idle"
+}
+
+go build -o "$BIN/combo-service" .
+go build -o "$BIN/combo-bench" ./cmd/combo-bench
+go build -o "$BIN/benchplot" ./cmd/benchplot
+
+RP=$(free_port); SP=$(free_port)
+redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+  --pidfile "$BIN/redis.pid" --logfile "$BIN/redis.log"
+SVC_PID=
+stop_service() { [ -n "$SVC_PID" ] && kill -TERM "$SVC_PID" 2>/dev/null && wait "$SVC_PID" 2>/dev/null; SVC_PID=; }
+cleanup() { stop_service || true; redis-cli -p "$RP" shutdown nosave >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+
+start_service() { # $1 = window size
+  COMBO_REDIS_ADDR=127.0.0.1:$RP COMBO_SERVER_ADDR=127.0.0.1:$SP COMBO_METRICS_ADDR=127.0.0.1:0 \
+    COMBO_LOG_LEVEL=warn COMBO_WINDOW_SIZE=$1 "$BIN/combo-service" 2>>"$OUT/service.log" &
+  SVC_PID=$!
+  for _ in $(seq 100); do ss -ltn | grep -q ":$SP " && return; sleep 0.1; done
+  echo "service did not start" >&2; exit 1
+}
+
+bench() { # $1 = output name, rest = combo-bench flags
+  local name=$1; shift
+  local idle; idle=$(wait_idle)
+  echo "== $name (cpu idle before: ${idle}%)" >&2
+  "$BIN/combo-bench" -addr 127.0.0.1:$SP -redis 127.0.0.1:$RP -service-pid "$SVC_PID" \
+    -json -label "idle=${idle}" "$@" > "$OUT/$name.json"
+}
+
+start_service 3s
+for i in $(seq "$RUNS"); do
+  if has load; then
+    bench "compare-c32-$i" -mode compare -c 32 -d 10s
+    bench "single-c8-$i" -mode single -c 8 -d 10s
+  fi
+  if has rate; then
+    # 64 senders, so the bench is not what caps the offered rate.
+    for r in 500 1000 2000 4000; do
+      bench "rate-$r-$i" -mode rate -rate $r -d 10s -c 64
+    done
+  fi
+done
+stop_service
+
+if has memory; then
+  start_service 50s
+  for i in $(seq "$RUNS"); do
+    bench "memory-$i" -memory -windows 100000 -b 100 -c 8 -window 50s
+    sleep 10 # the previous run's dedupe keys (60 s) expire before the next "before" reading
+    bench "curve-$i" -curve -levels 1000,10000,50000,100000 -probe 5000 -b 100 -c 8 -window 50s
+    sleep 10
+  done
+  stop_service
+fi
+
+if has rate; then
+  mkdir -p docs/bench
+  "$BIN/benchplot" -o docs/bench/push-lag.png "$OUT"/rate-*.json
+fi
+
+# Medians of the runs.
+med() { jq -s "map($1) | sort | .[length/2|floor]" "${@:2}"; }
+echo
+if has load; then
+echo "compare (C=32, 10 s): median reports/s and ratio over naive"
+for m in 0 1 2 3; do
+  printf '  %-9s %8.0f/s  p50 %6.2f ms  p99 %6.2f ms\n' \
+    "$(jq -r ".runs[$m].mode" "$OUT/compare-c32-1.json")" \
+    "$(med ".runs[$m].reports_per_s" "$OUT"/compare-c32-*.json)" \
+    "$(med ".runs[$m].rpc_latency.p50_ms" "$OUT"/compare-c32-*.json)" \
+    "$(med ".runs[$m].rpc_latency.p99_ms" "$OUT"/compare-c32-*.json)"
+done
+for k in single_vs_naive batch50_vs_naive reporter_vs_naive; do
+  printf '  %-18s %5.1fx\n' "$k" "$(med ".ratios.$k" "$OUT"/compare-c32-*.json)"
+done
+printf 'single C=8: %.0f/s, p50 %.2f ms, p99 %.2f ms\n' \
+  "$(med '.[0].reports_per_s' "$OUT"/single-c8-*.json)" \
+  "$(med '.[0].rpc_latency.p50_ms' "$OUT"/single-c8-*.json)" \
+  "$(med '.[0].rpc_latency.p99_ms' "$OUT"/single-c8-*.json)"
+fi
+if has memory; then
+printf 'memory: %.0f bytes per open window (hash %.0f, dedupe key %.0f, rest %.0f)\n' \
+  "$(med '.bytes_per_open_window' "$OUT"/memory-*.json)" "$(med '.window_hash_bytes_avg' "$OUT"/memory-*.json)" \
+  "$(med '.dedupe_key_bytes_avg' "$OUT"/memory-*.json)" "$(med '.stream_bytes_per_entry' "$OUT"/memory-*.json)"
+echo "curve: level, median reports/s, p50 ms, redis script µs/report"
+for l in 0 1 2 3; do
+  printf '  %7d %8.0f %6.2f %6.1f\n' "$(jq ".points[$l].level" "$OUT/curve-1.json")" \
+    "$(med ".points[$l].reports_per_s" "$OUT"/curve-*.json)" "$(med ".points[$l].p50_ms" "$OUT"/curve-*.json)" \
+    "$(med ".points[$l].script_usec_per_report" "$OUT"/curve-*.json)"
+done
+fi

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/push"
+)
+
+// collector watches every activity channel (PSUBSCRIBE act:*:contributions)
+// and keeps the pushes of the activities it was told to track. The receive
+// time is taken the moment go-redis hands the message over, before decoding,
+// so decoding cost never inflates the measured lag.
+type collector struct {
+	ps     *redis.PubSub
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu        sync.Mutex
+	tracked   map[int64][]pushed
+	badPushes int // undecodable payloads on tracked or unknown channels
+	recvErrs  int
+	lastErr   error
+}
+
+func startCollector(ctx context.Context, rdb *redis.Client) (*collector, error) {
+	ps := rdb.PSubscribe(ctx, push.ChannelPattern)
+	// Wait for the subscription to be confirmed: a push published before it
+	// would be lost and counted as a missing window.
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return nil, fmt.Errorf("psubscribe %s: %w", push.ChannelPattern, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &collector{ps: ps, cancel: cancel, done: make(chan struct{}), tracked: make(map[int64][]pushed)}
+	go c.loop(ctx)
+	return c, nil
+}
+
+func (c *collector) loop(ctx context.Context) {
+	defer close(c.done)
+	for {
+		msg, err := c.ps.ReceiveMessage(ctx)
+		recv := time.Now()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// go-redis resubscribes on the next call; pushes in the gap show
+			// up as missing windows, and the error is reported.
+			c.mu.Lock()
+			c.recvErrs++
+			c.lastErr = err
+			c.mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		m, err := push.Decode([]byte(msg.Payload))
+		c.mu.Lock()
+		switch {
+		case err != nil:
+			c.badPushes++
+			c.lastErr = err
+		default:
+			if list, ok := c.tracked[m.ActivityID]; ok {
+				c.tracked[m.ActivityID] = append(list, pushed{
+					Recv:     recv,
+					WindowID: m.Record.ID,
+					Key:      comboKey{Activity: m.ActivityID, User: m.Record.UserID, ItemType: m.Record.ItemType},
+					Quantity: int64(m.Record.Quantity),
+				})
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+// track starts keeping activity's pushes.
+func (c *collector) track(activity int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.tracked[activity]; !ok {
+		c.tracked[activity] = []pushed{}
+	}
+}
+
+// take returns activity's pushes so far and stops tracking it.
+func (c *collector) take(activity int64) []pushed {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.tracked[activity]
+	delete(c.tracked, activity)
+	return p
+}
+
+func (c *collector) count(activity int64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.tracked[activity])
+}
+
+// waitFor waits until activity has at least n pushes or deadline passes,
+// then a little longer, so a window pushed twice is seen too.
+func (c *collector) waitFor(activity int64, n int64, deadline time.Time) {
+	for time.Now().Before(deadline) && int64(c.count(activity)) < n {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(250 * time.Millisecond)
+}
+
+// problems describes receive or decode failures, if any.
+func (c *collector) problems() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.recvErrs == 0 && c.badPushes == 0 {
+		return nil
+	}
+	return fmt.Errorf("subscriber: %d receive errors, %d undecodable pushes, last: %w",
+		c.recvErrs, c.badPushes, errors.Join(c.lastErr))
+}
+
+func (c *collector) close() {
+	c.cancel()
+	_ = c.ps.Close()
+	<-c.done
+}

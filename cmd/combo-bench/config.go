@@ -1,0 +1,153 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is every flag of combo-bench. W and grace must match the service's
+// window.size and window.grace: the bench cannot read them from the service,
+// and push lag is measured against W + grace.
+type config struct {
+	Addr  string
+	Redis string
+	Mode  string
+
+	Concurrency int
+	Duration    time.Duration
+	Reports     int64 // N: stop after this many reports (0 = run for Duration)
+	Batch       int
+	Rate        float64
+	Keys        int // distinct combo keys of a closed-loop run
+
+	ReporterConcurrency int
+	ReporterLinger      time.Duration
+
+	Window     time.Duration
+	Grace      time.Duration
+	Settle     time.Duration // extra wait for trailing pushes beyond W + grace
+	Shards     int           // the service's redis.shards, to name its keys
+	ServicePID int           // optional: report the service's CPU per report
+
+	Memory      bool
+	Windows     int
+	Curve       bool
+	CurveLevels []int
+	ProbeN      int
+
+	JSON  bool
+	Label string
+}
+
+var modes = []string{"single", "batch", "reporter", "rate", "naive", "compare"}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("combo-bench", flag.ContinueOnError)
+	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8888", "combo-service Kitex RPC address (loopback only)")
+	fs.StringVar(&c.Redis, "redis", "127.0.0.1:6379", "the Redis the service uses (pushes are read from it; naive mode writes to it)")
+	fs.StringVar(&c.Mode, "mode", "single", "load: "+strings.Join(modes, "|"))
+	fs.IntVar(&c.Concurrency, "c", 8, "concurrent callers")
+	fs.DurationVar(&c.Duration, "d", 10*time.Second, "load duration")
+	fs.Int64Var(&c.Reports, "n", 0, "stop after N reports (0: run for -d)")
+	fs.IntVar(&c.Batch, "b", 50, "batch size (batch and reporter modes; memory/curve fill)")
+	fs.Float64Var(&c.Rate, "rate", 2000, "rate mode: new windows per second")
+	fs.IntVar(&c.Keys, "keys", 1024, "distinct combo keys of single/batch/reporter/naive runs")
+	fs.IntVar(&c.ReporterConcurrency, "reporter-conc", 4, "reporter mode: batches in flight (ReporterOptions.Concurrency)")
+	fs.DurationVar(&c.ReporterLinger, "reporter-linger", 20*time.Millisecond, "reporter mode: ReporterOptions.Linger")
+	fs.DurationVar(&c.Window, "window", 3*time.Second, "the service's window.size (W)")
+	fs.DurationVar(&c.Grace, "grace", 200*time.Millisecond, "the service's window.grace")
+	fs.DurationVar(&c.Settle, "settle", 2*time.Second, "wait this long past W+grace for trailing pushes")
+	fs.IntVar(&c.Shards, "shards", 1, "the service's redis.shards (memory mode names its keys)")
+	fs.IntVar(&c.ServicePID, "service-pid", 0, "pid of the combo-service process, to report its CPU per 1000 reports")
+	fs.BoolVar(&c.Memory, "memory", false, "open -windows windows, then print Redis bytes per open window (run the service with a long W)")
+	fs.IntVar(&c.Windows, "windows", 100000, "memory mode: windows to open")
+	fs.BoolVar(&c.Curve, "curve", false, "measure cost per report as open windows grow (run the service with a long W)")
+	levels := fs.String("levels", "1000,10000,50000,100000", "curve mode: open-window levels")
+	fs.IntVar(&c.ProbeN, "probe", 3000, "curve mode: single reports per level")
+	fs.BoolVar(&c.JSON, "json", false, "print one JSON document instead of the table")
+	fs.StringVar(&c.Label, "label", "", "free text copied into the output (e.g. run number)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	var err error
+	if c.CurveLevels, err = parseInts(*levels); err != nil {
+		return c, fmt.Errorf("-levels: %w", err)
+	}
+	return c, c.validate()
+}
+
+func (c *config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if !c.Memory && !c.Curve && !contains(modes, c.Mode) {
+		bad("-mode must be one of %s, got %q", strings.Join(modes, "|"), c.Mode)
+	}
+	if c.Concurrency < 1 {
+		bad("-c must be >= 1")
+	}
+	if c.Batch < 1 || c.Batch > 1000 {
+		bad("-b must be 1..1000 (ReportContributions limit)")
+	}
+	if c.Rate <= 0 {
+		bad("-rate must be > 0")
+	}
+	if c.Duration <= 0 && c.Reports <= 0 {
+		bad("one of -d or -n must be > 0")
+	}
+	for _, a := range []struct{ flag, addr string }{{"-addr", c.Addr}, {"-redis", c.Redis}} {
+		if err := loopbackOnly(a.addr); err != nil {
+			bad("%s: %v", a.flag, err)
+		}
+	}
+	// Every caller needs keys of its own: ids then rise within each combo
+	// key, which makes a window's first report the one whose id it carries.
+	c.Keys = max(c.Keys, c.Concurrency)
+	return errors.Join(errs...)
+}
+
+// lagBase is how long after a window's first report its push is due.
+func (c *config) lagBase() time.Duration { return c.Window + c.Grace }
+
+// loopbackOnly refuses any target but this machine: the bench is a load
+// generator and must never be pointed at a shared host by mistake.
+func loopbackOnly(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q is not a loopback address; the bench only drives a local service", host)
+	}
+	return nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("bad level %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

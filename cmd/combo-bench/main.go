@@ -1,0 +1,162 @@
+// Command combo-bench drives a running combo-service over its Kitex RPC and
+// watches its pushes on Redis (PSUBSCRIBE act:*:contributions). It starts
+// nothing itself. It measures throughput, RPC latency, push lag and
+// conservation for single reports, batches, the batching client.Reporter
+// and a fixed rate of new windows; runs the source design's 13-command write
+// path (seeds/000 §4.2) against the same Redis for comparison; and measures
+// Redis memory per open window and the cost per report as open windows
+// grow. Targets and figures: issue 4 and BENCHMARKS.md.
+//
+//	combo-bench -addr 127.0.0.1:8888 -redis 127.0.0.1:6379 -mode compare -c 32 -d 10s
+//	combo-bench -mode rate -rate 2000 -d 10s -json
+//	combo-bench -memory -windows 100000 -window 50s   # service with COMBO_WINDOW_SIZE=50s
+//	combo-bench -curve -window 50s
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
+)
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "combo-bench:", err)
+		os.Exit(2)
+	}
+	if err := run(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "combo-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// bench is what every procedure drives and watches.
+type bench struct {
+	cfg config
+	rdb *redis.Client
+	col *collector
+	cli comboservice.Client
+	cpu *cpuSampler
+}
+
+func run(cfg config) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{
+		Addr: cfg.Redis,
+		// naive mode holds one connection per caller for its whole purchase.
+		PoolSize: cfg.Concurrency + 8,
+	})
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis %s: %w", cfg.Redis, err)
+	}
+	col, err := startCollector(ctx, rdb)
+	if err != nil {
+		return err
+	}
+	defer col.close()
+	cli, err := newRPCClient(cfg.Addr, cfg.Concurrency)
+	if err != nil {
+		return err
+	}
+	b := &bench{cfg: cfg, rdb: rdb, col: col, cli: cli, cpu: newCPUSampler(ctx, cfg.ServicePID, rdb)}
+
+	var out printable
+	switch {
+	case cfg.Memory:
+		out, err = b.memory()
+	case cfg.Curve:
+		out, err = b.curve()
+	case cfg.Mode == "compare":
+		out, err = b.compare()
+	default:
+		var r result
+		r, err = b.run(cfg.Mode, cfg)
+		out = runs{r}
+	}
+	if err != nil {
+		return err
+	}
+	if cfg.JSON {
+		return printJSON(os.Stdout, out)
+	}
+	out.print(os.Stdout)
+	return nil
+}
+
+// run is one load of mode with cfg, then its trailing pushes and checks.
+func (b *bench) run(mode string, cfg config) (result, error) {
+	wl := newWorkload()
+	b.col.track(wl.activity)
+	b.cpu.reset()
+	var l load
+	var err error
+	switch mode {
+	case "single":
+		l = runSingle(cfg, b.cli, wl)
+	case "batch":
+		l = runBatch(cfg, b.cli, wl)
+	case "reporter":
+		l, err = runReporter(cfg, b.cli, wl)
+	case "rate":
+		l = runRate(cfg, b.cli, wl)
+	case "naive":
+		l, err = runNaive(cfg, b.rdb, wl)
+	default:
+		err = fmt.Errorf("unknown mode %q", mode)
+	}
+	if err != nil {
+		b.col.take(wl.activity)
+		return result{}, err
+	}
+	res := newResult(cfg, mode, l)
+	res.CPU = b.cpu.since(l.rec.acked)
+	if mode != "naive" {
+		res.Pushes = awaitPushes(cfg, b.col, wl, l)
+	} else {
+		b.col.take(wl.activity)
+	}
+	if err := b.col.problems(); err != nil {
+		res.Notes = append(res.Notes, err.Error())
+	}
+	return res, nil
+}
+
+// compare runs the naive write path, then single reports, batches of 50 and
+// the Reporter, at the same concurrency and duration, back to back, so the
+// ratios come from one run on one machine state.
+func (b *bench) compare() (printable, error) {
+	var out comparison
+	for _, mode := range []string{"naive", "single", "batch", "reporter"} {
+		cfg := b.cfg
+		if mode == "batch" || mode == "reporter" {
+			cfg.Batch = 50
+		}
+		r, err := b.run(mode, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("compare, %s: %w", mode, err)
+		}
+		out.Runs = append(out.Runs, r)
+	}
+	naive := out.Runs[0].Throughput
+	if naive > 0 {
+		out.Ratios = map[string]float64{
+			"single_vs_naive":   out.Runs[1].Throughput / naive,
+			"batch50_vs_naive":  out.Runs[2].Throughput / naive,
+			"reporter_vs_naive": out.Runs[3].Throughput / naive,
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/repo"
+)
+
+// memoryResult is Redis memory per open window. It only means something
+// while the windows are open: run the service with a window long enough
+// (COMBO_WINDOW_SIZE=50s) that none closes before the second reading.
+type memoryResult struct {
+	Windows         int64   `json:"windows_opened"`
+	StreamLenBefore int64   `json:"stream_len_before"`
+	StreamLen       int64   `json:"stream_len"` // open windows, as the streams hold them
+	Pending         int64   `json:"pending"`    // of them read by a worker (PEL entries)
+	UsedBefore      int64   `json:"used_memory_before"`
+	UsedAfter       int64   `json:"used_memory_after"`
+	BytesPerWindow  float64 `json:"bytes_per_open_window"`
+	Sample          int     `json:"sample"`
+	HashBytes       float64 `json:"window_bytes_avg"` // MEMORY USAGE of sampled window keys
+	HashEncoding    string  `json:"window_encoding"`  // the window is one string (embstr/raw)
+	// StreamPerEntry is the rest of the INFO delta: one window's stream
+	// entry and pending entry, plus whatever MEMORY USAGE leaves out of the
+	// two samples above (it undercounts a hashtable's dict overhead and the
+	// expires entry). MEMORY USAGE of a stream estimates its PEL coarsely
+	// (several times too high on Redis 7.0), so it is kept for reference
+	// only, as StreamUsage.
+	StreamPerEntry float64  `json:"stream_bytes_per_entry"`
+	StreamUsage    int64    `json:"stream_memory_usage"`
+	Fill           result   `json:"fill"`
+	Notes          []string `json:"notes,omitempty"`
+}
+
+// memory opens -windows windows (each report on a new combo key, batches of
+// -b) and reads INFO used_memory before and after; the difference over the
+// number of windows is the cost of one open window: its hash, its dedupe
+// key (one report per window here), its stream entry and its pending entry.
+// A sample of MEMORY USAGE breaks that down.
+func (b *bench) memory() (printable, error) {
+	ctx := context.Background()
+	cfg := b.cfg
+	keys := repo.NewKeys(cfg.Shards)
+	out := memoryResult{Windows: int64(cfg.Windows)}
+
+	var err error
+	if out.StreamLenBefore, _, err = streamState(ctx, b.rdb, keys); err != nil {
+		return nil, err
+	}
+	if out.UsedBefore, err = usedMemory(ctx, b.rdb); err != nil {
+		return nil, err
+	}
+
+	wl := newWorkload()
+	b.col.track(wl.activity)
+	b.cpu.reset()
+	var kc keyCounter
+	l := runFresh(cfg.Concurrency, b.cli, wl, &kc, int64(cfg.Windows), cfg.Batch)
+	out.Fill = newResult(cfg, "batch", l)
+	out.Fill.CPU = b.cpu.since(l.rec.acked)
+
+	// Let the worker read the new entries: their pending entries are part
+	// of what an open window costs.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		n, pending, err := streamState(ctx, b.rdb, keys)
+		if err != nil {
+			return nil, err
+		}
+		out.StreamLen, out.Pending = n, pending
+		if pending >= n {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out.UsedAfter, err = usedMemory(ctx, b.rdb); err != nil {
+		return nil, err
+	}
+	opened := out.StreamLen - out.StreamLenBefore
+	if opened < int64(cfg.Windows)*99/100 {
+		out.Notes = append(out.Notes, fmt.Sprintf("only %d of %d windows are open: were some flushed already? run the service with a long window (COMBO_WINDOW_SIZE=50s)", opened, cfg.Windows))
+	}
+	out.BytesPerWindow = float64(out.UsedAfter-out.UsedBefore) / float64(cfg.Windows)
+
+	if err := out.sample(ctx, b.rdb, keys, wl, l.rec); err != nil {
+		return nil, err
+	}
+
+	pc := awaitPushes(cfg, b.col, wl, l)
+	out.Fill.Pushes = pc
+	return out, nil
+}
+
+// streamState sums the streams' lengths and pending entries.
+func streamState(ctx context.Context, rdb *redis.Client, keys repo.Keys) (length, pending int64, err error) {
+	for s := 0; s < keys.Shards(); s++ {
+		n, err := rdb.XLen(ctx, keys.Stream(s)).Result()
+		if err != nil {
+			return 0, 0, err
+		}
+		length += n
+		p, err := rdb.XPending(ctx, keys.Stream(s), repo.Group).Result()
+		if err != nil && err != redis.Nil && !isNoGroup(err) {
+			return 0, 0, err
+		}
+		if p != nil {
+			pending += p.Count
+		}
+	}
+	return length, pending, nil
+}
+
+func isNoGroup(err error) bool { return redis.HasErrorPrefix(err, "NOGROUP") }
+
+// sample reads MEMORY USAGE (SAMPLES 0: exact) of up to 200 window hashes
+// of the run, and of the whole streams.
+func (m *memoryResult) sample(ctx context.Context, rdb *redis.Client, keys repo.Keys, wl *workload, rec *recorder) error {
+	const n = 200
+	step := max(m.Windows/n, 1)
+	var hashSum, hashN int64
+	for k := int64(0); k < m.Windows && hashN < n; k += step {
+		ck := wl.key(k)
+		shard := keys.Shard(ck.Activity, ck.User, ck.ItemType)
+		v, err := rdb.MemoryUsage(ctx, keys.Current(shard, ck.Activity, ck.User, ck.ItemType), 0).Result()
+		if err == redis.Nil {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		hashSum += v
+		hashN++
+		if m.HashEncoding == "" {
+			m.HashEncoding, _ = rdb.ObjectEncoding(ctx, keys.Current(shard, ck.Activity, ck.User, ck.ItemType)).Result()
+		}
+	}
+	for s := 0; s < keys.Shards(); s++ {
+		v, err := rdb.MemoryUsage(ctx, keys.Stream(s), 0).Result()
+		if err != nil && err != redis.Nil {
+			return err
+		}
+		m.StreamUsage += v
+	}
+	m.Sample = int(hashN)
+	if hashN > 0 {
+		m.HashBytes = float64(hashSum) / float64(hashN)
+	}
+	m.StreamPerEntry = m.BytesPerWindow - m.HashBytes
+	return nil
+}
+
+func (m memoryResult) print(w io.Writer) {
+	fmt.Fprintf(w, "windows opened          %d (in %.1fs, %.0f reports/s, %d errors)\n",
+		m.Windows, m.Fill.Seconds, m.Fill.Throughput, m.Fill.Errors)
+	fmt.Fprintf(w, "stream length           %d before, %d after (%d pending)\n", m.StreamLenBefore, m.StreamLen, m.Pending)
+	fmt.Fprintf(w, "used_memory             %d -> %d bytes\n", m.UsedBefore, m.UsedAfter)
+	fmt.Fprintf(w, "bytes per open window   %.0f  (INFO memory delta / windows)\n", m.BytesPerWindow)
+	fmt.Fprintf(w, "  window key            %.0f  (MEMORY USAGE, sample of %d; encoding %s)\n", m.HashBytes, m.Sample, m.HashEncoding)
+	fmt.Fprintf(w, "  rest                  %.0f  (dedupe set member + stream entry + PEL entry + what MEMORY USAGE leaves out)\n", m.StreamPerEntry)
+	if p := m.Fill.Pushes; p != nil {
+		fmt.Fprintf(w, "afterwards: %d of %d windows pushed, lag p99 %.1f ms max %.1f ms, conserved %v\n",
+			p.WindowsPushed, p.WindowsExpected, p.Lag.P99, p.Lag.Max, p.Conserved)
+	}
+	for _, n := range append(m.Notes, m.Fill.Notes...) {
+		fmt.Fprintln(w, "note:", n)
+	}
+}

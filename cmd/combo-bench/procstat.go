@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// On a 2-core machine the service, Redis and the bench share the CPU, so
+// each run also reports how much CPU each of the three spent per 1000
+// reports: the figure that says who the bottleneck is. The counters come
+// from /proc/<pid>/stat (Linux); the Redis pid from INFO server.
+
+// clockTicks is USER_HZ, 100 on every Linux this runs on.
+const clockTicks = 100
+
+// cpuTime is utime+stime of pid, or 0 if it cannot be read.
+func cpuTime(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the ")" that closes the command name: state is field 3,
+	// utime and stime are fields 14 and 15.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+st) * time.Second / clockTicks
+}
+
+// cpuUse is CPU spent per 1000 acked reports, in ms, by each process.
+type cpuUse struct {
+	ServiceMsPer1k float64 `json:"service_cpu_ms_per_1k,omitempty"`
+	RedisMsPer1k   float64 `json:"redis_cpu_ms_per_1k"`
+	BenchMsPer1k   float64 `json:"bench_cpu_ms_per_1k"`
+	ServiceCores   float64 `json:"service_cores,omitempty"` // average cores busy during the run
+	RedisCores     float64 `json:"redis_cores"`
+	BenchCores     float64 `json:"bench_cores"`
+}
+
+type cpuSampler struct {
+	pids  [3]int // service, redis, bench
+	start [3]time.Duration
+	at    time.Time
+}
+
+func newCPUSampler(ctx context.Context, servicePID int, rdb *redis.Client) *cpuSampler {
+	s := &cpuSampler{pids: [3]int{servicePID, redisPID(ctx, rdb), os.Getpid()}}
+	s.reset()
+	return s
+}
+
+func (s *cpuSampler) reset() {
+	for i, p := range s.pids {
+		s.start[i] = cpuTime(p)
+	}
+	s.at = time.Now()
+}
+
+// since returns the use since the last reset, for acked reports.
+func (s *cpuSampler) since(acked int64) cpuUse {
+	var d [3]time.Duration
+	for i, p := range s.pids {
+		d[i] = cpuTime(p) - s.start[i]
+	}
+	wall := time.Since(s.at).Seconds()
+	per1k := func(x time.Duration) float64 {
+		if acked == 0 {
+			return 0
+		}
+		return ms(x) * 1000 / float64(acked)
+	}
+	cores := func(x time.Duration) float64 { return x.Seconds() / wall }
+	u := cpuUse{
+		RedisMsPer1k: per1k(d[1]), BenchMsPer1k: per1k(d[2]),
+		RedisCores: cores(d[1]), BenchCores: cores(d[2]),
+	}
+	if s.pids[0] > 0 {
+		u.ServiceMsPer1k, u.ServiceCores = per1k(d[0]), cores(d[0])
+	}
+	return u
+}
+
+// info reads one INFO section as key -> value.
+func info(ctx context.Context, rdb *redis.Client, section string) (map[string]string, error) {
+	s, err := rdb.Info(ctx, section).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string)
+	for _, line := range strings.Split(s, "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(line, "#") {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+func redisPID(ctx context.Context, rdb *redis.Client) int {
+	m, err := info(ctx, rdb, "server")
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(m["process_id"])
+	return pid
+}
+
+func usedMemory(ctx context.Context, rdb *redis.Client) (int64, error) {
+	m, err := info(ctx, rdb, "memory")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(m["used_memory"], 10, 64)
+}
+
+// scriptStats is INFO commandstats' evalsha line: calls and total µs.
+func scriptStats(ctx context.Context, rdb *redis.Client) (calls, usec int64, err error) {
+	m, err := info(ctx, rdb, "commandstats")
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, f := range strings.Split(m["cmdstat_evalsha"], ",") {
+		k, v, _ := strings.Cut(f, "=")
+		switch k {
+		case "calls":
+			calls, _ = strconv.ParseInt(v, 10, 64)
+		case "usec":
+			usec, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return calls, usec, nil
+}

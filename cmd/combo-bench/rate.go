@@ -1,0 +1,72 @@
+package main
+
+import (
+	"sync"
+	"time"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
+)
+
+// runRate offers a fixed rate of new windows: report n goes to combo key n,
+// which no other report uses, so every report opens a window. A pacer
+// releases report n at start + n/rate; c callers take them from a queue and
+// send each with ReportContribution. An open-loop load: a slow service does
+// not slow the offered rate down (until the queue of one second is full),
+// and how late reports left is reported as send delay.
+func runRate(cfg config, cli comboservice.Client, wl *workload) load {
+	type job struct {
+		n   int64
+		due time.Time
+	}
+	jobs := make(chan job, max(int(cfg.Rate), 1))
+	recs := make([]*recorder, cfg.Concurrency)
+	delays := make([][]time.Duration, cfg.Concurrency)
+	var wg sync.WaitGroup
+	for g := range recs {
+		recs[g] = newRecorder()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec := recs[g]
+			for j := range jobs {
+				delays[g] = append(delays[g], time.Since(j.due))
+				sendOne(cli, wl.contribution(wl.key(j.n)), rec)
+			}
+		}()
+	}
+
+	total := int64(cfg.Rate * cfg.Duration.Seconds())
+	if cfg.Reports > 0 && (total == 0 || cfg.Reports < total) {
+		total = cfg.Reports
+	}
+	interval := time.Duration(float64(time.Second) / cfg.Rate)
+	start := time.Now()
+	// A 1 ms tick releases every report whose time has come: finer pacing
+	// than a timer per report, which the Go runtime cannot honour at
+	// thousands per second.
+	tick := time.NewTicker(time.Millisecond)
+	var n int64
+	for n < total {
+		now := <-tick.C
+		for ; n < total; n++ {
+			due := start.Add(time.Duration(n) * interval)
+			if due.After(now) {
+				break
+			}
+			jobs <- job{n: n, due: due}
+		}
+	}
+	tick.Stop()
+	close(jobs)
+	wg.Wait()
+	end := time.Now()
+
+	var all []time.Duration
+	for _, d := range delays {
+		all = append(all, d...)
+	}
+	sd := summarize(all)
+	l := load{rec: mergeAll(recs), start: start, end: end, elapsed: end.Sub(start)}
+	l.sendDelay = &sd
+	return l
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"time"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+)
+
+// recorder is what one caller saw. Each caller owns one (no locks on the
+// hot path); they are merged after the load stops.
+type recorder struct {
+	calls     int64
+	latencies []time.Duration // one per RPC (a batch is one)
+
+	sent       int64 // reports put on the wire
+	acked      int64 // answered and counted (not duplicate)
+	errors     int64 // reports whose RPC failed: counted or not, unknown
+	duplicates int64
+	degraded   int64
+	opened     int64 // answers that opened a window: the windows to expect
+	firstErr   error
+
+	reported  map[comboKey]int64 // quantity the service acknowledged, per key
+	uncertain map[comboKey]int64 // quantity of failed RPCs, per key
+	// windowStart maps a window id (the smallest id in it) to the earliest
+	// RPC start of a report answered with that id: its first report's send
+	// time when ids rise within a key, as each caller ensures.
+	windowStart map[int64]time.Time
+	degradedIDs map[int64]bool // published on their own at once, no window
+}
+
+func newRecorder() *recorder {
+	return &recorder{
+		reported:    make(map[comboKey]int64),
+		uncertain:   make(map[comboKey]int64),
+		windowStart: make(map[int64]time.Time),
+		degradedIDs: make(map[int64]bool),
+	}
+}
+
+// observe records one RPC carrying cs, started at start, answered with
+// results (same order) or err.
+func (r *recorder) observe(start time.Time, took time.Duration, cs []*combo.Contribution, results []*combo.ReportContributionResponse, err error) {
+	r.calls++
+	r.latencies = append(r.latencies, took)
+	r.sent += int64(len(cs))
+	if err == nil && len(results) != len(cs) {
+		err = errBadAnswer
+	}
+	if err != nil {
+		r.errors += int64(len(cs))
+		if r.firstErr == nil {
+			r.firstErr = err
+		}
+		for _, c := range cs {
+			r.uncertain[keyOf(c)] += int64(c.Quantity)
+		}
+		return
+	}
+	for i, c := range cs {
+		res := results[i]
+		switch {
+		case res.Duplicate:
+			r.duplicates++
+			continue
+		case res.Degraded:
+			r.degraded++
+			r.degradedIDs[c.Id] = true
+		default:
+			// The report script answers an opening report with its own
+			// quantity; a joining one with the window's total, which is
+			// larger (quantities are >= 1).
+			if res.WindowQuantity == c.Quantity {
+				r.opened++
+			}
+			if t, ok := r.windowStart[res.WindowId]; !ok || start.Before(t) {
+				r.windowStart[res.WindowId] = start
+			}
+		}
+		r.acked++
+		r.reported[keyOf(c)] += int64(c.Quantity)
+	}
+}
+
+// merge folds o into r.
+func (r *recorder) merge(o *recorder) {
+	r.calls += o.calls
+	r.latencies = append(r.latencies, o.latencies...)
+	r.sent += o.sent
+	r.acked += o.acked
+	r.errors += o.errors
+	r.duplicates += o.duplicates
+	r.degraded += o.degraded
+	r.opened += o.opened
+	if r.firstErr == nil {
+		r.firstErr = o.firstErr
+	}
+	for k, v := range o.reported {
+		r.reported[k] += v
+	}
+	for k, v := range o.uncertain {
+		r.uncertain[k] += v
+	}
+	for id, t := range o.windowStart {
+		if cur, ok := r.windowStart[id]; !ok || t.Before(cur) {
+			r.windowStart[id] = t
+		}
+	}
+	for id := range o.degradedIDs {
+		r.degradedIDs[id] = true
+	}
+}
+
+func mergeAll(rs []*recorder) *recorder {
+	all := newRecorder()
+	for _, r := range rs {
+		all.merge(r)
+	}
+	return all
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// printable is anything a procedure returns: a human table by print, or
+// JSON (-json) for benchplot and scripts.
+type printable interface {
+	print(w io.Writer)
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// runs prints as one column per run, one row per figure.
+type runs []result
+
+// comparison is the compare mode's runs and their throughput ratios.
+type comparison struct {
+	Runs   runs               `json:"runs"`
+	Ratios map[string]float64 `json:"ratios"`
+}
+
+func (c comparison) print(w io.Writer) {
+	c.Runs.print(w)
+	names := make([]string, 0, len(c.Ratios))
+	for k := range c.Ratios {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	fmt.Fprintln(w, "\nthroughput ratios (reports/s over naive purchases/s):")
+	for _, k := range names {
+		fmt.Fprintf(w, "  %-18s %6.1fx\n", k, c.Ratios[k])
+	}
+}
+
+func (rs runs) print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	row := func(name string, cell func(r result) string) {
+		cells := make([]string, len(rs))
+		for i, r := range rs {
+			cells[i] = cell(r)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t\n", name, strings.Join(cells, "\t"))
+	}
+	pushRow := func(name string, cell func(p *pushCheck) string) {
+		row(name, func(r result) string {
+			if r.Pushes == nil {
+				return "-"
+			}
+			return cell(r.Pushes)
+		})
+	}
+	f1 := func(v float64) string { return fmt.Sprintf("%.1f", v) }
+	f2 := func(v float64) string { return fmt.Sprintf("%.2f", v) }
+	d := func(v int64) string { return fmt.Sprint(v) }
+
+	row("mode", func(r result) string { return r.Mode })
+	row("concurrency", func(r result) string { return fmt.Sprint(r.Concurrency) })
+	row("batch", func(r result) string { return fmt.Sprint(max(r.Batch, 1)) })
+	row("offered windows/s", func(r result) string {
+		if r.OfferedRate == 0 {
+			return "-"
+		}
+		return fmt.Sprint(r.OfferedRate)
+	})
+	row("seconds", func(r result) string { return f2(r.Seconds) })
+	row("reports sent", func(r result) string { return d(r.Sent) })
+	row("errors", func(r result) string { return d(r.Errors) })
+	row("duplicate/degraded", func(r result) string { return fmt.Sprintf("%d/%d", r.Duplicates, r.Degraded) })
+	row("reports/s", func(r result) string { return fmt.Sprintf("%.0f", r.Throughput) })
+	row("rpc p50 ms", func(r result) string { return f2(r.Latency.P50) })
+	row("rpc p99 ms", func(r result) string { return f2(r.Latency.P99) })
+	row("rpc max ms", func(r result) string { return f2(r.Latency.Max) })
+	row("send delay p99 ms", func(r result) string {
+		if r.SendDelay == nil {
+			return "-"
+		}
+		return f2(r.SendDelay.P99)
+	})
+	pushRow("windows expected", func(p *pushCheck) string { return d(p.WindowsExpected) })
+	pushRow("windows pushed", func(p *pushCheck) string { return fmt.Sprint(p.WindowsPushed) })
+	pushRow("missing/twice/unknown", func(p *pushCheck) string {
+		return fmt.Sprintf("%d/%d/%d", p.WindowsMissing, p.PushedTwice, p.UnknownPushes)
+	})
+	pushRow("push lag p50 ms", func(p *pushCheck) string { return f1(p.Lag.P50) })
+	pushRow("push lag p99 ms", func(p *pushCheck) string { return f1(p.Lag.P99) })
+	pushRow("push lag max ms", func(p *pushCheck) string { return f1(p.Lag.Max) })
+	pushRow("qty reported/pushed", func(p *pushCheck) string { return fmt.Sprintf("%d/%d", p.QtyReported, p.QtyPushed) })
+	pushRow("keys mismatched", func(p *pushCheck) string { return fmt.Sprintf("%d of %d", p.KeysMismatched, p.KeysChecked) })
+	pushRow("conserved", func(p *pushCheck) string { return fmt.Sprint(p.Conserved) })
+	row("cpu ms/1k svc", func(r result) string { return f1(r.CPU.ServiceMsPer1k) })
+	row("cpu ms/1k redis", func(r result) string { return f1(r.CPU.RedisMsPer1k) })
+	row("cpu ms/1k bench", func(r result) string { return f1(r.CPU.BenchMsPer1k) })
+	row("cores svc/redis/bench", func(r result) string {
+		return fmt.Sprintf("%.2f/%.2f/%.2f", r.CPU.ServiceCores, r.CPU.RedisCores, r.CPU.BenchCores)
+	})
+	_ = tw.Flush()
+	for _, r := range rs {
+		if r.FirstError != "" {
+			fmt.Fprintf(w, "%s: first error: %s\n", r.Mode, r.FirstError)
+		}
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "%s: %s\n", r.Mode, n)
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"time"
+)
+
+var errBadAnswer = errors.New("answer does not carry one result per contribution")
+
+// durStats summarizes durations in milliseconds (JSON-friendly).
+type durStats struct {
+	N    int     `json:"n"`
+	P50  float64 `json:"p50_ms"`
+	P99  float64 `json:"p99_ms"`
+	Max  float64 `json:"max_ms"`
+	Mean float64 `json:"mean_ms"`
+}
+
+// summarize sorts ds in place and takes exact nearest-rank percentiles: the
+// runs are at most a few million samples, so sorting is cheap and exact.
+func summarize(ds []time.Duration) durStats {
+	if len(ds) == 0 {
+		return durStats{}
+	}
+	slices.Sort(ds)
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return durStats{
+		N:    len(ds),
+		P50:  ms(percentile(ds, 50)),
+		P99:  ms(percentile(ds, 99)),
+		Max:  ms(ds[len(ds)-1]),
+		Mean: ms(sum / time.Duration(len(ds))),
+	}
+}
+
+// percentile is the nearest-rank p-th percentile of sorted: the smallest
+// sample with at least p% of the samples at or below it.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	rank = min(max(rank, 1), len(sorted))
+	return sorted[rank-1]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// pushed is one push of the run, as the collector received it.
+type pushed struct {
+	Recv     time.Time
+	WindowID int64
+	Key      comboKey
+	Quantity int64
+}
+
+// pushCheck is what the pushes say about the run's windows.
+type pushCheck struct {
+	WindowsExpected int64    `json:"windows_expected"` // opened + degraded answers
+	PushesReceived  int      `json:"pushes_received"`
+	WindowsPushed   int      `json:"windows_pushed"` // distinct known window ids pushed
+	WindowsMissing  int64    `json:"windows_missing"`
+	PushedTwice     int      `json:"pushed_twice"` // window ids pushed more than once
+	UnknownPushes   int      `json:"unknown_pushes"`
+	Lag             durStats `json:"push_lag"`
+
+	KeysChecked    int   `json:"keys_checked"`
+	KeysMismatched int   `json:"keys_mismatched"` // pushed != reported, not explained by failed RPCs
+	KeysUncertain  int   `json:"keys_uncertain"`  // had failed RPCs; pushed within [reported, reported+failed]
+	QtyReported    int64 `json:"qty_reported"`
+	QtyPushed      int64 `json:"qty_pushed"`
+	Conserved      bool  `json:"conserved"`
+}
+
+// checkPushes matches the run's pushes to what the callers recorded:
+// windows expected vs pushed, push lag (receive time minus the window's due
+// time: its first report's RPC start + W + grace), and conservation (per
+// combo key, the pushed quantities add up to the reported ones, and no
+// window id is pushed twice).
+func checkPushes(rec *recorder, pushes []pushed, lagBase time.Duration) pushCheck {
+	c := pushCheck{WindowsExpected: rec.opened + rec.degraded, PushesReceived: len(pushes)}
+	seen := make(map[int64]bool, len(pushes))
+	pushedQty := make(map[comboKey]int64)
+	var lags []time.Duration
+	for _, p := range pushes {
+		pushedQty[p.Key] += p.Quantity
+		if seen[p.WindowID] {
+			c.PushedTwice++
+			continue
+		}
+		seen[p.WindowID] = true
+		if rec.degradedIDs[p.WindowID] {
+			c.WindowsPushed++
+			continue
+		}
+		start, ok := rec.windowStart[p.WindowID]
+		if !ok {
+			c.UnknownPushes++ // e.g. a window opened by a report whose RPC failed
+			continue
+		}
+		c.WindowsPushed++
+		lags = append(lags, p.Recv.Sub(start.Add(lagBase)))
+	}
+	c.WindowsMissing = max(c.WindowsExpected-int64(c.WindowsPushed), 0)
+	c.Lag = summarize(lags)
+
+	keys := make(map[comboKey]bool)
+	for k := range rec.reported {
+		keys[k] = true
+	}
+	for k := range rec.uncertain {
+		keys[k] = true
+	}
+	for k := range pushedQty {
+		keys[k] = true
+	}
+	for k := range keys {
+		c.KeysChecked++
+		want, got, extra := rec.reported[k], pushedQty[k], rec.uncertain[k]
+		c.QtyReported += want
+		c.QtyPushed += got
+		switch {
+		case got == want:
+		case extra > 0 && got >= want && got <= want+extra:
+			c.KeysUncertain++
+		default:
+			c.KeysMismatched++
+		}
+	}
+	c.Conserved = c.KeysMismatched == 0 && c.PushedTwice == 0 && c.WindowsMissing == 0
+	return c
+}
