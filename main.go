@@ -86,16 +86,21 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 
-	rdb, redisAddr, closeRedis, err := openRedis(cfg, log)
+	redisAddr, newClient, closeRedis, err := openRedis(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
 
-	store := repo.New(rdb, repo.Settings{
+	settings := repo.Settings{
 		Window: cfg.Window.Size, Grace: cfg.Window.Grace, Dedupe: cfg.Window.Dedupe, Stale: cfg.Window.Stale,
 		Timeout: cfg.Redis.Timeout, Shards: cfg.Redis.Shards, StreamMaxLen: cfg.Redis.StreamMaxLen,
-	})
+	}
+	store := repo.New(newClient(), settings)
+	// The worker has its own connections: under a flood of reports its
+	// flushes must not queue behind the request path's pipelines for a
+	// pooled connection, or windows close late.
+	workerStore := repo.New(newClient(), settings)
 	// Scripts are loaded now so pipelines can use EVALSHA at once; if Redis
 	// is down the repo loads them on its first NOSCRIPT instead.
 	loadCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -104,7 +109,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	}
 	cancel()
 
-	w := worker.New(store, worker.Config{
+	w := worker.New(workerStore, worker.Config{
 		Consumer: cfg.Worker.Consumer, Shards: cfg.Redis.Shards, ClaimIdle: cfg.Worker.ClaimIdle,
 		ReadCount: cfg.Worker.ReadCount, BatchSize: cfg.Worker.BatchSize, Block: cfg.Worker.Block,
 		ConsumerIdleDelete: cfg.Worker.ConsumerIdleDelete,
@@ -162,8 +167,9 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	return nil
 }
 
-// openRedis connects to the configured Redis, or starts the embedded one.
-func openRedis(cfg conf.Config, log *zap.Logger) (redis.UniversalClient, string, func(), error) {
+// openRedis starts the embedded Redis if none is configured and returns its
+// address, a constructor of clients for it, and a closer of all of them.
+func openRedis(cfg conf.Config, log *zap.Logger) (string, func() redis.UniversalClient, func(), error) {
 	opts := &redis.UniversalOptions{
 		Addrs: cfg.Redis.Addrs, Password: cfg.Redis.Password, DB: cfg.Redis.DB, PoolSize: cfg.Redis.PoolSize,
 		// Fail fast: a caller must get UNAVAILABLE within about a second,
@@ -180,7 +186,7 @@ func openRedis(cfg conf.Config, log *zap.Logger) (redis.UniversalClient, string,
 	case addr == "":
 		mr := miniredis.NewMiniRedis()
 		if err := mr.StartAddr(cfg.Redis.EmbeddedAddr); err != nil {
-			return nil, "", nil, fmt.Errorf("start embedded redis on %s: %w", cfg.Redis.EmbeddedAddr, err)
+			return "", nil, nil, fmt.Errorf("start embedded redis on %s: %w", cfg.Redis.EmbeddedAddr, err)
 		}
 		addr = mr.Addr()
 		closeEmbedded = mr.Close
@@ -192,8 +198,19 @@ func openRedis(cfg conf.Config, log *zap.Logger) (redis.UniversalClient, string,
 	if len(opts.Addrs) == 0 {
 		opts.Addrs = []string{addr}
 	}
-	rdb := redis.NewUniversalClient(opts)
-	return rdb, addr, func() { _ = rdb.Close(); closeEmbedded() }, nil
+	var clients []redis.UniversalClient
+	newClient := func() redis.UniversalClient {
+		c := redis.NewUniversalClient(opts)
+		clients = append(clients, c)
+		return c
+	}
+	closeAll := func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+		closeEmbedded()
+	}
+	return addr, newClient, closeAll, nil
 }
 
 func portOf(addr string) string {

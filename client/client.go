@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"github.com/cloudwego/kitex/pkg/connpool"
 	"time"
 
 	kclient "github.com/cloudwego/kitex/client"
@@ -38,11 +39,15 @@ func NewClient(hostPorts []string, opts ...kclient.Option) (comboservice.Client,
 	if len(hostPorts) == 0 {
 		return nil, errors.New("combo client: NewClient needs at least one host:port")
 	}
-	all := make([]kclient.Option, 0, 3+len(opts))
+	all := make([]kclient.Option, 0, 4+len(opts))
 	all = append(all,
 		kclient.WithHostPorts(hostPorts...),
 		kclient.WithRPCTimeout(DefaultClientRPCTimeout),
 		kclient.WithConnectTimeout(DefaultClientConnectTimeout),
+		// Kitex keeps 10 idle connections per address by default: a caller
+		// with more calls in flight would redial on every call. 64 covers a
+		// busy activityService replica; pass WithLongConnection to change it.
+		kclient.WithLongConnection(connpool.IdleConfig{MaxIdlePerAddress: 64, MaxIdleGlobal: 1024, MaxIdleTimeout: time.Minute}),
 	)
 	all = append(all, opts...)
 	return comboservice.NewClient(ServiceName, all...)

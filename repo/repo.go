@@ -37,6 +37,8 @@ type Repo struct {
 	// replicas must agree on it (and on W), as on the rest of the rule.
 	delay time.Duration
 
+	reports *coalescer
+
 	// Script arguments that never change, formatted once.
 	windowMs, delayMs, bucketMs, ttlMs, staleMs, maxLen string
 }
@@ -44,7 +46,7 @@ type Repo struct {
 // New returns a Repo over rdb.
 func New(rdb redis.UniversalClient, s Settings) *Repo {
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
-	return &Repo{
+	r := &Repo{
 		delay: s.Window + s.Grace,
 		rdb:   rdb, keys: NewKeys(s.Shards), set: s,
 		windowMs: ms(s.Window), delayMs: ms(s.Window + s.Grace), bucketMs: ms(max(s.Dedupe/4, time.Millisecond)), staleMs: ms(s.Stale),
@@ -54,6 +56,10 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 		ttlMs:  ms(s.Stale + s.Window + s.Grace + 10*time.Second),
 		maxLen: strconv.FormatInt(s.StreamMaxLen, 10),
 	}
+	// Two shared pipelines in flight keep Redis busy while one is on the
+	// wire, without queueing many pipelines ahead of the worker's flushes.
+	r.reports = &coalescer{r: r, maxInFlight: 2, maxItems: 1000}
+	return r
 }
 
 // Keys is the key builder the repo uses.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -195,4 +196,50 @@ func TestFlushTellsExpiredFromPublished(t *testing.T) {
 			t.Fatalf("second flush %+v %v", res, err)
 		}
 	})
+}
+
+// Concurrent calls share pipelines; each must get exactly its own answers.
+// All report quantity 1 into one window, so the totals answered are a
+// permutation of 1..n.
+func TestConcurrentReportsShareCorrectly(t *testing.T) {
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	s := settings()
+	s.Window = time.Minute
+	r := repo.New(rdb, s)
+	const callers, per = 32, 20
+	var mu sync.Mutex
+	seen := map[int32]bool{}
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				c := contribution(int64(1+g*per+i), "x", base)
+				res, err := r.Report(context.Background(), []*combo.Contribution{c})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if seen[res[0].WindowQuantity] {
+					t.Errorf("total %d answered twice", res[0].WindowQuantity)
+				}
+				seen[res[0].WindowQuantity] = true
+				mu.Unlock()
+				if res[0].WindowID != 1 && res[0].Outcome != repo.Opened {
+					// The smallest id reported so far; id 1 may come late.
+					if res[0].WindowID > c.Id {
+						t.Errorf("window id %d above the reporter's own id %d", res[0].WindowID, c.Id)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for q := int32(1); q <= callers*per; q++ {
+		if !seen[q] {
+			t.Fatalf("total %d never answered", q)
+		}
+	}
 }

@@ -34,15 +34,19 @@ type ReportResult struct {
 	WindowQuantity int32
 }
 
-// Report counts validated contributions, one script each, all in one
-// pipeline (one round trip). Results are in input order. When a script
-// fails but Redis answers, that contribution is published on its own at once
-// (Degraded). When Redis does not answer, the error wraps ErrUnavailable and
-// nothing is reported as counted.
+// Report counts validated contributions, one script each. Results are in
+// input order. Concurrent calls share pipelines (see coalesce.go), so under
+// load many reports cost one round trip. When a script fails but Redis
+// answers, that contribution is published on its own at once (Degraded).
+// When Redis does not answer, the error wraps ErrUnavailable and nothing is
+// reported as counted.
 func (r *Repo) Report(ctx context.Context, cs []*combo.Contribution) ([]ReportResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.set.Timeout)
-	defer cancel()
+	return r.reports.do(ctx, cs)
+}
 
+// execute runs one pipeline of report scripts for cs. The error is set only
+// when Redis did not answer the pipeline.
+func (r *Repo) execute(ctx context.Context, cs []*combo.Contribution) ([]*redis.Cmd, error) {
 	cmds, err := r.runReports(ctx, cs)
 	if err != nil {
 		return nil, wrap("repo.Report", err)
@@ -72,7 +76,12 @@ func (r *Repo) Report(ctx context.Context, cs []*combo.Contribution) ([]ReportRe
 			cmds[i] = again[j]
 		}
 	}
+	return cmds, nil
+}
 
+// results turns one call's script replies into its answers, publishing
+// degraded contributions on their own.
+func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, cmds []*redis.Cmd) ([]ReportResult, error) {
 	out := make([]ReportResult, len(cs))
 	for i, cmd := range cmds {
 		res, err := parseReport(cmd)
