@@ -18,23 +18,33 @@ func TestDegradedWhenScriptFails(t *testing.T) {
 	s := startService(t, options{})
 	a := newActivity()
 	c := gift(a, 1, "firework", 4)
-	// Make the window key the wrong type: the script's HMGET fails.
+	// Make the window key the wrong type: the script's GET fails.
 	key := repo.NewKeys(1).Current(0, a, 1, "firework")
-	if err := s.rdb.Set(context.Background(), key, "not a hash", time.Minute).Err(); err != nil {
+	if err := s.rdb.HSet(context.Background(), key, "not", "a string").Err(); err != nil {
 		t.Fatal(err)
 	}
+	// Another report in the same batch still counts normally.
+	other := gift(a, 2, "firework", 1)
 	sent := time.Now()
-	resp := s.report(c)
+	batch, err := s.rpc.ReportContributions(context.Background(), &combo.ReportContributionsRequest{Contributions: []*combo.Contribution{other, c}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := batch.Results[0]; r.Degraded || r.WindowId != other.Id || r.WindowQuantity != 1 {
+		t.Fatalf("the healthy report was affected: %+v", r)
+	}
+	resp := batch.Results[1]
 	if !resp.Degraded || resp.Duplicate || resp.WindowId != c.Id || resp.WindowQuantity != 4 {
 		t.Fatalf("response %+v", resp)
 	}
-	got := s.pushes.waitFor(1, wait, forActivity(a))
+	got := s.pushes.waitFor(1, wait, func(r received) bool { return r.msg.ActivityID == a && r.msg.Record.UserID == 1 })
 	if r := got[0].msg.Record; r.ID != c.Id || r.Quantity != 4 || r.ComboCount != 4 {
 		t.Fatalf("record %+v", r)
 	}
 	if d := got[0].at.Sub(sent); d > testWindow {
 		t.Fatalf("degraded publish took %s; it must be immediate", d)
 	}
+	s.pushes.waitFor(2, wait, forActivity(a)) // and the healthy one's window, later
 }
 
 // When Redis does not answer, reports fail fast with UNAVAILABLE; when it

@@ -91,13 +91,13 @@ func (c *coalescer) run(batch []*reportCall) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.r.set.Timeout)
 	defer cancel()
-	cmds, err := c.r.execute(ctx, all)
+	replies, err := c.r.execute(ctx, all)
 	off := 0
 	for _, call := range live {
 		if err != nil {
 			call.err = err
 		} else {
-			call.res, call.err = c.r.results(ctx, call.cs, cmds[off:off+len(call.cs)])
+			call.res, call.err = c.r.results(ctx, call.cs, replies[off:off+len(call.cs)])
 		}
 		off += len(call.cs)
 		close(call.done)

@@ -12,7 +12,7 @@ import (
 //	combo:{N}:stream                      STREAM  windows waiting to close (the only key without a TTL)
 //	combo:{N}:w:<a>:<u>:<len>:<type>      STRING  the combo key's newest unpublished window
 //	combo:{N}:p:<stream id>               STRING  a window displaced (parked) by a newer one before its flush
-//	combo:{N}:s:<bucket>                  SET     ids counted in one dedupe bucket (window.dedupe / 4 of time)
+//	combo:{N}:s:<bucket>                  SET     ids counted in one dedupe bucket (window.dedupe / 2 of time)
 //
 // Names are short on purpose: with one window and one marker per report,
 // a few bytes of key name are a measurable share of memory per window.

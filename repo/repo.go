@@ -49,7 +49,7 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 	r := &Repo{
 		delay: s.Window + s.Grace,
 		rdb:   rdb, keys: NewKeys(s.Shards), set: s,
-		windowMs: ms(s.Window), delayMs: ms(s.Window + s.Grace), bucketMs: ms(max(s.Dedupe/4, time.Millisecond)), staleMs: ms(s.Stale),
+		windowMs: ms(s.Window), delayMs: ms(s.Window + s.Grace), bucketMs: ms(max(s.Dedupe/2, time.Millisecond)), staleMs: ms(s.Stale),
 		// A window's hash outlives its stale deadline a little, so the flush
 		// that finds it stale can count it; then Redis reclaims the memory
 		// even if no flush ever comes.

@@ -44,47 +44,86 @@ func (r *Repo) Report(ctx context.Context, cs []*combo.Contribution) ([]ReportRe
 	return r.reports.do(ctx, cs)
 }
 
-// execute runs one pipeline of report scripts for cs. The error is set only
-// when Redis did not answer the pipeline.
-func (r *Repo) execute(ctx context.Context, cs []*combo.Contribution) ([]*redis.Cmd, error) {
-	cmds, err := r.runReports(ctx, cs)
-	if err != nil {
-		return nil, wrap("repo.Report", err)
+// maxPerScript bounds one script call: Redis runs scripts one at a time,
+// so a call must stay short (about a millisecond) to keep others' latency low.
+const maxPerScript = 100
+
+// scriptError is a failure Redis reported for one report inside a script
+// that otherwise ran: Redis answered, so it is not ErrUnavailable (it
+// implements redis.Error, which marks replies).
+type scriptError string
+
+func (e scriptError) Error() string { return "report script: " + string(e) }
+func (e scriptError) RedisError()   {}
+
+// reportReply is one report's answer from the script.
+type reportReply struct {
+	status   int64
+	windowID string
+	quantity int64
+	err      error // the script failed for this report while Redis answered
+}
+
+// execute counts cs in one pipeline: one script call per shard and up to
+// maxPerScript reports. The error is set only when Redis did not answer.
+func (r *Repo) execute(ctx context.Context, cs []*combo.Contribution) ([]reportReply, error) {
+	replies := make([]reportReply, len(cs))
+	todo := make([]int, len(cs))
+	for i := range todo {
+		todo[i] = i
 	}
-	// A script cache flushed under us (restart without AOF of the cache,
-	// failover): load it and run those reports again. Replays are safe: a
-	// report that did run is a duplicate the second time.
-	var retry []int
-	for i, cmd := range cmds {
-		if cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			retry = append(retry, i)
-		}
-	}
-	if len(retry) > 0 {
-		if err := r.LoadScripts(ctx); err != nil {
-			return nil, err
-		}
-		sub := make([]*combo.Contribution, len(retry))
-		for j, i := range retry {
-			sub[j] = cs[i]
-		}
-		again, err := r.runReports(ctx, sub)
+	for attempt := 0; ; attempt++ {
+		groups, cmds, err := r.runReports(ctx, cs, todo)
 		if err != nil {
 			return nil, wrap("repo.Report", err)
 		}
-		for j, i := range retry {
-			cmds[i] = again[j]
+		var retry []int
+		for g, cmd := range cmds {
+			if err := cmd.Err(); err != nil {
+				// A script cache flushed under us (restart, failover): load
+				// it and run those reports again. NOSCRIPT means none ran.
+				if redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
+					retry = append(retry, groups[g]...)
+					continue
+				}
+				for _, i := range groups[g] {
+					replies[i].err = err
+				}
+				continue
+			}
+			vals, _ := cmd.Val().([]any)
+			if len(vals) != 3*len(groups[g]) {
+				for _, i := range groups[g] {
+					replies[i].err = scriptError(fmt.Sprintf("want %d values, got %d", 3*len(groups[g]), len(vals)))
+				}
+				continue
+			}
+			for k, i := range groups[g] {
+				rep := &replies[i]
+				rep.status, _ = vals[3*k].(int64)
+				rep.windowID, _ = vals[3*k+1].(string)
+				rep.quantity, _ = vals[3*k+2].(int64)
+				if rep.status == 3 {
+					rep.err = scriptError(rep.windowID)
+				}
+			}
 		}
+		if len(retry) == 0 {
+			return replies, nil
+		}
+		if err := r.LoadScripts(ctx); err != nil {
+			return nil, err
+		}
+		todo = retry
 	}
-	return cmds, nil
 }
 
-// results turns one call's script replies into its answers, publishing
-// degraded contributions on their own.
-func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, cmds []*redis.Cmd) ([]ReportResult, error) {
+// results turns one call's replies into its answers, publishing degraded
+// contributions on their own.
+func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []reportReply) ([]ReportResult, error) {
 	out := make([]ReportResult, len(cs))
-	for i, cmd := range cmds {
-		res, err := parseReport(cmd)
+	for i, rep := range replies {
+		res, err := parseReport(rep)
 		if err == nil {
 			out[i] = res
 			continue
@@ -102,49 +141,67 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, cmds []*re
 	return out, nil
 }
 
-// runReports pipelines one EVALSHA per contribution. Only a transport
-// failure of the whole pipeline is returned as an error; script errors stay
-// on their commands.
-func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution) ([]*redis.Cmd, error) {
-	pipe := r.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(cs))
-	for i, c := range cs {
-		frag, err := push.Fragment(c)
-		if err != nil {
-			return nil, fmt.Errorf("encode contribution %d: %w", c.Id, err)
-		}
+// runReports pipelines the report scripts for cs[todo...], grouped by
+// shard (a script's keys must share a slot) in input order, and returns
+// each script call's indices into cs. Only a transport failure of the
+// whole pipeline is returned as an error; script errors stay on their
+// commands.
+func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []int) ([][]int, []*redis.Cmd, error) {
+	byShard := make(map[int][]int)
+	var order []int
+	for _, i := range todo {
+		c := cs[i]
 		shard := r.keys.Shard(c.ActivityId, c.UserId, c.ItemType)
-		cmds[i] = reportScript.EvalSha(ctx, pipe,
-			[]string{r.keys.Current(shard, c.ActivityId, c.UserId, c.ItemType), r.keys.Stream(shard)},
-			strconv.FormatInt(c.Id, 10), strconv.FormatInt(c.CreatedAt, 10), strconv.Itoa(int(c.Quantity)),
-			frag, r.windowMs, r.bucketMs, r.ttlMs, r.keys.ParkedPrefix(shard), r.keys.SeenPrefix(shard), r.maxLen,
-			strconv.FormatInt(c.ActivityId, 10), strconv.FormatInt(c.UserId, 10), c.ItemType,
-		)
+		if _, ok := byShard[shard]; !ok {
+			order = append(order, shard)
+		}
+		byShard[shard] = append(byShard[shard], i)
+	}
+	pipe := r.rdb.Pipeline()
+	var groups [][]int
+	var cmds []*redis.Cmd
+	for _, shard := range order {
+		idx := byShard[shard]
+		for len(idx) > 0 {
+			n := min(len(idx), maxPerScript)
+			group := idx[:n]
+			idx = idx[n:]
+			keys := make([]string, 1, 1+n)
+			keys[0] = r.keys.Stream(shard)
+			args := make([]any, 0, 6+7*n)
+			args = append(args, r.windowMs, r.bucketMs, r.ttlMs, r.keys.ParkedPrefix(shard), r.keys.SeenPrefix(shard), r.maxLen)
+			for _, i := range group {
+				c := cs[i]
+				frag, err := push.Fragment(c)
+				if err != nil {
+					return nil, nil, fmt.Errorf("encode contribution %d: %w", c.Id, err)
+				}
+				keys = append(keys, r.keys.Current(shard, c.ActivityId, c.UserId, c.ItemType))
+				args = append(args, strconv.FormatInt(c.Id, 10), strconv.FormatInt(c.CreatedAt, 10),
+					strconv.Itoa(int(c.Quantity)), frag, strconv.FormatInt(c.ActivityId, 10),
+					strconv.FormatInt(c.UserId, 10), c.ItemType)
+			}
+			groups = append(groups, group)
+			cmds = append(cmds, reportScript.EvalSha(ctx, pipe, keys, args...))
+		}
 	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && isUnavailable(err) {
-		return nil, err
+		return nil, nil, err
 	}
-	return cmds, nil
+	return groups, cmds, nil
 }
 
-func parseReport(cmd *redis.Cmd) (ReportResult, error) {
-	vals, err := cmd.Slice()
+func parseReport(rep reportReply) (ReportResult, error) {
+	if rep.err != nil {
+		return ReportResult{}, rep.err
+	}
+	id, err := strconv.ParseInt(rep.windowID, 10, 64)
 	if err != nil {
-		return ReportResult{}, err
+		return ReportResult{}, fmt.Errorf("report script: window id %q: %w", rep.windowID, err)
 	}
-	if len(vals) != 3 {
-		return ReportResult{}, fmt.Errorf("report script: want 3 values, got %d", len(vals))
-	}
-	status, _ := vals[0].(int64)
-	idStr, _ := vals[1].(string)
-	qty, _ := vals[2].(int64)
-	id, err := strconv.ParseInt(idStr, 10, 64)
-	if err != nil {
-		return ReportResult{}, fmt.Errorf("report script: window id %q: %w", idStr, err)
-	}
-	res := ReportResult{WindowID: id, WindowQuantity: int32(qty)}
-	switch status {
+	res := ReportResult{WindowID: id, WindowQuantity: int32(rep.quantity)}
+	switch rep.status {
 	case 0:
 		res.Outcome = Joined
 	case 1:
@@ -152,7 +209,7 @@ func parseReport(cmd *redis.Cmd) (ReportResult, error) {
 	case 2:
 		res.Outcome = Opened
 	default:
-		return ReportResult{}, fmt.Errorf("report script: unknown status %d", status)
+		return ReportResult{}, fmt.Errorf("report script: unknown status %d", rep.status)
 	}
 	return res, nil
 }

@@ -1,26 +1,28 @@
--- report.lua: count one contribution into its combo key's open window,
--- atomically, in one round trip (CONTRACT.md §2, push path).
+-- report.lua: count contributions into their combo keys' open windows,
+-- atomically, one script call for many reports of one shard (CONTRACT.md §2,
+-- push path). Each report is handled on its own: one failing report (a key
+-- of the wrong type) answers an error and the others still count.
 --
--- KEYS[1]  cur     STRING the combo key's newest unpublished window
--- KEYS[2]  stream  STREAM windows waiting to close
--- ARGV[1]  id          contribution id, decimal (compared as a string:
---                      Lua numbers are doubles and ids may exceed 2^53)
--- ARGV[2]  created_at  unix ms
--- ARGV[3]  quantity
--- ARGV[4]  fragment    display values of the row (see push.Fragment)
--- ARGV[5]  W           window size, ms
--- ARGV[6]  bucket      ms per dedupe bucket (window.dedupe / 4)
--- ARGV[7]  ttl         ms a window may live (stale + margin)
--- ARGV[8]  parked      key prefix for a displaced window; it is renamed to
+-- KEYS[1]    stream  STREAM windows waiting to close
+-- KEYS[1+j]  cur     STRING report j's combo key's newest unpublished window
+-- ARGV[1]  W           window size, ms
+-- ARGV[2]  bucket      ms per dedupe bucket (window.dedupe / 2)
+-- ARGV[3]  ttl         ms a window may live (stale + margin)
+-- ARGV[4]  parked      key prefix for a displaced window; it is renamed to
 --                      parked .. its stream id (same hash tag as KEYS)
--- ARGV[9]  seen        key prefix of dedupe buckets: seen .. bucket number
+-- ARGV[5]  seen        key prefix of dedupe buckets: seen .. bucket number
 --                      (same tag). An id is added to the SET of the current
 --                      bucket (Redis TIME / bucket ms) and looked up in the
---                      current and the 4 previous ones, so it is remembered
+--                      current and the 2 previous ones, so it is remembered
 --                      for at least window.dedupe. Sets of ids cost a third
---                      of a key per id; each bucket expires as a whole.
--- ARGV[10] maxlen      stream MAXLEN ~ safety bound
--- ARGV[11] activity_id, ARGV[12] user_id, ARGV[13] item_type: stream entry fields
+--                      of a key per id; each bucket expires as a whole, at
+--                      an absolute time, so setting it needs no lookup.
+-- ARGV[6]  maxlen      stream MAXLEN ~ safety bound
+-- Then 7 values per report j (1-based), from ARGV[6 + 7*(j-1) + 1]:
+--   id (decimal; compared as a string: Lua numbers are doubles and ids may
+--   exceed 2^53), created_at (unix ms), quantity, fragment (display values,
+--   see push.Fragment), activity_id, user_id, item_type (the last three are
+--   the stream entry's fields a, u, t)
 --
 -- The window is one string (a hash whose values pass 64 bytes would leave
 -- Redis's compact encoding and cost twice the memory), fields joined by
@@ -30,9 +32,10 @@
 --   smallest created_at ("" while it equals the anchor), fragment of the
 --   smallest id
 --
--- Returns {status, window_id, window_quantity}:
+-- Returns 3 values per report: status, window_id, window_quantity
 --   status 0 = joined the open window, 1 = duplicate (nothing changed;
---          window_id "0", quantity 0), 2 = opened (and enqueued) a window
+--          window_id "0", quantity 0), 2 = opened (and enqueued) a window,
+--          3 = failed (window_id holds the error message)
 --   window_id is a decimal string (exact int64).
 
 local function lt(a, b)
@@ -40,38 +43,58 @@ local function lt(a, b)
   return a < b
 end
 
-local id = ARGV[1]
+local W, bucketMs = tonumber(ARGV[1]), tonumber(ARGV[2])
 local t = redis.call('TIME')
-local bucket = math.floor((tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) / tonumber(ARGV[6]))
-for b = bucket - 4, bucket do
-  if redis.call('SISMEMBER', ARGV[9] .. string.format('%d', b), id) == 1 then return {1, '0', 0} end
-end
-local seen = ARGV[9] .. string.format('%d', bucket)
-local function mark()
-  if redis.call('SADD', seen, id) == 1 and redis.call('PTTL', seen) == -1 then
-    redis.call('PEXPIRE', seen, tonumber(ARGV[6]) * 6)
+local bucket = math.floor((tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) / bucketMs)
+local buckets = {}
+for b = bucket - 2, bucket do buckets[#buckets + 1] = ARGV[5] .. string.format('%d', b) end
+local seen = buckets[3]
+local seenUntil = string.format('%d', (bucket + 4) * bucketMs)
+
+local function report(j)
+  local cur, base = KEYS[1 + j], 6 + 7 * (j - 1)
+  local id, created, quantity, frag = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
+  for _, b in ipairs(buckets) do
+    if redis.call('SISMEMBER', b, id) == 1 then return 1, '0', 0 end
   end
+  local function mark()
+    if redis.call('SADD', seen, id) == 1 then redis.call('PEXPIREAT', seen, seenUntil) end
+  end
+
+  local ca, qty = tonumber(created), tonumber(quantity)
+  local v = redis.call('GET', cur)
+  if v then
+    local sid, a, q, i, c, f = string.match(v, '^([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31(.*)$')
+    local total = tonumber(q) + qty
+    if ca < tonumber(a) + W and total <= 2147483647 then
+      if lt(id, i) then i, f = id, frag end
+      if ca < tonumber(c ~= '' and c or a) then c = created end
+      redis.call('SET', cur, table.concat({sid, a, total, i, c, f}, '\31'), 'KEEPTTL')
+      mark()
+      return 0, i, total
+    end
+    -- Past W for this row but not flushed yet: park the open window under
+    -- its own id so its stream entry still finds it.
+    redis.call('RENAME', cur, ARGV[4] .. sid)
+  end
+
+  local sid = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[6], '*',
+    'a', ARGV[base + 5], 'u', ARGV[base + 6], 't', ARGV[base + 7])
+  redis.call('SET', cur, table.concat({sid, created, quantity, id, '', frag}, '\31'), 'PX', ARGV[3])
+  mark()
+  return 2, id, qty
 end
 
-local ca, qty = tonumber(ARGV[2]), tonumber(ARGV[3])
-local v = redis.call('GET', KEYS[1])
-if v then
-  local sid, a, q, i, c, f = string.match(v, '^([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31(.*)$')
-  local total = tonumber(q) + qty
-  if ca < tonumber(a) + tonumber(ARGV[5]) and total <= 2147483647 then
-    if lt(id, i) then i, f = id, ARGV[4] end
-    if ca < tonumber(c ~= '' and c or a) then c = ARGV[2] end
-    redis.call('SET', KEYS[1], table.concat({sid, a, total, i, c, f}, '\31'), 'KEEPTTL')
-    mark()
-    return {0, i, total}
+local out = {}
+for j = 1, #KEYS - 1 do
+  local ok, status, wid, qty = pcall(report, j)
+  if not ok then
+    local msg = status
+    if type(msg) == 'table' then msg = msg.err or msg.message end
+    status, wid, qty = 3, tostring(msg), 0
   end
-  -- Past W for this row but not flushed yet: park the open window under
-  -- its own id so its stream entry still finds it.
-  redis.call('RENAME', KEYS[1], ARGV[8] .. sid)
+  out[#out + 1] = status
+  out[#out + 1] = wid
+  out[#out + 1] = qty
 end
-
-local sid = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[10], '*',
-  'a', ARGV[11], 'u', ARGV[12], 't', ARGV[13])
-redis.call('SET', KEYS[1], table.concat({sid, ARGV[2], ARGV[3], id, '', ARGV[4]}, '\31'), 'PX', ARGV[7])
-mark()
-return {2, id, qty}
+return out
