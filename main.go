@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -136,7 +137,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		server.WithTracer(kprom.NewServerTracer("", "", kprom.WithRegistry(reg), kprom.WithDisableServer(true))),
 	)
 
-	metricsSrv, metricsAddr, err := serveMetrics(cfg.Metrics.Addr, reg, store, w, log)
+	metricsSrv, metricsAddr, err := serveMetrics(cfg.Metrics, reg, store, w, log)
 	if err != nil {
 		_ = w.Shutdown(context.Background())
 		return err
@@ -223,11 +224,18 @@ func portOf(addr string) string {
 
 // serveMetrics serves /metrics, /healthz (the process is alive) and
 // /readyz (Redis answers and the worker runs).
-func serveMetrics(addr string, reg *prometheus.Registry, store *repo.Repo, w *worker.Worker, log *zap.Logger) (*http.Server, string, error) {
+func serveMetrics(cfg conf.Metrics, reg *prometheus.Registry, store *repo.Repo, w *worker.Worker, log *zap.Logger) (*http.Server, string, error) {
+	addr := cfg.Addr
 	if addr == "" {
 		return nil, "", nil
 	}
 	mux := http.NewServeMux()
+	if cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, r *http.Request) {

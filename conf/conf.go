@@ -38,6 +38,9 @@ type Server struct {
 type Metrics struct {
 	// Addr serves /metrics, /healthz and /readyz; empty turns it off.
 	Addr string `mapstructure:"addr"`
+	// Pprof also serves Go's /debug/pprof/ there, for profiling a replica
+	// under load. Off by default: it is not for the open network.
+	Pprof bool `mapstructure:"pprof"`
 }
 
 type Redis struct {

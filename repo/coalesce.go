@@ -17,6 +17,10 @@ type coalescer struct {
 	r           *Repo
 	maxInFlight int
 	maxItems    int // contributions per shared pipeline (one call is never split)
+	// bigCall: calls at least this large run at once on their own pipeline:
+	// they amortize a round trip already, and queueing them behind each
+	// other would leave Redis idle between pipelines.
+	bigCall int
 
 	mu      sync.Mutex
 	pending []*reportCall
@@ -33,6 +37,10 @@ type reportCall struct {
 
 func (c *coalescer) do(ctx context.Context, cs []*combo.Contribution) ([]ReportResult, error) {
 	call := &reportCall{ctx: ctx, cs: cs, done: make(chan struct{})}
+	if len(cs) >= c.bigCall {
+		c.run([]*reportCall{call})
+		return call.res, call.err
+	}
 	c.mu.Lock()
 	c.pending = append(c.pending, call)
 	if c.running < c.maxInFlight {
