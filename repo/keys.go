@@ -12,7 +12,7 @@ import (
 //	combo:{N}:stream                      STREAM  windows waiting to close (the only key without a TTL)
 //	combo:{N}:w:<a>:<u>:<len>:<type>      STRING  the combo key's newest unpublished window
 //	combo:{N}:p:<stream id>               STRING  a window displaced (parked) by a newer one before its flush
-//	combo:{N}:s:<bucket>                  SET     ids counted in one dedupe bucket (window.dedupe / 2 of time)
+//	combo:{N}:s:<bucket>:<id mod 4096>    SET     ids counted in one dedupe bucket (window.dedupe / 2 of time)
 //
 // Names are short on purpose: with one window and one marker per report,
 // a few bytes of key name are a measurable share of memory per window.
@@ -88,6 +88,6 @@ func (k Keys) ParkedPrefix(shard int) string { return k.tags[shard] + "p:" }
 // Parked is the hash of a displaced window, by its stream entry id.
 func (k Keys) Parked(shard int, streamID string) string { return k.ParkedPrefix(shard) + streamID }
 
-// SeenPrefix is the prefix of shard's dedupe buckets (the report script
-// appends the bucket number, from Redis's clock).
+// SeenPrefix is the prefix of shard's dedupe sets (the report script
+// appends the bucket number, from Redis's clock, and the id's sub-set).
 func (k Keys) SeenPrefix(shard int) string { return k.tags[shard] + "s:" }

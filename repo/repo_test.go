@@ -243,3 +243,32 @@ func TestConcurrentReportsShareCorrectly(t *testing.T) {
 		}
 	}
 }
+
+// Dedupe ids are spread over small sets, which Redis keeps as compact
+// intsets and frees in one step when they expire.
+func TestDedupeSetsStayCompact(t *testing.T) {
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	ctx := context.Background()
+	r := repo.New(rdb, settings())
+	cs := make([]*combo.Contribution, 1000)
+	for i := range cs {
+		cs[i] = contribution(int64(1_000_000_000_000+i*4096), fmt.Sprint("t", i), base) // all in one sub-set
+	}
+	if _, err := r.Report(ctx, cs[:400]); err != nil {
+		t.Fatal(err)
+	}
+	keys := rdb.Keys(ctx, r.Keys().SeenPrefix(0)+"*").Val()
+	if len(keys) != 1 {
+		t.Fatalf("dedupe keys %v, want one sub-set", keys)
+	}
+	if enc := rdb.ObjectEncoding(ctx, keys[0]).Val(); enc != "intset" {
+		t.Fatalf("encoding %s, want intset", enc)
+	}
+	if ttl := rdb.PTTL(ctx, keys[0]).Val(); ttl <= 0 {
+		t.Fatalf("dedupe set has no expiry: %s", ttl)
+	}
+	res, err := r.Report(ctx, cs[:1])
+	if err != nil || res[0].Outcome != repo.Duplicate {
+		t.Fatalf("dedupe lost: %+v %v", res, err)
+	}
+}

@@ -44,6 +44,13 @@ func (r *Repo) Report(ctx context.Context, cs []*combo.Contribution) ([]ReportRe
 	return r.reports.do(ctx, cs)
 }
 
+// dedupeSubsets is how many small SETs one dedupe bucket is spread over
+// (by id mod dedupeSubsets). Up to 512 ids a set stays in Redis's intset
+// encoding, so buckets stay compact up to about 4096*512 ids per bucket
+// (70k reports/s with 30 s buckets); past that they still work, in the
+// larger hashtable encoding.
+const dedupeSubsets = 4096
+
 // maxPerScript bounds one script call: Redis runs scripts one at a time,
 // so a call must stay short (about a millisecond) to keep others' latency low.
 const maxPerScript = 100
@@ -168,7 +175,7 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 			idx = idx[n:]
 			keys := make([]string, 1, 1+n)
 			keys[0] = r.keys.Stream(shard)
-			args := make([]any, 0, 6+7*n)
+			args := make([]any, 0, 6+8*n)
 			args = append(args, r.windowMs, r.bucketMs, r.ttlMs, r.keys.ParkedPrefix(shard), r.keys.SeenPrefix(shard), r.maxLen)
 			for _, i := range group {
 				c := cs[i]
@@ -179,7 +186,7 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 				keys = append(keys, r.keys.Current(shard, c.ActivityId, c.UserId, c.ItemType))
 				args = append(args, strconv.FormatInt(c.Id, 10), strconv.FormatInt(c.CreatedAt, 10),
 					strconv.Itoa(int(c.Quantity)), frag, strconv.FormatInt(c.ActivityId, 10),
-					strconv.FormatInt(c.UserId, 10), c.ItemType)
+					strconv.FormatInt(c.UserId, 10), c.ItemType, strconv.FormatInt(c.Id%dedupeSubsets, 10))
 			}
 			groups = append(groups, group)
 			cmds = append(cmds, reportScript.EvalSha(ctx, pipe, keys, args...))

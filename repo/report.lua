@@ -10,19 +10,22 @@
 -- ARGV[3]  ttl         ms a window may live (stale + margin)
 -- ARGV[4]  parked      key prefix for a displaced window; it is renamed to
 --                      parked .. its stream id (same hash tag as KEYS)
--- ARGV[5]  seen        key prefix of dedupe buckets: seen .. bucket number
---                      (same tag). An id is added to the SET of the current
---                      bucket (Redis TIME / bucket ms) and looked up in the
---                      current and the 2 previous ones, so it is remembered
---                      for at least window.dedupe. Sets of ids cost a third
---                      of a key per id; each bucket expires as a whole, at
---                      an absolute time, so setting it needs no lookup.
+-- ARGV[5]  seen        key prefix of dedupe sets: seen .. bucket .. ':' .. sub
+--                      (same tag). An id is added to a SET of the current
+--                      bucket (Redis TIME / bucket ms), the one of its sub
+--                      (id mod the number of sub-sets, computed in Go), and
+--                      looked up in the current and the 2 previous buckets,
+--                      so it is remembered for at least window.dedupe.
+--                      Spreading a bucket over many small sets keeps each
+--                      in Redis's intset encoding (about 10 bytes an id
+--                      instead of 80) and makes each expiry cheap: one big
+--                      set would be freed on Redis's main thread at once.
 -- ARGV[6]  maxlen      stream MAXLEN ~ safety bound
--- Then 7 values per report j (1-based), from ARGV[6 + 7*(j-1) + 1]:
+-- Then 8 values per report j (1-based), from ARGV[6 + 8*(j-1) + 1]:
 --   id (decimal; compared as a string: Lua numbers are doubles and ids may
 --   exceed 2^53), created_at (unix ms), quantity, fragment (display values,
---   see push.Fragment), activity_id, user_id, item_type (the last three are
---   the stream entry's fields a, u, t)
+--   see push.Fragment), activity_id, user_id, item_type (these three are
+--   the stream entry's fields a, u, t), sub (the id's dedupe sub-set)
 --
 -- The window is one string (a hash whose values pass 64 bytes would leave
 -- Redis's compact encoding and cost twice the memory), fields joined by
@@ -47,16 +50,17 @@ local W, bucketMs = tonumber(ARGV[1]), tonumber(ARGV[2])
 local t = redis.call('TIME')
 local bucket = math.floor((tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) / bucketMs)
 local buckets = {}
-for b = bucket - 2, bucket do buckets[#buckets + 1] = ARGV[5] .. string.format('%d', b) end
-local seen = buckets[3]
+for b = bucket - 2, bucket do buckets[#buckets + 1] = ARGV[5] .. string.format('%d', b) .. ':' end
 local seenUntil = string.format('%d', (bucket + 4) * bucketMs)
 
 local function report(j)
-  local cur, base = KEYS[1 + j], 6 + 7 * (j - 1)
+  local cur, base = KEYS[1 + j], 6 + 8 * (j - 1)
   local id, created, quantity, frag = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
+  local sub = ARGV[base + 8]
   for _, b in ipairs(buckets) do
-    if redis.call('SISMEMBER', b, id) == 1 then return 1, '0', 0 end
+    if redis.call('SISMEMBER', b .. sub, id) == 1 then return 1, '0', 0 end
   end
+  local seen = buckets[3] .. sub
   local function mark()
     if redis.call('SADD', seen, id) == 1 then redis.call('PEXPIREAT', seen, seenUntil) end
   end
