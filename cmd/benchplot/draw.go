@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"os"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -43,6 +45,20 @@ func render(path, title string, pts []point, p99Target, maxTarget float64) error
 			return err
 		}
 	}
+	// The measured values next to the p99 and max points: on a scale that
+	// must also show the targets, small lags are hard to read off the axis.
+	for _, s := range []struct {
+		c  color.Color
+		y  func(point) float64
+		dy vg.Length
+	}{
+		{orange, func(p point) float64 { return p.LagP99 }, -vg.Points(14)},
+		{red, func(p point) float64 { return p.LagMax }, vg.Points(4)},
+	} {
+		if err := addValueLabels(lag, s.c, pts, s.y, s.dy); err != nil {
+			return err
+		}
+	}
 	for _, t := range []struct {
 		name string
 		ms   float64
@@ -55,13 +71,14 @@ func render(path, title string, pts []point, p99Target, maxTarget float64) error
 		}
 	}
 	lag.Y.Min = 0
-	// Leave room above the highest target or sample, so the target lines
-	// never sit on the frame.
+	// Leave room above the highest target or sample for the legend, so
+	// neither the target lines nor the data run under it.
 	top := max(p99Target, maxTarget)
 	for _, p := range pts {
 		top = max(top, p.LagMax)
 	}
-	lag.Y.Max = 1.15 * top
+	lag.Y.Max = 1.4 * top
+	lag.Y.Tick.Marker = stepTicks{step: niceStep(lag.Y.Max)}
 
 	tp := plot.New()
 	tp.Y.Label.Text = "windows/s"
@@ -76,6 +93,12 @@ func render(path, title string, pts []point, p99Target, maxTarget float64) error
 		return err
 	}
 	tp.Y.Min = 0
+	tp.Y.Max = 0
+	for _, p := range pts {
+		tp.Y.Max = max(tp.Y.Max, p.Offered, p.Throughput)
+	}
+	tp.Y.Max *= 1.15
+	tp.Y.Tick.Marker = stepTicks{step: niceStep(tp.Y.Max)}
 
 	img := vgimg.New(vg.Points(720), vg.Points(760))
 	dc := draw.New(img)
@@ -136,4 +159,59 @@ func missingNote(pts []point) string {
 		miss += p.Missing
 	}
 	return fmt.Sprintf("(windows missing: %d)", miss)
+}
+
+// addValueLabels writes each point's value (rounded) beside it, dy above.
+func addValueLabels(p *plot.Plot, c color.Color, pts []point, y func(point) float64, dy vg.Length) error {
+	l := plotter.XYLabels{XYs: make(plotter.XYs, len(pts)), Labels: make([]string, len(pts))}
+	for i, pt := range pts {
+		l.XYs[i] = plotter.XY{X: pt.Offered, Y: y(pt)}
+		l.Labels[i] = fmt.Sprintf("%.0f", y(pt))
+		if y(pt) < 10 {
+			l.Labels[i] = fmt.Sprintf("%.1f", y(pt))
+		}
+	}
+	labels, err := plotter.NewLabels(l)
+	if err != nil {
+		return err
+	}
+	for i := range labels.TextStyle {
+		labels.TextStyle[i].Color = c
+	}
+	labels.Offset = vg.Point{X: vg.Points(5), Y: dy}
+	p.Add(labels)
+	return nil
+}
+
+// stepTicks marks the axis every step (labelled, as integers) and every
+// step/5 (unlabelled): gonum's default ticker labels too few values here.
+type stepTicks struct{ step float64 }
+
+func (t stepTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	minor := t.step / 5
+	for i := math.Ceil(lo / minor); i*minor <= hi; i++ {
+		v := i * minor
+		label := ""
+		if math.Mod(i, 5) == 0 {
+			label = strconv.FormatFloat(v, 'f', -1, 64)
+		}
+		ticks = append(ticks, plot.Tick{Value: v, Label: label})
+	}
+	return ticks
+}
+
+// niceStep is a 1, 2 or 5 times a power of ten giving 4 to 10 labelled
+// ticks up to hi.
+func niceStep(hi float64) float64 {
+	if hi <= 0 {
+		return 1
+	}
+	mag := math.Pow(10, math.Floor(math.Log10(hi)))
+	for _, m := range []float64{0.1, 0.2, 0.5, 1, 2, 5} {
+		if hi/(m*mag) <= 10 {
+			return m * mag
+		}
+	}
+	return 10 * mag
 }

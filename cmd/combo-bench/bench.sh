@@ -40,6 +40,11 @@ wait_idle() {
   echo "$idle"
 }
 
+# The commit built (with "+changes" if the service's files differ from it),
+# taken now: the tree may change while the runs go on. It titles the plot.
+rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD -- . ':!docs' ':!BENCHMARKS.md' ':!cmd/combo-bench' ':!cmd/benchplot' 2>/dev/null || rev="$rev+changes"
+echo "== building $rev" >&2
 go build -o "$BIN/combo-service" .
 go build -o "$BIN/combo-bench" ./cmd/combo-bench
 go build -o "$BIN/benchplot" ./cmd/benchplot
@@ -63,7 +68,7 @@ start_service() { # $1 = window size
 bench() { # $1 = output name, rest = combo-bench flags
   local name=$1; shift
   local idle; idle=$(wait_idle)
-  echo "== $name (cpu idle before: ${idle}%)" >&2
+  echo "== $(date +%T) $name (cpu idle before: ${idle}%)" >&2
   "$BIN/combo-bench" -addr 127.0.0.1:$SP -redis 127.0.0.1:$RP -service-pid "$SVC_PID" \
     -json -label "idle=${idle}" "$@" > "$OUT/$name.json"
 }
@@ -83,20 +88,34 @@ for i in $(seq "$RUNS"); do
 done
 stop_service
 
+# Dedupe ids live in per-bucket SETs that expire as a whole, up to 90 s
+# (6 buckets of window.dedupe/4) after their first id: a memory run must
+# start only when earlier runs' sets and windows are gone, or their expiry
+# during the fill would be subtracted from its per-window figure.
+wait_clean() {
+  local t=0
+  while [ $t -lt 150 ]; do
+    [ -z "$(redis-cli -p "$RP" --scan --pattern 'combo:*:s:*' | head -1)" ] &&
+      [ -z "$(redis-cli -p "$RP" --scan --pattern 'combo:*:w:*' | head -1)" ] && return
+    sleep 2; t=$((t + 2))
+  done
+  echo "wait_clean: dedupe sets or windows still present after 150 s" >&2
+}
+
 if has memory; then
   start_service 50s
   for i in $(seq "$RUNS"); do
+    wait_clean
     bench "memory-$i" -memory -windows 100000 -b 100 -c 8 -window 50s
-    sleep 10 # the previous run's dedupe keys (60 s) expire before the next "before" reading
     bench "curve-$i" -curve -levels 1000,10000,50000,100000 -probe 5000 -b 100 -c 8 -window 50s
-    sleep 10
   done
   stop_service
 fi
 
 if has rate; then
   mkdir -p docs/bench
-  "$BIN/benchplot" -o docs/bench/push-lag.png "$OUT"/rate-*.json
+  "$BIN/benchplot" -o docs/bench/push-lag.png \
+    -title "combo-service $rev: push lag and throughput vs offered new windows/s" "$OUT"/rate-*.json
 fi
 
 # Medians of the runs.
@@ -119,10 +138,19 @@ printf 'single C=8: %.0f/s, p50 %.2f ms, p99 %.2f ms\n' \
   "$(med '.[0].rpc_latency.p50_ms' "$OUT"/single-c8-*.json)" \
   "$(med '.[0].rpc_latency.p99_ms' "$OUT"/single-c8-*.json)"
 fi
+if has rate; then
+echo "rate (10 s, 64 senders): offered, median achieved/s, push lag p50/p99/max ms, most windows missing in a run"
+for r in 500 1000 2000 4000; do
+  printf '  %5d %8.0f %6.1f %6.1f %6.1f %4d\n' "$r" \
+    "$(med '.[0].reports_per_s' "$OUT"/rate-$r-*.json)" "$(med '.[0].pushes.push_lag.p50_ms' "$OUT"/rate-$r-*.json)" \
+    "$(med '.[0].pushes.push_lag.p99_ms' "$OUT"/rate-$r-*.json)" "$(med '.[0].pushes.push_lag.max_ms' "$OUT"/rate-$r-*.json)" \
+    "$(jq -s 'map(.[0].pushes.windows_missing) | max' "$OUT"/rate-$r-*.json)"
+done
+fi
 if has memory; then
-printf 'memory: %.0f bytes per open window (hash %.0f, dedupe key %.0f, rest %.0f)\n' \
-  "$(med '.bytes_per_open_window' "$OUT"/memory-*.json)" "$(med '.window_hash_bytes_avg' "$OUT"/memory-*.json)" \
-  "$(med '.dedupe_key_bytes_avg' "$OUT"/memory-*.json)" "$(med '.stream_bytes_per_entry' "$OUT"/memory-*.json)"
+printf 'memory: %.0f bytes per open window (window string %.0f, dedupe id %.0f, rest %.0f)\n' \
+  "$(med '.bytes_per_open_window' "$OUT"/memory-*.json)" "$(med '.window_bytes_avg' "$OUT"/memory-*.json)" \
+  "$(med '.dedupe_member_bytes_avg' "$OUT"/memory-*.json)" "$(med '.stream_bytes_per_entry' "$OUT"/memory-*.json)"
 echo "curve: level, median reports/s, p50 ms, redis script µs/report"
 for l in 0 1 2 3; do
   printf '  %7d %8.0f %6.2f %6.1f\n' "$(jq ".points[$l].level" "$OUT/curve-1.json")" \

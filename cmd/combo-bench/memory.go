@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,12 +24,21 @@ type memoryResult struct {
 	UsedAfter       int64   `json:"used_memory_after"`
 	BytesPerWindow  float64 `json:"bytes_per_open_window"`
 	Sample          int     `json:"sample"`
-	HashBytes       float64 `json:"window_bytes_avg"` // MEMORY USAGE of sampled window keys
-	HashEncoding    string  `json:"window_encoding"`  // the window is one string (embstr/raw)
+	WindowBytes     float64 `json:"window_bytes_avg"` // MEMORY USAGE of sampled window keys
+	WindowEncoding  string  `json:"window_encoding"`  // the window is one string (embstr/raw)
+	// DedupeSets, DedupeMembers and DedupeBytes are the per-bucket dedupe
+	// SETs (combo:{N}:s:<bucket>) that exist after the fill: how many, how
+	// many ids they hold in all, and their summed MEMORY USAGE. Their
+	// quotient is what one remembered id costs (set overhead amortized).
+	DedupeSets           int     `json:"dedupe_sets"`
+	DedupeMembers        int64   `json:"dedupe_members"`
+	DedupeBytes          int64   `json:"dedupe_sets_memory_usage"`
+	DedupeBytesPerMember float64 `json:"dedupe_member_bytes_avg"`
 	// StreamPerEntry is the rest of the INFO delta: one window's stream
-	// entry and pending entry, plus whatever MEMORY USAGE leaves out of the
-	// two samples above (it undercounts a hashtable's dict overhead and the
-	// expires entry). MEMORY USAGE of a stream estimates its PEL coarsely
+	// entry and pending entry, plus what MEMORY USAGE leaves out of the
+	// samples above (it counts a key's name, value and dict entry, but not
+	// its expires entry nor its share of the dicts' bucket arrays). MEMORY
+	// USAGE of a stream estimates its PEL coarsely
 	// (several times too high on Redis 7.0), so it is kept for reference
 	// only, as StreamUsage.
 	StreamPerEntry float64  `json:"stream_bytes_per_entry"`
@@ -40,8 +50,11 @@ type memoryResult struct {
 // memory opens -windows windows (each report on a new combo key, batches of
 // -b) and reads INFO used_memory before and after; the difference over the
 // number of windows is the cost of one open window: its hash, its dedupe
-// key (one report per window here), its stream entry and its pending entry.
-// A sample of MEMORY USAGE breaks that down.
+// set member (one report per window here), its stream entry and its
+// pending entry. MEMORY USAGE of a sample of windows and of every dedupe
+// set breaks that down. The "before" reading must not include dedupe sets
+// of earlier runs that expire during this one: bench.sh waits for them to
+// expire first, and a note is printed if any were there.
 func (b *bench) memory() (printable, error) {
 	ctx := context.Background()
 	cfg := b.cfg
@@ -54,6 +67,11 @@ func (b *bench) memory() (printable, error) {
 	}
 	if out.UsedBefore, err = usedMemory(ctx, b.rdb); err != nil {
 		return nil, err
+	}
+	if sets, members, _, err := dedupeSets(ctx, b.rdb, keys); err != nil {
+		return nil, err
+	} else if sets > 0 {
+		out.Notes = append(out.Notes, fmt.Sprintf("%d dedupe sets (%d ids) of earlier runs were there before the fill; if they expire during it the per-window figure is too low", sets, members))
 	}
 
 	wl := newWorkload()
@@ -117,8 +135,40 @@ func streamState(ctx context.Context, rdb *redis.Client, keys repo.Keys) (length
 
 func isNoGroup(err error) bool { return redis.HasErrorPrefix(err, "NOGROUP") }
 
-// sample reads MEMORY USAGE (SAMPLES 0: exact) of up to 200 window hashes
-// of the run, and of the whole streams.
+// dedupeSets finds every dedupe bucket SET of the shards and sums their
+// sizes and MEMORY USAGE (SAMPLES 0: every member counted).
+func dedupeSets(ctx context.Context, rdb *redis.Client, keys repo.Keys) (sets int, members, bytes int64, err error) {
+	for s := 0; s < keys.Shards(); s++ {
+		// The prefix has a {tag}: escape the glob's special characters.
+		pattern := strings.NewReplacer("{", "\\{", "}", "\\}", "[", "\\[", "]", "\\]", "*", "\\*", "?", "\\?").
+			Replace(keys.SeenPrefix(s)) + "*"
+		iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			k := iter.Val()
+			n, err := rdb.SCard(ctx, k).Result()
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			v, err := rdb.MemoryUsage(ctx, k, 0).Result()
+			if err == redis.Nil {
+				continue // expired between SCAN and here
+			}
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			sets++
+			members += n
+			bytes += v
+		}
+		if err := iter.Err(); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	return sets, members, bytes, nil
+}
+
+// sample reads MEMORY USAGE (SAMPLES 0: exact) of up to 200 window keys of
+// the run, of every dedupe set, and of the whole streams.
 func (m *memoryResult) sample(ctx context.Context, rdb *redis.Client, keys repo.Keys, wl *workload, rec *recorder) error {
 	const n = 200
 	step := max(m.Windows/n, 1)
@@ -135,8 +185,8 @@ func (m *memoryResult) sample(ctx context.Context, rdb *redis.Client, keys repo.
 		}
 		hashSum += v
 		hashN++
-		if m.HashEncoding == "" {
-			m.HashEncoding, _ = rdb.ObjectEncoding(ctx, keys.Current(shard, ck.Activity, ck.User, ck.ItemType)).Result()
+		if m.WindowEncoding == "" {
+			m.WindowEncoding, _ = rdb.ObjectEncoding(ctx, keys.Current(shard, ck.Activity, ck.User, ck.ItemType)).Result()
 		}
 	}
 	for s := 0; s < keys.Shards(); s++ {
@@ -148,9 +198,16 @@ func (m *memoryResult) sample(ctx context.Context, rdb *redis.Client, keys repo.
 	}
 	m.Sample = int(hashN)
 	if hashN > 0 {
-		m.HashBytes = float64(hashSum) / float64(hashN)
+		m.WindowBytes = float64(hashSum) / float64(hashN)
 	}
-	m.StreamPerEntry = m.BytesPerWindow - m.HashBytes
+	var err error
+	if m.DedupeSets, m.DedupeMembers, m.DedupeBytes, err = dedupeSets(ctx, rdb, keys); err != nil {
+		return err
+	}
+	if m.DedupeMembers > 0 {
+		m.DedupeBytesPerMember = float64(m.DedupeBytes) / float64(m.DedupeMembers)
+	}
+	m.StreamPerEntry = m.BytesPerWindow - m.WindowBytes - m.DedupeBytesPerMember
 	return nil
 }
 
@@ -160,8 +217,9 @@ func (m memoryResult) print(w io.Writer) {
 	fmt.Fprintf(w, "stream length           %d before, %d after (%d pending)\n", m.StreamLenBefore, m.StreamLen, m.Pending)
 	fmt.Fprintf(w, "used_memory             %d -> %d bytes\n", m.UsedBefore, m.UsedAfter)
 	fmt.Fprintf(w, "bytes per open window   %.0f  (INFO memory delta / windows)\n", m.BytesPerWindow)
-	fmt.Fprintf(w, "  window key            %.0f  (MEMORY USAGE, sample of %d; encoding %s)\n", m.HashBytes, m.Sample, m.HashEncoding)
-	fmt.Fprintf(w, "  rest                  %.0f  (dedupe set member + stream entry + PEL entry + what MEMORY USAGE leaves out)\n", m.StreamPerEntry)
+	fmt.Fprintf(w, "  window key            %.0f  (MEMORY USAGE, sample of %d; encoding %s)\n", m.WindowBytes, m.Sample, m.WindowEncoding)
+	fmt.Fprintf(w, "  dedupe id             %.0f  (MEMORY USAGE of %d dedupe sets / %d ids)\n", m.DedupeBytesPerMember, m.DedupeSets, m.DedupeMembers)
+	fmt.Fprintf(w, "  rest                  %.0f  (stream entry + PEL entry + expires entry + dict bucket arrays)\n", m.StreamPerEntry)
 	if p := m.Fill.Pushes; p != nil {
 		fmt.Fprintf(w, "afterwards: %d of %d windows pushed, lag p99 %.1f ms max %.1f ms, conserved %v\n",
 			p.WindowsPushed, p.WindowsExpected, p.Lag.P99, p.Lag.Max, p.Conserved)
