@@ -32,7 +32,7 @@ func usedMemory(b *testing.B, rdb *redis.Client) int64 {
 }
 
 // BenchmarkOpenWindowMemory opens b.N windows (one report each, with its
-// dedupe marker, stream entry and pending entry, as a worker holds them)
+// dedupe id, stream entry and pending entry, as a worker holds them)
 // and reports Redis's used_memory growth per open window:
 //
 //	go test -run x -bench OpenWindowMemory -benchtime 100000x ./repo/

@@ -66,7 +66,7 @@ func (k Keys) Shard(activityID, userID int64, itemType string) int {
 // Stream is shard's stream of windows waiting to close.
 func (k Keys) Stream(shard int) string { return k.tags[shard] + "stream" }
 
-// Current is the hash of the combo key's newest unpublished window.
+// Current is the key of the combo key's newest unpublished window.
 func (k Keys) Current(shard int, activityID, userID int64, itemType string) string {
 	b := make([]byte, 0, len(k.tags[shard])+48+len(itemType))
 	b = append(b, k.tags[shard]...)
@@ -85,7 +85,7 @@ func (k Keys) Current(shard int, activityID, userID int64, itemType string) stri
 // it parks a displaced window (the script knows the id, Go does not).
 func (k Keys) ParkedPrefix(shard int) string { return k.tags[shard] + "p:" }
 
-// Parked is the hash of a displaced window, by its stream entry id.
+// Parked is the key of a displaced window, by its stream entry id.
 func (k Keys) Parked(shard int, streamID string) string { return k.ParkedPrefix(shard) + streamID }
 
 // SeenPrefix is the prefix of shard's dedupe sets (the report script

@@ -50,7 +50,7 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 		delay: s.Window + s.Grace,
 		rdb:   rdb, keys: NewKeys(s.Shards), set: s,
 		windowMs: ms(s.Window), delayMs: ms(s.Window + s.Grace), bucketMs: ms(max(s.Dedupe/2, time.Millisecond)), staleMs: ms(s.Stale),
-		// A window's hash outlives its stale deadline a little, so the flush
+		// A window's record outlives its stale deadline a little, so the flush
 		// that finds it stale can count it; then Redis reclaims the memory
 		// even if no flush ever comes.
 		ttlMs:  ms(s.Stale + s.Window + s.Grace + 10*time.Second),

@@ -159,7 +159,7 @@ func TestPruneConsumersKeepsPending(t *testing.T) {
 	}(t, testredis.Start(t, testredis.Options{}).Client())
 }
 
-// An entry whose window hash expired unpublished is stale; an entry whose
+// An entry whose window record expired unpublished is stale; an entry whose
 // window another consumer published is gone.
 func TestFlushTellsExpiredFromPublished(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
