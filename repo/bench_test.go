@@ -76,3 +76,53 @@ func BenchmarkOpenWindowMemory(b *testing.B) {
 		b.Logf("MEMORY USAGE window %d B; used_memory %d -> %d", rdb.MemoryUsage(ctx, key).Val(), before, after)
 	}
 }
+
+// redisCPU is Redis's own CPU time so far (user + sys), from INFO cpu.
+func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
+	m := rdb.InfoMap(context.Background(), "cpu").Val()["CPU"]
+	var total float64
+	for _, k := range []string{"used_cpu_user", "used_cpu_sys"} {
+		v, err := strconv.ParseFloat(strings.TrimSpace(m[k]), 64)
+		if err != nil {
+			b.Fatalf("INFO cpu %s = %q: %v", k, m[k], err)
+		}
+		total += v
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// BenchmarkReportRedisCPU measures what one report costs Redis: its CPU
+// time (INFO cpu, so the Go side and the machine's other load do not count)
+// per report, on the steady-state path where most reports join an open
+// window of one of 1024 combo keys, in calls of 1, 8 and 50 reports (one
+// script call each):
+//
+//	go test -run x -bench ReportRedisCPU -benchtime 200000x ./repo/
+func BenchmarkReportRedisCPU(b *testing.B) {
+	for _, size := range []int{1, 8, 50} {
+		b.Run("reports="+strconv.Itoa(size), func(b *testing.B) {
+			srv := testredis.Start(b, testredis.Options{})
+			rdb := srv.Client()
+			ctx := context.Background()
+			r := repo.New(rdb, repo.Settings{Window: time.Hour, Grace: 0, Dedupe: time.Minute, Stale: 2 * time.Hour,
+				Timeout: 10 * time.Second, Shards: 1, StreamMaxLen: 10_000_000})
+			if err := r.EnsureGroups(ctx); err != nil {
+				b.Fatal(err)
+			}
+			batch := make([]*combo.Contribution, 0, size)
+			before := redisCPU(b, rdb)
+			b.ResetTimer()
+			for i := range b.N {
+				batch = append(batch, realistic(1_000_000_000+int64(i), 1_000_000+int64(i%1024)))
+				if len(batch) == size || i == b.N-1 {
+					if _, err := r.Report(ctx, batch); err != nil {
+						b.Fatal(err)
+					}
+					batch = batch[:0]
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(redisCPU(b, rdb)-before)/float64(time.Microsecond)/float64(b.N), "redis-µs/report")
+		})
+	}
+}

@@ -40,8 +40,9 @@ type config struct {
 	CurveLevels []int
 	ProbeN      int
 
-	JSON  bool
-	Label string
+	JSON       bool
+	Label      string
+	CPUProfile string
 }
 
 var modes = []string{"single", "batch", "reporter", "rate", "naive", "compare"}
@@ -72,6 +73,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.ProbeN, "probe", 3000, "curve mode: single reports per level")
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON document instead of the table")
 	fs.StringVar(&c.Label, "label", "", "free text copied into the output (e.g. run number)")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write the bench process's own CPU profile to this file (to see what the client side costs)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -26,19 +26,32 @@ import (
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 )
 
-func main() {
-	cfg, err := parseFlags(os.Args[1:])
+func main() { os.Exit(benchMain(os.Args[1:])) }
+
+// benchMain returns the exit code, so deferred work (the profile) is done
+// before the process exits.
+func benchMain(args []string) int {
+	cfg, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
-		return
+		return 0
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "combo-bench:", err)
-		os.Exit(2)
+		return 2
+	}
+	if cfg.CPUProfile != "" {
+		stop, err := startCPUProfile(cfg.CPUProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "combo-bench:", err)
+			return 1
+		}
+		defer stop()
 	}
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "combo-bench:", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 // bench is what every procedure drives and watches.
