@@ -39,9 +39,10 @@ end
 local function load(key)
   local v = redis.call('GET', key)
   if not v then return nil end
-  local s, a, q, i, c, f = string.match(v, '^([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31(.*)$')
+  local q, a, i, c, s, f = string.match(v, '^(%d+)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31(.*)$')
   if s ~= sid then return nil end
-  return {a = a, q = q, i = i, c = (c ~= '' and c or a), f = f}
+  -- q has leading zeros (fixed width); as a number it prints without them.
+  return {a = a, q = tonumber(q), i = i, c = (c ~= '' and c or a), f = f}
 end
 
 local key = KEYS[2]
@@ -63,7 +64,7 @@ end
 if now - opened > tonumber(ARGV[8]) then
   redis.call('DEL', key)
   retire()
-  return {2, now - opened, tonumber(w.q)}
+  return {2, now - opened, w.q}
 end
 
 local due = opened + tonumber(ARGV[7])
@@ -78,4 +79,4 @@ redis.call('PUBLISH', ARGV[3], table.concat({
   ',"quantity":', w.q, ',"combo_count":', w.q, ',"created_at":', w.c, '}}'}))
 redis.call('DEL', key)
 retire()
-return {0, now - due, tonumber(w.q)}
+return {0, now - due, w.q}

@@ -1,8 +1,10 @@
 package repo
 
 import (
+	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 )
 
 // Every Redis key of the service is built here, from one prefix, and carries
@@ -13,6 +15,9 @@ import (
 //	combo:{N}:w:<a>:<u>:<len>:<type>      STRING  the combo key's newest unpublished window
 //	combo:{N}:p:<stream id>               STRING  a window displaced (parked) by a newer one before its flush
 //	combo:{N}:s:<bucket>:<id mod 4096>    SET     ids counted in one dedupe bucket (window.dedupe / 2 of time)
+//
+// A stream entry names its window by the part of its key after ":w:"
+// (EntryComboKey).
 //
 // Names are short on purpose: with one window and one marker per report,
 // a few bytes of key name are a measurable share of memory per window.
@@ -71,14 +76,7 @@ func (k Keys) Current(shard int, activityID, userID int64, itemType string) stri
 	b := make([]byte, 0, len(k.tags[shard])+48+len(itemType))
 	b = append(b, k.tags[shard]...)
 	b = append(b, "w:"...)
-	b = strconv.AppendInt(b, activityID, 10)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, userID, 10)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, int64(len(itemType)), 10)
-	b = append(b, ':')
-	b = append(b, itemType...)
-	return string(b)
+	return comboKeyPart(b, activityID, userID, itemType)
 }
 
 // ParkedPrefix is the prefix the report script appends a stream id to when
@@ -88,6 +86,49 @@ func (k Keys) ParkedPrefix(shard int) string { return k.tags[shard] + "p:" }
 // Parked is the key of a displaced window, by its stream entry id.
 func (k Keys) Parked(shard int, streamID string) string { return k.ParkedPrefix(shard) + streamID }
 
-// SeenPrefix is the prefix of shard's dedupe sets (the report script
-// appends the bucket number, from Redis's clock, and the id's sub-set).
+// SeenPrefix is the prefix of shard's dedupe sets.
 func (k Keys) SeenPrefix(shard int) string { return k.tags[shard] + "s:" }
+
+// SeenBucket is the prefix of one dedupe bucket's sets; the report script
+// appends the id's sub-set (id mod the number of sub-sets).
+func (k Keys) SeenBucket(shard int, bucket int64) string {
+	b := make([]byte, 0, len(k.tags[shard])+16)
+	b = append(b, k.tags[shard]...)
+	b = append(b, "s:"...)
+	b = strconv.AppendInt(b, bucket, 10)
+	return string(append(b, ':'))
+}
+
+// EntryComboKey is what a stream entry stores of its window's key: the
+// part of Current after ":w:" (the report script cuts it off the key).
+func EntryComboKey(activityID, userID int64, itemType string) string {
+	return comboKeyPart(nil, activityID, userID, itemType)
+}
+
+// ParseEntryComboKey reads back EntryComboKey.
+func ParseEntryComboKey(s string) (activityID, userID int64, itemType string, err error) {
+	fail := func() (int64, int64, string, error) {
+		return 0, 0, "", fmt.Errorf("combo key %q: want <activity>:<user>:<len>:<item type>", s)
+	}
+	parts := strings.SplitN(s, ":", 4)
+	if len(parts) != 4 {
+		return fail()
+	}
+	a, err1 := strconv.ParseInt(parts[0], 10, 64)
+	u, err2 := strconv.ParseInt(parts[1], 10, 64)
+	n, err3 := strconv.Atoi(parts[2])
+	if err1 != nil || err2 != nil || err3 != nil || n != len(parts[3]) {
+		return fail()
+	}
+	return a, u, parts[3], nil
+}
+
+func comboKeyPart(b []byte, activityID, userID int64, itemType string) string {
+	b = strconv.AppendInt(b, activityID, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, userID, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(len(itemType)), 10)
+	b = append(b, ':')
+	return string(append(b, itemType...))
+}

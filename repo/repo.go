@@ -38,9 +38,12 @@ type Repo struct {
 	delay time.Duration
 
 	reports *coalescer
+	clock   redisClock
 
 	// Script arguments that never change, formatted once.
-	windowMs, delayMs, bucketMs, ttlMs, staleMs, maxLen string
+	delayMs, ttlMs, staleMs, maxLen string
+	// windowMs is W and bucketMs a dedupe bucket's length (window.dedupe / 2).
+	windowMs, bucketMs int64
 }
 
 // New returns a Repo over rdb.
@@ -49,7 +52,8 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 	r := &Repo{
 		delay: s.Window + s.Grace,
 		rdb:   rdb, keys: NewKeys(s.Shards), set: s,
-		windowMs: ms(s.Window), delayMs: ms(s.Window + s.Grace), bucketMs: ms(max(s.Dedupe/2, time.Millisecond)), staleMs: ms(s.Stale),
+		windowMs: s.Window.Milliseconds(), bucketMs: max(s.Dedupe/2, time.Millisecond).Milliseconds(),
+		delayMs: ms(s.Window + s.Grace), staleMs: ms(s.Stale),
 		// A window's record outlives its stale deadline a little, so the flush
 		// that finds it stale can count it; then Redis reclaims the memory
 		// even if no flush ever comes.
@@ -78,12 +82,15 @@ func (r *Repo) LoadScripts(ctx context.Context) error {
 	return nil
 }
 
-// Time is Redis's clock, the one clock all replicas share.
+// Time is Redis's clock, the one clock all replicas share. Each call also
+// refreshes the repo's estimate of it (see clock.go).
 func (r *Repo) Time(ctx context.Context) (time.Time, error) {
+	sent := time.Now()
 	t, err := r.rdb.Time(ctx).Result()
 	if err != nil {
 		return time.Time{}, wrap("repo.Time", err)
 	}
+	r.clock.observe(t, sent, time.Now())
 	return t, nil
 }
 

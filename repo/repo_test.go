@@ -272,3 +272,104 @@ func TestDedupeSetsStayCompact(t *testing.T) {
 		t.Fatalf("dedupe lost: %+v %v", res, err)
 	}
 }
+
+// TestWindowRecordUpdates covers every way a join changes a window's record
+// besides adding to its total (see report.lua): an earlier created_at, a
+// smaller id (whose display fields then win), a total that needs more
+// digits than the record holds, and a total that would pass int32, which
+// opens a new window instead.
+func TestWindowRecordUpdates(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r := repo.New(rdb, settings())
+		if err := r.EnsureGroups(ctx); err != nil {
+			t.Fatal(err)
+		}
+		sub := rdb.Subscribe(ctx, push.Channel(7))
+		defer sub.Close()
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c := func(id, createdAt int64, quantity int32, nickname string) *combo.Contribution {
+			x := contribution(id, "rose", createdAt)
+			x.Quantity, x.Nickname = quantity, nickname
+			return x
+		}
+		steps := []struct {
+			c    *combo.Contribution
+			want repo.ReportResult
+		}{
+			{c(100, base+100, 5000, "first"), repo.ReportResult{repo.Opened, 100, 5000}},
+			{c(101, base+50, 4999, "earlier"), repo.ReportResult{repo.Joined, 100, 9999}},
+			{c(102, base+60, 1, "widens"), repo.ReportResult{repo.Joined, 100, 10000}},
+			{c(99, base+120, 3, "smallest"), repo.ReportResult{repo.Joined, 99, 10003}},
+			{c(103, base+130, 1_000_000, "big"), repo.ReportResult{repo.Joined, 99, 1_010_003}},
+		}
+		for i, s := range steps {
+			res, err := r.Report(ctx, []*combo.Contribution{s.c})
+			if err != nil || res[0] != s.want {
+				t.Fatalf("step %d: %+v %v, want %+v", i, res, err, s.want)
+			}
+		}
+		// 2146 more reports of 1,000,000 reach 2,147,010,003; the next
+		// would pass int32 and opens a window of its own.
+		var fill []*combo.Contribution
+		for i := range 2147 {
+			fill = append(fill, c(1000+int64(i), base+140, 1_000_000, "fill"))
+		}
+		res, err := r.Report(ctx, fill)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last := res[2145]; last != (repo.ReportResult{repo.Joined, 99, 2_147_010_003}) {
+			t.Fatalf("last join %+v", last)
+		}
+		if over := res[2146]; over != (repo.ReportResult{repo.Opened, 3146, 1_000_000}) {
+			t.Fatalf("overflowing report %+v, want a new window", over)
+		}
+
+		var ws []repo.Window
+		for len(ws) < 2 {
+			got, bad, err := r.Read(ctx, 0, "c1", ">", 10, 100*time.Millisecond)
+			if err != nil || len(bad) != 0 {
+				t.Fatalf("read: %v %v", bad, err)
+			}
+			ws = append(ws, got...)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for published := 0; published < 2; {
+			fr, err := r.Flush(ctx, ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			published = 0
+			for _, f := range fr {
+				if f.Status == repo.Published || f.Status == repo.Gone {
+					published++
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not published: %+v", fr)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		records := map[int64]push.Record{}
+		for range 2 {
+			msg, err := sub.ReceiveMessage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := push.Decode([]byte(msg.Payload))
+			if err != nil {
+				t.Fatalf("%v: %s", err, msg.Payload)
+			}
+			records[m.Record.ID] = m.Record
+		}
+		if w := records[99]; w.Quantity != 2_147_010_003 || w.ComboCount != w.Quantity || w.CreatedAt != base+50 || w.Nickname != "smallest" {
+			t.Fatalf("first window %+v", w)
+		}
+		if w := records[3146]; w.Quantity != 1_000_000 || w.CreatedAt != base+140 || w.Nickname != "fill" {
+			t.Fatalf("second window %+v", w)
+		}
+	})
+}

@@ -164,6 +164,11 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 		}
 		byShard[shard] = append(byShard[shard], i)
 	}
+	now := r.redisNow().UnixMilli()
+	bucket := now / r.bucketMs
+	// Ids of the current bucket are looked up until two buckets later; the
+	// sets go one bucket after that.
+	until := strconv.FormatInt((bucket+4)*r.bucketMs, 10)
 	pipe := r.rdb.Pipeline()
 	var groups [][]int
 	var cmds []*redis.Cmd
@@ -175,8 +180,9 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 			idx = idx[n:]
 			keys := make([]string, 1, 1+n)
 			keys[0] = r.keys.Stream(shard)
-			args := make([]any, 0, 6+8*n)
-			args = append(args, r.windowMs, r.bucketMs, r.ttlMs, r.keys.ParkedPrefix(shard), r.keys.SeenPrefix(shard), r.maxLen)
+			args := make([]any, 0, 7+6*n)
+			args = append(args, r.ttlMs, r.keys.ParkedPrefix(shard), r.maxLen,
+				r.keys.SeenBucket(shard, bucket), r.keys.SeenBucket(shard, bucket-1), r.keys.SeenBucket(shard, bucket-2), until)
 			for _, i := range group {
 				c := cs[i]
 				frag, err := push.Fragment(c)
@@ -185,8 +191,8 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 				}
 				keys = append(keys, r.keys.Current(shard, c.ActivityId, c.UserId, c.ItemType))
 				args = append(args, strconv.FormatInt(c.Id, 10), strconv.FormatInt(c.CreatedAt, 10),
-					strconv.Itoa(int(c.Quantity)), frag, strconv.FormatInt(c.ActivityId, 10),
-					strconv.FormatInt(c.UserId, 10), c.ItemType, strconv.FormatInt(c.Id%dedupeSubsets, 10))
+					strconv.FormatInt(c.CreatedAt-r.windowMs, 10), strconv.Itoa(int(c.Quantity)), frag,
+					strconv.FormatInt(c.Id%dedupeSubsets, 10))
 			}
 			groups = append(groups, group)
 			cmds = append(cmds, reportScript.EvalSha(ctx, pipe, keys, args...))

@@ -5,35 +5,46 @@
 --
 -- KEYS[1]    stream  STREAM windows waiting to close
 -- KEYS[1+j]  cur     STRING report j's combo key's newest unpublished window
--- ARGV[1]  W           window size, ms
--- ARGV[2]  bucket      ms per dedupe bucket (window.dedupe / 2)
--- ARGV[3]  ttl         ms a window may live (stale + margin)
--- ARGV[4]  parked      key prefix for a displaced window; it is renamed to
+-- ARGV[1]  ttl         ms a window may live (stale + margin)
+-- ARGV[2]  parked      key prefix for a displaced window; it is renamed to
 --                      parked .. its stream id (same hash tag as KEYS)
--- ARGV[5]  seen        key prefix of dedupe sets: seen .. bucket .. ':' .. sub
---                      (same tag). An id is added to a SET of the current
---                      bucket (Redis TIME / bucket ms), the one of its sub
---                      (id mod the number of sub-sets, computed in Go), and
---                      looked up in the current and the 2 previous buckets,
---                      so it is remembered for at least window.dedupe.
---                      Spreading a bucket over many small sets keeps each
---                      in Redis's intset encoding (about 10 bytes an id
---                      instead of 80) and makes each expiry cheap: one big
---                      set would be freed on Redis's main thread at once.
--- ARGV[6]  maxlen      stream MAXLEN ~ safety bound
--- Then 8 values per report j (1-based), from ARGV[6 + 8*(j-1) + 1]:
+-- ARGV[3]  maxlen      stream MAXLEN ~ safety bound
+-- ARGV[4]  seen        key prefix of the current dedupe bucket's sets:
+--                      an id is added to seen .. sub (sub = id mod the
+--                      number of sub-sets, computed in Go); each set also
+--                      holds the member 0 (see below)
+-- ARGV[5]  seen1       the previous bucket's prefix, where ids are looked up
+-- ARGV[6]  seen2       the one before it, looked up too: with buckets of
+--                      window.dedupe / 2 an id is remembered at least
+--                      window.dedupe
+-- ARGV[7]  until       unix ms (Redis clock) when the current bucket's sets
+--                      expire
+-- Then 6 values per report j (1-based), from ARGV[7 + 6*(j-1) + 1]:
 --   id (decimal; compared as a string: Lua numbers are doubles and ids may
---   exceed 2^53), created_at (unix ms), quantity, fragment (display values,
---   see push.Fragment), activity_id, user_id, item_type (these three are
---   the stream entry's fields a, u, t), sub (the id's dedupe sub-set)
+--   exceed 2^53), created_at (unix ms), created_at - W, quantity, fragment
+--   (display values, see push.Fragment), sub
+--
+-- Go computes everything that needs a clock or number formatting: in this
+-- Lua, TIME and number formatting cost more than the counting itself. All
+-- numbers compared here are positive decimals without leading zeros, so
+-- comparing length, then bytes, compares their values (lt).
 --
 -- The window is one string (a hash whose values pass 64 bytes would leave
 -- Redis's compact encoding and cost twice the memory), fields joined by
 -- \31 (unit separator; the fragment itself uses \31 between its values):
---   stream id (the window's identity; its ms part is when it opened)
---   anchor created_at, total quantity, smallest id,
---   smallest created_at ("" while it equals the anchor), fragment of the
---   smallest id
+--   total quantity, at least 4 digits (leading zeros): a join that keeps
+--     its width and changes nothing else rewrites only these bytes
+--     (SETRANGE); a wider total rewrites the record. Four, not ten: a
+--     longer record can cross a memory allocator size class
+--   anchor created_at, smallest id,
+--   smallest created_at ("" while it equals the anchor),
+--   stream id (the window's identity; its ms part is when it opened),
+--   fragment of the smallest id
+-- The first four fit in the first 64 bytes (10+15+19+15 digits and four
+-- separators), so a join reads only those (GETRANGE).
+--
+-- The stream entry has one field, k: the window key after its ":w:" (see
+-- Keys.Current), which the worker parses back into the combo key.
 --
 -- Returns 3 values per report: status, window_id, window_quantity
 --   status 0 = joined the open window, 1 = duplicate (nothing changed;
@@ -46,59 +57,85 @@ local function lt(a, b)
   return a < b
 end
 
-local W, bucketMs = tonumber(ARGV[1]), tonumber(ARGV[2])
-local t = redis.call('TIME')
-local bucket = math.floor((tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) / bucketMs)
-local buckets = {}
-for b = bucket - 2, bucket do buckets[#buckets + 1] = ARGV[5] .. string.format('%d', b) .. ':' end
-local seenUntil = string.format('%d', (bucket + 4) * bucketMs)
+local seen, seen1, seen2, untilMs = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local marked -- the dedupe set report() added its id to, if it did
 
-local function report(j)
-  local cur, base = KEYS[1 + j], 6 + 8 * (j - 1)
-  local id, created, quantity, frag = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
-  local sub = ARGV[base + 8]
-  for _, b in ipairs(buckets) do
-    if redis.call('SISMEMBER', b .. sub, id) == 1 then return 1, '0', 0 end
-  end
-  local seen = buckets[3] .. sub
-  local function mark()
-    if redis.call('SADD', seen, id) == 1 then redis.call('PEXPIREAT', seen, seenUntil) end
-  end
-
-  local ca, qty = tonumber(created), tonumber(quantity)
-  local v = redis.call('GET', cur)
-  if v then
-    local sid, a, q, i, c, f = string.match(v, '^([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31(.*)$')
-    local total = tonumber(q) + qty
-    if ca < tonumber(a) + W and total <= 2147483647 then
-      if lt(id, i) then i, f = id, frag end
-      if ca < tonumber(c ~= '' and c or a) then c = created end
-      redis.call('SET', cur, table.concat({sid, a, total, i, c, f}, '\31'), 'KEEPTTL')
-      mark()
-      return 0, i, total
-    end
-    -- Past W for this row but not flushed yet: park the open window under
-    -- its own id so its stream entry still finds it.
-    redis.call('RENAME', cur, ARGV[4] .. sid)
-  end
-
-  local sid = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[6], '*',
-    'a', ARGV[base + 5], 'u', ARGV[base + 6], 't', ARGV[base + 7])
-  redis.call('SET', cur, table.concat({sid, created, quantity, id, '', frag}, '\31'), 'PX', ARGV[3])
-  mark()
-  return 2, id, qty
+-- open starts a new window for report j and enqueues it.
+local function open(cur, id, created, quantity, frag)
+  local sid = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*',
+    'k', string.match(cur, ':w:(.*)$'))
+  redis.call('SET', cur, table.concat({string.format('%04d', quantity), created, id, '', sid, frag}, '\31'),
+    'PX', ARGV[1])
+  return 2, id, tonumber(quantity)
 end
 
-local out = {}
-for j = 1, #KEYS - 1 do
-  local ok, status, wid, qty = pcall(report, j)
-  if not ok then
-    local msg = status
-    if type(msg) == 'table' then msg = msg.err or msg.message end
-    status, wid, qty = 3, tostring(msg), 0
+local function report(j)
+  local cur, base = KEYS[1 + j], 7 + 6 * (j - 1)
+  local id, sub = ARGV[base + 1], ARGV[base + 6]
+  marked = nil
+  local set = seen .. sub
+  -- '0' is no id (ids are > 0): it is in every set from its start, so
+  -- SADD answers 2 only when it created the set, the one time it needs its
+  -- expiry (a call saved on every other report).
+  local added = redis.call('SADD', set, id, '0')
+  if added == 0 then return 1, '0', 0 end
+  if added == 2 then redis.call('PEXPIREAT', set, untilMs) end
+  marked = set
+  if redis.call('SISMEMBER', seen1 .. sub, id) == 1 or redis.call('SISMEMBER', seen2 .. sub, id) == 1 then
+    -- Counted in an earlier bucket. Leaving it in this one too is harmless.
+    marked = nil
+    return 1, '0', 0
   end
-  out[#out + 1] = status
-  out[#out + 1] = wid
-  out[#out + 1] = qty
+
+  local created, cw, quantity, frag = ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], ARGV[base + 5]
+  local head = redis.call('GETRANGE', cur, '0', '63')
+  if head == '' then return open(cur, id, created, quantity, frag) end
+  local q, a, i, c = string.match(head, '^(%d+)\31(%d+)\31(%d+)\31(%d*)\31')
+  local total = tonumber(q) + tonumber(quantity)
+  if lt(cw, a) and total <= 2147483647 then
+    local qs = string.format('%04d', total)
+    if #qs == #q and not lt(id, i) and not lt(created, c ~= '' and c or a) then
+      -- The common join: only the total changes.
+      redis.call('SETRANGE', cur, '0', qs)
+      return 0, i, total
+    end
+    -- A wider total, a smaller id or an earlier created_at: rewrite the
+    -- whole record.
+    local v = redis.call('GET', cur)
+    local s, f = string.match(v, '^[^\31]*\31[^\31]*\31[^\31]*\31[^\31]*\31([^\31]*)\31(.*)$')
+    if lt(id, i) then i, f = id, frag end
+    if lt(created, c ~= '' and c or a) then c = created end
+    redis.call('SET', cur, table.concat({qs, a, i, c, s, f}, '\31'), 'KEEPTTL')
+    return 0, i, total
+  end
+  -- Past W for this row (or its total would overflow int32) but not flushed
+  -- yet: park the open window under its own id so its stream entry still
+  -- finds it, and open a new one.
+  local v = redis.call('GET', cur)
+  redis.call('RENAME', cur, ARGV[2] .. string.match(v, '^[^\31]*\31[^\31]*\31[^\31]*\31[^\31]*\31([^\31]*)\31'))
+  return open(cur, id, created, quantity, frag)
+end
+
+-- Reports run one after another inside one pcall, not one pcall each
+-- (that costs as much as a Redis command per report): when report j fails,
+-- it alone is answered with the error and the loop resumes after it.
+local out, n, at = {}, #KEYS - 1, 1
+local function run()
+  while at <= n do
+    local status, wid, qty = report(at)
+    local o = 3 * at
+    out[o - 2], out[o - 1], out[o] = status, wid, qty
+    at = at + 1
+  end
+end
+while at <= n do
+  local ok, err = pcall(run)
+  if ok then break end
+  -- Not counted: forget its id, so a retry counts it.
+  if marked then pcall(redis.call, 'SREM', marked, ARGV[7 + 6 * (at - 1) + 1]) end
+  if type(err) == 'table' then err = err.err or err.message end
+  local o = 3 * at
+  out[o - 2], out[o - 1], out[o] = 3, tostring(err), 0
+  at = at + 1
 end
 return out

@@ -106,34 +106,14 @@ func (r *Repo) parseEntries(shard int, msgs []redis.XMessage, ws []Window, bad [
 // parseEntry reads an entry's fields; its due time is its id's ms part (when
 // the window opened, by Redis's clock) plus W + grace.
 func (r *Repo) parseEntry(shard int, m redis.XMessage) (Window, error) {
-	str := func(k string) (string, error) {
-		v, ok := m.Values[k].(string)
-		if !ok {
-			return "", fmt.Errorf("entry %s: no field %q", m.ID, k)
-		}
-		return v, nil
-	}
-	num := func(k string) (int64, error) {
-		s, err := str(k)
-		if err != nil {
-			return 0, err
-		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("entry %s: field %q: %w", m.ID, k, err)
-		}
-		return n, nil
+	k, ok := m.Values["k"].(string)
+	if !ok {
+		return Window{}, fmt.Errorf("entry %s: no field \"k\"", m.ID)
 	}
 	w := Window{Shard: shard, ID: m.ID}
 	var err error
-	if w.ActivityID, err = num("a"); err != nil {
-		return Window{}, err
-	}
-	if w.UserID, err = num("u"); err != nil {
-		return Window{}, err
-	}
-	if w.ItemType, err = str("t"); err != nil {
-		return Window{}, err
+	if w.ActivityID, w.UserID, w.ItemType, err = ParseEntryComboKey(k); err != nil {
+		return Window{}, fmt.Errorf("entry %s: %w", m.ID, err)
 	}
 	msPart, _, _ := strings.Cut(m.ID, "-")
 	opened, err := strconv.ParseInt(msPart, 10, 64)
