@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
@@ -65,14 +66,34 @@ func Fragment(c *combo.Contribution) ([]byte, error) {
 	b = append(b, FragmentSep...)
 	b = strconv.AppendInt(b, c.ItemId, 10)
 	for _, s := range [...]string{c.Nickname, c.AvatarUrl, c.ItemName, c.ItemIcon} {
+		b = append(b, FragmentSep...)
+		if !needsEscape(s) {
+			b = append(b, s...)
+			continue
+		}
 		enc, err := json.Marshal(s)
 		if err != nil {
 			return nil, err
 		}
-		b = append(b, FragmentSep...)
 		b = append(b, enc[1:len(enc)-1]...)
 	}
 	return b, nil
+}
+
+// needsEscape reports whether encoding/json would write s other than byte
+// for byte between its quotes: control characters, '"', '\', the HTML
+// characters it escapes, U+2028/U+2029 (which start with 0xE2) and invalid
+// UTF-8 (the service validates UTF-8 first, but this must not depend on
+// it). Most display strings (URLs, names) need nothing, and skipping
+// json.Marshal for them saves its reflection on every report.
+func needsEscape(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c == '"', c == '\\', c == '<', c == '>', c == '&', c == 0xE2:
+			return true
+		}
+	}
+	return !utf8.ValidString(s)
 }
 
 // JSONString is s as a JSON string literal (for the flush script's item_type).

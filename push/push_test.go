@@ -3,6 +3,7 @@ package push
 import (
 	"encoding/json"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -78,13 +79,20 @@ func TestChannel(t *testing.T) {
 	}
 }
 
+// BenchmarkFragment: "typical" is a row whose strings need no escaping (the
+// common case), "escapes" one where three of four do.
 func BenchmarkFragment(b *testing.B) {
-	c := sample()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := Fragment(c); err != nil {
-			b.Fatal(err)
-		}
+	typical := &combo.Contribution{StarId: 12, ItemId: 8, Nickname: "小明", AvatarUrl: "https://cdn.example.com/avatars/1000000.jpg",
+		ItemName: "烟花", ItemIcon: "https://cdn.example.com/items/gift.png"}
+	for name, c := range map[string]*combo.Contribution{"typical": typical, "escapes": sample()} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Fragment(c); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
@@ -96,4 +104,29 @@ func BenchmarkSingle(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// The fast path of Fragment (no json.Marshal when nothing needs escaping)
+// writes exactly the bytes encoding/json would.
+func FuzzFragmentMatchesEncodingJSON(f *testing.F) {
+	for _, s := range []string{"", "小明", "https://cdn.example.com/a.png?x=1&y=2", `a"b\c`, "<b>", "\u2028", "\u2029",
+		"\xe2\x82\xac", "tab\there", "\x7f", "\xff", "é"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c := sample()
+		c.Nickname, c.AvatarUrl, c.ItemName, c.ItemIcon = s, s+"x", "y"+s, s+s
+		got, err := Fragment(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := strconv.FormatInt(c.StarId, 10) + FragmentSep + strconv.FormatInt(c.ItemId, 10)
+		for _, v := range []string{c.Nickname, c.AvatarUrl, c.ItemName, c.ItemIcon} {
+			enc, _ := json.Marshal(v)
+			want += FragmentSep + string(enc[1:len(enc)-1])
+		}
+		if string(got) != want {
+			t.Fatalf("Fragment(%q) = %q, want %q", s, got, want)
+		}
+	})
 }
