@@ -14,7 +14,7 @@ import (
 //	combo:{N}:stream                      STREAM  windows waiting to close (the only key without a TTL)
 //	combo:{N}:w:<a>:<u>:<len>:<type>      STRING  the combo key's newest unpublished window
 //	combo:{N}:p:<stream id>               STRING  a window displaced (parked) by a newer one before its flush
-//	combo:{N}:s:<bucket>:<id mod 4096>    SET     ids counted in one dedupe bucket (window.dedupe / 2 of time)
+//	combo:{N}:s:<bucket>:<id mod 8192>    SET     ids counted in one dedupe bucket (window.dedupe of time)
 //
 // A stream entry names its window by the part of its key after ":w:"
 // (EntryComboKey).

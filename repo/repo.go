@@ -42,7 +42,7 @@ type Repo struct {
 
 	// Script arguments that never change, formatted once.
 	delayMs, ttlMs, staleMs, maxLen string
-	// windowMs is W and bucketMs a dedupe bucket's length (window.dedupe / 2).
+	// windowMs is W and bucketMs a dedupe bucket's length (window.dedupe).
 	windowMs, bucketMs int64
 }
 
@@ -52,7 +52,7 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 	r := &Repo{
 		delay: s.Window + s.Grace,
 		rdb:   rdb, keys: NewKeys(s.Shards), set: s,
-		windowMs: s.Window.Milliseconds(), bucketMs: max(s.Dedupe/2, time.Millisecond).Milliseconds(),
+		windowMs: s.Window.Milliseconds(), bucketMs: max(s.Dedupe, time.Millisecond).Milliseconds(),
 		delayMs: ms(s.Window + s.Grace), staleMs: ms(s.Stale),
 		// A window's record outlives its stale deadline a little, so the flush
 		// that finds it stale can count it; then Redis reclaims the memory

@@ -252,7 +252,7 @@ func TestDedupeSetsStayCompact(t *testing.T) {
 	r := repo.New(rdb, settings())
 	cs := make([]*combo.Contribution, 1000)
 	for i := range cs {
-		cs[i] = contribution(int64(1_000_000_000_000+i*4096), fmt.Sprint("t", i), base) // all in one sub-set
+		cs[i] = contribution(int64(1_000_000_000_000+i*8192), fmt.Sprint("t", i), base) // all in one sub-set
 	}
 	if _, err := r.Report(ctx, cs[:400]); err != nil {
 		t.Fatal(err)

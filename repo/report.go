@@ -46,10 +46,10 @@ func (r *Repo) Report(ctx context.Context, cs []*combo.Contribution) ([]ReportRe
 
 // dedupeSubsets is how many small SETs one dedupe bucket is spread over
 // (by id mod dedupeSubsets). Up to 512 ids a set stays in Redis's intset
-// encoding, so buckets stay compact up to about 4096*512 ids per bucket
-// (70k reports/s with 30 s buckets); past that they still work, in the
+// encoding, so buckets stay compact up to about 8192*512 ids per bucket
+// (70k reports/s with 60 s buckets); past that they still work, in the
 // larger hashtable encoding.
-const dedupeSubsets = 4096
+const dedupeSubsets = 8192
 
 // maxPerScript bounds one script call: Redis runs scripts one at a time,
 // so a call must stay short (about a millisecond) to keep others' latency low.
@@ -166,9 +166,9 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 	}
 	now := r.redisNow().UnixMilli()
 	bucket := now / r.bucketMs
-	// Ids of the current bucket are looked up until two buckets later; the
-	// sets go one bucket after that.
-	until := strconv.FormatInt((bucket+4)*r.bucketMs, 10)
+	// Ids of the current bucket are looked up until the next bucket ends
+	// (so for at least window.dedupe); the sets go one bucket after that.
+	until := strconv.FormatInt((bucket+3)*r.bucketMs, 10)
 	pipe := r.rdb.Pipeline()
 	var groups [][]int
 	var cmds []*redis.Cmd
@@ -180,9 +180,9 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 			idx = idx[n:]
 			keys := make([]string, 1, 1+n)
 			keys[0] = r.keys.Stream(shard)
-			args := make([]any, 0, 7+6*n)
+			args := make([]any, 0, 6+6*n)
 			args = append(args, r.ttlMs, r.keys.ParkedPrefix(shard), r.maxLen,
-				r.keys.SeenBucket(shard, bucket), r.keys.SeenBucket(shard, bucket-1), r.keys.SeenBucket(shard, bucket-2), until)
+				r.keys.SeenBucket(shard, bucket), r.keys.SeenBucket(shard, bucket-1), until)
 			for _, i := range group {
 				c := cs[i]
 				frag, err := push.Fragment(c)

@@ -14,12 +14,11 @@
 --                      number of sub-sets, computed in Go); each set also
 --                      holds the member 0 (see below)
 -- ARGV[5]  seen1       the previous bucket's prefix, where ids are looked up
--- ARGV[6]  seen2       the one before it, looked up too: with buckets of
---                      window.dedupe / 2 an id is remembered at least
---                      window.dedupe
--- ARGV[7]  until       unix ms (Redis clock) when the current bucket's sets
+--                      too: with buckets of window.dedupe an id is
+--                      remembered at least window.dedupe
+-- ARGV[6]  until       unix ms (Redis clock) when the current bucket's sets
 --                      expire
--- Then 6 values per report j (1-based), from ARGV[7 + 6*(j-1) + 1]:
+-- Then 6 values per report j (1-based), from ARGV[6 + 6*(j-1) + 1]:
 --   id (decimal; compared as a string: Lua numbers are doubles and ids may
 --   exceed 2^53), created_at (unix ms), created_at - W, quantity, fragment
 --   (display values, see push.Fragment), sub
@@ -57,7 +56,7 @@ local function lt(a, b)
   return a < b
 end
 
-local seen, seen1, seen2, untilMs = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local seen, seen1, untilMs = ARGV[4], ARGV[5], ARGV[6]
 local marked -- the dedupe set report() added its id to, if it did
 
 -- open starts a new window for report j and enqueues it.
@@ -70,7 +69,7 @@ local function open(cur, id, created, quantity, frag)
 end
 
 local function report(j)
-  local cur, base = KEYS[1 + j], 7 + 6 * (j - 1)
+  local cur, base = KEYS[1 + j], 6 + 6 * (j - 1)
   local id, sub = ARGV[base + 1], ARGV[base + 6]
   marked = nil
   local set = seen .. sub
@@ -81,8 +80,8 @@ local function report(j)
   if added == 0 then return 1, '0', 0 end
   if added == 2 then redis.call('PEXPIREAT', set, untilMs) end
   marked = set
-  if redis.call('SISMEMBER', seen1 .. sub, id) == 1 or redis.call('SISMEMBER', seen2 .. sub, id) == 1 then
-    -- Counted in an earlier bucket. Leaving it in this one too is harmless.
+  if redis.call('SISMEMBER', seen1 .. sub, id) == 1 then
+    -- Counted in the previous bucket. Leaving it in this one too is harmless.
     marked = nil
     return 1, '0', 0
   end
@@ -132,7 +131,7 @@ while at <= n do
   local ok, err = pcall(run)
   if ok then break end
   -- Not counted: forget its id, so a retry counts it.
-  if marked then pcall(redis.call, 'SREM', marked, ARGV[7 + 6 * (at - 1) + 1]) end
+  if marked then pcall(redis.call, 'SREM', marked, ARGV[6 + 6 * (at - 1) + 1]) end
   if type(err) == 'table' then err = err.err or err.message end
   local o = 3 * at
   out[o - 2], out[o - 1], out[o] = 3, tostring(err), 0

@@ -57,9 +57,9 @@ stop_service() { [ -n "$SVC_PID" ] && kill -TERM "$SVC_PID" 2>/dev/null && wait 
 cleanup() { stop_service || true; redis-cli -p "$RP" shutdown nosave >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
-start_service() { # $1 = window size
+start_service() { # $1 = window size, $2 = window.dedupe (default 60s)
   COMBO_REDIS_ADDR=127.0.0.1:$RP COMBO_SERVER_ADDR=127.0.0.1:$SP COMBO_METRICS_ADDR=127.0.0.1:0 \
-    COMBO_LOG_LEVEL=warn COMBO_WINDOW_SIZE=$1 "$BIN/combo-service" 2>>"$OUT/service.log" &
+    COMBO_LOG_LEVEL=warn COMBO_WINDOW_SIZE=$1 COMBO_WINDOW_DEDUPE=${2:-60s} "$BIN/combo-service" 2>>"$OUT/service.log" &
   SVC_PID=$!
   for _ in $(seq 100); do ss -ltn | grep -q ":$SP " && return; sleep 0.1; done
   echo "service did not start" >&2; exit 1
@@ -88,10 +88,12 @@ for i in $(seq "$RUNS"); do
 done
 stop_service
 
-# Dedupe ids live in per-bucket SETs that expire as a whole, up to 90 s
-# (6 buckets of window.dedupe/4) after their first id: a memory run must
-# start only when earlier runs' sets and windows are gone, or their expiry
-# during the fill would be subtracted from its per-window figure.
+# Dedupe ids live in per-bucket SETs that expire as a whole, up to three
+# buckets (3 x window.dedupe) after their first id: a memory run must start
+# only when earlier runs' sets and windows are gone, or their expiry during
+# the fill would be subtracted from its per-window figure. The memory
+# service runs with window.dedupe 20s for that (bytes per id do not depend
+# on it).
 wait_clean() {
   local t=0
   while [ $t -lt 150 ]; do
@@ -103,7 +105,7 @@ wait_clean() {
 }
 
 if has memory; then
-  start_service 50s
+  start_service 50s 20s
   for i in $(seq "$RUNS"); do
     wait_clean
     bench "memory-$i" -memory -windows 100000 -b 100 -c 8 -window 50s
