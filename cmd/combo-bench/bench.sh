@@ -91,17 +91,18 @@ stop_service
 # Dedupe ids live in per-bucket SETs that expire as a whole, up to three
 # buckets (3 x window.dedupe) after their first id: a memory run must start
 # only when earlier runs' sets and windows are gone, or their expiry during
-# the fill would be subtracted from its per-window figure. The memory
-# service runs with window.dedupe 20s for that (bytes per id do not depend
-# on it).
+# the fill would be subtracted from its per-window figure. The load runs'
+# sets (window.dedupe 60s) take up to 3 minutes; the memory service runs
+# with window.dedupe 20s so its own are gone within one (bytes per id do
+# not depend on it).
 wait_clean() {
   local t=0
-  while [ $t -lt 150 ]; do
+  while [ $t -lt 240 ]; do
     [ -z "$(redis-cli -p "$RP" --scan --pattern 'combo:*:s:*' | head -1)" ] &&
       [ -z "$(redis-cli -p "$RP" --scan --pattern 'combo:*:w:*' | head -1)" ] && return
     sleep 2; t=$((t + 2))
   done
-  echo "wait_clean: dedupe sets or windows still present after 150 s" >&2
+  echo "wait_clean: dedupe sets or windows still present after 240 s" >&2
 }
 
 if has memory; then
