@@ -86,18 +86,9 @@ func (k Keys) ParkedPrefix(shard int) string { return k.tags[shard] + "p:" }
 // Parked is the key of a displaced window, by its stream entry id.
 func (k Keys) Parked(shard int, streamID string) string { return k.ParkedPrefix(shard) + streamID }
 
-// SeenPrefix is the prefix of shard's dedupe sets.
+// SeenPrefix is the prefix of shard's dedupe sets (the report script
+// appends the bucket number, from Redis's clock, and the id's sub-set).
 func (k Keys) SeenPrefix(shard int) string { return k.tags[shard] + "s:" }
-
-// SeenBucket is the prefix of one dedupe bucket's sets; the report script
-// appends the id's sub-set (id mod the number of sub-sets).
-func (k Keys) SeenBucket(shard int, bucket int64) string {
-	b := make([]byte, 0, len(k.tags[shard])+16)
-	b = append(b, k.tags[shard]...)
-	b = append(b, "s:"...)
-	b = strconv.AppendInt(b, bucket, 10)
-	return string(append(b, ':'))
-}
 
 // EntryComboKey is what a stream entry stores of its window's key: the
 // part of Current after ":w:" (the report script cuts it off the key).

@@ -38,12 +38,13 @@ type Repo struct {
 	delay time.Duration
 
 	reports *coalescer
-	clock   redisClock
 
 	// Script arguments that never change, formatted once.
 	delayMs, ttlMs, staleMs, maxLen string
-	// windowMs is W and bucketMs a dedupe bucket's length (window.dedupe).
-	windowMs, bucketMs int64
+	// bucketSec is a dedupe bucket's length: window.dedupe in whole seconds,
+	// rounded up.
+	bucketSec string
+	windowMs  int64 // W
 }
 
 // New returns a Repo over rdb.
@@ -52,7 +53,7 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 	r := &Repo{
 		delay: s.Window + s.Grace,
 		rdb:   rdb, keys: NewKeys(s.Shards), set: s,
-		windowMs: s.Window.Milliseconds(), bucketMs: max(s.Dedupe, time.Millisecond).Milliseconds(),
+		windowMs: s.Window.Milliseconds(), bucketSec: strconv.FormatInt(int64(max((s.Dedupe+time.Second-1)/time.Second, 1)), 10),
 		delayMs: ms(s.Window + s.Grace), staleMs: ms(s.Stale),
 		// A window's record outlives its stale deadline a little, so the flush
 		// that finds it stale can count it; then Redis reclaims the memory
@@ -85,15 +86,12 @@ func (r *Repo) LoadScripts(ctx context.Context) error {
 	return nil
 }
 
-// Time is Redis's clock, the one clock all replicas share. Each call also
-// refreshes the repo's estimate of it (see clock.go).
+// Time is Redis's clock, the one clock all replicas share.
 func (r *Repo) Time(ctx context.Context) (time.Time, error) {
-	sent := time.Now()
 	t, err := r.rdb.Time(ctx).Result()
 	if err != nil {
 		return time.Time{}, wrap("repo.Time", err)
 	}
-	r.clock.observe(t, sent, time.Now())
 	return t, nil
 }
 

@@ -164,11 +164,6 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 		}
 		byShard[shard] = append(byShard[shard], i)
 	}
-	now := r.redisNow().UnixMilli()
-	bucket := now / r.bucketMs
-	// Ids of the current bucket are looked up until the next bucket ends
-	// (so for at least window.dedupe); the sets go one bucket after that.
-	until := strconv.FormatInt((bucket+3)*r.bucketMs, 10)
 	pipe := r.rdb.Pipeline()
 	var groups [][]int
 	var cmds []*redis.Cmd
@@ -180,9 +175,8 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 			idx = idx[n:]
 			keys := make([]string, 1, 1+n)
 			keys[0] = r.keys.Stream(shard)
-			args := make([]any, 0, 6+6*n)
-			args = append(args, r.ttlMs, r.keys.ParkedPrefix(shard), r.maxLen,
-				r.keys.SeenBucket(shard, bucket), r.keys.SeenBucket(shard, bucket-1), until)
+			args := make([]any, 0, 5+6*n)
+			args = append(args, r.ttlMs, r.keys.ParkedPrefix(shard), r.maxLen, r.keys.SeenPrefix(shard), r.bucketSec)
 			for _, i := range group {
 				c := cs[i]
 				frag, err := push.Fragment(c)

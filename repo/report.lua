@@ -9,24 +9,26 @@
 -- ARGV[2]  parked      key prefix for a displaced window; it is renamed to
 --                      parked .. its stream id (same hash tag as KEYS)
 -- ARGV[3]  maxlen      stream MAXLEN ~ safety bound
--- ARGV[4]  seen        key prefix of the current dedupe bucket's sets:
---                      an id is added to seen .. sub (sub = id mod the
---                      number of sub-sets, computed in Go); each set also
---                      holds the member 0 (see below)
--- ARGV[5]  seen1       the previous bucket's prefix, where ids are looked up
---                      too: with buckets of window.dedupe an id is
---                      remembered at least window.dedupe
--- ARGV[6]  until       unix ms (Redis clock) when the current bucket's sets
---                      expire
--- Then 6 values per report j (1-based), from ARGV[6 + 6*(j-1) + 1]:
+-- ARGV[4]  seen        key prefix of the dedupe sets (same tag): an id is
+--                      added to seen .. bucket .. ':' .. sub, where bucket is
+--                      Redis's TIME in seconds / ARGV[5] and sub is the id
+--                      mod the number of sub-sets (computed in Go), and
+--                      looked up in the previous bucket's set too: an id is
+--                      remembered at least window.dedupe. The bucket comes
+--                      from Redis's clock when the script runs, the one clock
+--                      of all replicas, so two replicas never disagree on it.
+--                      Each set also holds the member 0 (see below).
+-- ARGV[5]  bucket      seconds per dedupe bucket (window.dedupe, rounded up)
+-- Then 6 values per report j (1-based), from ARGV[5 + 6*(j-1) + 1]:
 --   id (decimal; compared as a string: Lua numbers are doubles and ids may
 --   exceed 2^53), created_at (unix ms), created_at - W, quantity, fragment
 --   (display values, see push.Fragment), sub
 --
--- Go computes everything that needs a clock or number formatting: in this
--- Lua, TIME and number formatting cost more than the counting itself. All
--- numbers compared here are positive decimals without leading zeros, so
--- comparing length, then bytes, compares their values (lt).
+-- Go computes what it can (created_at - W, the sub-set): number parsing and
+-- formatting in this Lua cost as much as a Redis command, so the script
+-- formats two numbers per call and none per plain join. All numbers
+-- compared here are positive decimals without leading zeros, so comparing
+-- length, then bytes, compares their values (lt).
 --
 -- The window is one string (a hash whose values pass 64 bytes would leave
 -- Redis's compact encoding and cost twice the memory), fields joined by
@@ -56,7 +58,13 @@ local function lt(a, b)
   return a < b
 end
 
-local seen, seen1, untilMs = ARGV[4], ARGV[5], ARGV[6]
+local bucketSec = tonumber(ARGV[5])
+local bucket = math.floor(tonumber(redis.call('TIME')[1]) / bucketSec)
+local seen = ARGV[4] .. string.format('%d', bucket) .. ':'
+local seen1 = ARGV[4] .. string.format('%d', bucket - 1) .. ':'
+-- Ids of this bucket are looked up until the next one ends; the sets go one
+-- bucket after that. Formatted only when a set is created.
+local expireAt
 local marked -- the dedupe set report() added its id to, if it did
 
 -- open starts a new window for report j and enqueues it.
@@ -69,7 +77,7 @@ local function open(cur, id, created, quantity, frag)
 end
 
 local function report(j)
-  local cur, base = KEYS[1 + j], 6 + 6 * (j - 1)
+  local cur, base = KEYS[1 + j], 5 + 6 * (j - 1)
   local id, sub = ARGV[base + 1], ARGV[base + 6]
   marked = nil
   local set = seen .. sub
@@ -78,7 +86,10 @@ local function report(j)
   -- expiry (a call saved on every other report).
   local added = redis.call('SADD', set, id, '0')
   if added == 0 then return 1, '0', 0 end
-  if added == 2 then redis.call('PEXPIREAT', set, untilMs) end
+  if added == 2 then
+    expireAt = expireAt or string.format('%d', (bucket + 3) * bucketSec)
+    redis.call('EXPIREAT', set, expireAt)
+  end
   marked = set
   if redis.call('SISMEMBER', seen1 .. sub, id) == 1 then
     -- Counted in the previous bucket. Leaving it in this one too is harmless.
@@ -131,7 +142,7 @@ while at <= n do
   local ok, err = pcall(run)
   if ok then break end
   -- Not counted: forget its id, so a retry counts it.
-  if marked then pcall(redis.call, 'SREM', marked, ARGV[6 + 6 * (at - 1) + 1]) end
+  if marked then pcall(redis.call, 'SREM', marked, ARGV[5 + 6 * (at - 1) + 1]) end
   if type(err) == 'table' then err = err.err or err.message end
   local o = 3 * at
   out[o - 2], out[o - 1], out[o] = 3, tostring(err), 0
