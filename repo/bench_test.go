@@ -22,6 +22,18 @@ func realistic(id int64, user int64) *combo.Contribution {
 		AvatarUrl: "https://cdn.example.com/avatars/" + u + ".jpg", Quantity: 1, CreatedAt: time.Now().UnixMilli()}
 }
 
+// benchRepo is a repo on a fresh redis-server whose windows stay open for
+// the whole benchmark (W of an hour), its consumer group created.
+func benchRepo(b *testing.B) (*redis.Client, *repo.Repo) {
+	rdb := testredis.Start(b, testredis.Options{}).Client()
+	r := repo.New(rdb, repo.Settings{Window: time.Hour, Grace: 0, Dedupe: time.Minute, Stale: 2 * time.Hour,
+		Timeout: 10 * time.Second, Shards: 1, StreamMaxLen: 10_000_000})
+	if err := r.EnsureGroups(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return rdb, r
+}
+
 func usedMemory(b *testing.B, rdb *redis.Client) int64 {
 	info := rdb.InfoMap(context.Background(), "memory").Val()["Memory"]["used_memory"]
 	n, err := strconv.ParseInt(strings.TrimSpace(info), 10, 64)
@@ -37,14 +49,8 @@ func usedMemory(b *testing.B, rdb *redis.Client) int64 {
 //
 //	go test -run x -bench OpenWindowMemory -benchtime 100000x ./repo/
 func BenchmarkOpenWindowMemory(b *testing.B) {
-	srv := testredis.Start(b, testredis.Options{})
-	rdb := srv.Client()
+	rdb, r := benchRepo(b)
 	ctx := context.Background()
-	r := repo.New(rdb, repo.Settings{Window: time.Hour, Grace: 0, Dedupe: time.Minute, Stale: 2 * time.Hour,
-		Timeout: 10 * time.Second, Shards: 1, StreamMaxLen: 10_000_000})
-	if err := r.EnsureGroups(ctx); err != nil {
-		b.Fatal(err)
-	}
 	before := usedMemory(b, rdb)
 	b.ResetTimer()
 	batch := make([]*combo.Contribution, 0, 500)
@@ -101,14 +107,8 @@ func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
 func BenchmarkReportRedisCPU(b *testing.B) {
 	for _, size := range []int{1, 8, 50} {
 		b.Run("reports="+strconv.Itoa(size), func(b *testing.B) {
-			srv := testredis.Start(b, testredis.Options{})
-			rdb := srv.Client()
+			rdb, r := benchRepo(b)
 			ctx := context.Background()
-			r := repo.New(rdb, repo.Settings{Window: time.Hour, Grace: 0, Dedupe: time.Minute, Stale: 2 * time.Hour,
-				Timeout: 10 * time.Second, Shards: 1, StreamMaxLen: 10_000_000})
-			if err := r.EnsureGroups(ctx); err != nil {
-				b.Fatal(err)
-			}
 			batch := make([]*combo.Contribution, 0, size)
 			before := redisCPU(b, rdb)
 			b.ResetTimer()

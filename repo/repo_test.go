@@ -43,21 +43,29 @@ func backends(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
 	})
 }
 
+// subscribedRepo is a repo with its scripts loaded and consumer group
+// created, and a subscription to activity 7's channel (closed at the end).
+func subscribedRepo(t *testing.T, rdb redis.UniversalClient) (*repo.Repo, *redis.PubSub) {
+	ctx := context.Background()
+	r := repo.New(rdb, settings())
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.EnsureGroups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sub := rdb.Subscribe(ctx, push.Channel(7))
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r, sub
+}
+
 func TestReportThenFlush(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		r := repo.New(rdb, settings())
-		if err := r.LoadScripts(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.EnsureGroups(ctx); err != nil {
-			t.Fatal(err)
-		}
-		sub := rdb.Subscribe(ctx, push.Channel(7))
-		defer sub.Close()
-		if _, err := sub.Receive(ctx); err != nil {
-			t.Fatal(err)
-		}
+		r, sub := subscribedRepo(t, rdb)
 		big := int64(math.MaxInt64 - 10)
 		res, err := r.Report(ctx, []*combo.Contribution{
 			contribution(big, "a:{b} 烟花", base+100), contribution(big-1, "a:{b} 烟花", base+150), contribution(big, "a:{b} 烟花", base+100),
@@ -281,15 +289,7 @@ func TestDedupeSetsStayCompact(t *testing.T) {
 func TestWindowRecordUpdates(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		r := repo.New(rdb, settings())
-		if err := r.EnsureGroups(ctx); err != nil {
-			t.Fatal(err)
-		}
-		sub := rdb.Subscribe(ctx, push.Channel(7))
-		defer sub.Close()
-		if _, err := sub.Receive(ctx); err != nil {
-			t.Fatal(err)
-		}
+		r, sub := subscribedRepo(t, rdb)
 		c := func(id, createdAt int64, quantity int32, nickname string) *combo.Contribution {
 			x := contribution(id, "rose", createdAt)
 			x.Quantity, x.Nickname = quantity, nickname
