@@ -1,0 +1,50 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The /metrics endpoint counts RPCs (Kitex's tracer, on the base stats
+// level) and reports by outcome.
+func TestMetricsCountRPCsAndReports(t *testing.T) {
+	s := startService(t, options{})
+	a := newActivity()
+	for range 3 {
+		s.report(gift(a, 1, "firework", 1))
+	}
+	dup := gift(a, 1, "firework", 1)
+	s.report(dup)
+	s.report(dup)
+
+	resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(body)
+	for _, want := range []string{
+		`combo_reports_total{outcome="ok"} 4`,
+		`combo_reports_total{outcome="duplicate"} 1`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	// Kitex's own metrics: 5 calls, and a latency observed for each.
+	for _, re := range []string{
+		`(?m)^kitex_server_throughput\{[^}]*method="ReportContribution"[^}]*status="succeed"[^}]*\} 5$`,
+		`(?m)^kitex_server_latency_us_count\{[^}]*method="ReportContribution"[^}]*\} 5$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(text) {
+			t.Errorf("/metrics does not match %s", re)
+		}
+	}
+}
