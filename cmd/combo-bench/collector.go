@@ -104,11 +104,23 @@ func (c *collector) count(activity int64) int {
 	return len(c.tracked[activity])
 }
 
-// waitFor waits until activity has at least n pushes or deadline passes,
-// then a little longer, so a window pushed twice is seen too.
-func (c *collector) waitFor(activity int64, n int64, deadline time.Time) {
-	for time.Now().Before(deadline) && int64(c.count(activity)) < n {
+// waitFor waits until activity has at least n pushes. Past due (when the
+// last window should have been pushed) it keeps waiting while pushes still
+// arrive, and gives up after quiet without one: a burst of windows closing
+// together is pushed over seconds on a slow machine, and stopping at a
+// fixed time would count its tail as missing. Then it waits a little
+// longer, so a window pushed twice is seen too.
+func (c *collector) waitFor(activity int64, n int64, due time.Time, quiet time.Duration) {
+	seen, lastPush := c.count(activity), time.Now()
+	for int64(seen) < n {
+		now := time.Now()
+		if now.After(due) && now.Sub(lastPush) >= quiet {
+			break
+		}
 		time.Sleep(20 * time.Millisecond)
+		if k := c.count(activity); k != seen {
+			seen, lastPush = k, time.Now()
+		}
 	}
 	time.Sleep(250 * time.Millisecond)
 }

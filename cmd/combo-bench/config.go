@@ -30,7 +30,7 @@ type config struct {
 
 	Window     time.Duration
 	Grace      time.Duration
-	Settle     time.Duration // extra wait for trailing pushes beyond W + grace
+	Settle     time.Duration // past W + grace, stop waiting for pushes after this long without one
 	Shards     int           // the service's redis.shards, to name its keys
 	ServicePID int           // optional: report the service's CPU per report
 
@@ -63,7 +63,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.ReporterLinger, "reporter-linger", 20*time.Millisecond, "reporter mode: ReporterOptions.Linger")
 	fs.DurationVar(&c.Window, "window", 3*time.Second, "the service's window.size (W)")
 	fs.DurationVar(&c.Grace, "grace", 200*time.Millisecond, "the service's window.grace")
-	fs.DurationVar(&c.Settle, "settle", 2*time.Second, "wait this long past W+grace for trailing pushes")
+	fs.DurationVar(&c.Settle, "settle", 2*time.Second, "past W+grace after the last report, stop waiting for pushes after this long without one")
 	fs.IntVar(&c.Shards, "shards", 1, "the service's redis.shards (memory mode names its keys)")
 	fs.IntVar(&c.ServicePID, "service-pid", 0, "pid of the combo-service process, to report its CPU per 1000 reports")
 	fs.BoolVar(&c.Memory, "memory", false, "open -windows windows, then print Redis bytes per open window (run the service with a long W)")

@@ -50,10 +50,10 @@ func newResult(cfg config, mode string, l load) result {
 }
 
 // awaitPushes waits for the run's trailing pushes (until every expected
-// window is pushed, or W + grace + settle after the last answer) and checks
-// them.
+// window is pushed, or no push has come for settle since W + grace after
+// the last answer) and checks them.
 func awaitPushes(cfg config, col *collector, wl *workload, l load) *pushCheck {
-	col.waitFor(wl.activity, l.rec.opened+l.rec.degraded, l.end.Add(cfg.lagBase()+cfg.Settle))
+	col.waitFor(wl.activity, l.rec.opened+l.rec.degraded, l.end.Add(cfg.lagBase()), cfg.Settle)
 	pc := checkPushes(l.rec, col.take(wl.activity), cfg.lagBase())
 	return &pc
 }
