@@ -110,7 +110,7 @@ if has memory; then
   for i in $(seq "$RUNS"); do
     wait_clean
     bench "memory-$i" -memory -windows 100000 -b 100 -c 8 -window 50s
-    bench "curve-$i" -curve -levels 1000,10000,50000,100000 -probe 5000 -b 100 -c 8 -window 50s
+    bench "curve-$i" -curve -levels 1000,10000,50000,100000 -probe 20000 -b 100 -c 8 -window 50s
   done
   stop_service
 fi
