@@ -373,3 +373,66 @@ func TestWindowRecordUpdates(t *testing.T) {
 		}
 	})
 }
+
+// TestDedupeRemembersAcrossBuckets checks window.dedupe's promise on the
+// clock it is kept by (Redis's TIME, in buckets of window.dedupe): an id is
+// a duplicate for at least window.dedupe after it was counted, whenever in
+// its bucket it came. Ids are first sent 150 ms apart over 1.8 s, so with a
+// dedupe of 1 s they start in every part of a bucket and their re-sends
+// cross bucket boundaries; every re-send within the second must be refused.
+func TestDedupeRemembersAcrossBuckets(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s := settings()
+		s.Dedupe = time.Second
+		r := repo.New(rdb, s)
+		if err := r.LoadScripts(ctx); err != nil {
+			t.Fatal(err)
+		}
+		const ids, gap, resend = 12, 150 * time.Millisecond, 50 * time.Millisecond
+		// The last re-send leaves this margin before the second is up, for
+		// the time between reading the clock here and Redis running it.
+		margin := 100 * time.Millisecond
+		sentAt := make([]time.Time, ids)
+		resends := 0
+		start := time.Now()
+		for {
+			now := time.Now()
+			done := true
+			for i := range ids {
+				c := contribution(int64(900_000+i), fmt.Sprint("d", i), base)
+				switch {
+				case sentAt[i].IsZero() && now.Sub(start) >= time.Duration(i)*gap:
+					sentAt[i] = time.Now()
+					res, err := r.Report(ctx, []*combo.Contribution{c})
+					if err != nil || res[0].Outcome == repo.Duplicate {
+						t.Fatalf("id %d, first report: %+v %v", c.Id, res, err)
+					}
+				case !sentAt[i].IsZero() && now.Sub(sentAt[i]) < s.Dedupe-margin:
+					res, err := r.Report(ctx, []*combo.Contribution{c})
+					if err != nil || res[0].Outcome != repo.Duplicate {
+						t.Fatalf("id %d re-sent %v after its first report: %+v %v",
+							c.Id, now.Sub(sentAt[i]).Round(time.Millisecond), res, err)
+					}
+					resends++
+				}
+				if sentAt[i].IsZero() || now.Sub(sentAt[i]) < s.Dedupe-margin {
+					done = false
+				}
+			}
+			if done {
+				break
+			}
+			time.Sleep(resend)
+		}
+		if resends < ids*10 {
+			t.Fatalf("only %d re-sends: the loop ran too slowly to cover the buckets", resends)
+		}
+		// Bounded: every dedupe set expires within three buckets.
+		for _, k := range rdb.Keys(ctx, r.Keys().SeenPrefix(0)+"*").Val() {
+			if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > 3*s.Dedupe {
+				t.Errorf("dedupe set %s expires in %v", k, ttl)
+			}
+		}
+	})
+}
