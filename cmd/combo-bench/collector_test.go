@@ -18,7 +18,7 @@ func TestWaitForFollowsTrailingPushes(t *testing.T) {
 	c := &collector{tracked: map[int64][]pushed{}}
 	c.track(1)
 	due := time.Now().Add(50 * time.Millisecond)
-	quiet := 300 * time.Millisecond
+	quiet := time.Second
 	go func() {
 		// 10 pushes, 100 ms apart: the last comes ~1 s after due, each
 		// within quiet of the one before.
