@@ -53,15 +53,20 @@
 --          3 = failed (window_id holds the error message)
 --   window_id is a decimal string (exact int64).
 
+-- Globals (KEYS, ARGV, redis.call, string.*) as locals: a global is a
+-- table lookup at every use, a local a register. Per report in calls of 50
+-- this is 4% fewer instructions for Redis (callgrind).
+local KEYS, ARGV, call, tonumber, match, format = KEYS, ARGV, redis.call, tonumber, string.match, string.format
+
 local function lt(a, b)
   if #a ~= #b then return #a < #b end
   return a < b
 end
 
 local bucketSec = tonumber(ARGV[5])
-local bucket = math.floor(tonumber(redis.call('TIME')[1]) / bucketSec)
-local seen = ARGV[4] .. string.format('%d', bucket) .. ':'
-local seen1 = ARGV[4] .. string.format('%d', bucket - 1) .. ':'
+local bucket = math.floor(tonumber(call('TIME')[1]) / bucketSec)
+local seen = ARGV[4] .. format('%d', bucket) .. ':'
+local seen1 = ARGV[4] .. format('%d', bucket - 1) .. ':'
 -- Ids of this bucket are looked up until the next one ends; the sets go one
 -- bucket after that. Formatted only when a set is created.
 local expireAt
@@ -69,9 +74,9 @@ local marked -- the dedupe set report() added its id to, if it did
 
 -- open starts a new window for report j and enqueues it.
 local function open(cur, id, created, quantity, frag)
-  local sid = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*',
-    'k', string.match(cur, ':w:(.*)$'))
-  redis.call('SET', cur, table.concat({string.format('%04d', quantity), created, id, '', sid, frag}, '\31'),
+  local sid = call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*',
+    'k', match(cur, ':w:(.*)$'))
+  call('SET', cur, table.concat({format('%04d', quantity), created, id, '', sid, frag}, '\31'),
     'PX', ARGV[1])
   return 2, id, tonumber(quantity)
 end
@@ -84,45 +89,48 @@ local function report(j)
   -- '0' is no id (ids are > 0): it is in every set from its start, so
   -- SADD answers 2 only when it created the set, the one time it needs its
   -- expiry (a call saved on every other report).
-  local added = redis.call('SADD', set, id, '0')
+  local added = call('SADD', set, id, '0')
   if added == 0 then return 1, '0', 0 end
   if added == 2 then
-    expireAt = expireAt or string.format('%d', (bucket + 3) * bucketSec)
-    redis.call('EXPIREAT', set, expireAt)
+    expireAt = expireAt or format('%d', (bucket + 3) * bucketSec)
+    call('EXPIREAT', set, expireAt)
   end
   marked = set
-  if redis.call('SISMEMBER', seen1 .. sub, id) == 1 then
+  if call('SISMEMBER', seen1 .. sub, id) == 1 then
     -- Counted in the previous bucket. Leaving it in this one too is harmless.
     marked = nil
     return 1, '0', 0
   end
 
   local created, cw, quantity, frag = ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], ARGV[base + 5]
-  local head = redis.call('GETRANGE', cur, '0', '63')
+  local head = call('GETRANGE', cur, '0', '63')
   if head == '' then return open(cur, id, created, quantity, frag) end
-  local q, a, i, c = string.match(head, '^(%d+)\31(%d+)\31(%d+)\31(%d*)\31')
+  local q, a, i, c = match(head, '^(%d+)\31(%d+)\31(%d+)\31(%d*)\31')
   local total = tonumber(q) + tonumber(quantity)
-  if lt(cw, a) and total <= 2147483647 then
-    local qs = string.format('%04d', total)
-    if #qs == #q and not lt(id, i) and not lt(created, c ~= '' and c or a) then
+  -- lt(cw, a) and lt's negations below are written out on this path, the
+  -- common join: a Lua function call per comparison was 2% of a report.
+  if (#cw < #a or (#cw == #a and cw < a)) and total <= 2147483647 then
+    local qs = format('%04d', total)
+    local m = c ~= '' and c or a -- the window's smallest created_at
+    if #qs == #q and (#id > #i or (#id == #i and id >= i)) and (#created > #m or (#created == #m and created >= m)) then
       -- The common join: only the total changes.
-      redis.call('SETRANGE', cur, '0', qs)
+      call('SETRANGE', cur, '0', qs)
       return 0, i, total
     end
     -- A wider total, a smaller id or an earlier created_at: rewrite the
     -- whole record.
-    local v = redis.call('GET', cur)
-    local s, f = string.match(v, '^[^\31]*\31[^\31]*\31[^\31]*\31[^\31]*\31([^\31]*)\31(.*)$')
+    local v = call('GET', cur)
+    local s, f = match(v, '^[^\31]*\31[^\31]*\31[^\31]*\31[^\31]*\31([^\31]*)\31(.*)$')
     if lt(id, i) then i, f = id, frag end
-    if lt(created, c ~= '' and c or a) then c = created end
-    redis.call('SET', cur, table.concat({qs, a, i, c, s, f}, '\31'), 'KEEPTTL')
+    if lt(created, m) then c = created end
+    call('SET', cur, table.concat({qs, a, i, c, s, f}, '\31'), 'KEEPTTL')
     return 0, i, total
   end
   -- Past W for this row (or its total would overflow int32) but not flushed
   -- yet: park the open window under its own id so its stream entry still
   -- finds it, and open a new one.
-  local v = redis.call('GET', cur)
-  redis.call('RENAME', cur, ARGV[2] .. string.match(v, '^[^\31]*\31[^\31]*\31[^\31]*\31[^\31]*\31([^\31]*)\31'))
+  local v = call('GET', cur)
+  call('RENAME', cur, ARGV[2] .. match(v, '^[^\31]*\31[^\31]*\31[^\31]*\31[^\31]*\31([^\31]*)\31'))
   return open(cur, id, created, quantity, frag)
 end
 
@@ -142,7 +150,7 @@ while at <= n do
   local ok, err = pcall(run)
   if ok then break end
   -- Not counted: forget its id, so a retry counts it.
-  if marked then pcall(redis.call, 'SREM', marked, ARGV[5 + 6 * (at - 1) + 1]) end
+  if marked then pcall(call, 'SREM', marked, ARGV[5 + 6 * (at - 1) + 1]) end
   if type(err) == 'table' then err = err.err or err.message end
   local o = 3 * at
   out[o - 2], out[o - 1], out[o] = 3, tostring(err), 0
