@@ -54,8 +54,8 @@
 --   window_id is a decimal string (exact int64).
 
 -- Globals (KEYS, ARGV, redis.call, string.*) as locals: a global is a
--- table lookup at every use, a local a register. Per report in calls of 50
--- this is 4% fewer instructions for Redis (callgrind).
+-- table lookup at every use, a local a register: 3.6% fewer instructions
+-- for Redis per report in calls of 50 (callgrind).
 local KEYS, ARGV, call, tonumber, match, format = KEYS, ARGV, redis.call, tonumber, string.match, string.format
 
 local function lt(a, b)
