@@ -21,7 +21,6 @@ import (
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/pkg/stats"
 	"github.com/cloudwego/kitex/server"
-	kprom "github.com/kitex-contrib/monitor-prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -133,9 +132,9 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 			return ch
 		}),
 		server.WithExitWaitTime(2*time.Second),
-		// Kitex's own RPC metrics (kitex_server_throughput, kitex_server_latency_us)
-		// on our registry, served by our /metrics.
-		server.WithTracer(kprom.NewServerTracer("", "", kprom.WithRegistry(reg), kprom.WithDisableServer(true))),
+		// Every RPC counted and timed (kitex_server_throughput,
+		// kitex_server_latency_us) on our registry, served by our /metrics.
+		server.WithTracer(metrics.NewRPCTracer(reg)),
 		// The tracer reads only the RPC's start and finish: recording
 		// Kitex's detailed events (read, write, handle...) as well cost 4%
 		// of the service's CPU per RPC.
