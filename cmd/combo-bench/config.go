@@ -39,6 +39,7 @@ type config struct {
 	Curve       bool
 	CurveLevels []int
 	ProbeN      int
+	ProbeHook   string // shell command run right before and right after each curve probe
 
 	JSON       bool
 	Label      string
@@ -71,6 +72,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.Curve, "curve", false, "measure cost per report as open windows grow (run the service with a long W)")
 	levels := fs.String("levels", "1000,10000,50000,100000", "curve mode: open-window levels")
 	fs.IntVar(&c.ProbeN, "probe", 3000, "curve mode: single reports per level")
+	fs.StringVar(&c.ProbeHook, "probe-hook", "", "curve mode: shell command run right before and right after each probe, e.g. 'callgrind_control -d PID' to count Redis's instructions per probe")
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON document instead of the table")
 	fs.StringVar(&c.Label, "label", "", "free text copied into the output (e.g. run number)")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write the bench process's own CPU profile to this file (to see what the client side costs)")

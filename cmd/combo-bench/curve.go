@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os/exec"
 	"text/tabwriter"
 
 	"github.com/combo-service/combo-service/repo"
@@ -59,9 +60,15 @@ func (b *bench) curve() (printable, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := runHook(cfg.ProbeHook); err != nil {
+			return nil, err
+		}
 		b.cpu.reset()
 		l := runFresh(cfg.Concurrency, b.cli, wl, &kc, int64(cfg.ProbeN), 1)
 		cpu := b.cpu.since(l.rec.acked)
+		if err := runHook(cfg.ProbeHook); err != nil {
+			return nil, err
+		}
 		calls1, usec1, err := scriptStats(ctx, b.rdb)
 		if err != nil {
 			return nil, err
@@ -101,4 +108,18 @@ func (c curveResult) print(w io.Writer) {
 	for _, n := range c.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}
+}
+
+// runHook runs the -probe-hook command, if any, and waits for it: a
+// callgrind dump taken there holds exactly one probe's (or one fill's)
+// instructions.
+func runHook(cmd string) error {
+	if cmd == "" {
+		return nil
+	}
+	out, err := exec.Command("sh", "-c", cmd).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("-probe-hook %q: %w: %s", cmd, err, out)
+	}
+	return nil
 }
