@@ -97,7 +97,12 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		Window: cfg.Window.Size, Grace: cfg.Window.Grace, Dedupe: cfg.Window.Dedupe, Stale: cfg.Window.Stale,
 		Timeout: cfg.Redis.Timeout, Shards: cfg.Redis.Shards, StreamMaxLen: cfg.Redis.StreamMaxLen,
 	}
-	store := repo.New(newClient(), settings)
+	reportSettings := settings
+	reportSettings.ObservePipeline = func(reports int, took time.Duration) {
+		m.PipelineReports.Observe(float64(reports))
+		m.PipelineSeconds.Observe(took.Seconds())
+	}
+	store := repo.New(newClient(), reportSettings)
 	// The worker has its own connections: under a flood of reports its
 	// flushes must not queue behind the request path's pipelines for a
 	// pooled connection, or windows close late.

@@ -33,6 +33,10 @@ func TestMetricsCountRPCsAndReports(t *testing.T) {
 	for _, want := range []string{
 		`combo_reports_total{outcome="ok"} 4`,
 		`combo_reports_total{outcome="duplicate"} 1`,
+		// One call at a time: five pipelines of one report each.
+		"combo_report_pipeline_reports_sum 5\n",
+		"combo_report_pipeline_reports_count 5\n",
+		"combo_report_pipeline_seconds_count 5\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -35,6 +35,9 @@ type Metrics struct {
 	StreamLength   *prometheus.GaugeVec // by shard, sampled
 	StreamPending  *prometheus.GaugeVec // by shard, sampled
 	ConsumersGone  prometheus.Counter
+	// The report path's shared pipelines (repo.Settings.ObservePipeline).
+	PipelineReports prometheus.Histogram
+	PipelineSeconds prometheus.Histogram
 }
 
 // New registers the collectors on reg.
@@ -68,5 +71,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Entries read by some consumer and not yet flushed, sampled."}, []string{"shard"}),
 		ConsumersGone: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "consumers_removed_total",
 			Help: "Dead consumers removed from the group (no pending entries, idle past worker.consumer_idle_delete)."}),
+		PipelineReports: f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "report_pipeline_reports",
+			Help:    "Reports per Redis pipeline of the report path: concurrent calls share one pipeline, so under load this grows.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}}),
+		PipelineSeconds: f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "report_pipeline_seconds",
+			Help:    "Time from sending a report pipeline to Redis to its last reply (NOSCRIPT retries included).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}),
 	}
 }

@@ -3,6 +3,7 @@ package repo
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
@@ -99,7 +100,11 @@ func (c *coalescer) run(batch []*reportCall) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.r.set.Timeout)
 	defer cancel()
+	start := time.Now()
 	replies, err := c.r.execute(ctx, all)
+	if observe := c.r.set.ObservePipeline; observe != nil {
+		observe(len(all), time.Since(start))
+	}
 	off := 0
 	for _, call := range live {
 		if err != nil {

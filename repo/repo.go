@@ -26,6 +26,11 @@ type Settings struct {
 	Timeout      time.Duration // bound on one request path's Redis work
 	Shards       int
 	StreamMaxLen int64
+	// ObservePipeline, if set, is called after each pipeline of the report
+	// path with the reports it carried and how long it took (sending to
+	// the last reply, retries included). It shows how well concurrent
+	// calls share round trips, and Redis's latency as the service sees it.
+	ObservePipeline func(reports int, took time.Duration)
 }
 
 // Repo runs the service's Redis operations.

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,11 +209,19 @@ func TestFlushTellsExpiredFromPublished(t *testing.T) {
 
 // Concurrent calls share pipelines; each must get exactly its own answers.
 // All report quantity 1 into one window, so the totals answered are a
-// permutation of 1..n.
+// permutation of 1..n. ObservePipeline sees every report exactly once.
 func TestConcurrentReportsShareCorrectly(t *testing.T) {
 	rdb := testredis.Start(t, testredis.Options{}).Client()
 	s := settings()
 	s.Window = time.Minute
+	var pipelines, observed atomic.Int64
+	s.ObservePipeline = func(reports int, took time.Duration) {
+		if reports < 1 || took <= 0 {
+			t.Errorf("ObservePipeline(%d, %v): want at least one report and a positive duration", reports, took)
+		}
+		pipelines.Add(1)
+		observed.Add(int64(reports))
+	}
 	r := repo.New(rdb, s)
 	const callers, per = 32, 20
 	var mu sync.Mutex
@@ -250,6 +259,10 @@ func TestConcurrentReportsShareCorrectly(t *testing.T) {
 			t.Fatalf("total %d never answered", q)
 		}
 	}
+	if observed.Load() != callers*per {
+		t.Errorf("ObservePipeline saw %d reports, want %d", observed.Load(), callers*per)
+	}
+	t.Logf("%d reports in %d pipelines", callers*per, pipelines.Load())
 }
 
 // Dedupe ids are spread over small sets, which Redis keeps as compact
