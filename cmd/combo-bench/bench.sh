@@ -49,7 +49,7 @@ go build -o "$BIN/combo-service" .
 go build -o "$BIN/combo-bench" ./cmd/combo-bench
 go build -o "$BIN/benchplot" ./cmd/benchplot
 
-RP=$(free_port); SP=$(free_port)
+RP=$(free_port); SP=$(free_port); MP=$(free_port)
 redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
   --pidfile "$BIN/redis.pid" --logfile "$BIN/redis.log"
 SVC_PID=
@@ -58,7 +58,7 @@ cleanup() { stop_service || true; redis-cli -p "$RP" shutdown nosave >/dev/null 
 trap cleanup EXIT
 
 start_service() { # $1 = window size, $2 = window.dedupe (default 60s)
-  COMBO_REDIS_ADDR=127.0.0.1:$RP COMBO_SERVER_ADDR=127.0.0.1:$SP COMBO_METRICS_ADDR=127.0.0.1:0 \
+  COMBO_REDIS_ADDR=127.0.0.1:$RP COMBO_SERVER_ADDR=127.0.0.1:$SP COMBO_METRICS_ADDR=127.0.0.1:$MP \
     COMBO_LOG_LEVEL=warn COMBO_WINDOW_SIZE=$1 COMBO_WINDOW_DEDUPE=${2:-60s} "$BIN/combo-service" 2>>"$OUT/service.log" &
   SVC_PID=$!
   for _ in $(seq 100); do ss -ltn | grep -q ":$SP " && return; sleep 0.1; done
@@ -69,7 +69,7 @@ bench() { # $1 = output name, rest = combo-bench flags
   local name=$1; shift
   local idle; idle=$(wait_idle)
   echo "== $(date +%T) $name (cpu idle before: ${idle}%)" >&2
-  "$BIN/combo-bench" -addr 127.0.0.1:$SP -redis 127.0.0.1:$RP -service-pid "$SVC_PID" \
+  "$BIN/combo-bench" -addr 127.0.0.1:$SP -redis 127.0.0.1:$RP -service-pid "$SVC_PID" -service-metrics 127.0.0.1:$MP \
     -json -label "idle=${idle}" "$@" > "$OUT/$name.json"
 }
 
@@ -133,6 +133,10 @@ for m in 0 1 2 3; do
     "$(med ".runs[$m].rpc_latency.p50_ms" "$OUT"/compare-c32-*.json)" \
     "$(med ".runs[$m].rpc_latency.p99_ms" "$OUT"/compare-c32-*.json)"
 done
+printf '  single: %.1f reports per Redis pipeline, %.0f%% of pipelines with one report, one in flight %.0f%% of the time\n' \
+  "$(med '.runs[1].report_pipelines.reports_per_pipeline' "$OUT"/compare-c32-*.json)" \
+  "$(med '.runs[1].report_pipelines.one_report_share * 100' "$OUT"/compare-c32-*.json)" \
+  "$(med '.runs[1].report_pipelines.pipelines_in_flight * 100' "$OUT"/compare-c32-*.json)"
 for k in single_vs_naive batch50_vs_naive reporter_vs_naive; do
   printf '  %-18s %5.1fx\n' "$k" "$(med ".ratios.$k" "$OUT"/compare-c32-*.json)"
 done

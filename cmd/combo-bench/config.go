@@ -33,6 +33,9 @@ type config struct {
 	Settle     time.Duration // past W + grace, stop waiting for pushes after this long without one
 	Shards     int           // the service's redis.shards, to name its keys
 	ServicePID int           // optional: report the service's CPU per report
+	// ServiceMetrics: the service's metrics address; optional, to report
+	// how its report pipelines were shared (pipelines.go).
+	ServiceMetrics string
 
 	Memory      bool
 	Windows     int
@@ -67,6 +70,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.Settle, "settle", 2*time.Second, "past W+grace after the last report, stop waiting for pushes after this long without one")
 	fs.IntVar(&c.Shards, "shards", 1, "the service's redis.shards (memory mode names its keys)")
 	fs.IntVar(&c.ServicePID, "service-pid", 0, "pid of the combo-service process, to report its CPU per 1000 reports")
+	fs.StringVar(&c.ServiceMetrics, "service-metrics", "", "the service's metrics address (host:port), to report how its Redis report pipelines were shared during each load")
 	fs.BoolVar(&c.Memory, "memory", false, "open -windows windows, then print Redis bytes per open window (run the service with a long W)")
 	fs.IntVar(&c.Windows, "windows", 100000, "memory mode: windows to open")
 	fs.BoolVar(&c.Curve, "curve", false, "measure cost per report as open windows grow (run the service with a long W)")

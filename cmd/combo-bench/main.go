@@ -113,6 +113,11 @@ func run(cfg config) error {
 func (b *bench) run(mode string, cfg config) (result, error) {
 	wl := newWorkload()
 	b.col.track(wl.activity)
+	var pipesBefore pipelineCounts
+	var pipesErr error
+	if cfg.ServiceMetrics != "" && mode != "naive" {
+		pipesBefore, pipesErr = scrapePipelines(context.Background(), cfg.ServiceMetrics)
+	}
 	b.cpu.reset()
 	var l load
 	var err error
@@ -136,6 +141,17 @@ func (b *bench) run(mode string, cfg config) (result, error) {
 	}
 	res := newResult(cfg, mode, l)
 	res.CPU = b.cpu.since(l.rec.acked)
+	if cfg.ServiceMetrics != "" && mode != "naive" {
+		var after pipelineCounts
+		if pipesErr == nil {
+			after, pipesErr = scrapePipelines(context.Background(), cfg.ServiceMetrics)
+		}
+		if pipesErr != nil {
+			res.Notes = append(res.Notes, pipesErr.Error())
+		} else {
+			res.Pipelines = after.since(pipesBefore, l.elapsed)
+		}
+	}
 	if mode != "naive" {
 		res.Pushes = awaitPushes(cfg, b.col, wl, l)
 	} else {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -98,6 +99,21 @@ func (rs runs) print(w io.Writer) {
 	pushRow("qty reported/pushed", func(p *pushCheck) string { return fmt.Sprintf("%d/%d", p.QtyReported, p.QtyPushed) })
 	pushRow("keys mismatched", func(p *pushCheck) string { return fmt.Sprintf("%d of %d", p.KeysMismatched, p.KeysChecked) })
 	pushRow("conserved", func(p *pushCheck) string { return fmt.Sprint(p.Conserved) })
+	pipeRow := func(name string, f func(p *pipelineUse) string) {
+		row(name, func(r result) string {
+			if r.Pipelines == nil {
+				return "-"
+			}
+			return f(r.Pipelines)
+		})
+	}
+	if slices.ContainsFunc(rs, func(r result) bool { return r.Pipelines != nil }) {
+		pipeRow("report pipelines", func(p *pipelineUse) string { return fmt.Sprint(p.Pipelines) })
+		pipeRow("reports/pipeline", func(p *pipelineUse) string { return f1(p.ReportsPerPipeline) })
+		pipeRow("1-report pipelines %", func(p *pipelineUse) string { return f1(100 * p.OneReportShare) })
+		pipeRow("pipeline rtt ms", func(p *pipelineUse) string { return f2(p.RoundTripMeanMs) })
+		pipeRow("pipelines in flight", func(p *pipelineUse) string { return f2(p.InFlight) })
+	}
 	row("cpu ms/1k svc", func(r result) string { return f1(r.CPU.ServiceMsPer1k) })
 	row("cpu ms/1k redis", func(r result) string { return f1(r.CPU.RedisMsPer1k) })
 	row("cpu ms/1k bench", func(r result) string { return f1(r.CPU.BenchMsPer1k) })

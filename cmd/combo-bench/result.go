@@ -18,11 +18,12 @@ type result struct {
 	Throughput float64 `json:"reports_per_s"`
 	FirstError string  `json:"first_error,omitempty"`
 
-	Latency   durStats   `json:"rpc_latency"`
-	SendDelay *durStats  `json:"send_delay,omitempty"`
-	CPU       cpuUse     `json:"cpu"`
-	Pushes    *pushCheck `json:"pushes,omitempty"` // nil for naive: it has no worker
-	Notes     []string   `json:"notes,omitempty"`
+	Latency   durStats     `json:"rpc_latency"`
+	SendDelay *durStats    `json:"send_delay,omitempty"`
+	CPU       cpuUse       `json:"cpu"`
+	Pipelines *pipelineUse `json:"report_pipelines,omitempty"` // with -service-metrics
+	Pushes    *pushCheck   `json:"pushes,omitempty"`           // nil for naive: it has no worker
+	Notes     []string     `json:"notes,omitempty"`
 }
 
 func newResult(cfg config, mode string, l load) result {
