@@ -85,7 +85,7 @@ func scrapePipelines(ctx context.Context, addr string) (pipelineCounts, error) {
 func histogramOf(families map[string]*dto.MetricFamily, name string) (*dto.Histogram, error) {
 	f, ok := families[name]
 	if !ok || len(f.GetMetric()) != 1 || f.GetMetric()[0].GetHistogram() == nil {
-		return nil, fmt.Errorf("service metrics: no histogram %s (a combo-service older than 9e0d1c4?)", name)
+		return nil, fmt.Errorf("service metrics: no histogram %s (a combo-service older than 9f0cb3a?)", name)
 	}
 	return f.GetMetric()[0].GetHistogram(), nil
 }
