@@ -2,10 +2,10 @@ package client
 
 import (
 	"errors"
-	"github.com/cloudwego/kitex/pkg/connpool"
 	"time"
 
 	kclient "github.com/cloudwego/kitex/client"
+	"github.com/cloudwego/kitex/pkg/connpool"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
