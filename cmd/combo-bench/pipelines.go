@@ -49,7 +49,7 @@ func scrapePipelines(ctx context.Context, addr string) (pipelineCounts, error) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
-		return pipelineCounts{}, err
+		return pipelineCounts{}, fmt.Errorf("service metrics: %w", err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
