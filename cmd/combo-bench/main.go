@@ -5,9 +5,12 @@
 // and a fixed rate of new windows; runs the source design's 13-command write
 // path (seeds/000 §4.2) against the same Redis for comparison; and measures
 // Redis memory per open window and the cost per report as open windows
-// grow. Targets and figures: issue 4 and BENCHMARKS.md.
+// grow. Given the service's pid and metrics address, it also reports each
+// process's CPU per report and how the service's Redis pipelines were
+// shared. Targets and figures: issue 4 and BENCHMARKS.md.
 //
 //	combo-bench -addr 127.0.0.1:8888 -redis 127.0.0.1:6379 -mode compare -c 32 -d 10s
+//	combo-bench -mode single -c 32 -service-pid PID -service-metrics 127.0.0.1:9090
 //	combo-bench -mode rate -rate 2000 -d 10s -json
 //	combo-bench -memory -windows 100000 -window 50s   # service with COMBO_WINDOW_SIZE=50s
 //	combo-bench -curve -window 50s
