@@ -10,7 +10,7 @@
 // shared. Targets and figures: issue 4 and BENCHMARKS.md.
 //
 //	combo-bench -addr 127.0.0.1:8888 -redis 127.0.0.1:6379 -mode compare -c 32 -d 10s
-//	combo-bench -mode single -c 32 -service-pid PID -service-metrics 127.0.0.1:9090
+//	combo-bench -mode single -c 32 -service-pid PID -service-metrics 127.0.0.1:9100
 //	combo-bench -mode rate -rate 2000 -d 10s -json
 //	combo-bench -memory -windows 100000 -window 50s   # service with COMBO_WINDOW_SIZE=50s
 //	combo-bench -curve -window 50s
