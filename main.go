@@ -18,8 +18,6 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/cloudwego/kitex/pkg/klog"
-	"github.com/cloudwego/kitex/pkg/rpcinfo"
-	"github.com/cloudwego/kitex/pkg/stats"
 	"github.com/cloudwego/kitex/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -30,6 +28,7 @@ import (
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/handler"
 	"github.com/combo-service/combo-service/internal/logging"
+	"github.com/combo-service/combo-service/internal/rpcserver"
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
@@ -129,21 +128,15 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	}
 	svr := comboservice.NewServer(
 		handler.New(store, cfg.Window.Size, m, logging.Sampled(log.Named("handler"))),
-		server.WithListener(ln),
-		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: "combo-service"}),
-		server.WithExitSignal(func() <-chan error {
-			ch := make(chan error, 1)
-			go func() { <-ctx.Done(); ch <- nil }()
-			return ch
-		}),
-		server.WithExitWaitTime(2*time.Second),
-		// Every RPC counted and timed (kitex_server_throughput,
-		// kitex_server_latency_us) on our registry, served by our /metrics.
-		server.WithTracer(metrics.NewRPCTracer(reg)),
-		// The tracer reads only the RPC's start and finish: recording
-		// Kitex's detailed events (read, write, handle...) as well cost 4%
-		// of the service's CPU per RPC.
-		server.WithStatsLevel(stats.LevelBase),
+		append(rpcserver.Options(reg),
+			server.WithListener(ln),
+			server.WithExitSignal(func() <-chan error {
+				ch := make(chan error, 1)
+				go func() { <-ctx.Done(); ch <- nil }()
+				return ch
+			}),
+			server.WithExitWaitTime(2*time.Second),
+		)...,
 	)
 
 	metricsSrv, metricsAddr, err := serveMetrics(cfg.Metrics, reg, store, w, log)

@@ -1,0 +1,46 @@
+// Package rpcserver is the Kitex server set-up combo-service runs with: its
+// netpoll runner, its identity, its per-RPC metrics. It lives apart from
+// main so that cmd/combo-floor, the same server with handlers that do no
+// work, measures exactly the RPC layer the service pays for.
+package rpcserver
+
+import (
+	"github.com/cloudwego/gopkg/concurrency/gopool"
+	"github.com/cloudwego/kitex/pkg/rpcinfo"
+	"github.com/cloudwego/kitex/pkg/stats"
+	"github.com/cloudwego/kitex/server"
+	"github.com/cloudwego/netpoll"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/combo-service/combo-service/client"
+	"github.com/combo-service/combo-service/metrics"
+)
+
+// netpoll runs each request on a goroutine from a pool. Its default pool
+// (bytedance/gopkg) ends a worker as soon as its queue is empty, so under
+// load most requests start on a fresh goroutine and grow its stack through
+// Kitex's call chain again: runtime.copystack was 13% of the service's CPU
+// at 15k RPC/s. cloudwego/gopkg's pool, which netpoll offers as the
+// alternative (USE_CLOUDWEGO_GOPOOL), keeps idle workers for a minute, and
+// cut the service's CPU per RPC by about a tenth (BENCHMARKS.md).
+// netpoll reads this setting when it starts its pollers, hence init: a
+// program that imports this package gets it before its main runs.
+func init() {
+	if err := netpoll.Configure(netpoll.Config{Runner: gopool.CtxGo}); err != nil {
+		panic("netpoll.Configure: " + err.Error())
+	}
+}
+
+// Options are the server options every combo-service RPC server shares;
+// the caller adds its listener and how it stops. RPCs are counted and
+// timed (kitex_server_throughput, kitex_server_latency_us) on reg.
+func Options(reg prometheus.Registerer) []server.Option {
+	return []server.Option{
+		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: client.ServiceName}),
+		server.WithTracer(metrics.NewRPCTracer(reg)),
+		// The tracer reads only the RPC's start and finish: recording
+		// Kitex's detailed events (read, write, handle...) as well cost 4%
+		// of the service's CPU per RPC.
+		server.WithStatsLevel(stats.LevelBase),
+	}
+}
