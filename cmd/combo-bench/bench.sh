@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh: reproduce every figure of issue 4 on this machine, 3 runs each.
-# It starts its own redis-server and combo-service on free loopback ports,
-# drives them with combo-bench, writes every run's JSON to $OUT, stops what it
+# It starts its own redis-server and combo-service (and, for the load part,
+# combo-floor) on free loopback ports, drives them with combo-bench, writes every run's JSON to $OUT, stops what it
 # started, and prints medians. Needs redis-server, jq, go.
 #
 #   bash cmd/combo-bench/bench.sh [OUT] [RUNS]
@@ -48,13 +48,15 @@ echo "== building $rev" >&2
 go build -o "$BIN/combo-service" .
 go build -o "$BIN/combo-bench" ./cmd/combo-bench
 go build -o "$BIN/benchplot" ./cmd/benchplot
+go build -o "$BIN/combo-floor" ./cmd/combo-floor
 
 RP=$(free_port); SP=$(free_port); MP=$(free_port)
 redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
   --pidfile "$BIN/redis.pid" --logfile "$BIN/redis.log"
-SVC_PID=
+SVC_PID= FLOOR_PID=
 stop_service() { [ -n "$SVC_PID" ] && kill -TERM "$SVC_PID" 2>/dev/null && wait "$SVC_PID" 2>/dev/null; SVC_PID=; }
-cleanup() { stop_service || true; redis-cli -p "$RP" shutdown nosave >/dev/null 2>&1 || true; }
+stop_floor() { [ -n "$FLOOR_PID" ] && kill -TERM "$FLOOR_PID" 2>/dev/null && wait "$FLOOR_PID" 2>/dev/null; FLOOR_PID=; }
+cleanup() { stop_service || true; stop_floor || true; redis-cli -p "$RP" shutdown nosave >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
 start_service() { # $1 = window size, $2 = window.dedupe (default 60s)
@@ -73,10 +75,22 @@ bench() { # $1 = output name, rest = combo-bench flags
     -json -label "idle=${idle}" "$@" > "$OUT/$name.json"
 }
 
+# combo-floor: the service's Kitex server with handlers that do no work. The
+# compare runs end with single reports against it: what any implementation
+# could reach over this RPC layer on this machine.
+start_floor() {
+  FP=$(free_port)
+  "$BIN/combo-floor" -addr 127.0.0.1:$FP 2>>"$OUT/floor.log" &
+  FLOOR_PID=$!
+  for _ in $(seq 100); do ss -ltn | grep -q ":$FP " && return; sleep 0.1; done
+  echo "combo-floor did not start" >&2; exit 1
+}
+
 start_service 3s
+has load && start_floor
 for i in $(seq "$RUNS"); do
   if has load; then
-    bench "compare-c32-$i" -mode compare -c 32 -d 10s
+    bench "compare-c32-$i" -mode compare -c 32 -d 10s -floor 127.0.0.1:$FP -floor-pid "$FLOOR_PID"
     bench "single-c8-$i" -mode single -c 8 -d 10s
   fi
   if has rate; then
@@ -87,6 +101,7 @@ for i in $(seq "$RUNS"); do
   fi
 done
 stop_service
+stop_floor
 
 # Dedupe ids live in per-bucket SETs that expire as a whole, up to three
 # buckets (3 x window.dedupe) after their first id: a memory run must start
@@ -137,8 +152,10 @@ printf '  single: %.1f reports per Redis pipeline, %.0f%% of pipelines with one 
   "$(med '.runs[1].report_pipelines.reports_per_pipeline' "$OUT"/compare-c32-*.json)" \
   "$(med '.runs[1].report_pipelines.one_report_share * 100' "$OUT"/compare-c32-*.json)" \
   "$(med '.runs[1].report_pipelines.pipelines_in_flight * 100' "$OUT"/compare-c32-*.json)"
-for k in single_vs_naive batch50_vs_naive reporter_vs_naive; do
-  printf '  %-18s %5.1fx\n' "$k" "$(med ".ratios.$k" "$OUT"/compare-c32-*.json)"
+printf '  floor:  %8.0f/s (single reports against combo-floor: the RPC layer alone)\n' \
+  "$(med '.runs[4].reports_per_s' "$OUT"/compare-c32-*.json)"
+for k in single_vs_naive batch50_vs_naive reporter_vs_naive floor_vs_naive single_vs_floor; do
+  printf '  %-18s %5.2fx\n' "$k" "$(med ".ratios.$k" "$OUT"/compare-c32-*.json)"
 done
 printf 'single C=8: %.0f/s, p50 %.2f ms, p99 %.2f ms\n' \
   "$(med '.[0].reports_per_s' "$OUT"/single-c8-*.json)" \

@@ -36,6 +36,10 @@ type config struct {
 	// ServiceMetrics: the service's metrics address; optional, to report
 	// how its report pipelines were shared (pipelines.go).
 	ServiceMetrics string
+	// Floor: a running combo-floor (the service's RPC layer with handlers
+	// that do no work); compare mode also drives it with single reports.
+	Floor    string
+	FloorPID int
 
 	Memory      bool
 	Windows     int
@@ -49,7 +53,7 @@ type config struct {
 	CPUProfile string
 }
 
-var modes = []string{"single", "batch", "reporter", "rate", "naive", "compare"}
+var modes = []string{"single", "batch", "reporter", "rate", "naive", "floor", "compare"}
 
 func parseFlags(args []string) (config, error) {
 	var c config
@@ -71,6 +75,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.Shards, "shards", 1, "the service's redis.shards (memory mode names its keys)")
 	fs.IntVar(&c.ServicePID, "service-pid", 0, "pid of the combo-service process, to report its CPU per 1000 reports")
 	fs.StringVar(&c.ServiceMetrics, "service-metrics", "", "the service's metrics address (host:port), to report how its Redis report pipelines were shared during each load")
+	fs.StringVar(&c.Floor, "floor", "", "compare mode: a running combo-floor's RPC address, to also measure single reports against the RPC layer alone (what any implementation could reach)")
+	fs.IntVar(&c.FloorPID, "floor-pid", 0, "pid of that combo-floor, to report its CPU per 1000 reports")
 	fs.BoolVar(&c.Memory, "memory", false, "open -windows windows, then print Redis bytes per open window (run the service with a long W)")
 	fs.IntVar(&c.Windows, "windows", 100000, "memory mode: windows to open")
 	fs.BoolVar(&c.Curve, "curve", false, "measure cost per report as open windows grow (run the service with a long W)")
@@ -96,6 +102,9 @@ func (c *config) validate() error {
 	if !c.Memory && !c.Curve && !contains(modes, c.Mode) {
 		bad("-mode must be one of %s, got %q", strings.Join(modes, "|"), c.Mode)
 	}
+	if c.Mode == "floor" && c.Floor == "" {
+		bad("-mode floor needs -floor (a running combo-floor's address)")
+	}
 	if c.Concurrency < 1 {
 		bad("-c must be >= 1")
 	}
@@ -108,7 +117,10 @@ func (c *config) validate() error {
 	if c.Duration <= 0 && c.Reports <= 0 {
 		bad("one of -d or -n must be > 0")
 	}
-	for _, a := range []struct{ flag, addr string }{{"-addr", c.Addr}, {"-redis", c.Redis}} {
+	for _, a := range []struct{ flag, addr string }{{"-addr", c.Addr}, {"-redis", c.Redis}, {"-floor", c.Floor}} {
+		if a.addr == "" && a.flag == "-floor" {
+			continue
+		}
 		if err := loopbackOnly(a.addr); err != nil {
 			bad("%s: %v", a.flag, err)
 		}

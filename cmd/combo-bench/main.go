@@ -64,6 +64,9 @@ type bench struct {
 	col *collector
 	cli comboservice.Client
 	cpu *cpuSampler
+	// floor and floorCPU drive and watch combo-floor (-floor).
+	floor    comboservice.Client
+	floorCPU *cpuSampler
 }
 
 func run(cfg config) error {
@@ -88,6 +91,12 @@ func run(cfg config) error {
 		return err
 	}
 	b := &bench{cfg: cfg, rdb: rdb, col: col, cli: cli, cpu: newCPUSampler(ctx, cfg.ServicePID, rdb)}
+	if cfg.Floor != "" {
+		if b.floor, err = newRPCClient(cfg.Floor, cfg.Concurrency); err != nil {
+			return fmt.Errorf("-floor: %w", err)
+		}
+		b.floorCPU = newCPUSampler(ctx, cfg.FloorPID, rdb)
+	}
 
 	var out printable
 	switch {
@@ -116,12 +125,19 @@ func run(cfg config) error {
 func (b *bench) run(mode string, cfg config) (result, error) {
 	wl := newWorkload()
 	b.col.track(wl.activity)
+	// naive and floor do not go through the service: no pipelines, no
+	// pushes to check.
+	viaService := mode != "naive" && mode != "floor"
+	cpu := b.cpu
+	if mode == "floor" {
+		cpu = b.floorCPU
+	}
 	var pipesBefore pipelineCounts
 	var pipesErr error
-	if cfg.ServiceMetrics != "" && mode != "naive" {
+	if cfg.ServiceMetrics != "" && viaService {
 		pipesBefore, pipesErr = scrapePipelines(context.Background(), cfg.ServiceMetrics)
 	}
-	b.cpu.reset()
+	cpu.reset()
 	var l load
 	var err error
 	switch mode {
@@ -135,6 +151,8 @@ func (b *bench) run(mode string, cfg config) (result, error) {
 		l = runRate(cfg, b.cli, wl)
 	case "naive":
 		l, err = runNaive(cfg, b.rdb, wl)
+	case "floor":
+		l = runSingle(cfg, b.floor, wl)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}
@@ -143,8 +161,8 @@ func (b *bench) run(mode string, cfg config) (result, error) {
 		return result{}, err
 	}
 	res := newResult(cfg, mode, l)
-	res.CPU = b.cpu.since(l.rec.acked)
-	if cfg.ServiceMetrics != "" && mode != "naive" {
+	res.CPU = cpu.since(l.rec.acked)
+	if cfg.ServiceMetrics != "" && viaService {
 		var after pipelineCounts
 		if pipesErr == nil {
 			after, pipesErr = scrapePipelines(context.Background(), cfg.ServiceMetrics)
@@ -155,7 +173,7 @@ func (b *bench) run(mode string, cfg config) (result, error) {
 			res.Pipelines = after.since(pipesBefore, l.elapsed)
 		}
 	}
-	if mode != "naive" {
+	if viaService {
 		res.Pushes = awaitPushes(cfg, b.col, wl, l)
 	} else {
 		b.col.take(wl.activity)
@@ -168,10 +186,15 @@ func (b *bench) run(mode string, cfg config) (result, error) {
 
 // compare runs the naive write path, then single reports, batches of 50 and
 // the Reporter, at the same concurrency and duration, back to back, so the
-// ratios come from one run on one machine state.
+// ratios come from one run on one machine state. With -floor it ends with
+// single reports against combo-floor.
 func (b *bench) compare() (printable, error) {
 	var out comparison
-	for _, mode := range []string{"naive", "single", "batch", "reporter"} {
+	modes := []string{"naive", "single", "batch", "reporter"}
+	if b.floor != nil {
+		modes = append(modes, "floor")
+	}
+	for _, mode := range modes {
 		cfg := b.cfg
 		if mode == "batch" || mode == "reporter" {
 			cfg.Batch = 50
@@ -189,6 +212,14 @@ func (b *bench) compare() (printable, error) {
 			"batch50_vs_naive":  out.Runs[2].Throughput / naive,
 			"reporter_vs_naive": out.Runs[3].Throughput / naive,
 		}
+		if b.floor != nil {
+			out.Ratios["floor_vs_naive"] = out.Runs[4].Throughput / naive
+		}
+	}
+	if b.floor != nil && out.Runs[4].Throughput > 0 {
+		// How much of what the RPC layer allows the service's single
+		// reports reach.
+		out.Ratios["single_vs_floor"] = out.Runs[1].Throughput / out.Runs[4].Throughput
 	}
 	return out, nil
 }

@@ -38,9 +38,9 @@ func (c comparison) print(w io.Writer) {
 		names = append(names, k)
 	}
 	sort.Strings(names)
-	fmt.Fprintln(w, "\nthroughput ratios (reports/s over naive purchases/s):")
+	fmt.Fprintln(w, "\nthroughput ratios (x_vs_y: x's reports/s over y's; naive's are purchases):")
 	for _, k := range names {
-		fmt.Fprintf(w, "  %-18s %6.1fx\n", k, c.Ratios[k])
+		fmt.Fprintf(w, "  %-18s %6.2fx\n", k, c.Ratios[k])
 	}
 }
 
