@@ -130,11 +130,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		handler.New(store, cfg.Window.Size, m, logging.Sampled(log.Named("handler"))),
 		append(rpcserver.Options(reg),
 			server.WithListener(ln),
-			server.WithExitSignal(func() <-chan error {
-				ch := make(chan error, 1)
-				go func() { <-ctx.Done(); ch <- nil }()
-				return ch
-			}),
+			rpcserver.StopOn(ctx),
 			server.WithExitWaitTime(2*time.Second),
 		)...,
 	)

@@ -53,11 +53,7 @@ func serve(ctx context.Context, ln net.Listener) error {
 		// The service's options, metrics included: they cost per RPC too.
 		append(rpcserver.Options(prometheus.NewRegistry()),
 			server.WithListener(ln),
-			server.WithExitSignal(func() <-chan error {
-				ch := make(chan error, 1)
-				go func() { <-ctx.Done(); ch <- nil }()
-				return ch
-			}),
+			rpcserver.StopOn(ctx),
 		)...,
 	)
 	return svr.Run()

@@ -5,6 +5,8 @@
 package rpcserver
 
 import (
+	"context"
+
 	"github.com/cloudwego/gopkg/concurrency/gopool"
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/pkg/stats"
@@ -29,6 +31,16 @@ func init() {
 	if err := netpoll.Configure(netpoll.Config{Runner: gopool.CtxGo}); err != nil {
 		panic("netpoll.Configure: " + err.Error())
 	}
+}
+
+// StopOn makes the server stop taking RPCs when ctx ends (Run then drains
+// the ones in flight and returns).
+func StopOn(ctx context.Context) server.Option {
+	return server.WithExitSignal(func() <-chan error {
+		ch := make(chan error, 1)
+		go func() { <-ctx.Done(); ch <- nil }()
+		return ch
+	})
 }
 
 // Options are the server options every combo-service RPC server shares;
