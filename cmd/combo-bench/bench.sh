@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench.sh: reproduce every figure of issue 4 on this machine, 3 runs each.
 # It starts its own redis-server and combo-service (and, for the load part,
-# combo-floor) on free loopback ports, drives them with combo-bench, writes every run's JSON to $OUT, stops what it
-# started, and prints medians. Needs redis-server, jq, go.
+# combo-floor) on free loopback ports, drives them with combo-bench, writes
+# every run's JSON to $OUT, stops what it started, and prints medians.
+# Needs redis-server, jq, go.
 #
 #   bash cmd/combo-bench/bench.sh [OUT] [RUNS]
 #   PARTS="rate" bash cmd/combo-bench/bench.sh   # only some parts: load rate memory

@@ -7,7 +7,9 @@
 // Redis memory per open window and the cost per report as open windows
 // grow. Given the service's pid and metrics address, it also reports each
 // process's CPU per report and how the service's Redis pipelines were
-// shared. Targets and figures: issue 4 and BENCHMARKS.md.
+// shared. Given a running combo-floor (-floor), compare mode ends with single
+// reports against it: the RPC layer alone, for scale. Targets and figures:
+// issue 4 and BENCHMARKS.md.
 //
 //	combo-bench -addr 127.0.0.1:8888 -redis 127.0.0.1:6379 -mode compare -c 32 -d 10s
 //	combo-bench -mode single -c 32 -service-pid PID -service-metrics 127.0.0.1:9100
