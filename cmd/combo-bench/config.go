@@ -117,10 +117,11 @@ func (c *config) validate() error {
 	if c.Duration <= 0 && c.Reports <= 0 {
 		bad("one of -d or -n must be > 0")
 	}
-	for _, a := range []struct{ flag, addr string }{{"-addr", c.Addr}, {"-redis", c.Redis}, {"-floor", c.Floor}} {
-		if a.addr == "" && a.flag == "-floor" {
-			continue
-		}
+	targets := []struct{ flag, addr string }{{"-addr", c.Addr}, {"-redis", c.Redis}}
+	if c.Floor != "" {
+		targets = append(targets, struct{ flag, addr string }{"-floor", c.Floor})
+	}
+	for _, a := range targets {
 		if err := loopbackOnly(a.addr); err != nil {
 			bad("%s: %v", a.flag, err)
 		}
