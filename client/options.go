@@ -58,7 +58,9 @@ type ReporterOptions struct {
 	// ctx expired) with the reason, so the caller can log or persist them
 	// for a later re-report (reports are idempotent by id). It may be called
 	// from several goroutines at once and should not block for long: while
-	// it runs, a send slot is held. The slice is the caller's to keep.
+	// it runs, a send slot is held; Close waits for it, and it must not call
+	// Close. The slice and the contributions in it are copies, the caller's
+	// to keep and change.
 	OnDrop func(batch []*combo.Contribution, err error)
 	// Logger, if set, logs every drop at error level (in addition to OnDrop).
 	Logger *zap.Logger

@@ -70,6 +70,11 @@ type Reporter struct {
 	slots  chan struct{} // cap Concurrency: one token per batch in flight
 	done   chan struct{} // closed when the dispatcher and all sends are over
 	sends  sync.WaitGroup
+	// drops counts OnDrop calls a send has begun (Add under mu, where the
+	// batch is resolved as dropped): Close waits for them even when it
+	// gives up on the sends, so that it never returns while a dropped
+	// contribution is still on its way to the caller.
+	drops sync.WaitGroup
 
 	mu       sync.Mutex
 	pending  []pendingItem // FIFO, oldest first
@@ -77,6 +82,7 @@ type Reporter struct {
 	held     int // len(pending) + contributions in inflight batches
 	closed   bool
 	aborted  bool
+	closeErr error         // what every Close returns once one has given up with contributions held
 	stats    ReporterStats // Queued and InFlight are derived on read
 }
 
@@ -181,42 +187,44 @@ func (r *Reporter) Stats() ReporterStats {
 // still queued, waits for batches in flight including their retries, and
 // returns nil. If ctx ends first, it hands everything still held to OnDrop
 // with an error wrapping ctx.Err(), cancels the RPCs in flight, and returns
-// ctx.Err(). Contributions dropped during the flush (retries exhausted) are
+// ctx.Err(); every other Close, concurrent or later, then returns that error
+// too. Contributions dropped during the flush (retries exhausted) are
 // reported through OnDrop as usual and do not make Close fail.
+//
+// Close returns only after every OnDrop call has returned, even when ctx
+// has ended (OnDrop is meant to be short), so a caller that exits after
+// Close loses nothing it was told about. OnDrop must not call Close.
 func (r *Reporter) Close(ctx context.Context) error {
 	r.mu.Lock()
-	if r.aborted { // an earlier Close gave up and dropped everything held
-		r.mu.Unlock()
-		return nil
-	}
 	r.closed = true
 	r.mu.Unlock()
 	r.signal()
 
 	select {
 	case <-r.done:
-		return nil
 	default:
-	}
-	select {
-	case <-r.done:
-		return nil
-	case <-ctx.Done():
-		if r.abort(ctx.Err()) == 0 {
-			return nil // nothing was left to lose
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			r.abort(ctx.Err())
 		}
-		return ctx.Err()
 	}
+	// After done, or after an abort, no batch is left to resolve, so no
+	// drops.Add can race with this Wait.
+	r.drops.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closeErr
 }
 
 // abort drops everything still held, stops the dispatcher and cancels the
-// sends. Returns how many contributions it dropped.
-func (r *Reporter) abort(cause error) int {
+// sends. If it dropped anything, every Close returns cause from then on.
+func (r *Reporter) abort(cause error) {
 	err := fmt.Errorf("combo client: reporter closed before delivery: %w", cause)
 	r.mu.Lock()
 	if r.aborted {
 		r.mu.Unlock()
-		return 0
+		return
 	}
 	r.aborted = true
 	var lost [][]*combo.Contribution
@@ -231,6 +239,16 @@ func (r *Reporter) abort(cause error) int {
 	n := r.held
 	r.held = 0
 	r.stats.Dropped += uint64(n)
+	if n > 0 {
+		r.closeErr = cause
+	}
+	if len(lost) > 0 {
+		// A concurrent Close may see done before these drops end. Something
+		// is held, so done has not closed and no Close has reached
+		// drops.Wait yet.
+		r.drops.Add(1)
+		defer r.drops.Done()
+	}
 	r.mu.Unlock()
 
 	r.cancel()
@@ -238,7 +256,6 @@ func (r *Reporter) abort(cause error) int {
 	for _, items := range lost {
 		r.drop(items, err)
 	}
-	return n
 }
 
 func (r *Reporter) signal() {
@@ -420,6 +437,7 @@ func (r *Reporter) resolve(b *batch, err error) {
 		r.stats.Sent += uint64(n)
 	} else {
 		r.stats.Dropped += uint64(n)
+		r.drops.Add(1)
 	}
 	r.mu.Unlock()
 
@@ -427,11 +445,24 @@ func (r *Reporter) resolve(b *batch, err error) {
 		r.metrics.sent.Add(float64(n))
 		return
 	}
+	defer r.drops.Done()
 	r.metrics.dropped.Add(float64(n))
 	r.drop(b.items, err)
 }
 
+// drop logs items and hands OnDrop copies of them: the originals may still
+// be read by an RPC that its ctx abandoned (Kitex returns at the deadline
+// while its pooled goroutine goes on encoding the request), and the caller
+// may keep, sort or change what it is given.
 func (r *Reporter) drop(items []*combo.Contribution, err error) {
+	if r.opts.OnDrop != nil {
+		own := make([]*combo.Contribution, len(items))
+		for i, c := range items {
+			cp := *c // every field is a value
+			own[i] = &cp
+		}
+		items = own
+	}
 	if l := r.opts.Logger; l != nil {
 		l.Error("combo client: contributions dropped",
 			zap.Int("count", len(items)),

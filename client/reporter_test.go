@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -768,7 +769,134 @@ func TestCloseExpiredDropsRemainder(t *testing.T) {
 	if attempts, _ := f.snapshot(); len(attempts) != 1 {
 		t.Fatalf("%d attempts after Close gave up, want only the one in flight", len(attempts))
 	}
-	closeWithin(t, r)
+	// A later Close does not pretend the flush succeeded.
+	if err := r.Close(context.Background()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("second Close = %v, want the first one's context.Canceled", err)
+	}
+}
+
+// A Close that gives up still returns only after OnDrop calls already under
+// way have returned: a caller that exits after Close must not cut one off.
+func TestCloseWaitsForOnDropUnderWay(t *testing.T) {
+	f := newFake(func(context.Context, int, []*combo.Contribution) error { return errTransport })
+	entered, release := make(chan struct{}), make(chan struct{})
+	var finished atomic.Bool
+	r := newTestReporter(t, f, ReporterOptions{
+		BatchSize: 1, Linger: time.Hour, MaxRetries: -1,
+		OnDrop: func([]*combo.Contribution, error) {
+			close(entered)
+			<-release
+			finished.Store(true)
+		},
+	})
+	mustReport(t, r, 1)
+	select {
+	case <-entered: // the batch failed; OnDrop is running
+	case <-time.After(waitFor):
+		t.Fatal("OnDrop was not called")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close(ctx) }()
+	<-ctx.Done()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned %v while OnDrop was still running", err)
+	case <-time.After(100 * time.Millisecond): // Close gave up at the deadline; it must still wait
+	}
+	close(release)
+	select {
+	case err := <-closed:
+		// Nothing was held when Close gave up: the one contribution had
+		// already been dropped through OnDrop, which does not fail Close.
+		if err != nil {
+			t.Fatalf("Close = %v, want nil", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("Close did not return after OnDrop did")
+	}
+	if !finished.Load() {
+		t.Fatal("Close returned before OnDrop finished")
+	}
+}
+
+// When one Close gives up with contributions held, a Close running at the
+// same time returns the same error, not nil.
+func TestConcurrentCloseSharesGiveUp(t *testing.T) {
+	f := newFake(func(ctx context.Context, _ int, _ []*combo.Contribution) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	drops := newDropLog()
+	r := newTestReporter(t, f, ReporterOptions{
+		BatchSize: 3, Linger: time.Hour, RPCTimeout: time.Hour, OnDrop: drops.onDrop,
+	})
+	mustReport(t, r, 1, 2, 3)
+	f.recv(t) // in flight until canceled
+
+	patient := make(chan error, 1)
+	go func() { patient <- r.Close(context.Background()) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Close(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close = %v, want context.Canceled", err)
+	}
+	select {
+	case err := <-patient:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("concurrent Close = %v, want context.Canceled", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("concurrent Close did not return")
+	}
+	if got, _ := drops.snapshot(); !slices.Equal(got, []int64{1, 2, 3}) {
+		t.Fatalf("OnDrop got %v", got)
+	}
+}
+
+// OnDrop gets copies: the originals may still be read by an RPC its ctx
+// abandoned, and the caller may change what it is given.
+func TestOnDropGetsCopies(t *testing.T) {
+	sent := make(chan []*combo.Contribution, 1)
+	s := senderFunc(func(_ context.Context, req *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
+		sent <- req.Contributions
+		return nil, errTransport
+	})
+	got := make(chan []*combo.Contribution, 1)
+	r := newTestReporter(t, s, ReporterOptions{
+		BatchSize: 2, Linger: time.Hour, MaxRetries: -1,
+		OnDrop: func(batch []*combo.Contribution, _ error) {
+			for _, c := range batch {
+				c.Quantity = 99 // the caller's to change
+			}
+			got <- batch
+		},
+	})
+	mustReport(t, r, 1, 2)
+	var orig, dropped []*combo.Contribution
+	for _, ch := range []struct {
+		c   chan []*combo.Contribution
+		dst *[]*combo.Contribution
+	}{{sent, &orig}, {got, &dropped}} {
+		select {
+		case *ch.dst = <-ch.c:
+		case <-time.After(waitFor):
+			t.Fatal("timed out waiting for the attempt and the drop")
+		}
+	}
+	if len(dropped) != 2 || &dropped[0] == &orig[0] {
+		t.Fatalf("OnDrop got %d items, or the request's own slice", len(dropped))
+	}
+	for i := range dropped {
+		if dropped[i] == orig[i] {
+			t.Fatalf("item %d: OnDrop got the pointer the request holds", i)
+		}
+		if dropped[i].Id != orig[i].Id || orig[i].Quantity != 1 {
+			t.Fatalf("item %d: dropped id %d, request's %d with quantity %d", i, dropped[i].Id, orig[i].Id, orig[i].Quantity)
+		}
+	}
 }
 
 func TestCloseDeadlineWhileRetrying(t *testing.T) {
