@@ -70,6 +70,15 @@ end
 local due = opened + tonumber(ARGV[7])
 if now < due then return {1, due, now} end
 
+-- Retire first, publish last. Redis decides whether a script may write
+-- (MISCONF after a failed save, NOREPLICAS, READONLY on a demoted master) at
+-- its first write, not at its start, and PUBLISH is not a write: published
+-- first, a refused DEL would leave the window pending and every retry would
+-- publish it again. Once a script has written, those checks pass for the
+-- rest of it, so PUBLISH can then fail only on an ACL that denies the
+-- channel: the window is retired unpublished and the error is returned.
+redis.call('DEL', key)
+retire()
 local star, item, nick, avatar, name, icon = string.match(w.f, '^([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31(.*)$')
 redis.call('PUBLISH', ARGV[3], table.concat({
   '{"activity_id":', ARGV[4], ',"type":"contributions_response","record":{"id":', w.i,
@@ -77,6 +86,4 @@ redis.call('PUBLISH', ARGV[3], table.concat({
   '","star_id":', star, ',"item_id":', item, ',"item_type":', ARGV[6],
   ',"item_name":"', name, '","item_icon":"', icon, '"',
   ',"quantity":', w.q, ',"combo_count":', w.q, ',"created_at":', w.c, '}}'}))
-redis.call('DEL', key)
-retire()
 return {0, now - due, w.q}

@@ -451,3 +451,60 @@ func TestDedupeRemembersAcrossBuckets(t *testing.T) {
 		}
 	})
 }
+
+// While Redis refuses writes (here NOREPLICAS; MISCONF after a failed save
+// and READONLY on a demoted master refuse the same way), a due window's
+// flush fails without publishing, however often it is retried, and stays
+// pending; once writes are accepted it is published exactly once. Real
+// Redis only: miniredis has no min-replicas-to-write.
+func TestFlushPublishesNothingWhileWritesAreRefused(t *testing.T) {
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	ctx := context.Background()
+	r, sub := subscribedRepo(t, rdb)
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil {
+		t.Fatal(err)
+	}
+	ws, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
+	if err != nil || len(ws) != 1 {
+		t.Fatalf("read %v %v", ws, err)
+	}
+	fr, err := r.Flush(ctx, ws)
+	if err != nil || fr[0].Status != repo.Early {
+		t.Fatalf("first flush %+v %v, want early", fr, err)
+	}
+	time.Sleep(time.Duration(fr[0].Due-fr[0].Now)*time.Millisecond + 5*time.Millisecond)
+
+	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		fr, err = r.Flush(ctx, ws)
+		if err != nil || fr[0].Err == nil || !strings.Contains(fr[0].Err.Error(), "NOREPLICAS") {
+			t.Fatalf("flush while writes are refused: %+v %v, want a NOREPLICAS error", fr, err)
+		}
+	}
+	// Anything published so far would reach the subscriber before this.
+	if err := rdb.Publish(ctx, push.Channel(7), "sentinel").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "sentinel" {
+		t.Fatalf("got %v %v before the sentinel: a refused flush published", msg, err)
+	}
+	if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 1 {
+		t.Fatalf("stream holds %d entries, want the window still pending", n)
+	}
+
+	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	fr, err = r.Flush(ctx, ws)
+	if err != nil || fr[0].Status != repo.Published || fr[0].Quantity != 1 {
+		t.Fatalf("flush once writes are accepted: %+v %v", fr, err)
+	}
+	if msg, err := sub.ReceiveMessage(ctx); err != nil || !strings.Contains(msg.Payload, `"quantity":1`) {
+		t.Fatalf("push %v %v", msg, err)
+	}
+	if fr, err = r.Flush(ctx, ws); err != nil || fr[0].Status != repo.Gone {
+		t.Fatalf("flush after publish %+v %v, want gone", fr, err)
+	}
+}
