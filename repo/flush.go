@@ -63,37 +63,52 @@ type FlushResult struct {
 }
 
 // Flush runs the flush script for each window, pipelined (one round trip
-// per batch; a cluster client splits it per node). The error is set only
-// when Redis did not answer; then no result can be trusted and every window
-// stays pending, so retrying is safe: a window that was in fact published
+// per batch; a cluster client splits it per node). Windows whose script
+// Redis no longer had (NOSCRIPT: restart, failover; the script did not run)
+// are run once more after loading it. The error is set only when Redis did
+// not answer; then no result can be trusted and every window stays
+// pending, so retrying is safe: a window that was in fact published
 // answers Gone the second time.
 func (r *Repo) Flush(ctx context.Context, ws []Window) ([]FlushResult, error) {
-	cmds, err := r.runFlushes(ctx, ws)
-	if err != nil {
-		return nil, wrap("repo.Flush", err)
-	}
 	out := make([]FlushResult, len(ws))
-	loaded := false
-	for i, cmd := range cmds {
-		if cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") && !loaded {
-			if err := r.LoadScripts(ctx); err != nil {
-				return nil, err
-			}
-			loaded = true
-		}
-		out[i] = parseFlush(cmd)
-		if out[i].Err != nil && isUnavailable(out[i].Err) {
-			return nil, wrap("repo.Flush", out[i].Err)
-		}
+	todo := make([]int, len(ws))
+	for i := range todo {
+		todo[i] = i
 	}
-	return out, nil
+	for attempt := 0; ; attempt++ {
+		cmds, err := r.runFlushes(ctx, ws, todo)
+		if err != nil {
+			return nil, wrap("repo.Flush", err)
+		}
+		var again []int
+		for k, cmd := range cmds {
+			i := todo[k]
+			if attempt == 0 && cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+				again = append(again, i)
+				continue
+			}
+			out[i] = parseFlush(cmd)
+			if out[i].Err != nil && isUnavailable(out[i].Err) {
+				return nil, wrap("repo.Flush", out[i].Err)
+			}
+		}
+		if len(again) == 0 {
+			return out, nil
+		}
+		if err := r.LoadScripts(ctx); err != nil {
+			return nil, err
+		}
+		todo = again
+	}
 }
 
-func (r *Repo) runFlushes(ctx context.Context, ws []Window) ([]*redis.Cmd, error) {
+// runFlushes pipelines the flush script for ws[todo...].
+func (r *Repo) runFlushes(ctx context.Context, ws []Window, todo []int) ([]*redis.Cmd, error) {
 	pipe := r.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(ws))
-	for i, w := range ws {
-		cmds[i] = flushScript.EvalSha(ctx, pipe,
+	cmds := make([]*redis.Cmd, len(todo))
+	for k, i := range todo {
+		w := ws[i]
+		cmds[k] = flushScript.EvalSha(ctx, pipe,
 			[]string{
 				r.keys.Stream(w.Shard),
 				r.keys.Current(w.Shard, w.ActivityID, w.UserID, w.ItemType),

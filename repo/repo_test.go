@@ -508,3 +508,34 @@ func TestFlushPublishesNothingWhileWritesAreRefused(t *testing.T) {
 		t.Fatalf("flush after publish %+v %v, want gone", fr, err)
 	}
 }
+
+// A Redis that lost its scripts (restart, failover) answers NOSCRIPT; Flush
+// loads them and runs those windows again in the same call.
+func TestFlushReloadsLostScripts(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r, sub := subscribedRepo(t, rdb)
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil {
+			t.Fatal(err)
+		}
+		ws, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
+		if err != nil || len(ws) != 1 {
+			t.Fatalf("read %v %v", ws, err)
+		}
+		fr, err := r.Flush(ctx, ws)
+		if err != nil || fr[0].Status != repo.Early {
+			t.Fatalf("first flush %+v %v, want early", fr, err)
+		}
+		time.Sleep(time.Duration(fr[0].Due-fr[0].Now)*time.Millisecond + 5*time.Millisecond)
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		fr, err = r.Flush(ctx, ws)
+		if err != nil || fr[0].Err != nil || fr[0].Status != repo.Published {
+			t.Fatalf("flush after SCRIPT FLUSH: %+v %v, want published", fr, err)
+		}
+		if _, err := sub.ReceiveMessage(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -21,8 +21,9 @@ type dueQueue struct {
 }
 
 type dueItem struct {
-	w   repo.Window
-	due time.Time // local clock
+	w     repo.Window
+	due   time.Time // local clock
+	fails int       // flushes of this window that Redis answered with an error
 }
 
 func newDueQueue() *dueQueue {

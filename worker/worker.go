@@ -399,12 +399,12 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 		w.retryLater(batch)
 		return false
 	}
-	var retry []dueItem
+	var retry, failed []dueItem
 	for i, r := range res {
 		it := batch[i]
 		if r.Err != nil {
 			w.redisError("flush_script", r.Err)
-			retry = append(retry, it)
+			failed = append(failed, it)
 			continue
 		}
 		switch r.Status {
@@ -431,19 +431,35 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 	if len(retry) > 0 {
 		w.q.requeue(retry...)
 	}
-	return true
+	if len(failed) > 0 {
+		// Redis answered with an error for these windows (writes refused,
+		// BUSY, a script error): nothing of theirs changed, so they are
+		// retried, each later than the last time, not at once.
+		for i := range failed {
+			failed[i].fails++
+		}
+		w.retryLater(failed)
+	}
+	// A batch where every window failed is a failing Redis: back off.
+	return len(failed) < len(batch)
 }
 
-// retryLater puts a batch back a little later, so a Redis outage is not
-// hammered; the windows stay pending in Redis all along.
-func (w *Worker) retryLater(batch []dueItem) {
-	later := time.Now().Add(200 * time.Millisecond)
-	for i := range batch {
-		if batch[i].due.Before(later) {
-			batch[i].due = later
+// retryLater puts items back a little later, so a failing Redis is not
+// hammered: 200 ms for an item that has not failed on its own, and for one
+// that has, 100 ms doubling per failure up to 5 s. The windows stay pending
+// in Redis all along.
+func (w *Worker) retryLater(items []dueItem) {
+	now := time.Now()
+	for i := range items {
+		d := 200 * time.Millisecond
+		if f := items[i].fails; f > 0 {
+			d = min(100*time.Millisecond<<min(f-1, 6), 5*time.Second)
+		}
+		if later := now.Add(d); items[i].due.Before(later) {
+			items[i].due = later
 		}
 	}
-	w.q.requeue(batch...)
+	w.q.requeue(items...)
 }
 
 // Shutdown stops taking windows, publishes the held ones as they come due

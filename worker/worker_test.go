@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,4 +158,57 @@ func waitPushes(t *testing.T, sub *redis.PubSub, n int) {
 			t.Fatalf("fewer than %d pushes", n)
 		}
 	}
+}
+
+// refusing answers every flush with an error for each window, as Redis does
+// while it refuses writes (MISCONF, NOREPLICAS, READONLY), until allowed.
+type refusing struct {
+	*repo.Repo
+	allowed atomic.Bool
+	calls   atomic.Int64
+}
+
+func (s *refusing) Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error) {
+	s.calls.Add(1)
+	if !s.allowed.Load() {
+		out := make([]repo.FlushResult, len(ws))
+		for i := range out {
+			out[i].Err = errors.New("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk")
+		}
+		return out, nil
+	}
+	return s.Repo.Flush(ctx, ws)
+}
+
+// A window whose flush Redis keeps refusing is retried with growing delays,
+// not in a busy loop, and is published once Redis accepts it again.
+func TestFlushErrorsBackOff(t *testing.T) {
+	r, _, sub, m := setup(t)
+	store := &refusing{Repo: r}
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for store.calls.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	first := store.calls.Load()
+	if first == 0 {
+		t.Fatal("the window was never flushed")
+	}
+	// Over a second of refusals: 100, 200 and 400 ms apart, a handful of
+	// tries (the busy loop this replaces made thousands).
+	time.Sleep(time.Second)
+	if n := store.calls.Load() - first; n > 10 {
+		t.Fatalf("%d flush calls in a second of refusals, want a few", n)
+	}
+	if n := testutil.ToFloat64(m.RedisErrors.WithLabelValues("flush_script")); n < 2 {
+		t.Fatalf("flush_script errors counted: %v, want the refusals", n)
+	}
+	store.allowed.Store(true)
+	waitPushes(t, sub, 1)
 }
