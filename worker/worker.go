@@ -4,7 +4,8 @@
 //
 // Loops, all started by Start:
 //   - one reader per shard: its own pending entries first (id "0", after a
-//     restart), then new ones (">"), with a finite BLOCK;
+//     restart and after a failed read, whose entries Redis may have
+//     delivered), then new ones (">"), with a finite BLOCK;
 //   - one claimer: takes over entries idle on another consumer longer than
 //     ClaimIdle (XAUTOCLAIM), so a dead replica's windows are published;
 //   - one flusher: sleeps until the earliest due window, flushes all due
@@ -13,7 +14,8 @@
 //     dead consumers once they have nothing pending.
 //
 // Shutdown order: stop the readers, the claimer and the housekeeper (nothing new is taken),
-// read once more what this replica's last RPCs enqueued, let the flusher
+// read once more this replica's own pending entries it does not hold and
+// what its last RPCs enqueued, let the flusher
 // publish every held window as it comes due, then stop the flusher. What
 // is still held when the deadline passes stays pending in Redis for another
 // replica (or this one, restarted) to publish.
@@ -199,6 +201,11 @@ func (w *Worker) readLoop(ctx context.Context, shard int) {
 				return
 			}
 			w.redisError("read", err)
+			// Redis may have delivered the entries and lost only the reply
+			// (a timeout, a reset): they are ours now and ">" would never
+			// return them again. Read our own pending entries first, as
+			// after a restart; those we hold already are skipped.
+			start = "0"
 			bo.wait(ctx)
 			continue
 		}
@@ -473,11 +480,24 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		w.stopTaking()
 		w.takers.Wait()
 		// The RPC server has stopped; take what its last calls enqueued
-		// so this replica's own windows go out before it exits.
+		// so this replica's own windows go out before it exits, after our
+		// own pending entries that we do not hold (a read cut off by
+		// stopTaking, or one whose reply was lost).
 		for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
-			for ctx.Err() == nil {
-				n, rerr := w.readOnce(ctx, shard, ">", -1)
-				if rerr != nil || n.count == 0 {
+			for start := "0"; ctx.Err() == nil; {
+				n, rerr := w.readOnce(ctx, shard, start, -1)
+				if rerr != nil {
+					break
+				}
+				if start != ">" {
+					if n.last == "" {
+						start = ">"
+					} else {
+						start = n.last
+					}
+					continue
+				}
+				if n.count == 0 {
 					break
 				}
 			}

@@ -212,3 +212,72 @@ func TestFlushErrorsBackOff(t *testing.T) {
 	store.allowed.Store(true)
 	waitPushes(t, sub, 1)
 }
+
+// lossy delivers the first new-entries read and loses its reply, as a read
+// timeout or a connection reset after Redis answered would.
+type lossy struct {
+	*repo.Repo
+	lost atomic.Bool
+	// stall: once the reply is lost, the reader's own reads (they block;
+	// Shutdown's do not) hang until the worker stops taking.
+	stall bool
+}
+
+func (s *lossy) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, error) {
+	if s.stall && s.lost.Load() && block > 0 {
+		<-ctx.Done()
+		return nil, nil, ctx.Err()
+	}
+	ws, bad, err := s.Repo.Read(ctx, shard, consumer, start, count, block)
+	if err == nil && start == ">" && len(ws) > 0 && s.lost.CompareAndSwap(false, true) {
+		return nil, nil, errors.New("read tcp: i/o timeout")
+	}
+	return ws, bad, err
+}
+
+// Entries whose read reply was lost are ours in Redis; the reader finds
+// them again among its own pending entries, long before a claimer would.
+func TestLostReadReplyIsReadAgain(t *testing.T) {
+	r, _, sub, m := setup(t)
+	store := &lossy{Repo: r}
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	waitPushes(t, sub, 1)
+	if !store.lost.Load() {
+		t.Fatal("no read reply was lost: the test did not test anything")
+	}
+}
+
+// Shutdown publishes this replica's own pending entries that it does not
+// hold (here: a read whose reply was lost just before the stop), not only
+// new ones.
+func TestShutdownPublishesOwnPendingNotHeld(t *testing.T) {
+	r, _, sub, m := setup(t)
+	store := &lossy{Repo: r, stall: true}
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !store.lost.Load() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !store.lost.Load() || wk.Held() != 0 {
+		t.Fatalf("lost %v, held %d: want the entry pending in Redis and not held", store.lost.Load(), wk.Held())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- wk.Shutdown(ctx) }()
+	waitPushes(t, sub, 1)
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}
