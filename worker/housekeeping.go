@@ -9,8 +9,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// housekeepingLoop samples each stream's length and pending count for the
-// metrics, and removes dead consumers from the group. A consumer is removed
+// housekeepingLoop reads Redis's clock again (so a jump of it is learned
+// even while no window is flushed), samples each stream's length and
+// pending count for the metrics, and removes dead consumers from the group. A consumer is removed
 // only when its pending list is empty (DELCONSUMER would drop pending
 // entries) and it has been idle for ConsumerIdleDelete: by then the claimer
 // has taken over anything it held.
@@ -34,6 +35,16 @@ func (w *Worker) housekeep(ctx context.Context, lastPrune *time.Time) {
 			w.panicked("housekeeping", p)
 		}
 	}()
+	err := w.op(ctx, func(ctx context.Context) error {
+		t, err := w.store.Time(ctx)
+		if err == nil {
+			w.clock.observe(t.UnixMilli(), time.Now())
+		}
+		return err
+	})
+	if err != nil && ctx.Err() == nil {
+		w.redisError("time", err)
+	}
 	for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
 		label := strconv.Itoa(shard)
 		err := w.op(ctx, func(ctx context.Context) error {

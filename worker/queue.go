@@ -3,13 +3,12 @@ package worker
 import (
 	"container/heap"
 	"sync"
-	"time"
 
 	"github.com/combo-service/combo-service/repo"
 )
 
 // dueQueue holds the windows this replica has read, ordered by when they
-// come due (local clock). The flusher sleeps until the earliest one instead
+// come due (Redis's clock, ms: a new estimate of it moves every deadline). The flusher sleeps until the earliest one instead
 // of sleeping per entry, so one late window never holds up the others. An
 // entry id is held at most once: a window re-read or re-claimed while held
 // is not flushed twice by this replica.
@@ -22,8 +21,8 @@ type dueQueue struct {
 
 type dueItem struct {
 	w     repo.Window
-	due   time.Time // local clock
-	fails int       // flushes of this window that Redis answered with an error
+	due   int64 // Redis ms
+	fails int   // flushes of this window that Redis answered with an error
 }
 
 func newDueQueue() *dueQueue {
@@ -35,7 +34,7 @@ func (q *dueQueue) push(items ...dueItem) int {
 	q.mu.Lock()
 	added := 0
 	earliest := len(q.h) == 0
-	var head time.Time
+	var head int64
 	if !earliest {
 		head = q.h[0].due
 	}
@@ -46,7 +45,7 @@ func (q *dueQueue) push(items ...dueItem) int {
 		q.held[it.w.ID] = struct{}{}
 		heap.Push(&q.h, it)
 		added++
-		if !earliest && it.due.Before(head) {
+		if !earliest && it.due < head {
 			earliest = true
 		}
 	}
@@ -70,13 +69,14 @@ func (q *dueQueue) requeue(items ...dueItem) {
 	q.push(items...)
 }
 
-// popDue removes up to max items due at now. Popped items stay "held"
-// until done or requeue, so a concurrent re-read cannot add them twice.
-func (q *dueQueue) popDue(now time.Time, max int) []dueItem {
+// popDue removes up to max items due at now (Redis ms). Popped items stay
+// "held" until done or requeue, so a concurrent re-read cannot add them
+// twice.
+func (q *dueQueue) popDue(now int64, max int) []dueItem {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var out []dueItem
-	for len(q.h) > 0 && len(out) < max && !q.h[0].due.After(now) {
+	for len(q.h) > 0 && len(out) < max && q.h[0].due <= now {
 		out = append(out, heap.Pop(&q.h).(dueItem))
 	}
 	return out
@@ -91,12 +91,12 @@ func (q *dueQueue) done(items ...dueItem) {
 	q.mu.Unlock()
 }
 
-// next is the earliest due time, if any item waits.
-func (q *dueQueue) next() (time.Time, bool) {
+// next is the earliest due time (Redis ms), if any item waits.
+func (q *dueQueue) next() (int64, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.h) == 0 {
-		return time.Time{}, false
+		return 0, false
 	}
 	return q.h[0].due, true
 }
@@ -111,7 +111,7 @@ func (q *dueQueue) holding() int {
 type dueHeap []dueItem
 
 func (h dueHeap) Len() int           { return len(h) }
-func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due < h[j].due }
 func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *dueHeap) Push(x any)        { *h = append(*h, x.(dueItem)) }
 func (h *dueHeap) Pop() any {

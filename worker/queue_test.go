@@ -7,7 +7,9 @@ import (
 	"github.com/combo-service/combo-service/repo"
 )
 
-func item(id string, due time.Time) dueItem { return dueItem{w: repo.Window{ID: id}, due: due} }
+func item(id string, due time.Time) dueItem {
+	return dueItem{w: repo.Window{ID: id}, due: due.UnixMilli()}
+}
 
 func TestDueQueueOrdersAndHoldsOnce(t *testing.T) {
 	q := newDueQueue()
@@ -18,10 +20,10 @@ func TestDueQueueOrdersAndHoldsOnce(t *testing.T) {
 	if n := q.push(item("1-0", t0)); n != 0 {
 		t.Fatal("an id already held was added again")
 	}
-	if next, _ := q.next(); !next.Equal(t0.Add(time.Second)) {
+	if next, _ := q.next(); next != t0.Add(time.Second).UnixMilli() {
 		t.Fatalf("next = %v", next)
 	}
-	got := q.popDue(t0.Add(2*time.Second), 10)
+	got := q.popDue(t0.Add(2*time.Second).UnixMilli(), 10)
 	if len(got) != 2 || got[0].w.ID != "1-0" || got[1].w.ID != "2-0" {
 		t.Fatalf("popped %+v", got)
 	}
@@ -34,7 +36,7 @@ func TestDueQueueOrdersAndHoldsOnce(t *testing.T) {
 	if q.holding() != 2 {
 		t.Fatalf("holding %d, want 2", q.holding())
 	}
-	if got := q.popDue(t0.Add(time.Hour), 1); len(got) != 1 || got[0].w.ID != "2-0" {
+	if got := q.popDue(t0.Add(time.Hour).UnixMilli(), 1); len(got) != 1 || got[0].w.ID != "2-0" {
 		t.Fatalf("batch limit / requeue: %+v", got)
 	}
 }

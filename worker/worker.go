@@ -259,7 +259,7 @@ func (w *Worker) hold(ws []repo.Window) int {
 	}
 	items := make([]dueItem, len(ws))
 	for i, win := range ws {
-		items[i] = dueItem{w: win, due: w.clock.local(win.Due)}
+		items[i] = dueItem{w: win, due: win.Due}
 	}
 	n := w.q.push(items...)
 	w.metrics.HeldWindows.Set(float64(w.q.holding()))
@@ -343,7 +343,7 @@ func (w *Worker) flushLoop() {
 	draining, isDraining := w.draining, false
 	for {
 		for {
-			batch := w.q.popDue(time.Now(), w.cfg.BatchSize)
+			batch := w.q.popDue(w.clock.now(), w.cfg.BatchSize)
 			if len(batch) == 0 {
 				break
 			}
@@ -357,7 +357,7 @@ func (w *Worker) flushLoop() {
 			return
 		}
 		if due, ok := w.q.next(); ok {
-			timer.Reset(max(time.Until(due), 0))
+			timer.Reset(max(w.clock.until(due), 0))
 		} else {
 			timer.Reset(time.Hour)
 		}
@@ -395,7 +395,6 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 		ws[i] = it.w
 	}
 	var res []repo.FlushResult
-	sent := time.Now()
 	err := w.op(context.Background(), func(ctx context.Context) error {
 		var err error
 		res, err = w.store.Flush(ctx, ws)
@@ -406,6 +405,7 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 		w.retryLater(batch)
 		return false
 	}
+	w.learnClock(batch, res, time.Now())
 	var retry, failed []dueItem
 	for i, r := range res {
 		it := batch[i]
@@ -420,9 +420,9 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 			w.metrics.PushLag.Observe(r.Lag.Seconds())
 			w.q.done(it)
 		case repo.Early:
-			// Our estimate of Redis's clock was off: learn it and wait.
-			w.clock.observe(r.Now, sent)
-			it.due = w.clock.local(r.Due)
+			// Our estimate of Redis's clock was ahead (learnClock has
+			// corrected it): wait until due.
+			it.due = r.Due
 			retry = append(retry, it)
 		case repo.Stale:
 			w.metrics.WindowsFlushed.WithLabelValues("stale").Inc()
@@ -456,17 +456,34 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 // that has, 100 ms doubling per failure up to 5 s. The windows stay pending
 // in Redis all along.
 func (w *Worker) retryLater(items []dueItem) {
-	now := time.Now()
+	now := w.clock.now()
 	for i := range items {
 		d := 200 * time.Millisecond
 		if f := items[i].fails; f > 0 {
 			d = min(100*time.Millisecond<<min(f-1, 6), 5*time.Second)
 		}
-		if later := now.Add(d); items[i].due.Before(later) {
-			items[i].due = later
-		}
+		items[i].due = max(items[i].due, now+d.Milliseconds())
 	}
 	w.q.requeue(items...)
+}
+
+// learnClock takes Redis's time from a batch's flush replies, received at
+// at: an early reply says it, a published one says how long past due. The
+// latest of them is the reading closest to at.
+func (w *Worker) learnClock(batch []dueItem, res []repo.FlushResult, at time.Time) {
+	var latest int64
+	for i, r := range res {
+		switch {
+		case r.Err != nil:
+		case r.Status == repo.Early:
+			latest = max(latest, r.Now)
+		case r.Status == repo.Published:
+			latest = max(latest, batch[i].w.Due+r.Lag.Milliseconds())
+		}
+	}
+	if latest > 0 {
+		w.clock.observe(latest, at)
+	}
 }
 
 // Shutdown stops taking windows, publishes the held ones as they come due
