@@ -1,46 +1,67 @@
 package worker
 
 import (
-	"sync/atomic"
+	"sync"
 	"time"
 )
 
 // redisClock estimates Redis's clock, which decides when a window is due
 // (the stream id's ms part is Redis's TIME when the window opened), so the
-// flusher can sleep until then. It keeps the last reading of Redis's clock
-// and the local monotonic time it was taken at: a step of this host's wall
-// clock (NTP, a VM resume) does not move the estimate. Readings come from
-// TIME at start and from the housekeeper, and from every flush reply, which
-// carries Redis's time: a jump of Redis's own clock (a failover to a master
-// whose clock differs) is learned by the next flush or sample. A reading
-// is stamped when its reply arrived, so the estimate lags Redis by at most
-// a round trip: windows go out that much late, never early (the flush
-// script itself refuses to publish before due).
+// flusher can sleep until then.
+//
+// Every reading of Redis's clock (TIME at start and in each housekeeping
+// round, and the time every flush reply carries) was taken by Redis at
+// some moment between sending the call and receiving its reply, so it
+// bounds Redis's clock at receipt: at least the reading, at most the
+// reading plus the round trip (and 1 ms of truncation). The estimate is a
+// lower bound, kept while each new reading agrees with it: a reading above
+// it raises it, one whose upper bound is below it (Redis's clock jumped
+// back, as on a failover to a master behind this one) replaces it. So
+// windows go out at most a round trip late and never early (the flush
+// script itself refuses to publish before due), and a jump of Redis's
+// clock either way is learned from the next reply or housekeeping round.
+//
+// Between readings the estimate runs on this host's monotonic clock: a
+// step of the host's wall clock (NTP, a VM resume) does not move it.
 type redisClock struct {
-	last atomic.Pointer[clockReading]
-}
-
-type clockReading struct {
-	redisMs int64
+	mu      sync.Mutex
+	has     bool
+	redisMs int64     // the estimate at at
 	at      time.Time // local, with its monotonic reading
 }
 
-// observe records that Redis said redisMs at about local time at.
-func (c *redisClock) observe(redisMs int64, at time.Time) {
-	c.last.Store(&clockReading{redisMs: redisMs, at: at})
+// observe takes a reading: Redis's clock said redisMs at some moment
+// between sent and recv (local times).
+func (c *redisClock) observe(redisMs int64, sent, recv time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.has {
+		est := c.redisMs + recv.Sub(c.at).Milliseconds()
+		if upper := redisMs + recv.Sub(sent).Milliseconds() + 1; est >= redisMs && est <= upper {
+			return // agrees, and is at least as close
+		}
+	}
+	c.has, c.redisMs, c.at = true, redisMs, recv
 }
 
 // now estimates Redis's clock, in ms. Before the first reading it is the
 // local wall clock.
 func (c *redisClock) now() int64 {
-	r := c.last.Load()
-	if r == nil {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.has {
 		return time.Now().UnixMilli()
 	}
-	return r.redisMs + time.Since(r.at).Milliseconds()
+	return c.redisMs + time.Since(c.at).Milliseconds()
 }
 
-// until is how long from now until Redis's clock reads redisMs.
+// until is how long from now until Redis's clock reads redisMs, to the
+// local clock's precision (now() truncates to whole ms).
 func (c *redisClock) until(redisMs int64) time.Duration {
-	return time.Duration(redisMs-c.now()) * time.Millisecond
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.has {
+		return time.Until(time.UnixMilli(redisMs))
+	}
+	return time.Duration(redisMs-c.redisMs)*time.Millisecond - time.Since(c.at)
 }

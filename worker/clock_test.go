@@ -16,17 +16,48 @@ import (
 	"github.com/combo-service/combo-service/repo"
 )
 
-func TestRedisClockRunsOnFromItsLastReading(t *testing.T) {
+func TestRedisClockRunsOnFromItsEstimate(t *testing.T) {
 	var c redisClock
 	if d := c.now() - time.Now().UnixMilli(); d < -5 || d > 5 {
 		t.Fatalf("before any reading now() is %d ms off the wall clock", d)
 	}
-	c.observe(1_000_000, time.Now().Add(-250*time.Millisecond))
+	at := time.Now().Add(-250 * time.Millisecond)
+	c.observe(1_000_000, at, at)
 	if got := c.now(); got < 1_000_250 || got > 1_000_300 {
 		t.Fatalf("now() = %d, want about 1000250", got)
 	}
 	if d := c.until(c.now() + 100); d < 90*time.Millisecond || d > 100*time.Millisecond {
 		t.Fatalf("until(now+100ms) = %s", d)
+	}
+}
+
+// The estimate is the best lower bound the readings agree with.
+func TestRedisClockKeepsTheBestAgreeingReading(t *testing.T) {
+	base := time.Now()
+	ms := func(n int) time.Time { return base.Add(time.Duration(n) * time.Millisecond) }
+	var c redisClock
+	c.observe(10_000, ms(0), ms(0))
+	estAt := func(at time.Time) int64 { return c.redisMs + at.Sub(c.at).Milliseconds() }
+	steps := []struct {
+		name       string
+		reading    int64
+		sent, recv time.Time
+		want       int64 // the estimate at recv afterwards
+	}{
+		// Taken 3 ms before its reply arrived (a 5 ms round trip): agrees,
+		// and the estimate is closer: kept.
+		{"lagging reading", 10_097, ms(95), ms(100), 10_100},
+		// Above the estimate: Redis is at least there; raised.
+		{"higher reading", 10_210, ms(199), ms(200), 10_210},
+		// Far below even with its round trip: Redis's clock went back.
+		{"clock jumped back", 9_000, ms(299), ms(300), 9_000},
+		{"after the jump, a lagging reading", 9_098, ms(397), ms(400), 9_100},
+	}
+	for _, s := range steps {
+		c.observe(s.reading, s.sent, s.recv)
+		if got := estAt(s.recv); got != s.want {
+			t.Fatalf("%s: estimate %d, want %d", s.name, got, s.want)
+		}
 	}
 }
 
@@ -82,7 +113,8 @@ func startClockWorker(t *testing.T, sampleEvery time.Duration) (*Worker, *timeCo
 // how late, and the next window goes out on time.
 func TestFlushRepliesCorrectTheClock(t *testing.T) {
 	wk, _, r, pushed := startClockWorker(t, time.Hour)
-	wk.clock.observe(wk.clock.now()-2000, time.Now())
+	now := time.Now()
+	wk.clock.observe(wk.clock.now()-2000, now, now) // 2 s behind, for sure: replaces the estimate
 	report := func(id, activity int64) time.Duration {
 		start := time.Now()
 		c := &combo.Contribution{Id: id, ActivityId: activity, UserId: 1, ItemId: 1, ItemType: "x", Quantity: 1,
@@ -111,7 +143,8 @@ func TestFlushRepliesCorrectTheClock(t *testing.T) {
 // corrected even while no window is flushed.
 func TestHousekeeperResyncsTheClock(t *testing.T) {
 	wk, store, r, _ := startClockWorker(t, 50*time.Millisecond)
-	wk.clock.observe(wk.clock.now()-2000, time.Now())
+	now := time.Now()
+	wk.clock.observe(wk.clock.now()-2000, now, now) // 2 s behind, for sure: replaces the estimate
 	before := store.times.Load()
 	deadline := time.Now().Add(10 * time.Second)
 	for store.times.Load() < before+2 && time.Now().Before(deadline) {

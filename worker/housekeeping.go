@@ -36,9 +36,10 @@ func (w *Worker) housekeep(ctx context.Context, lastPrune *time.Time) {
 		}
 	}()
 	err := w.op(ctx, func(ctx context.Context) error {
+		sent := time.Now()
 		t, err := w.store.Time(ctx)
 		if err == nil {
-			w.clock.observe(t.UnixMilli(), time.Now())
+			w.clock.observe(t.UnixMilli(), sent, time.Now())
 		}
 		return err
 	})

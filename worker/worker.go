@@ -166,9 +166,10 @@ func (w *Worker) prepare(ctx context.Context) {
 			if err := w.store.EnsureGroups(ctx); err != nil {
 				return err
 			}
+			sent := time.Now()
 			t, err := w.store.Time(ctx)
 			if err == nil {
-				w.clock.observe(t.UnixMilli(), time.Now())
+				w.clock.observe(t.UnixMilli(), sent, time.Now())
 			}
 			return err
 		})
@@ -395,6 +396,7 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 		ws[i] = it.w
 	}
 	var res []repo.FlushResult
+	sent := time.Now()
 	err := w.op(context.Background(), func(ctx context.Context) error {
 		var err error
 		res, err = w.store.Flush(ctx, ws)
@@ -405,7 +407,7 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 		w.retryLater(batch)
 		return false
 	}
-	w.learnClock(batch, res, time.Now())
+	w.learnClock(batch, res, sent, time.Now())
 	var retry, failed []dueItem
 	for i, r := range res {
 		it := batch[i]
@@ -467,10 +469,10 @@ func (w *Worker) retryLater(items []dueItem) {
 	w.q.requeue(items...)
 }
 
-// learnClock takes Redis's time from a batch's flush replies, received at
-// at: an early reply says it, a published one says how long past due. The
-// latest of them is the reading closest to at.
-func (w *Worker) learnClock(batch []dueItem, res []repo.FlushResult, at time.Time) {
+// learnClock takes Redis's time from a batch's flush replies, sent and
+// received at those local times: an early reply says it, a published one
+// says how long past due. The latest of them is the closest to recv.
+func (w *Worker) learnClock(batch []dueItem, res []repo.FlushResult, sent, recv time.Time) {
 	var latest int64
 	for i, r := range res {
 		switch {
@@ -482,7 +484,7 @@ func (w *Worker) learnClock(batch []dueItem, res []repo.FlushResult, at time.Tim
 		}
 	}
 	if latest > 0 {
-		w.clock.observe(latest, at)
+		w.clock.observe(latest, sent, recv)
 	}
 }
 
