@@ -461,24 +461,13 @@ func TestFlushPublishesNothingWhileWritesAreRefused(t *testing.T) {
 	rdb := testredis.Start(t, testredis.Options{}).Client()
 	ctx := context.Background()
 	r, sub := subscribedRepo(t, rdb)
-	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil {
-		t.Fatal(err)
-	}
-	ws, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
-	if err != nil || len(ws) != 1 {
-		t.Fatalf("read %v %v", ws, err)
-	}
-	fr, err := r.Flush(ctx, ws)
-	if err != nil || fr[0].Status != repo.Early {
-		t.Fatalf("first flush %+v %v, want early", fr, err)
-	}
-	time.Sleep(time.Duration(fr[0].Due-fr[0].Now)*time.Millisecond + 5*time.Millisecond)
+	ws := dueWindow(t, r)
 
 	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
-		fr, err = r.Flush(ctx, ws)
+		fr, err := r.Flush(ctx, ws)
 		if err != nil || fr[0].Err == nil || !strings.Contains(fr[0].Err.Error(), "NOREPLICAS") {
 			t.Fatalf("flush while writes are refused: %+v %v, want a NOREPLICAS error", fr, err)
 		}
@@ -497,7 +486,7 @@ func TestFlushPublishesNothingWhileWritesAreRefused(t *testing.T) {
 	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	fr, err = r.Flush(ctx, ws)
+	fr, err := r.Flush(ctx, ws)
 	if err != nil || fr[0].Status != repo.Published || fr[0].Quantity != 1 {
 		t.Fatalf("flush once writes are accepted: %+v %v", fr, err)
 	}
@@ -515,22 +504,11 @@ func TestFlushReloadsLostScripts(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		r, sub := subscribedRepo(t, rdb)
-		if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil {
-			t.Fatal(err)
-		}
-		ws, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
-		if err != nil || len(ws) != 1 {
-			t.Fatalf("read %v %v", ws, err)
-		}
-		fr, err := r.Flush(ctx, ws)
-		if err != nil || fr[0].Status != repo.Early {
-			t.Fatalf("first flush %+v %v, want early", fr, err)
-		}
-		time.Sleep(time.Duration(fr[0].Due-fr[0].Now)*time.Millisecond + 5*time.Millisecond)
+		ws := dueWindow(t, r)
 		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		fr, err = r.Flush(ctx, ws)
+		fr, err := r.Flush(ctx, ws)
 		if err != nil || fr[0].Err != nil || fr[0].Status != repo.Published {
 			t.Fatalf("flush after SCRIPT FLUSH: %+v %v, want published", fr, err)
 		}
@@ -538,4 +516,24 @@ func TestFlushReloadsLostScripts(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// dueWindow reports one contribution, reads its window as consumer c1 and
+// returns it once it is due (its first flush answered early).
+func dueWindow(t *testing.T, r *repo.Repo) []repo.Window {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil {
+		t.Fatal(err)
+	}
+	ws, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
+	if err != nil || len(ws) != 1 {
+		t.Fatalf("read %v %v", ws, err)
+	}
+	fr, err := r.Flush(ctx, ws)
+	if err != nil || fr[0].Status != repo.Early {
+		t.Fatalf("first flush %+v %v, want early", fr, err)
+	}
+	time.Sleep(time.Duration(fr[0].Due-fr[0].Now)*time.Millisecond + 5*time.Millisecond)
+	return ws
 }

@@ -185,21 +185,10 @@ func (s *refusing) Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushRes
 func TestFlushErrorsBackOff(t *testing.T) {
 	r, _, sub, m := setup(t)
 	store := &refusing{Repo: r}
-	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
-		zaptest.NewLogger(t), m)
-	wk.Start()
+	wk := startReported(t, store, r, m)
 	defer wk.Shutdown(context.Background())
-	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for store.calls.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "a flush of the window", func() bool { return store.calls.Load() > 0 })
 	first := store.calls.Load()
-	if first == 0 {
-		t.Fatal("the window was never flushed")
-	}
 	// Over a second of refusals: 100, 200 and 400 ms apart, a handful of
 	// tries (the busy loop this replaces made thousands).
 	time.Sleep(time.Second)
@@ -240,13 +229,8 @@ func (s *lossy) Read(ctx context.Context, shard int, consumer, start string, cou
 func TestLostReadReplyIsReadAgain(t *testing.T) {
 	r, _, sub, m := setup(t)
 	store := &lossy{Repo: r}
-	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
-		zaptest.NewLogger(t), m)
-	wk.Start()
+	wk := startReported(t, store, r, m)
 	defer wk.Shutdown(context.Background())
-	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
-		t.Fatal(err)
-	}
 	waitPushes(t, sub, 1)
 	if !store.lost.Load() {
 		t.Fatal("no read reply was lost: the test did not test anything")
@@ -259,18 +243,10 @@ func TestLostReadReplyIsReadAgain(t *testing.T) {
 func TestShutdownPublishesOwnPendingNotHeld(t *testing.T) {
 	r, _, sub, m := setup(t)
 	store := &lossy{Repo: r, stall: true}
-	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
-		zaptest.NewLogger(t), m)
-	wk.Start()
-	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !store.lost.Load() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if !store.lost.Load() || wk.Held() != 0 {
-		t.Fatalf("lost %v, held %d: want the entry pending in Redis and not held", store.lost.Load(), wk.Held())
+	wk := startReported(t, store, r, m)
+	waitFor(t, "a lost read reply", store.lost.Load)
+	if wk.Held() != 0 {
+		t.Fatalf("held %d: want the entry pending in Redis and not held", wk.Held())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -279,5 +255,100 @@ func TestShutdownPublishesOwnPendingNotHeld(t *testing.T) {
 	waitPushes(t, sub, 1)
 	if err := <-done; err != nil {
 		t.Fatalf("Shutdown: %v", err)
+	}
+}
+
+// startReported starts a worker (consumer c1, nothing claimed) on store and
+// reports one contribution through r.
+func startReported(t *testing.T, store worker.Store, r *repo.Repo, m *metrics.Metrics) *worker.Worker {
+	t.Helper()
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	return wk
+}
+
+// timeCounting counts the worker's reads of Redis's clock (prepare, the
+// housekeeper).
+type timeCounting struct {
+	*repo.Repo
+	times atomic.Int64
+}
+
+func (s *timeCounting) Time(ctx context.Context) (time.Time, error) {
+	defer s.times.Add(1)
+	return s.Repo.Time(ctx)
+}
+
+// startClockWorker starts a worker whose prepare and first housekeeping
+// round have read Redis's clock.
+func startClockWorker(t *testing.T, r *repo.Repo, m *metrics.Metrics, sampleEvery time.Duration) (*worker.Worker, *timeCounting) {
+	t.Helper()
+	store := &timeCounting{Repo: r}
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond, SampleEvery: sampleEvery},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	waitFor(t, "the worker reading Redis's clock twice", func() bool { return store.times.Load() >= 2 })
+	return wk, store
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// An estimate of Redis's clock that is 2 s behind (as after a failover to a
+// master whose clock is ahead) makes one window late; its flush reply says
+// how late, and the next window goes out on time.
+func TestFlushRepliesCorrectTheClock(t *testing.T) {
+	r, _, sub, m := setup(t)
+	wk, _ := startClockWorker(t, r, m, time.Hour)
+	wk.SkewClock(-2000)
+	report := func(id, activity int64) time.Duration {
+		start := time.Now()
+		if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(id, activity)}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-sub.Channel():
+			return time.Since(start)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no push")
+			return 0
+		}
+	}
+	if took := report(1, 5); took < time.Second {
+		t.Fatalf("first window pushed %s after its report: the estimate was not 2 s behind", took)
+	}
+	// Due 170 ms after its report; generous margin, far below the 2 s skew.
+	if took := report(2, 6); took > time.Second {
+		t.Fatalf("second window pushed %s after its report, want on time: the reply did not correct the clock", took)
+	}
+}
+
+// The housekeeper reads Redis's clock again, so a wrong estimate is
+// corrected even while no window is flushed.
+func TestHousekeeperResyncsTheClock(t *testing.T) {
+	r, _, _, m := setup(t)
+	wk, store := startClockWorker(t, r, m, 50*time.Millisecond)
+	wk.SkewClock(-2000)
+	before := store.times.Load()
+	waitFor(t, "two more housekeeping rounds", func() bool { return store.times.Load() >= before+2 })
+	redisNow, err := r.Time(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := redisNow.UnixMilli() - wk.ClockNow(); d < -100 || d > 100 {
+		t.Fatalf("estimate %d ms off Redis's clock after the housekeeper ran", d)
 	}
 }

@@ -1,0 +1,13 @@
+package worker
+
+import "time"
+
+// SkewClock moves this worker's estimate of Redis's clock by ms, as a jump
+// of Redis's clock would, for tests of how it is learned again.
+func (w *Worker) SkewClock(ms int64) {
+	now := time.Now()
+	w.clock.observe(w.clock.now()+ms, now, now)
+}
+
+// ClockNow is the worker's estimate of Redis's clock, in ms.
+func (w *Worker) ClockNow() int64 { return w.clock.now() }
