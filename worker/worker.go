@@ -344,6 +344,11 @@ func (w *Worker) flushLoop() {
 	draining, isDraining := w.draining, false
 	for {
 		for {
+			select {
+			case <-w.stopFlush: // Shutdown's deadline passed: leave the rest pending
+				return
+			default:
+			}
 			batch := w.q.popDue(w.clock.now(), w.cfg.BatchSize)
 			if len(batch) == 0 {
 				break
