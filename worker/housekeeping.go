@@ -11,10 +11,10 @@ import (
 
 // housekeepingLoop reads Redis's clock again (so a jump of it is learned
 // even while no window is flushed), samples each stream's length and
-// pending count for the metrics, and removes dead consumers from the group. A consumer is removed
-// only when its pending list is empty (DELCONSUMER would drop pending
-// entries) and it has been idle for ConsumerIdleDelete: by then the claimer
-// has taken over anything it held.
+// pending count for the metrics, and removes dead consumers from the group.
+// A consumer is removed only when its pending list is empty (DELCONSUMER
+// would drop pending entries) and it has been idle for ConsumerIdleDelete:
+// by then the claimer has taken over anything it held.
 func (w *Worker) housekeepingLoop(ctx context.Context) {
 	t := time.NewTicker(w.cfg.SampleEvery)
 	defer t.Stop()
