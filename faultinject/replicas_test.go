@@ -46,6 +46,9 @@ type clusterOpts struct {
 	// can cut them off from Redis while its own subscriber stays connected
 	// (see proxy_test.go).
 	viaGate bool
+	// allowDegraded accepts reports answered degraded (published on their
+	// own): what the service does while Redis refuses writes.
+	allowDegraded bool
 }
 
 // cluster is one scenario's world: a redis-server with AOF, the replicas

@@ -3,6 +3,7 @@
 package faultinject
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -378,4 +379,46 @@ func TestSigtermPublishesHeldWindows(t *testing.T) {
 		}
 	}
 	record(t, 7, "SIGTERM with windows held (W = 3s, 1 replica)", verify(t, cl, g, o))
+}
+
+// 8. Redis refuses writes for a second under load (min-replicas-to-write
+// with no replica; MISCONF after a failed save and READONLY on a demoted
+// master refuse the same way). Reports are answered degraded, each pushed
+// on its own at once (the pre-aggregation behaviour); windows that come due
+// meanwhile are not pushed, and not pushed twice, until Redis takes writes
+// again, then once.
+func TestRedisRefusesWrites(t *testing.T) {
+	cl := newCluster(t, clusterOpts{allowDegraded: true})
+	rs := cl.start(2)
+	o := newObserver(t, cl)
+	g := newLoadgen(t, cl)
+	g.run(steady)
+	g.waitAcked(150, 15*time.Second)
+
+	ctx := context.Background()
+	if err := cl.rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	refusedAt := time.Now()
+	time.Sleep(time.Second) // the refusal: callers keep reporting
+	if err := cl.rdb.ConfigSet(ctx, "min-replicas-to-write", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Redis refused writes for %s", time.Since(refusedAt).Round(time.Millisecond))
+	var refused float64
+	for _, r := range rs {
+		refused += r.metric(`combo_redis_errors_total{op="flush"}`) + r.metric(`combo_redis_errors_total{op="flush_script"}`)
+	}
+	if refused == 0 {
+		t.Error("no flush was refused: the scenario did not refuse writes while windows came due")
+	}
+	g.waitAcked(150, 10*time.Second)
+	g.stop()
+	settle(t, g, o, 10*time.Second, defaultQuiet(cl))
+	out := verify(t, cl, g, o)
+	t.Logf("%d reports answered degraded, %v flushes refused", out.degraded, refused)
+	if out.degraded == 0 {
+		t.Error("no report was answered degraded while Redis refused writes")
+	}
+	record(t, 8, "Redis refuses writes for 1 s under load (min-replicas-to-write)", out)
 }
