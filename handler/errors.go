@@ -30,6 +30,11 @@ func (h *Handler) fail(_ context.Context, err error, n int, fields ...zap.Field)
 	switch {
 	case errors.As(err, &invalid):
 		code, outcome = CodeInvalidArgument, metrics.OutcomeInvalid
+	case errors.Is(err, repo.ErrCallerGone):
+		// Nobody reads this answer; Redis may be fine, so no warning (an
+		// "unavailable" count would fire the Redis alert).
+		code, outcome = CodeUnavailable, metrics.OutcomeCanceled
+		h.log.Debug("report abandoned by its caller", append(fields, zap.Error(err))...)
 	case errors.Is(err, repo.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		code, outcome = CodeUnavailable, metrics.OutcomeUnavailable
 		h.log.Warn("report refused: redis unavailable", append(fields, zap.Error(err))...)

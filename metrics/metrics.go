@@ -18,6 +18,9 @@ const (
 	OutcomeInvalid     = "invalid"
 	OutcomeUnavailable = "unavailable"
 	OutcomeInternal    = "internal"
+	// OutcomeCanceled: the caller's ctx ended while its reports waited for
+	// a pipeline (they may still have been counted); not a Redis failure.
+	OutcomeCanceled = "canceled"
 )
 
 // Metrics are the service's collectors.
@@ -45,7 +48,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
 	return &Metrics{
 		Reports: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "reports_total",
-			Help: "Contributions reported, by outcome: ok, duplicate, degraded, invalid, unavailable, internal."}, []string{"outcome"}),
+			Help: "Contributions reported, by outcome: ok, duplicate, degraded, invalid, unavailable, internal, canceled."}, []string{"outcome"}),
 		WindowsOpened: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "windows_opened_total",
 			Help: "Windows opened (first report of a combo key's window)."}),
 		WindowsFlushed: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "windows_flushed_total",

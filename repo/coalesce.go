@@ -2,6 +2,8 @@ package repo
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -10,10 +12,14 @@ import (
 
 // coalescer lets concurrent Report calls share pipelines. A call joins the
 // pending list; if fewer than maxInFlight pipelines are running, the caller
-// runs one itself over everything pending, otherwise it waits for a running
-// caller to take it along. Under load one round trip serves many RPCs, which
-// halves Redis's CPU per report and spares the pool a connection per call;
-// when idle a call runs alone at once, so nothing waits on a timer.
+// runs one itself over everything pending, and more until its own call is
+// answered; if calls are still pending then, a goroutine carries on running
+// pipelines until none is, and the caller returns. Otherwise the call waits
+// for a running pipeline to take it along. Under load one round trip serves
+// many RPCs, which halves Redis's CPU per report and spares the pool a
+// connection per call; when idle a call runs alone at once, so nothing
+// waits on a timer. No caller runs pipelines for others beyond its own
+// answer: that would hold its RPC for as long as the load lasted.
 type coalescer struct {
 	r           *Repo
 	maxInFlight int
@@ -25,7 +31,7 @@ type coalescer struct {
 
 	mu      sync.Mutex
 	pending []*reportCall
-	running int
+	running int // callers and drain goroutines running pipelines
 }
 
 type reportCall struct {
@@ -46,22 +52,55 @@ func (c *coalescer) do(ctx context.Context, cs []*combo.Contribution) ([]ReportR
 	c.pending = append(c.pending, call)
 	if c.running < c.maxInFlight {
 		c.running++
-		for len(c.pending) > 0 {
+		for len(c.pending) > 0 && !answered(call) {
 			batch := c.take()
 			c.mu.Unlock()
 			c.run(batch)
 			c.mu.Lock()
 		}
-		c.running--
+		if len(c.pending) > 0 {
+			go c.drain() // takes over this caller's running slot
+		} else {
+			c.running--
+		}
 	}
 	c.mu.Unlock()
 	select {
 	case <-call.done:
 		return call.res, call.err
 	case <-ctx.Done():
-		// The pipeline may still count it; the caller may retry safely
-		// (ids dedupe).
-		return nil, wrap("repo.Report", ctx.Err())
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if answered(call) { // answered after all: never report it failed
+			return call.res, call.err
+		}
+		// Leave the queue if still in it. A pipeline already carrying it
+		// may still count it; the caller may retry safely (ids dedupe).
+		c.pending = slices.DeleteFunc(c.pending, func(p *reportCall) bool { return p == call })
+		return nil, fmt.Errorf("repo.Report: %w: %w", ErrCallerGone, ctx.Err())
+	}
+}
+
+// drain runs pipelines until nothing is pending, on a running slot handed
+// to it by a caller that has its answer.
+func (c *coalescer) drain() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.pending) > 0 {
+		batch := c.take()
+		c.mu.Unlock()
+		c.run(batch)
+		c.mu.Lock()
+	}
+	c.running--
+}
+
+func answered(call *reportCall) bool {
+	select {
+	case <-call.done:
+		return true
+	default:
+		return false
 	}
 }
 

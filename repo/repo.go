@@ -17,6 +17,11 @@ import (
 // timed out, connection lost): callers get a fast UNAVAILABLE.
 var ErrUnavailable = errors.New("redis unavailable")
 
+// ErrCallerGone wraps a Report whose caller's ctx ended while its reports
+// waited for a pipeline: Redis may be fine, and the reports may still be
+// counted by a pipeline already carrying them (a retry is safe: ids dedupe).
+var ErrCallerGone = errors.New("caller gave up waiting")
+
 // Settings are the window rule's and stream's parameters.
 type Settings struct {
 	Window       time.Duration // W
