@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -145,12 +146,26 @@ func (e *opError) Unwrap() []error {
 
 // isUnavailable: no reply from Redis at all (refused, timed out, closed),
 // as opposed to an error reply. LOADING, MASTERDOWN, CLUSTERDOWN and
-// TRYAGAIN are replies, but they too say the data cannot be reached now.
+// TRYAGAIN are replies, but they too say the data cannot be reached now;
+// so do READONLY (a demoted master: a PUBLISH there would not reach the
+// subscribers of the new one) and BUSY (a script ran too long), whether
+// they answer a command or a command inside a report script.
 func isUnavailable(err error) bool {
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {
 		return true
 	}
-	return redis.IsLoadingError(err) || redis.IsMasterDownError(err) ||
-		redis.IsClusterDownError(err) || redis.IsTryAgainError(err)
+	msg := rerr.Error()
+	var serr scriptError
+	if errors.As(err, &serr) {
+		msg = string(serr)
+	}
+	for _, p := range unavailableReplies {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
+
+var unavailableReplies = []string{"LOADING ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "READONLY ", "BUSY "}

@@ -537,3 +537,98 @@ func dueWindow(t *testing.T, r *repo.Repo) []repo.Window {
 	time.Sleep(time.Duration(fr[0].Due-fr[0].Now)*time.Millisecond + 5*time.Millisecond)
 	return ws
 }
+
+// A replica (a demoted master, after a failover) refuses the report
+// script's writes with READONLY. That is Redis unavailable, not a failed
+// aggregation: a degraded PUBLISH there would not reach the new master's
+// subscribers, so nothing is published and the caller may retry.
+func TestReportOnReplicaIsUnavailable(t *testing.T) {
+	master := testredis.Start(t, testredis.Options{})
+	replica := testredis.Start(t, testredis.Options{Args: []string{"--replicaof", "127.0.0.1", fmt.Sprint(master.Port)}})
+	rdb := replica.Client()
+	ctx := context.Background()
+	r := repo.New(rdb, settings()) // no EnsureGroups: it writes
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sub := rdb.Subscribe(ctx, push.Channel(7))
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, "rose", base), contribution(2, "lily", base)})
+	if !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") {
+		t.Fatalf("report on a replica: %v, want ErrUnavailable naming READONLY", err)
+	}
+	if err := rdb.Publish(context.Background(), push.Channel(7), "sentinel").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := sub.ReceiveMessage(context.Background()); err != nil || msg.Payload != "sentinel" {
+		t.Fatalf("got %v %v before the sentinel: a refused report was published", msg, err)
+	}
+}
+
+// While Redis refuses writes but still publishes (NOREPLICAS here; MISCONF
+// and OOM alike), every report of a call is answered degraded and published
+// on its own, all in one round trip: a call is not left half published
+// when its time runs out.
+func TestDegradedReportsArePublishedTogether(t *testing.T) {
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	ctx := context.Background()
+	r, sub := subscribedRepo(t, rdb)
+	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var count publishCounter
+	rdb.AddHook(&count)
+	cs := make([]*combo.Contribution, 50)
+	for i := range cs {
+		cs[i] = contribution(int64(i+1), fmt.Sprint("t", i), base)
+	}
+	res, err := r.Report(ctx, cs)
+	if err != nil {
+		t.Fatalf("report while writes are refused: %v", err)
+	}
+	for i, rr := range res {
+		if rr.Outcome != repo.Degraded || rr.WindowID != cs[i].Id || rr.WindowQuantity != 1 {
+			t.Fatalf("result %d = %+v, want degraded", i, rr)
+		}
+	}
+	for range cs {
+		if _, err := sub.ReceiveMessage(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if count.alone.Load() != 0 || count.pipelines.Load() != 1 || count.inPipelines.Load() != 50 {
+		t.Fatalf("PUBLISH: %d alone, %d in %d pipelines; want all 50 in one", count.alone.Load(), count.inPipelines.Load(), count.pipelines.Load())
+	}
+}
+
+// publishCounter counts PUBLISH commands sent alone and in pipelines.
+type publishCounter struct{ alone, pipelines, inPipelines atomic.Int64 }
+
+func (p *publishCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (p *publishCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "publish" {
+			p.alone.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (p *publishCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := 0
+		for _, c := range cmds {
+			if c.Name() == "publish" {
+				n++
+			}
+		}
+		if n > 0 {
+			p.pipelines.Add(1)
+			p.inPipelines.Add(int64(n))
+		}
+		return next(ctx, cmds)
+	}
+}

@@ -126,9 +126,11 @@ func (r *Repo) execute(ctx context.Context, cs []*combo.Contribution) ([]reportR
 }
 
 // results turns one call's replies into its answers, publishing degraded
-// contributions on their own.
+// contributions on their own, all in one pipeline.
 func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []reportReply) ([]ReportResult, error) {
 	out := make([]ReportResult, len(cs))
+	var degraded []*combo.Contribution
+	var cause error
 	for i, rep := range replies {
 		res, err := parseReport(rep)
 		if err == nil {
@@ -139,11 +141,15 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 			return nil, wrap("repo.Report", err)
 		}
 		// The script failed but Redis answered: fall back to the
-		// pre-aggregation behaviour for this one contribution.
-		if perr := r.publishSingle(ctx, cs[i]); perr != nil {
-			return nil, fmt.Errorf("repo.Report: aggregation failed (%v), degraded publish failed: %w", err, perr)
-		}
+		// pre-aggregation behaviour for this contribution.
+		degraded = append(degraded, cs[i])
+		cause = err
 		out[i] = ReportResult{Outcome: Degraded, WindowID: cs[i].Id, WindowQuantity: cs[i].Quantity}
+	}
+	if len(degraded) > 0 {
+		if err := r.publishSingles(ctx, degraded); err != nil {
+			return nil, fmt.Errorf("repo.Report: aggregation failed (%v), degraded publish failed: %w", cause, err)
+		}
 	}
 	return out, nil
 }
@@ -221,10 +227,18 @@ func parseReport(rep reportReply) (ReportResult, error) {
 	return res, nil
 }
 
-func (r *Repo) publishSingle(ctx context.Context, c *combo.Contribution) error {
-	payload, err := push.Single(c)
-	if err != nil {
-		return err
+// publishSingles publishes each contribution as a record of its own, in one
+// pipeline: one round trip, however many a call degrades, so a batch is not
+// left half published when the call's time runs out.
+func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution) error {
+	pipe := r.rdb.Pipeline()
+	for _, c := range cs {
+		payload, err := push.Single(c)
+		if err != nil {
+			return err
+		}
+		pipe.Publish(ctx, push.Channel(c.ActivityId), payload)
 	}
-	return wrap("repo.publishSingle", r.rdb.Publish(ctx, push.Channel(c.ActivityId), payload).Err())
+	_, err := pipe.Exec(ctx)
+	return wrap("repo.publishSingles", err)
 }
