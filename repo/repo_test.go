@@ -47,12 +47,21 @@ func backends(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
 // subscribedRepo is a repo with its scripts loaded and consumer group
 // created, and a subscription to activity 7's channel (closed at the end).
 func subscribedRepo(t *testing.T, rdb redis.UniversalClient) (*repo.Repo, *redis.PubSub) {
+	t.Helper()
+	r, sub := subscribedRepoNoGroups(t, rdb)
+	if err := r.EnsureGroups(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return r, sub
+}
+
+// subscribedRepoNoGroups is subscribedRepo without the consumer group,
+// which is a write (a replica refuses it).
+func subscribedRepoNoGroups(t *testing.T, rdb redis.UniversalClient) (*repo.Repo, *redis.PubSub) {
+	t.Helper()
 	ctx := context.Background()
 	r := repo.New(rdb, settings())
 	if err := r.LoadScripts(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.EnsureGroups(ctx); err != nil {
 		t.Fatal(err)
 	}
 	sub := rdb.Subscribe(ctx, push.Channel(7))
@@ -546,16 +555,7 @@ func TestReportOnReplicaIsUnavailable(t *testing.T) {
 	master := testredis.Start(t, testredis.Options{})
 	replica := testredis.Start(t, testredis.Options{Args: []string{"--replicaof", "127.0.0.1", fmt.Sprint(master.Port)}})
 	rdb := replica.Client()
-	ctx := context.Background()
-	r := repo.New(rdb, settings()) // no EnsureGroups: it writes
-	if err := r.LoadScripts(ctx); err != nil {
-		t.Fatal(err)
-	}
-	sub := rdb.Subscribe(ctx, push.Channel(7))
-	t.Cleanup(func() { sub.Close() })
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r, sub := subscribedRepoNoGroups(t, rdb)
 	_, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, "rose", base), contribution(2, "lily", base)})
 	if !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") {
 		t.Fatalf("report on a replica: %v, want ErrUnavailable naming READONLY", err)
