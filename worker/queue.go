@@ -8,10 +8,11 @@ import (
 )
 
 // dueQueue holds the windows this replica has read, ordered by when they
-// come due (Redis's clock, ms: a new estimate of it moves every deadline). The flusher sleeps until the earliest one instead
-// of sleeping per entry, so one late window never holds up the others. An
-// entry id is held at most once: a window re-read or re-claimed while held
-// is not flushed twice by this replica.
+// come due (Redis's clock, ms: a new estimate of it moves every deadline).
+// The flusher sleeps until the earliest one instead of sleeping per entry,
+// so one late window never holds up the others. An entry id is held at most
+// once: a window re-read or re-claimed while held is not flushed twice by
+// this replica.
 type dueQueue struct {
 	mu   sync.Mutex
 	h    dueHeap
