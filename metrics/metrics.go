@@ -23,6 +23,22 @@ const (
 	OutcomeCanceled = "canceled"
 )
 
+// Window flush statuses (label values of combo_windows_flushed_total).
+const (
+	FlushedPublished = "published"
+	FlushedStale     = "stale" // dropped unpublished, older than window.stale
+	FlushedGone      = "gone"  // already flushed elsewhere
+)
+
+// Every label value above is exported at 0 from the start. A labelled
+// series that first appears at its first increment has no earlier sample,
+// so increase() and rate() over it see nothing: the first burst of stale
+// drops (or of UNAVAILABLE answers) would never fire its alert.
+var (
+	reportOutcomes  = []string{OutcomeOK, OutcomeDuplicate, OutcomeDegraded, OutcomeInvalid, OutcomeUnavailable, OutcomeInternal, OutcomeCanceled}
+	flushedStatuses = []string{FlushedPublished, FlushedStale, FlushedGone}
+)
+
 // Metrics are the service's collectors.
 type Metrics struct {
 	Reports        *prometheus.CounterVec // by outcome
@@ -46,7 +62,7 @@ type Metrics struct {
 // New registers the collectors on reg.
 func New(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
-	return &Metrics{
+	m := &Metrics{
 		Reports: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "reports_total",
 			Help: "Contributions reported, by outcome: ok, duplicate, degraded, invalid, unavailable, internal, canceled."}, []string{"outcome"}),
 		WindowsOpened: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "windows_opened_total",
@@ -81,4 +97,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from sending a report pipeline to Redis to its last reply (NOSCRIPT retries included).",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}),
 	}
+	for _, o := range reportOutcomes {
+		m.Reports.WithLabelValues(o)
+	}
+	for _, s := range flushedStatuses {
+		m.WindowsFlushed.WithLabelValues(s)
+	}
+	return m
 }

@@ -423,7 +423,7 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 		}
 		switch r.Status {
 		case repo.Published:
-			w.metrics.WindowsFlushed.WithLabelValues("published").Inc()
+			w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedPublished).Inc()
 			w.metrics.PushLag.Observe(r.Lag.Seconds())
 			w.q.done(it)
 		case repo.Early:
@@ -432,13 +432,13 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 			it.due = r.Due
 			retry = append(retry, it)
 		case repo.Stale:
-			w.metrics.WindowsFlushed.WithLabelValues("stale").Inc()
+			w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedStale).Inc()
 			w.log.Warn("window dropped unpublished: older than window.stale",
 				zap.String("window", it.w.ID), zap.Int64("activity", it.w.ActivityID),
 				zap.Int64("user", it.w.UserID), zap.Duration("age", r.Age), zap.Int64("quantity", r.Quantity))
 			w.q.done(it)
 		case repo.Gone:
-			w.metrics.WindowsFlushed.WithLabelValues("gone").Inc()
+			w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedGone).Inc()
 			w.q.done(it)
 		}
 	}

@@ -1,0 +1,30 @@
+package metrics
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// The alerts take increase() and rate() of labelled counters
+// (deploy/alerts.yml): each label value must be exported at 0 before its
+// first increment, or Prometheus never sees that increment.
+func TestLabelledCountersStartAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	if n := testutil.CollectAndCount(m.Reports, "combo_reports_total"); n != len(reportOutcomes) {
+		t.Errorf("combo_reports_total: %d series before any report, want %d (one per outcome)", n, len(reportOutcomes))
+	}
+	if n := testutil.CollectAndCount(m.WindowsFlushed, "combo_windows_flushed_total"); n != len(flushedStatuses) {
+		t.Errorf("combo_windows_flushed_total: %d series before any flush, want %d (one per status)", n, len(flushedStatuses))
+	}
+	for _, o := range []string{OutcomeUnavailable, OutcomeDegraded} {
+		if v := testutil.ToFloat64(m.Reports.WithLabelValues(o)); v != 0 {
+			t.Errorf("combo_reports_total{outcome=%q} = %v at start, want 0", o, v)
+		}
+	}
+	if v := testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(FlushedStale)); v != 0 {
+		t.Errorf(`combo_windows_flushed_total{status="stale"} = %v at start, want 0`, v)
+	}
+}
