@@ -154,6 +154,19 @@ func (c Config) Validate() error {
 			bad("metrics.addr", "must be host:port or empty, got %q", c.Metrics.Addr)
 		}
 	}
+	if c.Server.ShutdownTimeout <= 0 {
+		bad("server.shutdown_timeout", "must be > 0, got %s", c.Server.ShutdownTimeout)
+	}
+	if c.Redis.Addr != "" {
+		if _, _, err := net.SplitHostPort(c.Redis.Addr); err != nil {
+			bad("redis.addr", "must be host:port or empty (embedded Redis), got %q", c.Redis.Addr)
+		}
+	}
+	for i, a := range c.Redis.Addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port, got %q", a)
+		}
+	}
 	if c.Redis.Addr != "" && len(c.Redis.Addrs) > 0 {
 		bad("redis.addrs", "set either redis.addr (one Redis) or redis.addrs (a cluster), not both")
 	}
@@ -237,6 +250,10 @@ func Load(path string) (Config, error) {
 	v.SetEnvPrefix("COMBO")
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
 	v.AutomaticEnv()
+	// A variable set to "" is a value, not an absence: COMBO_METRICS_ADDR=
+	// turns metrics off and COMBO_REDIS_ADDR= selects the embedded Redis,
+	// even over a file that sets them (README's table says "empty = ...").
+	v.AllowEmptyEnv(true)
 	// AutomaticEnv only answers keys viper knows: register every key with
 	// its default so COMBO_WINDOW_SIZE and friends are seen without a file.
 	var defaults map[string]any

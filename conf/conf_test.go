@@ -69,6 +69,27 @@ func TestLoadEnvList(t *testing.T) {
 	}
 }
 
+// README: metrics.addr "empty = off", redis.addr "empty ... = embedded";
+// the environment wins over the file, so an empty variable must win too.
+func TestLoadEmptyEnvIsAValue(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	if err := os.WriteFile(path, []byte("redis:\n  addr: \"10.0.0.1:6379\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("COMBO_METRICS_ADDR", "")
+	t.Setenv("COMBO_REDIS_ADDR", "")
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Metrics.Addr != "" {
+		t.Errorf("COMBO_METRICS_ADDR= must turn metrics off, got metrics.addr %q", c.Metrics.Addr)
+	}
+	if !c.Embedded() {
+		t.Errorf("COMBO_REDIS_ADDR= must select the embedded Redis over the file's, got redis.addr %q", c.Redis.Addr)
+	}
+}
+
 func TestLoadMissingFile(t *testing.T) {
 	if _, err := Load(filepath.Join(t.TempDir(), "nope.yaml")); err == nil {
 		t.Fatal("a named config file that does not exist must be an error")
@@ -81,6 +102,9 @@ func TestValidateNamesKey(t *testing.T) {
 		mutate func(c *Config)
 	}{
 		{"server.addr", func(c *Config) { c.Server.Addr = "nonsense" }},
+		{"server.shutdown_timeout", func(c *Config) { c.Server.ShutdownTimeout = -time.Second }},
+		{"redis.addr", func(c *Config) { c.Redis.Addr = "redis" }},
+		{"redis.addrs[1]", func(c *Config) { c.Redis.Addrs = []string{"10.0.0.1:7000", ""} }},
 		{"redis.timeout", func(c *Config) { c.Redis.Timeout = 0 }},
 		{"redis.shards", func(c *Config) { c.Redis.Shards = 0 }},
 		{"redis.addrs", func(c *Config) { c.Redis.Addr, c.Redis.Addrs = "a:1", []string{"b:2"} }},
