@@ -148,3 +148,26 @@ func TestEmbeddedRedis(t *testing.T) {
 		t.Fatalf("record %+v", r)
 	}
 }
+
+// On the embedded Redis keys expire as on a real one: the dedupe sets and
+// windows rely on it to stay bounded.
+func TestEmbeddedRedisExpiresKeys(t *testing.T) {
+	cfg := conf.Default()
+	addr, newClient, closeAll, err := openRedis(cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
+	rdb := newClient()
+	ctx := context.Background()
+	if err := rdb.Set(ctx, "combo-test:ttl", "x", 200*time.Millisecond).Err(); err != nil {
+		t.Fatalf("SET on the embedded Redis at %s: %v", addr, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for rdb.Exists(ctx, "combo-test:ttl").Val() == 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a key set with PX 200 still exists after 5 s (PTTL %s)", rdb.PTTL(ctx, "combo-test:ttl").Val())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

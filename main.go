@@ -191,6 +191,11 @@ func openRedis(cfg conf.Config, log *zap.Logger) (string, func() redis.Universal
 		addr = fmt.Sprint(cfg.Redis.Addrs)
 	case addr == "":
 		mr := miniredis.NewMiniRedis()
+		// miniredis counts TTLs down only when told to; without this no
+		// dedupe set or window ever expired and memory grew with every id
+		// reported. It expires keys on access, walking the keys with a TTL
+		// each time: fine for trying the service, not for load.
+		mr.ClockTTL(true)
 		if err := mr.StartAddr(cfg.Redis.EmbeddedAddr); err != nil {
 			return "", nil, nil, fmt.Errorf("start embedded redis on %s: %w", cfg.Redis.EmbeddedAddr, err)
 		}
