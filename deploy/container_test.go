@@ -4,9 +4,9 @@
 // compose file validates, the example config loads, and the alert rules are
 // well formed and name metrics the service exports.
 //
-// External tools: docker-compose (Debian package docker-compose) is required
-// under CI (CI set) and skipped without it otherwise; promtool (Debian
-// package prometheus) is used when installed.
+// External tools: docker-compose (Debian package docker-compose) and
+// promtool (Debian package prometheus) are required under CI (CI set) and
+// skipped without them otherwise.
 package deploy_test
 
 import (
@@ -526,21 +526,21 @@ func closedAddr(t *testing.T) string {
 // docker-compose.yml
 
 // tool finds an external tool; under CI a missing required one fails.
-func tool(t *testing.T, name string, requiredInCI bool) string {
+func tool(t *testing.T, name, debianPackage string, requiredInCI bool) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err == nil {
 		return p
 	}
 	if requiredInCI && os.Getenv("CI") != "" {
-		t.Fatalf("%s is not installed; CI must install it (Debian package %s)", name, name)
+		t.Fatalf("%s is not installed; CI must install it (Debian package %s)", name, debianPackage)
 	}
 	t.Skipf("%s is not installed", name)
 	return ""
 }
 
 func TestComposeConfigValidates(t *testing.T) {
-	dc := tool(t, "docker-compose", true)
+	dc := tool(t, "docker-compose", "docker-compose", true)
 	cmd := exec.Command(dc, "-f", "docker-compose.yml", "config", "-q")
 	cmd.Dir = root(t)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -814,7 +814,7 @@ func TestAlertRules(t *testing.T) {
 		t.Fatal("no rules")
 	}
 
-	promtool := tool(t, "promtool", false)
+	promtool := tool(t, "promtool", "prometheus", true)
 	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}} {
 		out, err := exec.Command(promtool, args...).CombinedOutput()
 		if err != nil {
