@@ -277,7 +277,10 @@ func Load(path string) (Config, error) {
 		mapstructure.StringToTimeDurationHookFunc(),
 		mapstructure.StringToSliceHookFunc(","),
 	)
-	if err := v.Unmarshal(&c, viper.DecodeHook(hook)); err != nil {
+	// Exact: a key the service does not know (a typo such as "adress") is an
+	// error, not a silent default; a misspelled redis.addr would otherwise
+	// start the service on its embedded, volatile Redis.
+	if err := v.UnmarshalExact(&c, viper.DecodeHook(hook)); err != nil {
 		return Config{}, fmt.Errorf("conf.Load: %w", err)
 	}
 	if c.Worker.ClaimIdle == 0 {

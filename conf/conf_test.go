@@ -90,6 +90,17 @@ func TestLoadEmptyEnvIsAValue(t *testing.T) {
 	}
 }
 
+func TestLoadRefusesUnknownKeys(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	if err := os.WriteFile(path, []byte("redis:\n  adress: \"10.0.0.1:6379\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if err == nil || !strings.Contains(err.Error(), "adress") {
+		t.Fatalf("a misspelled key must be refused, naming it; got %v", err)
+	}
+}
+
 func TestLoadMissingFile(t *testing.T) {
 	if _, err := Load(filepath.Join(t.TempDir(), "nope.yaml")); err == nil {
 		t.Fatal("a named config file that does not exist must be an error")
