@@ -63,6 +63,11 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// After the first signal, the next one gets its default action and ends
+	// the process at once, cutting the drain short: the windows this
+	// replica still holds stay pending in Redis, for another replica to
+	// claim or for this one's next start.
+	go func() { <-ctx.Done(); stop() }()
 	if err := run(ctx, cfg, log, nil); err != nil {
 		log.Error("combo-service stopped with an error", zap.Error(err))
 		os.Exit(1)

@@ -32,7 +32,9 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/combo-service/combo-service/client"
 	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
 
 // root is the repository root (tests run in deploy/).
@@ -409,6 +411,39 @@ func TestBuiltBinariesAreStaticAndWork(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Errorf("combo-service still running 30s after SIGTERM")
 	}
+
+	// A second signal during the drain ends the process at once: its held
+	// windows stay pending in Redis for another replica or its next start.
+	s = startService(t, svc, "COMBO_WINDOW_SIZE=30s", "COMBO_WINDOW_STALE=2m", "COMBO_SERVER_SHUTDOWN_TIMEOUT=1m")
+	cli, err := client.NewClient([]string{s.rpc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gift := &combo.Contribution{Id: 1, ActivityId: 7, UserId: 42, StarId: 7, ItemId: 1, ItemType: "rose", ItemName: "Rose",
+		ItemIcon: "https://cdn.example.com/rose.png", Nickname: "n", AvatarUrl: "https://cdn.example.com/a.png",
+		Quantity: 1, CreatedAt: time.Now().UnixMilli()}
+	if _, err := cli.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: gift}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.draining: // holding the window, due in about 30 s
+	case <-time.After(30 * time.Second):
+		t.Fatal("combo-service did not start draining within 30s of SIGTERM")
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.done:
+		if s.err == nil {
+			t.Error("combo-service exited 0 after a second signal cut its drain short")
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("combo-service still draining 10s after a second signal")
+	}
 }
 
 // assertStatic fails unless path is an ELF executable with no interpreter
@@ -433,6 +468,7 @@ func assertStatic(t *testing.T, path string) {
 type service struct {
 	cmd                 *exec.Cmd
 	rpc, metrics, redis string
+	draining            chan struct{} // closed when it logs that its drain began
 	done                chan struct{} // closed when the process has exited
 	err                 error         // its Wait error, once done
 }
@@ -452,7 +488,7 @@ func startService(t *testing.T, bin string, env ...string) *service {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &service{cmd: cmd, done: make(chan struct{})}
+	s := &service{cmd: cmd, draining: make(chan struct{}), done: make(chan struct{})}
 	started := make(chan struct{})
 	var logged strings.Builder
 	go func() {
@@ -474,6 +510,9 @@ func startService(t *testing.T, bin string, env ...string) *service {
 				s.rpc, _ = m["rpc_addr"].(string)
 				s.metrics, _ = m["metrics_addr"].(string)
 				close(started)
+			}
+			if m["msg"] == "rpc server stopped; publishing held windows" {
+				close(s.draining)
 			}
 		}
 		_, _ = io.Copy(io.Discard, stderr)
