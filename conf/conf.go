@@ -194,8 +194,11 @@ func (c Config) Validate() error {
 		bad("redis.pool_size", "must be >= 0 (0 = go-redis default), got %d", c.Redis.PoolSize)
 	}
 	w := c.Window
-	if w.Size < 10*time.Millisecond {
-		bad("window.size", "must be >= 10ms, got %s", w.Size)
+	// At most a day: the report script compares created_at - W as a
+	// positive decimal string, which holds for any created_at the
+	// contract accepts (>= 1e12 ms) only while W stays far below it.
+	if w.Size < 10*time.Millisecond || w.Size > 24*time.Hour {
+		bad("window.size", "must be 10ms..24h, got %s", w.Size)
 	}
 	if w.Size%time.Millisecond != 0 || w.Grace%time.Millisecond != 0 {
 		bad("window.size", "window.size and window.grace must be whole milliseconds")

@@ -120,6 +120,7 @@ func TestValidateNamesKey(t *testing.T) {
 		{"redis.shards", func(c *Config) { c.Redis.Shards = 0 }},
 		{"redis.addrs", func(c *Config) { c.Redis.Addr, c.Redis.Addrs = "a:1", []string{"b:2"} }},
 		{"window.size", func(c *Config) { c.Window.Size = 0 }},
+		{"window.size", func(c *Config) { c.Window.Size = 25 * time.Hour }},
 		{"window.grace", func(c *Config) { c.Window.Grace = -time.Millisecond }},
 		{"window.dedupe", func(c *Config) { c.Window.Dedupe = 0 }},
 		{"window.stale", func(c *Config) { c.Window.Stale = c.Window.Size }},
