@@ -25,9 +25,11 @@ const (
 	// milliseconds. Anything below it is almost surely seconds, the mistake
 	// the contract asks us to name.
 	MinCreatedAt = 1000000000000
-	// MaxCreatedAt is 9999-12-31T23:59:59.999Z. Bounding it keeps window
-	// arithmetic (anchor + W) far from int64 overflow and exact in Lua's
-	// doubles on the push path.
+	// MaxCreatedAt is 9999-12-31T23:59:59.999Z. Anything above it is almost
+	// surely microseconds or nanoseconds, the mirror of the seconds mistake
+	// above, which would otherwise open a window far in the future on every
+	// report; it also keeps window arithmetic (anchor + W) far from int64
+	// overflow.
 	MaxCreatedAt = 253402300799999
 )
 
@@ -171,7 +173,11 @@ func createdAt(field string, v int64) *Error {
 		return fail(field, "must be unix milliseconds >= %d, got %d", int64(MinCreatedAt), v)
 	}
 	if v > MaxCreatedAt {
-		return fail(field, "must be unix milliseconds <= %d (year 9999), got %d", int64(MaxCreatedAt), v)
+		unit := "microseconds"
+		if v >= 1e18 {
+			unit = "nanoseconds"
+		}
+		return fail(field, "must be unix milliseconds <= %d (year 9999), got %d (that looks like %s)", int64(MaxCreatedAt), v, unit)
 	}
 	return nil
 }

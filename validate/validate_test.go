@@ -53,7 +53,8 @@ func TestContribution(t *testing.T) {
 		{"created_at seconds", func(c *combo.Contribution) { c.CreatedAt = 1732950000 }, "created_at", "must be unix milliseconds, got 1732950000 (that looks like seconds)"},
 		{"created_at zero", func(c *combo.Contribution) { c.CreatedAt = 0 }, "created_at", "unix milliseconds"},
 		{"created_at just below", func(c *combo.Contribution) { c.CreatedAt = 999999999999 }, "created_at", "unix milliseconds"},
-		{"created_at microseconds", func(c *combo.Contribution) { c.CreatedAt = 1732950000123000 }, "created_at", "year 9999"},
+		{"created_at microseconds", func(c *combo.Contribution) { c.CreatedAt = 1732950000123000 }, "created_at", "year 9999), got 1732950000123000 (that looks like microseconds)"},
+		{"created_at nanoseconds", func(c *combo.Contribution) { c.CreatedAt = 1732950000123000000 }, "created_at", "(that looks like nanoseconds)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
