@@ -751,7 +751,6 @@ type ruleFile struct {
 	} `yaml:"groups"`
 }
 
-
 // exportedMetrics are the combo_* names the Go code registers: "combo_…"
 // literals, and Name: "…" in files whose namespace is "combo".
 func exportedMetrics(t *testing.T) map[string]bool {
