@@ -132,7 +132,9 @@ if has memory; then
   for i in $(seq "$RUNS"); do
     wait_clean
     bench "memory-$i" -memory -windows 100000 -b 100 -c 8 -window 50s
-    bench "curve-$i" -curve -levels 1000,10000,50000,100000 -probe 20000 -b 100 -c 8 -window 50s
+    # A probe's windows stay open, so each probe must fit below the next
+    # level: 5,000 reports measure 1k-6k, 10k-15k, 50k-55k and 100k-105k.
+    bench "curve-$i" -curve -levels 1000,10000,50000,100000 -probe 5000 -b 100 -c 8 -window 50s
   done
   stop_service
 fi
@@ -191,10 +193,12 @@ if has memory; then
 printf 'memory: %.0f bytes per open window (window string %.0f, dedupe id %.0f, rest %.0f)\n' \
   "$(med '.bytes_per_open_window' "$OUT"/memory-*.json)" "$(med '.window_bytes_avg' "$OUT"/memory-*.json)" \
   "$(med '.dedupe_member_bytes_avg' "$OUT"/memory-*.json)" "$(med '.stream_bytes_per_entry' "$OUT"/memory-*.json)"
-echo "curve: level, median reports/s, p50 ms, redis script µs/report"
+echo "curve: level, open windows (probe start-end), median reports/s, p50 ms, Redis CPU µs/report, script µs/report, reports per script call"
 for l in 0 1 2 3; do
-  printf '  %7d %8.0f %6.2f %6.1f\n' "$(jq ".points[$l].level" "$OUT/curve-1.json")" \
+  printf '  %7d %7d-%-7d %8.0f %6.2f %6.1f %6.1f %5.1f\n' "$(jq ".points[$l].level" "$OUT/curve-1.json")" \
+    "$(jq ".points[$l].open_windows" "$OUT/curve-1.json")" "$(jq ".points[$l].open_windows_after" "$OUT/curve-1.json")" \
     "$(med ".points[$l].reports_per_s" "$OUT"/curve-*.json)" "$(med ".points[$l].p50_ms" "$OUT"/curve-*.json)" \
-    "$(med ".points[$l].script_usec_per_report" "$OUT"/curve-*.json)"
+    "$(med ".points[$l].cpu.redis_cpu_ms_per_1k" "$OUT"/curve-*.json)" \
+    "$(med ".points[$l].script_usec_per_report" "$OUT"/curve-*.json)" "$(med ".points[$l].reports_per_script_call" "$OUT"/curve-*.json)"
 done
 fi

@@ -12,17 +12,23 @@ import (
 
 // curvePoint is the cost of a report at one level of open windows.
 type curvePoint struct {
-	Level       int64   `json:"level"`        // windows this run had opened before the probe
-	OpenWindows int64   `json:"open_windows"` // stream length at the probe (all runs)
+	Level int64 `json:"level"` // open windows this run filled up to before the probe
+	// OpenWindows and OpenAfter are the stream's length (every run's open
+	// windows) when the probe started and ended: the probe's own windows
+	// stay open, so a probe measures the range between them.
+	OpenWindows int64   `json:"open_windows"`
+	OpenAfter   int64   `json:"open_windows_after"`
 	Throughput  float64 `json:"reports_per_s"`
 	P50         float64 `json:"p50_ms"`
 	P99         float64 `json:"p99_ms"`
-	// ScriptUsec is Redis's own time in EVALSHA per report (INFO
-	// commandstats): the cost that would grow if a script did work
-	// proportional to the open windows.
-	ScriptUsec float64 `json:"script_usec_per_report"`
-	CPU        cpuUse  `json:"cpu"`
-	Errors     int64   `json:"errors"`
+	// ScriptUsec is Redis's own time in EVALSHA (INFO commandstats) per
+	// probe report: the cost that would grow if a script did work
+	// proportional to the open windows. The service counts several
+	// reports in one script call (ReportsPerCall), so it is not a call's.
+	ScriptUsec     float64 `json:"script_usec_per_report"`
+	ReportsPerCall float64 `json:"reports_per_script_call"`
+	CPU            cpuUse  `json:"cpu"`
+	Errors         int64   `json:"errors"`
 }
 
 type curveResult struct {
@@ -48,6 +54,10 @@ func (b *bench) curve() (printable, error) {
 	out := curveResult{Probe: cfg.ProbeN}
 	var last load
 	for _, level := range cfg.CurveLevels {
+		if opened := kc.next.Load(); opened > int64(level) {
+			out.Notes = append(out.Notes, fmt.Sprintf("level %d was probed at %d windows this run opened: "+
+				"earlier probes' windows are still open; use a -probe well below the gaps between -levels", level, opened))
+		}
 		if fill := int64(level) - kc.next.Load(); fill > 0 {
 			l := runFresh(cfg.Concurrency, b.cli, wl, &kc, fill, cfg.Batch)
 			all.merge(l.rec)
@@ -73,17 +83,22 @@ func (b *bench) curve() (printable, error) {
 		if err != nil {
 			return nil, err
 		}
+		openAfter, _, err := streamState(ctx, b.rdb, keys)
+		if err != nil {
+			return nil, err
+		}
 		all.merge(l.rec)
 		last = l
 		lat := summarize(l.rec.latencies)
 		p := curvePoint{
-			Level: int64(level), OpenWindows: open, P50: lat.P50, P99: lat.P99,
+			Level: int64(level), OpenWindows: open, OpenAfter: openAfter, P50: lat.P50, P99: lat.P99,
 			Throughput: float64(l.rec.acked) / l.elapsed.Seconds(), CPU: cpu, Errors: l.rec.errors,
 		}
-		if dc := calls1 - calls0; dc > 0 {
-			// The worker's flush scripts also count here; with a long
-			// window none runs during the probe.
-			p.ScriptUsec = float64(usec1-usec0) / float64(dc)
+		// The worker's flush scripts also count here; with a long window
+		// none runs during the probe.
+		if dc := calls1 - calls0; dc > 0 && l.rec.acked > 0 {
+			p.ScriptUsec = float64(usec1-usec0) / float64(l.rec.acked)
+			p.ReportsPerCall = float64(l.rec.acked) / float64(dc)
 		}
 		out.Points = append(out.Points, p)
 	}
@@ -94,10 +109,10 @@ func (b *bench) curve() (printable, error) {
 
 func (c curveResult) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "level\topen windows\treports/s\tp50 ms\tp99 ms\tredis µs/report (script)\tredis cpu ms/1k\tsvc cpu ms/1k\terrors\t\n")
+	fmt.Fprintf(tw, "level\topen windows\treports/s\tp50 ms\tp99 ms\tredis µs/report (script)\treports/script call\tredis cpu ms/1k\tsvc cpu ms/1k\terrors\t\n")
 	for _, p := range c.Points {
-		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%d\t\n",
-			p.Level, p.OpenWindows, p.Throughput, p.P50, p.P99, p.ScriptUsec, p.CPU.RedisMsPer1k, p.CPU.ServiceMsPer1k, p.Errors)
+		fmt.Fprintf(tw, "%d\t%d-%d\t%.0f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t\n",
+			p.Level, p.OpenWindows, p.OpenAfter, p.Throughput, p.P50, p.P99, p.ScriptUsec, p.ReportsPerCall, p.CPU.RedisMsPer1k, p.CPU.ServiceMsPer1k, p.Errors)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "probe: %d single reports per level, each opening a window\n", c.Probe)

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // -probe-hook runs its command to completion (a callgrind dump must be
@@ -23,5 +24,49 @@ func TestRunHook(t *testing.T) {
 	err := runHook("echo no such pid >&2; exit 3")
 	if err == nil || !strings.Contains(err.Error(), "-probe-hook") || !strings.Contains(err.Error(), "no such pid") {
 		t.Fatalf("failing hook: got %v, want an error naming -probe-hook with its output", err)
+	}
+}
+
+// Each curve point says how many windows were open when its probe started
+// and ended (the probe's own windows stay open), and its script time is
+// per report, not per script call: the service counts several reports in
+// one call.
+func TestCurvePointsSayWhatWasMeasured(t *testing.T) {
+	b := inProcessBench(t, config{Concurrency: 8, Batch: 100, CurveLevels: []int{200, 1000}, ProbeN: 300,
+		Shards: 1, Settle: 50 * time.Millisecond})
+	out, err := b.curve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := out.(curveResult)
+	if len(res.Notes) != 0 {
+		t.Fatalf("notes %q, want none: the probes fit between the levels", res.Notes)
+	}
+	for _, p := range res.Points {
+		if p.OpenWindows != p.Level || p.OpenAfter != p.Level+300 {
+			t.Errorf("level %d: probe measured from %d to %d open windows, want %d to %d",
+				p.Level, p.OpenWindows, p.OpenAfter, p.Level, p.Level+300)
+		}
+		if p.ReportsPerCall < 1 || p.ScriptUsec <= 0 {
+			t.Errorf("level %d: %.2f reports per script call, %.1f µs per report: want >= 1 and > 0", p.Level, p.ReportsPerCall, p.ScriptUsec)
+		}
+	}
+}
+
+// A probe larger than the gap to the next level leaves that level probed
+// above its label: the result says so.
+func TestCurveNotesAnOvershotLevel(t *testing.T) {
+	b := inProcessBench(t, config{Concurrency: 8, Batch: 100, CurveLevels: []int{100, 1000}, ProbeN: 2000,
+		Shards: 1, Settle: 50 * time.Millisecond})
+	out, err := b.curve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := out.(curveResult)
+	if p := res.Points[1]; p.OpenWindows != 2100 {
+		t.Errorf("second probe started at %d open windows, want 2100", p.OpenWindows)
+	}
+	if len(res.Notes) != 1 || !strings.Contains(res.Notes[0], "level 1000 was probed at 2100") {
+		t.Errorf("notes %q, want one saying level 1000 was probed at 2100 windows", res.Notes)
 	}
 }
