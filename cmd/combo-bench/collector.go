@@ -21,8 +21,13 @@ type collector struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu        sync.Mutex
-	tracked   map[int64][]pushed
+	mu      sync.Mutex
+	tracked map[int64][]pushed
+	// checked holds the activities whose pushes were taken for a check;
+	// a push for one of them arrived too late for its check (a window
+	// pushed again later, as by a claimer) and is counted in late.
+	checked   map[int64]bool
+	late      int
 	badPushes int // undecodable payloads on tracked or unknown channels
 	recvErrs  int
 	lastErr   error
@@ -37,7 +42,7 @@ func startCollector(ctx context.Context, rdb *redis.Client) (*collector, error) 
 		return nil, fmt.Errorf("psubscribe %s: %w", push.ChannelPattern, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &collector{ps: ps, cancel: cancel, done: make(chan struct{}), tracked: make(map[int64][]pushed)}
+	c := &collector{ps: ps, cancel: cancel, done: make(chan struct{}), tracked: make(map[int64][]pushed), checked: make(map[int64]bool)}
 	go c.loop(ctx)
 	return c, nil
 }
@@ -66,6 +71,8 @@ func (c *collector) loop(ctx context.Context) {
 		case err != nil:
 			c.badPushes++
 			c.lastErr = err
+		case c.checked[m.ActivityID]:
+			c.late++
 		default:
 			if list, ok := c.tracked[m.ActivityID]; ok {
 				c.tracked[m.ActivityID] = append(list, pushed{
@@ -89,12 +96,14 @@ func (c *collector) track(activity int64) {
 	}
 }
 
-// take returns activity's pushes so far and stops tracking it.
+// take returns activity's pushes so far and stops tracking it; later
+// pushes for it are counted as late.
 func (c *collector) take(activity int64) []pushed {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.tracked[activity]
 	delete(c.tracked, activity)
+	c.checked[activity] = true
 	return p
 }
 
@@ -125,15 +134,19 @@ func (c *collector) waitFor(activity int64, n int64, due time.Time, quiet time.D
 	time.Sleep(250 * time.Millisecond)
 }
 
-// problems describes receive or decode failures, if any.
+// problems describes receive or decode failures and late pushes, if any.
 func (c *collector) problems() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.recvErrs == 0 && c.badPushes == 0 {
-		return nil
+	var errs []error
+	if c.late > 0 {
+		errs = append(errs, fmt.Errorf("%d pushes arrived for runs already checked: windows pushed again after their check passed", c.late))
 	}
-	return fmt.Errorf("subscriber: %d receive errors, %d undecodable pushes, last: %w",
-		c.recvErrs, c.badPushes, errors.Join(c.lastErr))
+	if c.recvErrs > 0 || c.badPushes > 0 {
+		errs = append(errs, fmt.Errorf("subscriber: %d receive errors, %d undecodable pushes, last: %w",
+			c.recvErrs, c.badPushes, errors.Join(c.lastErr)))
+	}
+	return errors.Join(errs...)
 }
 
 func (c *collector) close() {

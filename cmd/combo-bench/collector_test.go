@@ -1,8 +1,14 @@
 package main
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/push"
 )
 
 // add records one push for activity, as the receive loop does.
@@ -42,5 +48,49 @@ func TestWaitForFollowsTrailingPushes(t *testing.T) {
 	}
 	if n := c.count(2); n != 1 {
 		t.Fatalf("count %d, want 1", n)
+	}
+}
+
+// A window pushed again after its run was checked (as a claimer would,
+// seconds later) is not dropped unseen: the collector counts it and says so.
+func TestLatePushesAreReported(t *testing.T) {
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	ctx := context.Background()
+	col, err := startCollector(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer col.close()
+	const activity = int64(777)
+	col.track(activity)
+	c := &combo.Contribution{Id: 1, ActivityId: activity, UserId: 1000, StarId: 7, ItemId: 4, ItemType: "rose",
+		Quantity: 3, CreatedAt: time.Now().UnixMilli()}
+	payload, err := push.Single(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func() {
+		if err := rdb.Publish(ctx, push.Channel(activity), payload).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish()
+	col.waitFor(activity, 1, time.Now(), time.Second)
+	if n := len(col.take(activity)); n != 1 {
+		t.Fatalf("took %d pushes, want 1", n)
+	}
+	if err := col.problems(); err != nil {
+		t.Fatalf("problems before the late push: %v", err)
+	}
+	publish() // the same window again, after its check
+	deadline := time.Now().Add(5 * time.Second)
+	for col.problems() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("a push for an activity already checked went unreported")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := col.problems(); !strings.Contains(err.Error(), "1 pushes arrived for runs already checked") {
+		t.Fatalf("problems: %v", err)
 	}
 }

@@ -90,8 +90,8 @@ func (rs runs) print(w io.Writer) {
 	})
 	pushRow("windows expected", func(p *pushCheck) string { return d(p.WindowsExpected) })
 	pushRow("windows pushed", func(p *pushCheck) string { return fmt.Sprint(p.WindowsPushed) })
-	pushRow("missing/twice/unknown", func(p *pushCheck) string {
-		return fmt.Sprintf("%d/%d/%d", p.WindowsMissing, p.PushedTwice, p.UnknownPushes)
+	pushRow("missing/twice/unknown/early", func(p *pushCheck) string {
+		return fmt.Sprintf("%d/%d/%d/%d", p.WindowsMissing, p.PushedTwice, p.UnknownPushes, p.EarlyPushes)
 	})
 	pushRow("push lag p50 ms", func(p *pushCheck) string { return f1(p.Lag.P50) })
 	pushRow("push lag p99 ms", func(p *pushCheck) string { return f1(p.Lag.P99) })

@@ -55,6 +55,6 @@ func newResult(cfg config, mode string, l load) result {
 // the last answer) and checks them.
 func awaitPushes(cfg config, col *collector, wl *workload, l load) *pushCheck {
 	col.waitFor(wl.activity, l.rec.opened+l.rec.degraded, l.end.Add(cfg.lagBase()), cfg.Settle)
-	pc := checkPushes(l.rec, col.take(wl.activity), cfg.lagBase())
+	pc := checkPushes(l.rec, col.take(wl.activity), cfg.Window, cfg.Grace)
 	return &pc
 }

@@ -66,6 +66,10 @@ type pushCheck struct {
 	WindowsPushed   int      `json:"windows_pushed"` // distinct known window ids pushed
 	WindowsMissing  int64    `json:"windows_missing"`
 	PushedTwice     int      `json:"pushed_twice"` // window ids pushed more than once
+	// EarlyPushes were received before W had passed since their window's
+	// first RPC started (lag below -grace): published before the window
+	// could have closed, which CONTRACT.md §3 forbids.
+	EarlyPushes int `json:"early_pushes"`
 	UnknownPushes   int      `json:"unknown_pushes"`
 	Lag             durStats `json:"push_lag"`
 
@@ -81,8 +85,9 @@ type pushCheck struct {
 // windows expected vs pushed, push lag (receive time minus the window's due
 // time: its first report's RPC start + W + grace), and conservation (per
 // combo key, the pushed quantities add up to the reported ones, and no
-// window id is pushed twice).
-func checkPushes(rec *recorder, pushes []pushed, lagBase time.Duration) pushCheck {
+// window id is pushed twice, none is pushed before W has passed).
+func checkPushes(rec *recorder, pushes []pushed, window, grace time.Duration) pushCheck {
+	lagBase := window + grace
 	c := pushCheck{WindowsExpected: rec.opened + rec.degraded, PushesReceived: len(pushes)}
 	seen := make(map[int64]bool, len(pushes))
 	pushedQty := make(map[comboKey]int64)
@@ -104,7 +109,11 @@ func checkPushes(rec *recorder, pushes []pushed, lagBase time.Duration) pushChec
 			continue
 		}
 		c.WindowsPushed++
-		lags = append(lags, p.Recv.Sub(start.Add(lagBase)))
+		lag := p.Recv.Sub(start.Add(lagBase))
+		if lag < -grace {
+			c.EarlyPushes++
+		}
+		lags = append(lags, lag)
 	}
 	c.WindowsMissing = max(c.WindowsExpected-int64(c.WindowsPushed), 0)
 	c.Lag = summarize(lags)
@@ -132,6 +141,6 @@ func checkPushes(rec *recorder, pushes []pushed, lagBase time.Duration) pushChec
 			c.KeysMismatched++
 		}
 	}
-	c.Conserved = c.KeysMismatched == 0 && c.PushedTwice == 0 && c.WindowsMissing == 0
+	c.Conserved = c.KeysMismatched == 0 && c.PushedTwice == 0 && c.WindowsMissing == 0 && c.EarlyPushes == 0
 	return c
 }

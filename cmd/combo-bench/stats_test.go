@@ -71,10 +71,11 @@ func TestCheckPushesConserved(t *testing.T) {
 		t.Fatalf("opened %d acked %d errors %d, want 2 3 1", rec.opened, rec.acked, rec.errors)
 	}
 	base := 3200 * time.Millisecond
+	W, grace := 3*time.Second, 200*time.Millisecond
 	got := checkPushes(rec, []pushed{
 		{Recv: t0.Add(base + 40*time.Millisecond), WindowID: 1, Key: a, Quantity: 5},
 		{Recv: t0.Add(2*time.Second + base + 60*time.Millisecond), WindowID: 3, Key: b, Quantity: 4},
-	}, base)
+	}, W, grace)
 	if !got.Conserved || got.WindowsPushed != 2 || got.WindowsMissing != 0 || got.KeysMismatched != 0 {
 		t.Fatalf("check = %+v, want conserved", got)
 	}
@@ -93,7 +94,7 @@ func TestCheckPushesFindsLossDuplicatesAndDrift(t *testing.T) {
 		{Recv: t0, WindowID: 1, Key: a, Quantity: 4}, // one short
 		{Recv: t0, WindowID: 1, Key: a, Quantity: 1}, // and pushed twice
 		{Recv: t0, WindowID: 4, Key: c, Quantity: 1}, // the failed RPC did count
-	}, 0)
+	}, 0, 0)
 	if got.Conserved {
 		t.Fatal("a run with a window pushed twice and one missing passed")
 	}
@@ -115,5 +116,31 @@ func TestRecorderMergeKeepsEarliestStart(t *testing.T) {
 	all := mergeAll([]*recorder{x, y})
 	if !all.windowStart[9].Equal(t0) {
 		t.Fatalf("window start = %v, want %v", all.windowStart[9], t0)
+	}
+}
+
+// CONTRACT.md §3: a window is published no earlier than W after its first
+// report arrived. A push received before W has passed since that report's
+// RPC started (lag below -grace) breaks it for certain.
+func TestCheckPushesFindsEarlyPushes(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	rec, a, b, _ := recordedRun(t0)
+	W, grace := 3*time.Second, 200*time.Millisecond
+	got := checkPushes(rec, []pushed{
+		{Recv: t0.Add(W + grace + 5*time.Millisecond), WindowID: 1, Key: a, Quantity: 5},
+		{Recv: t0.Add(2*time.Second + 10*time.Millisecond), WindowID: 3, Key: b, Quantity: 4}, // 10 ms after its report
+	}, W, grace)
+	if got.EarlyPushes != 1 || got.Conserved {
+		t.Fatalf("early pushes %d, conserved %v: want 1 and false (window 3 pushed 10 ms after its first report, W = 3 s)",
+			got.EarlyPushes, got.Conserved)
+	}
+	// W after the RPC started is the earliest allowed: the report arrived at
+	// the service after that (the grace is the service's to use or not).
+	got = checkPushes(rec, []pushed{
+		{Recv: t0.Add(W), WindowID: 1, Key: a, Quantity: 5},
+		{Recv: t0.Add(2*time.Second + W), WindowID: 3, Key: b, Quantity: 4},
+	}, W, grace)
+	if got.EarlyPushes != 0 || !got.Conserved {
+		t.Fatalf("early pushes %d, conserved %v: want 0 and true", got.EarlyPushes, got.Conserved)
 	}
 }
