@@ -61,17 +61,17 @@ type pushed struct {
 
 // pushCheck is what the pushes say about the run's windows.
 type pushCheck struct {
-	WindowsExpected int64    `json:"windows_expected"` // opened + degraded answers
-	PushesReceived  int      `json:"pushes_received"`
-	WindowsPushed   int      `json:"windows_pushed"` // distinct known window ids pushed
-	WindowsMissing  int64    `json:"windows_missing"`
-	PushedTwice     int      `json:"pushed_twice"` // window ids pushed more than once
+	WindowsExpected int64 `json:"windows_expected"` // opened + degraded answers
+	PushesReceived  int   `json:"pushes_received"`
+	WindowsPushed   int   `json:"windows_pushed"` // distinct known window ids pushed
+	WindowsMissing  int64 `json:"windows_missing"`
+	PushedTwice     int   `json:"pushed_twice"` // window ids pushed more than once
 	// EarlyPushes were received before W had passed since their window's
 	// first RPC started (lag below -grace): published before the window
 	// could have closed, which CONTRACT.md §3 forbids.
-	EarlyPushes int `json:"early_pushes"`
-	UnknownPushes   int      `json:"unknown_pushes"`
-	Lag             durStats `json:"push_lag"`
+	EarlyPushes   int      `json:"early_pushes"`
+	UnknownPushes int      `json:"unknown_pushes"`
+	Lag           durStats `json:"push_lag"`
 
 	KeysChecked    int   `json:"keys_checked"`
 	KeysMismatched int   `json:"keys_mismatched"` // pushed != reported, not explained by failed RPCs
