@@ -27,18 +27,25 @@ func TestRunHook(t *testing.T) {
 	}
 }
 
-// Each curve point says how many windows were open when its probe started
-// and ended (the probe's own windows stay open), and its script time is
-// per report, not per script call: the service counts several reports in
-// one call.
-func TestCurvePointsSayWhatWasMeasured(t *testing.T) {
-	b := inProcessBench(t, config{Concurrency: 8, Batch: 100, CurveLevels: []int{200, 1000}, ProbeN: 300,
+// runCurve runs the curve at levels with probes of probe reports, in
+// process against a real redis-server, at 8 callers.
+func runCurve(t *testing.T, levels []int, probe int) curveResult {
+	t.Helper()
+	b := inProcessBench(t, config{Concurrency: 8, Batch: 100, CurveLevels: levels, ProbeN: probe,
 		Shards: 1, Settle: 50 * time.Millisecond})
 	out, err := b.curve()
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := out.(curveResult)
+	return out.(curveResult)
+}
+
+// Each curve point says how many windows were open when its probe started
+// and ended (the probe's own windows stay open), and its script time is
+// per report, not per script call: the service counts several reports in
+// one call.
+func TestCurvePointsSayWhatWasMeasured(t *testing.T) {
+	res := runCurve(t, []int{200, 1000}, 300)
 	if len(res.Notes) != 0 {
 		t.Fatalf("notes %q, want none: the probes fit between the levels", res.Notes)
 	}
@@ -56,13 +63,7 @@ func TestCurvePointsSayWhatWasMeasured(t *testing.T) {
 // A probe larger than the gap to the next level leaves that level probed
 // above its label: the result says so.
 func TestCurveNotesAnOvershotLevel(t *testing.T) {
-	b := inProcessBench(t, config{Concurrency: 8, Batch: 100, CurveLevels: []int{100, 1000}, ProbeN: 2000,
-		Shards: 1, Settle: 50 * time.Millisecond})
-	out, err := b.curve()
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := out.(curveResult)
+	res := runCurve(t, []int{100, 1000}, 2000)
 	if p := res.Points[1]; p.OpenWindows != 2100 {
 		t.Errorf("second probe started at %d open windows, want 2100", p.OpenWindows)
 	}
