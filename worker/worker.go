@@ -435,7 +435,8 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 			w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedStale).Inc()
 			w.log.Warn("window dropped unpublished: older than window.stale",
 				zap.String("window", it.w.ID), zap.Int64("activity", it.w.ActivityID),
-				zap.Int64("user", it.w.UserID), zap.Duration("age", r.Age), zap.Int64("quantity", r.Quantity))
+				zap.Int64("user", it.w.UserID), zap.String("item_type", it.w.ItemType),
+				zap.Duration("age", r.Age), zap.Int64("quantity", r.Quantity))
 			w.q.done(it)
 		case repo.Gone:
 			w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedGone).Inc()
