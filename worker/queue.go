@@ -10,15 +10,25 @@ import (
 // dueQueue holds the windows this replica has read, ordered by when they
 // come due (Redis's clock, ms: a new estimate of it moves every deadline).
 // The flusher sleeps until the earliest one instead of sleeping per entry,
-// so one late window never holds up the others. An entry id is held at most
-// once: a window re-read or re-claimed while held is not flushed twice by
-// this replica.
+// so one late window never holds up the others. A window is held at most
+// once: one re-read or re-claimed while held is not flushed twice by this
+// replica.
 type dueQueue struct {
 	mu   sync.Mutex
 	h    dueHeap
-	held map[string]struct{}
+	held map[windowRef]struct{}
 	wake chan struct{} // poked when an earlier due time arrives
 }
+
+// windowRef names a window: its shard's stream and its entry id there. The
+// id alone is not enough: every shard's stream numbers its own entries, so
+// two shards that add an entry in the same millisecond both get "<ms>-0".
+type windowRef struct {
+	shard int
+	id    string
+}
+
+func refOf(w repo.Window) windowRef { return windowRef{w.Shard, w.ID} }
 
 type dueItem struct {
 	w     repo.Window
@@ -27,7 +37,7 @@ type dueItem struct {
 }
 
 func newDueQueue() *dueQueue {
-	return &dueQueue{held: map[string]struct{}{}, wake: make(chan struct{}, 1)}
+	return &dueQueue{held: map[windowRef]struct{}{}, wake: make(chan struct{}, 1)}
 }
 
 // push adds items not held yet and reports how many it added.
@@ -40,10 +50,10 @@ func (q *dueQueue) push(items ...dueItem) int {
 		head = q.h[0].due
 	}
 	for _, it := range items {
-		if _, ok := q.held[it.w.ID]; ok {
+		if _, ok := q.held[refOf(it.w)]; ok {
 			continue
 		}
-		q.held[it.w.ID] = struct{}{}
+		q.held[refOf(it.w)] = struct{}{}
 		heap.Push(&q.h, it)
 		added++
 		if !earliest && it.due < head {
@@ -64,7 +74,7 @@ func (q *dueQueue) push(items ...dueItem) int {
 func (q *dueQueue) requeue(items ...dueItem) {
 	q.mu.Lock()
 	for _, it := range items {
-		delete(q.held, it.w.ID)
+		delete(q.held, refOf(it.w))
 	}
 	q.mu.Unlock()
 	q.push(items...)
@@ -87,7 +97,7 @@ func (q *dueQueue) popDue(now int64, max int) []dueItem {
 func (q *dueQueue) done(items ...dueItem) {
 	q.mu.Lock()
 	for _, it := range items {
-		delete(q.held, it.w.ID)
+		delete(q.held, refOf(it.w))
 	}
 	q.mu.Unlock()
 }

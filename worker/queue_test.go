@@ -74,3 +74,18 @@ func TestCompareIDs(t *testing.T) {
 		t.Fatal("maxID")
 	}
 }
+
+func TestDueQueueTellsShardsApart(t *testing.T) {
+	q := newDueQueue()
+	t0 := time.Now()
+	a, b := item("7-0", t0), item("7-0", t0)
+	b.w.Shard = 1
+	if n := q.push(a, b); n != 2 {
+		t.Fatalf("added %d of two windows with one entry id on two shards", n)
+	}
+	got := q.popDue(t0.UnixMilli(), 10)
+	q.done(got[0])
+	if q.holding() != 1 {
+		t.Fatalf("done on one shard's window forgot the other's (holding %d)", q.holding())
+	}
+}

@@ -385,7 +385,7 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 		if p := recover(); p != nil {
 			ids := make([]string, len(batch))
 			for i, it := range batch {
-				ids[i] = it.w.ID
+				ids[i] = strconv.Itoa(it.w.Shard) + "/" + it.w.ID
 			}
 			w.panicked("flush", p, zap.Strings("ids", ids))
 			w.metrics.BadEntries.Add(float64(len(batch)))
@@ -434,7 +434,7 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 		case repo.Stale:
 			w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedStale).Inc()
 			w.log.Warn("window dropped unpublished: older than window.stale",
-				zap.String("window", it.w.ID), zap.Int64("activity", it.w.ActivityID),
+				zap.Int("shard", it.w.Shard), zap.String("window", it.w.ID), zap.Int64("activity", it.w.ActivityID),
 				zap.Int64("user", it.w.UserID), zap.String("item_type", it.w.ItemType),
 				zap.Duration("age", r.Age), zap.Int64("quantity", r.Quantity))
 			w.q.done(it)

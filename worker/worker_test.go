@@ -25,10 +25,14 @@ const w = 150 * time.Millisecond
 // setup starts a redis-server with the scripts loaded, the group created
 // and a subscriber on every push channel.
 func setup(t *testing.T) (*repo.Repo, *redis.Client, *redis.PubSub, *metrics.Metrics) {
+	return setupShards(t, 1)
+}
+
+func setupShards(t *testing.T, shards int) (*repo.Repo, *redis.Client, *redis.PubSub, *metrics.Metrics) {
 	ctx := context.Background()
 	rdb := testredis.Start(t, testredis.Options{}).Client()
 	r := repo.New(rdb, repo.Settings{Window: w, Grace: 20 * time.Millisecond, Dedupe: time.Minute,
-		Stale: time.Minute, Timeout: time.Second, Shards: 1, StreamMaxLen: 100000})
+		Stale: time.Minute, Timeout: time.Second, Shards: shards, StreamMaxLen: 100000})
 	if err := r.LoadScripts(ctx); err != nil {
 		t.Fatal(err)
 	}
