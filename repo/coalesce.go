@@ -127,7 +127,9 @@ func (c *coalescer) run(batch []*reportCall) {
 	var all []*combo.Contribution
 	for _, call := range batch {
 		if err := call.ctx.Err(); err != nil { // gave up while queued: skip
-			call.err = wrap("repo.Report", err)
+			// Not wrap: a ctx error is no Redis reply, which wrap would
+			// count as Redis unavailable and page for it.
+			call.err = fmt.Errorf("repo.Report: %w: %w", ErrCallerGone, err)
 			close(call.done)
 			continue
 		}

@@ -89,6 +89,25 @@ func TestNoCallerRunsPipelinesForOthersForLong(t *testing.T) {
 
 // A caller that gives up while its report waits gets ErrCallerGone, not
 // ErrUnavailable (Redis is fine), and the calls behind it still go through.
+// A call whose ctx has ended before any pipeline takes it (here: before it
+// is made, so the caller runs its own pipeline and skips it) is the caller
+// gone too, not Redis down.
+func TestCallerGoneBeforePipelineIsNotUnavailable(t *testing.T) {
+	r := hookedRepo(t, func() {})
+	for _, n := range []int{1, 50} { // a shared pipeline, and a big call's own
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		cs := make([]*combo.Contribution, n)
+		for i := range cs {
+			cs[i] = contribution(int64(100*n+i), "rose", base)
+		}
+		_, err := r.Report(ctx, cs)
+		if !errors.Is(err, repo.ErrCallerGone) || errors.Is(err, repo.ErrUnavailable) {
+			t.Fatalf("%d reports, ctx ended: %v, want ErrCallerGone and not ErrUnavailable", n, err)
+		}
+	}
+}
+
 func TestCallerGoneIsNotUnavailable(t *testing.T) {
 	release := make(chan struct{})
 	var held atomic.Bool
