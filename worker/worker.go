@@ -109,8 +109,9 @@ type Worker struct {
 	stopTaking context.CancelFunc
 	takers     sync.WaitGroup
 
-	draining  chan struct{} // closed: the flusher exits once nothing is held
-	stopFlush chan struct{} // closed: the flusher exits now
+	draining  chan struct{}   // closed: the flusher exits once nothing is held
+	flushCtx  context.Context // done: the flusher exits now, even mid-backoff
+	stopFlush context.CancelFunc
 	flushDone chan struct{}
 
 	startOnce, shutdownOnce sync.Once
@@ -119,9 +120,10 @@ type Worker struct {
 // New returns a worker; Start runs it.
 func New(store Store, cfg Config, log *zap.Logger, m *metrics.Metrics) *Worker {
 	cfg.defaults()
+	flushCtx, stopFlush := context.WithCancel(context.Background())
 	return &Worker{
 		cfg: cfg, store: store, log: log, metrics: m, q: newDueQueue(),
-		draining: make(chan struct{}), stopFlush: make(chan struct{}), flushDone: make(chan struct{}),
+		draining: make(chan struct{}), flushCtx: flushCtx, stopFlush: stopFlush, flushDone: make(chan struct{}),
 	}
 }
 
@@ -345,7 +347,7 @@ func (w *Worker) flushLoop() {
 	for {
 		for {
 			select {
-			case <-w.stopFlush: // Shutdown's deadline passed: leave the rest pending
+			case <-w.flushCtx.Done(): // Shutdown's deadline passed: leave the rest pending
 				return
 			default:
 			}
@@ -354,7 +356,7 @@ func (w *Worker) flushLoop() {
 				break
 			}
 			if !w.flushBatch(batch) {
-				bo.wait(context.Background())
+				bo.wait(w.flushCtx)
 				break
 			}
 			bo.reset()
@@ -368,7 +370,7 @@ func (w *Worker) flushLoop() {
 			timer.Reset(time.Hour)
 		}
 		select {
-		case <-w.stopFlush:
+		case <-w.flushCtx.Done():
 			return
 		case <-draining:
 			draining, isDraining = nil, true
@@ -402,7 +404,7 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 	}
 	var res []repo.FlushResult
 	sent := time.Now()
-	err := w.op(context.Background(), func(ctx context.Context) error {
+	err := w.op(w.flushCtx, func(ctx context.Context) error {
 		var err error
 		res, err = w.store.Flush(ctx, ws)
 		return err
@@ -531,7 +533,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		select {
 		case <-w.flushDone:
 		case <-ctx.Done():
-			close(w.stopFlush)
+			w.stopFlush()
 			<-w.flushDone
 			err = fmt.Errorf("worker.Shutdown: %d windows still held, left pending for another replica: %w", w.q.holding(), ctx.Err())
 		}

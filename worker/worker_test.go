@@ -356,3 +356,23 @@ func TestHousekeeperResyncsTheClock(t *testing.T) {
 		t.Fatalf("estimate %d ms off Redis's clock after the housekeeper ran", d)
 	}
 }
+
+// Shutdown's deadline stops the flusher at once, even while it backs off
+// from a Redis that keeps refusing (up to 2 s a wait): the deadline is the
+// operator's bound on how long a stop takes.
+func TestShutdownDeadlineCutsFlushBackoff(t *testing.T) {
+	r, _, _, m := setup(t)
+	store := &refusing{Repo: r}
+	wk := startReported(t, store, r, m)
+	// Six refusals: the flusher's waits have grown past a second.
+	waitFor(t, "six refused flushes", func() bool { return store.calls.Load() >= 6 })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := wk.Shutdown(ctx); err == nil {
+		t.Fatal("Shutdown reported the refused window published")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Shutdown with a 100ms deadline took %s", d)
+	}
+}
