@@ -12,7 +12,11 @@
 // Linger, at most Concurrency batches at a time. A failed batch is retried
 // up to MaxRetries times with exponential backoff (combo-service deduplicates
 // by contribution id, so a retry never counts twice), except one refused
-// with INVALID_ARGUMENT, which can never succeed.
+// with INVALID_ARGUMENT, which can never succeed as sent: if the refusal
+// names one item (e.g. "contributions[3].quantity: ..."), only that item is
+// dropped and the rest is sent again at once; otherwise the whole batch is
+// dropped. Each attempt is bounded by RPCTimeout, passed to Kitex as a
+// call option, so it overrides the client's own RPC timeout.
 //
 // Every contribution ends one of these ways, and each is visible:
 //
@@ -21,7 +25,9 @@
 //   - the service acknowledges it: Stats().Sent;
 //   - the Reporter gives up (retries exhausted, refused, or Close's ctx
 //     expired): Stats().Dropped, and the batch is handed to
-//     ReporterOptions.OnDrop with the reason.
+//     ReporterOptions.OnDrop with the reason and logged to
+//     ReporterOptions.Logger; with neither set, it is logged at error level
+//     to stderr.
 //
 // The queue is memory only: if the process dies without Close, what it held
 // is lost. The caller's DB row is the durable copy; persist what OnDrop and

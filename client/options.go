@@ -3,10 +3,12 @@ package client
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
@@ -43,13 +45,18 @@ type ReporterOptions struct {
 	// MaxRetries is how many times a failed batch is sent again (so at most
 	// 1+MaxRetries attempts). 0 means the default 3; a negative value
 	// disables retries. A batch refused with INVALID_ARGUMENT is never
-	// retried.
+	// retried as it was: if the refusal names one of its items (e.g.
+	// "contributions[3].quantity: ..."), that item alone is dropped and the
+	// rest is sent again at once, which does not count as a retry;
+	// otherwise the whole batch is dropped.
 	MaxRetries int
 	// InitialBackoff is the wait before the first retry; it doubles for each
 	// further retry up to MaxBackoff. Defaults 50ms and 1s.
 	InitialBackoff time.Duration
 	MaxBackoff     time.Duration
-	// RPCTimeout bounds each ReportContributions attempt, through its ctx.
+	// RPCTimeout bounds each ReportContributions attempt, through its ctx
+	// and a per-call callopt.WithRPCTimeout, which overrides the client's
+	// own RPC timeout (NewClient's DefaultClientRPCTimeout) either way.
 	// Default 1s.
 	RPCTimeout time.Duration
 
@@ -62,7 +69,10 @@ type ReporterOptions struct {
 	// Close. The slice and the contributions in it are copies, the caller's
 	// to keep and change.
 	OnDrop func(batch []*combo.Contribution, err error)
-	// Logger, if set, logs every drop at error level (in addition to OnDrop).
+	// Logger logs every drop at error level (in addition to OnDrop). If
+	// neither Logger nor OnDrop is set, NewReporter uses a default logger
+	// that writes drops as JSON lines to stderr, so no drop goes unseen;
+	// set OnDrop (or a Logger of your own) to handle them instead.
 	Logger *zap.Logger
 	// Registerer, if set, receives the Reporter's metrics:
 	// combo_reporter_queue_depth and
@@ -130,3 +140,16 @@ func (o *ReporterOptions) Validate() error {
 
 // retries is the number of retries after the first attempt.
 func (o *ReporterOptions) retries() int { return max(o.MaxRetries, 0) }
+
+// defaultDropLogOutput is where the default drop logger writes; tests
+// replace it.
+var defaultDropLogOutput zapcore.WriteSyncer = zapcore.Lock(os.Stderr)
+
+// newDefaultDropLogger is the Logger of a Reporter given neither OnDrop nor
+// Logger: zap's production JSON encoding at error level, unsampled, so that
+// no drop goes unlogged.
+func newDefaultDropLogger() *zap.Logger {
+	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+	return zap.New(zapcore.NewCore(enc, defaultDropLogOutput, zapcore.ErrorLevel)).
+		Named("combo.reporter")
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,7 +29,10 @@ var (
 	ErrBadResponse = errors.New("combo client: malformed ReportContributions response")
 )
 
-// BatchSender sends one batch. comboservice.Client satisfies it.
+// BatchSender sends one batch. comboservice.Client satisfies it. The
+// Reporter bounds each call both by its ctx deadline and by a
+// callopt.WithRPCTimeout(RPCTimeout) call option; a sender that is not a
+// Kitex client may ignore the call options.
 type BatchSender interface {
 	ReportContributions(ctx context.Context, req *combo.ReportContributionsRequest, callOptions ...callopt.Option) (*combo.ReportContributionsResponse, error)
 }
@@ -51,7 +56,8 @@ type ReporterStats struct {
 // whichever comes first, at most Concurrency batches at a time, each
 // retried up to MaxRetries times. Nothing is lost silently: a contribution
 // is either refused by Report with an error, acknowledged by the service
-// (Sent), or handed to OnDrop with the reason (Dropped).
+// (Sent), or handed to OnDrop with the reason and logged (Dropped); with
+// neither OnDrop nor Logger set, drops are logged to stderr.
 //
 // Delivery is at least once: a batch whose acknowledgement was lost is sent
 // again, which combo-service deduplicates by contribution id. Contributions
@@ -71,9 +77,10 @@ type Reporter struct {
 	done   chan struct{} // closed when the dispatcher and all sends are over
 	sends  sync.WaitGroup
 	// drops counts OnDrop calls a send has begun (Add under mu, where the
-	// batch is resolved as dropped): Close waits for them even when it
-	// gives up on the sends, so that it never returns while a dropped
-	// contribution is still on its way to the caller.
+	// batch, or one refused item of it, is resolved as dropped): Close
+	// waits for them even when it gives up on the sends, so that it never
+	// returns while a dropped contribution is still on its way to the
+	// caller.
 	drops sync.WaitGroup
 
 	mu       sync.Mutex
@@ -93,6 +100,8 @@ type pendingItem struct {
 
 // batch is owned by one send goroutine; resolved (under Reporter.mu) marks
 // that its fate has been counted, by the send or by an abort, exactly once.
+// items shrinks (under Reporter.mu, never in place) when the service refuses
+// one of them; the rest stay in flight.
 type batch struct {
 	items    []*combo.Contribution
 	resolved bool
@@ -106,6 +115,9 @@ func NewReporter(sender BatchSender, opts ReporterOptions) (*Reporter, error) {
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
+	}
+	if opts.OnDrop == nil && opts.Logger == nil {
+		opts.Logger = newDefaultDropLogger() // nothing else would see a drop
 	}
 	r := &Reporter{
 		sender:   sender,
@@ -351,6 +363,9 @@ func (r *Reporter) cutLocked() []*combo.Contribution {
 }
 
 // send delivers one batch, retrying with exponential backoff, and resolves it.
+// An INVALID_ARGUMENT refusal that names one item drops that item and sends
+// the rest again at once: not a retry, and bounded since each such round
+// removes an item.
 func (r *Reporter) send(b *batch) {
 	defer func() {
 		<-r.slots
@@ -360,9 +375,10 @@ func (r *Reporter) send(b *batch) {
 	backoff := r.opts.InitialBackoff
 	retries := r.opts.retries()
 	var err error
-	attempt := 0
-	for ; ; attempt++ {
-		if attempt > 0 {
+	attempt := 0    // retries so far (resends after a refused item excluded)
+	resend := false // the last round dropped a refused item: go again at once
+	for {
+		if attempt > 0 && !resend {
 			t := time.NewTimer(backoff)
 			select {
 			case <-t.C:
@@ -375,6 +391,7 @@ func (r *Reporter) send(b *batch) {
 				return
 			}
 		}
+		resend = false
 		if err = r.attempt(b.items); err == nil {
 			r.resolve(b, nil)
 			return
@@ -383,20 +400,81 @@ func (r *Reporter) send(b *batch) {
 			return // aborted: the batch is already dropped
 		}
 		if ce, ok := IsComboError(err); ok && ce.Code == CodeInvalidArgument {
+			if i, ok := refusedItem(ce.Message, len(b.items)); ok && len(b.items) > 1 {
+				if !r.dropItem(b, i, fmt.Errorf("combo client: contribution %d refused, not retried: %w", b.items[i].Id, err)) {
+					return // aborted: the batch is already dropped
+				}
+				resend = true
+				continue
+			}
 			r.resolve(b, fmt.Errorf("combo client: batch of %d refused, not retried: %w", len(b.items), err))
 			return
 		}
 		if attempt >= retries {
 			break
 		}
+		attempt++
 	}
 	r.resolve(b, fmt.Errorf("combo client: batch of %d failed after %d attempts: %w", len(b.items), attempt+1, err))
+}
+
+// refusedItem returns the index of the item an INVALID_ARGUMENT message
+// names, if it names one below n: combo-service's validation errors start
+// with the item's path, "contributions[3]" followed by "." or ":".
+func refusedItem(msg string, n int) (int, bool) {
+	rest, ok := strings.CutPrefix(msg, "contributions[")
+	if !ok {
+		return 0, false
+	}
+	end := strings.IndexByte(rest, ']')
+	if end <= 0 || end+1 >= len(rest) || (rest[end+1] != '.' && rest[end+1] != ':') {
+		return 0, false
+	}
+	digits := rest[:end]
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	i, err := strconv.Atoi(digits)
+	if err != nil || i >= n {
+		return 0, false
+	}
+	return i, true
+}
+
+// dropItem drops item i of b with err and keeps the rest in flight, unless
+// an abort already dropped b. The rest goes into a new slice: an RPC its ctx
+// abandoned may still be reading the old one.
+func (r *Reporter) dropItem(b *batch, i int, err error) bool {
+	r.mu.Lock()
+	if b.resolved {
+		r.mu.Unlock()
+		return false
+	}
+	item := b.items[i]
+	rest := make([]*combo.Contribution, 0, len(b.items)-1)
+	rest = append(rest, b.items[:i]...)
+	b.items = append(rest, b.items[i+1:]...)
+	r.held--
+	r.stats.Dropped++
+	r.drops.Add(1)
+	r.mu.Unlock()
+
+	defer r.drops.Done()
+	r.metrics.dropped.Inc()
+	r.drop([]*combo.Contribution{item}, err)
+	return true
 }
 
 func (r *Reporter) attempt(items []*combo.Contribution) error {
 	ctx, cancel := context.WithTimeout(r.ctx, r.opts.RPCTimeout)
 	defer cancel()
-	resp, err := r.sender.ReportContributions(ctx, &combo.ReportContributionsRequest{Contributions: items})
+	// The ctx deadline alone is not enough: Kitex applies the shorter of it
+	// and the client's own RPC timeout (1s from NewClient), so the call
+	// option is what lets RPCTimeout exceed it.
+	resp, err := r.sender.ReportContributions(ctx, &combo.ReportContributionsRequest{Contributions: items},
+		callopt.WithRPCTimeout(r.opts.RPCTimeout))
 	if err != nil {
 		return err
 	}

@@ -190,18 +190,21 @@ func TestBatchSizeTrigger(t *testing.T) {
 	f := newFake(nil)
 	r := newTestReporter(t, f, ReporterOptions{BatchSize: 10, Linger: time.Hour})
 
-	start := time.Now()
 	mustReport(t, r, ids(1, 9)...)
 	if s := r.Stats(); s.Queued != 9 || s.InFlight != 0 {
 		t.Fatalf("9 of BatchSize 10 must stay queued, stats %+v", s)
 	}
+	// Below BatchSize, with an hour's Linger, nothing goes out.
+	select {
+	case got := <-f.calls:
+		t.Fatalf("sent %v with 9 of BatchSize 10 queued", got)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// The 10th report alone triggers the batch: Linger is an hour away.
 	mustReport(t, r, 10)
 	got := f.recv(t)
 	if !slices.Equal(got, ids(1, 10)) {
 		t.Fatalf("batch = %v, want ids 1..10 in order", got)
-	}
-	if d := time.Since(start); d > waitFor {
-		t.Fatalf("batch took %v", d)
 	}
 	closeWithin(t, r)
 	attempts, _ := f.snapshot()
@@ -214,19 +217,27 @@ func TestBatchSizeTrigger(t *testing.T) {
 }
 
 func TestLingerTrigger(t *testing.T) {
-	const linger = 30 * time.Millisecond
+	// The upper bound is far above scheduling noise and far below waitFor,
+	// so a Linger timer that never fires (only Close's flush would send)
+	// fails here rather than passing late.
+	const linger, within = 50 * time.Millisecond, 2 * time.Second
 	f := newFake(nil)
 	r := newTestReporter(t, f, ReporterOptions{BatchSize: 50, Linger: linger})
 
 	start := time.Now()
 	mustReport(t, r, 1, 2, 3)
-	got := f.recv(t)
+	var got []int64
+	select {
+	case got = <-f.calls:
+	case <-time.After(within):
+		t.Fatalf("no batch within %v of Linger %v", within, linger)
+	}
 	elapsed := time.Since(start)
 	if !slices.Equal(got, []int64{1, 2, 3}) {
 		t.Fatalf("batch = %v, want [1 2 3]", got)
 	}
-	if elapsed < linger {
-		t.Fatalf("batch sent after %v, before Linger %v", elapsed, linger)
+	if elapsed < linger || elapsed > within {
+		t.Fatalf("batch sent after %v, want between Linger %v and %v", elapsed, linger, within)
 	}
 	closeWithin(t, r)
 	if attempts, _ := f.snapshot(); len(attempts) != 1 {
@@ -535,7 +546,9 @@ func TestRetryPolicyByError(t *testing.T) {
 		err          error
 		wantAttempts int
 	}{
-		{"invalid argument is never retried", 3, &combo.ComboError{Code: CodeInvalidArgument, Message: "contributions[0].id: must be > 0"}, 1},
+		// Naming no item: the whole batch is refused (TestInvalidItemDroppedAlone
+		// covers a refusal naming one).
+		{"invalid argument is never retried", 3, &combo.ComboError{Code: CodeInvalidArgument, Message: "contributions: must hold 1..1000 items, got 0"}, 1},
 		{"wrapped invalid argument is never retried", 3, fmt.Errorf("kitex: %w", &combo.ComboError{Code: CodeInvalidArgument}), 1},
 		{"unavailable is retried", 2, &combo.ComboError{Code: CodeUnavailable, Message: "redis down"}, 3},
 		{"internal is retried", 1, &combo.ComboError{Code: CodeInternal}, 2},

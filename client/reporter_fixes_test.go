@@ -1,0 +1,321 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/kitex/server"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
+)
+
+// slowService answers ReportContributions after delay, over real Kitex.
+type slowService struct {
+	delay time.Duration
+	stop  chan struct{} // closed by the test's cleanup: answer at once
+}
+
+var _ combo.ComboService = (*slowService)(nil)
+
+func (s *slowService) ReportContribution(context.Context, *combo.ReportContributionRequest) (*combo.ReportContributionResponse, error) {
+	return nil, &combo.ComboError{Code: CodeInternal, Message: "not used"}
+}
+
+func (s *slowService) ReportContributions(_ context.Context, req *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
+	t := time.NewTimer(s.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.stop:
+	}
+	resp := &combo.ReportContributionsResponse{Results: make([]*combo.ReportContributionResponse, len(req.GetContributions()))}
+	for i, c := range req.GetContributions() {
+		resp.Results[i] = &combo.ReportContributionResponse{WindowId: c.Id, WindowQuantity: c.Quantity}
+	}
+	return resp, nil
+}
+
+func (s *slowService) MergeLatest(context.Context, *combo.MergeLatestRequest) (*combo.MergeLatestResponse, error) {
+	return nil, &combo.ComboError{Code: CodeInternal, Message: "not used"}
+}
+
+// startKitex serves svc with Kitex on 127.0.0.1:0 until the test ends and
+// returns its address.
+func startKitex(t *testing.T, svc combo.ComboService) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svr := comboservice.NewServer(svc, server.WithListener(ln), server.WithExitWaitTime(time.Second))
+	ran := make(chan error, 1)
+	go func() { ran <- svr.Run() }()
+	t.Cleanup(func() {
+		if err := svr.Stop(); err != nil {
+			t.Errorf("server Stop: %v", err)
+		}
+		select {
+		case <-ran:
+		case <-time.After(waitFor):
+			t.Error("server Run did not return after Stop")
+		}
+	})
+	return ln.Addr().String()
+}
+
+// A Reporter's RPCTimeout above NewClient's 1 s default must take effect:
+// the server answers after 1.5 s, within the Reporter's 3 s.
+func TestRPCTimeoutOverridesClientDefault(t *testing.T) {
+	const delay = 1500 * time.Millisecond
+	if delay <= DefaultClientRPCTimeout {
+		t.Fatalf("delay %v must exceed the client default %v", delay, DefaultClientRPCTimeout)
+	}
+	svc := &slowService{delay: delay, stop: make(chan struct{})}
+	addr := startKitex(t, svc)
+	t.Cleanup(func() { close(svc.stop) }) // runs before the server stops
+	cli, err := NewClient([]string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drops := newDropLog()
+	r := newTestReporter(t, cli, ReporterOptions{
+		BatchSize: 2, Linger: time.Hour, MaxRetries: -1, RPCTimeout: 3 * time.Second, OnDrop: drops.onDrop,
+	})
+
+	start := time.Now()
+	mustReport(t, r, 1, 2)
+	closeWithin(t, r)
+	if got, errs := drops.snapshot(); len(got) != 0 {
+		t.Fatalf("after %v, OnDrop got %v: %v; want the batch sent", time.Since(start), got, errs)
+	}
+	if s := r.Stats(); s.Sent != 2 || s.Dropped != 0 {
+		t.Fatalf("stats %+v, want 2 sent", s)
+	}
+	if d := time.Since(start); d < delay {
+		t.Fatalf("sent after %v, before the server's %v delay", d, delay)
+	}
+}
+
+// syncBuffer is a zapcore.WriteSyncer the test can read while a Reporter
+// writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) Sync() error { return nil }
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// With no OnDrop and no Logger, a drop is still logged, at error level, by
+// the default logger (stderr in production; a buffer here).
+func TestDefaultLoggerReportsDrops(t *testing.T) {
+	var out syncBuffer
+	old := defaultDropLogOutput
+	defaultDropLogOutput = &out
+	t.Cleanup(func() { defaultDropLogOutput = old })
+
+	f := newFake(func(context.Context, int, []*combo.Contribution) error { return errTransport })
+	r := newTestReporter(t, f, ReporterOptions{}) // every option left zero
+	mustReport(t, r, 1, 2)
+	closeWithin(t, r) // flushes, retries, drops
+
+	if s := r.Stats(); s.Dropped != 2 {
+		t.Fatalf("stats %+v, want 2 dropped", s)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 1 || lines[0] == "" {
+		t.Fatalf("default logger wrote %q, want one line for the one dropped batch", out.String())
+	}
+	var entry struct {
+		Level string `json:"level"`
+		Msg   string `json:"msg"`
+		Count int    `json:"count"`
+		First int64  `json:"first_id"`
+		Last  int64  `json:"last_id"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &entry); err != nil {
+		t.Fatalf("log line %q: %v", lines[0], err)
+	}
+	if entry.Level != "error" || entry.Count != 2 || entry.First != 1 || entry.Last != 2 ||
+		!strings.Contains(entry.Error, errTransport.Error()) || !strings.Contains(entry.Msg, "dropped") {
+		t.Fatalf("log entry %+v, want an error-level drop of ids 1..2 naming the transport error", entry)
+	}
+}
+
+// The fallback applies only when nothing else would see a drop: a caller's
+// Logger or OnDrop is used as given.
+func TestDefaultLoggerOnlyWhenUnobserved(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	for _, tc := range []struct {
+		name    string
+		opts    ReporterOptions
+		wantAny bool // some Logger in effect
+	}{
+		{"zero options", ReporterOptions{}, true},
+		{"OnDrop only", ReporterOptions{OnDrop: func([]*combo.Contribution, error) {}}, false},
+		{"Logger given", ReporterOptions{Logger: zap.New(core)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newTestReporter(t, newFake(nil), tc.opts)
+			if got := r.opts.Logger != nil; got != tc.wantAny {
+				t.Fatalf("Logger set = %v, want %v", got, tc.wantAny)
+			}
+			if tc.opts.Logger != nil && r.opts.Logger != tc.opts.Logger {
+				t.Fatal("the caller's Logger was replaced")
+			}
+		})
+	}
+	// The caller's Logger receives the drop.
+	f := newFake(func(context.Context, int, []*combo.Contribution) error { return errTransport })
+	r := newTestReporter(t, f, ReporterOptions{MaxRetries: -1, Logger: zap.New(core)})
+	mustReport(t, r, 5)
+	closeWithin(t, r)
+	if es := logs.FilterMessageSnippet("dropped").All(); len(es) != 1 || es[0].Level != zapcore.ErrorLevel {
+		t.Fatalf("caller's logger got %v, want one error-level drop", logs.All())
+	}
+}
+
+// refuseIDs is a sender that refuses, like combo-service's validation, any
+// batch holding one of bad, naming the first such item by its index.
+func refuseIDs(field string, bad ...int64) *fakeSender {
+	return newFake(func(_ context.Context, _ int, items []*combo.Contribution) error {
+		for i, c := range items {
+			if slices.Contains(bad, c.Id) {
+				return &combo.ComboError{Code: CodeInvalidArgument, Message: fmt.Sprintf("contributions[%d]%s", i, field)}
+			}
+		}
+		return nil
+	})
+}
+
+// A batch refused for one item drops only that item, with the server's
+// error, and sends the rest again at once, without counting a retry.
+func TestInvalidItemDroppedAlone(t *testing.T) {
+	cases := []struct {
+		name         string
+		field        string
+		bad          []int64
+		wantAttempts [][]int64
+	}{
+		{"one bad field", ".quantity: must be 1..100000, got 0", []int64{4}, [][]int64{ids(1, 6), {1, 2, 3, 5, 6}}},
+		{"nil item", ": required", []int64{1}, [][]int64{ids(1, 6), ids(2, 6)}},
+		{"two bad items", ".created_at: must be unix milliseconds", []int64{2, 6}, [][]int64{ids(1, 6), {1, 3, 4, 5, 6}, {1, 3, 4, 5}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := refuseIDs(tc.field, tc.bad...)
+			drops := newDropLog()
+			r := newTestReporter(t, f, ReporterOptions{
+				BatchSize: 6, Linger: time.Hour, InitialBackoff: time.Hour, OnDrop: drops.onDrop,
+			})
+			mustReport(t, r, ids(1, 6)...)
+			closeWithin(t, r) // an hour's backoff would time this out: resends are at once
+
+			attempts, _ := f.snapshot()
+			if !slices.EqualFunc(attempts, tc.wantAttempts, slices.Equal) {
+				t.Fatalf("attempts %v, want %v", attempts, tc.wantAttempts)
+			}
+			got, errs := drops.snapshot()
+			if !slices.Equal(got, tc.bad) {
+				t.Fatalf("OnDrop got %v, want only %v", got, tc.bad)
+			}
+			for _, err := range errs {
+				ce, ok := IsComboError(err)
+				if !ok || ce.Code != CodeInvalidArgument || !strings.HasSuffix(ce.Message, tc.field) {
+					t.Fatalf("OnDrop err %v, want the server's INVALID_ARGUMENT", err)
+				}
+			}
+			s := r.Stats()
+			checkConsistent(t, s)
+			want := ReporterStats{Accepted: 6, Sent: uint64(6 - len(tc.bad)), Dropped: uint64(len(tc.bad))}
+			if s != want {
+				t.Fatalf("stats %+v, want %+v", s, want)
+			}
+		})
+	}
+}
+
+// A refusal that names no item of the batch still drops the whole batch.
+func TestInvalidBatchWithoutIndexDroppedWhole(t *testing.T) {
+	for _, msg := range []string{
+		"contributions: must hold 1..1000 items, got 0",
+		"contributions[9].id: must be > 0, got 0", // out of range
+		"contributions[-1].id: must be > 0, got 0",
+		"contributions[x].id: must be > 0, got 0",
+		"contribution.id: must be > 0, got 0",
+		"",
+	} {
+		t.Run(msg, func(t *testing.T) {
+			refusal := &combo.ComboError{Code: CodeInvalidArgument, Message: msg}
+			f := newFake(func(context.Context, int, []*combo.Contribution) error { return refusal })
+			drops := newDropLog()
+			r := newTestReporter(t, f, ReporterOptions{BatchSize: 3, Linger: time.Hour, OnDrop: drops.onDrop})
+			mustReport(t, r, 1, 2, 3)
+			closeWithin(t, r)
+			if attempts, _ := f.snapshot(); len(attempts) != 1 {
+				t.Fatalf("%d attempts, want 1", len(attempts))
+			}
+			got, errs := drops.snapshot()
+			if !slices.Equal(got, []int64{1, 2, 3}) || len(errs) != 1 || !errors.Is(errs[0], refusal) {
+				t.Fatalf("OnDrop(%v, %v), want the whole batch once", got, errs)
+			}
+		})
+	}
+}
+
+// A refusal during a retry drops the named item and resends the rest at
+// once: the retry before it is counted, the resend is not.
+func TestInvalidItemThenRetryCounts(t *testing.T) {
+	// Attempt 1 fails in transport; the retry is refused for id 2; the rest
+	// goes again at once and succeeds.
+	f := newFake(func(_ context.Context, attempt int, items []*combo.Contribution) error {
+		switch {
+		case attempt == 1:
+			return errTransport
+		case slices.ContainsFunc(items, func(c *combo.Contribution) bool { return c.Id == 2 }):
+			return &combo.ComboError{Code: CodeInvalidArgument, Message: "contributions[1].item_id: must be > 0, got 0"}
+		}
+		return nil
+	})
+	drops := newDropLog()
+	r := newTestReporter(t, f, ReporterOptions{
+		BatchSize: 3, Linger: time.Hour, InitialBackoff: time.Millisecond, OnDrop: drops.onDrop,
+	})
+	mustReport(t, r, 1, 2, 3)
+	closeWithin(t, r)
+	attempts, _ := f.snapshot()
+	if want := [][]int64{{1, 2, 3}, {1, 2, 3}, {1, 3}}; !slices.EqualFunc(attempts, want, slices.Equal) {
+		t.Fatalf("attempts %v, want %v", attempts, want)
+	}
+	if got, _ := drops.snapshot(); !slices.Equal(got, []int64{2}) {
+		t.Fatalf("OnDrop got %v, want [2]", got)
+	}
+	if s := r.Stats(); s != (ReporterStats{Accepted: 3, Sent: 2, Dropped: 1, Retried: 3}) {
+		t.Fatalf("stats %+v, want 2 sent, 1 dropped, one retry of 3", s)
+	}
+}
