@@ -8,15 +8,19 @@
 //     delivered), then new ones (">"), with a finite BLOCK;
 //   - one claimer: takes over entries idle on another consumer longer than
 //     ClaimIdle (XAUTOCLAIM), so a dead replica's windows are published;
-//   - one flusher: sleeps until the earliest due window, flushes all due
-//     windows in batches of BatchSize;
+//   - one flusher per shard, with its own due queue: sleeps until its
+//     earliest due window, flushes all due windows in batches of BatchSize.
+//     Per shard, because a shard's windows live on one Redis node: on a
+//     Redis Cluster a master that does not answer holds up only its own
+//     shards' flushes (go-redis fails a whole cluster pipeline when one
+//     node's part times out, answered parts included);
 //   - one housekeeper: samples stream length and pending count, and removes
 //     dead consumers once they have nothing pending.
 //
 // Shutdown order: stop the readers, the claimer and the housekeeper (nothing new is taken),
 // read once more this replica's own pending entries it does not hold and
-// what its last RPCs enqueued, let the flusher
-// publish every held window as it comes due, then stop the flusher. What
+// what its last RPCs enqueued, let the flushers
+// publish every held window as it comes due, then stop the flushers. What
 // is still held when the deadline passes stays pending in Redis for another
 // replica (or this one, restarted) to publish.
 //
@@ -102,17 +106,17 @@ type Worker struct {
 	log     *zap.Logger // sampled: repeated failures log about once a second
 	metrics *metrics.Metrics
 
-	q     *dueQueue
+	qs    []*dueQueue // one per shard, each drained by its own flusher
 	clock redisClock
 
 	takeCtx    context.Context // readers and claimer
 	stopTaking context.CancelFunc
 	takers     sync.WaitGroup
 
-	draining  chan struct{}   // closed: the flusher exits once nothing is held
-	flushCtx  context.Context // done: the flusher exits now, even mid-backoff
+	draining  chan struct{}   // closed: each flusher exits once its queue is empty
+	flushCtx  context.Context // done: the flushers exit now, even mid-backoff
 	stopFlush context.CancelFunc
-	flushDone chan struct{}
+	flushDone chan struct{} // closed when every flusher has exited
 
 	startOnce, shutdownOnce sync.Once
 }
@@ -121,8 +125,12 @@ type Worker struct {
 func New(store Store, cfg Config, log *zap.Logger, m *metrics.Metrics) *Worker {
 	cfg.defaults()
 	flushCtx, stopFlush := context.WithCancel(context.Background())
+	qs := make([]*dueQueue, cfg.Shards)
+	for i := range qs {
+		qs[i] = newDueQueue()
+	}
 	return &Worker{
-		cfg: cfg, store: store, log: log, metrics: m, q: newDueQueue(),
+		cfg: cfg, store: store, log: log, metrics: m, qs: qs,
 		draining: make(chan struct{}), flushCtx: flushCtx, stopFlush: stopFlush, flushDone: make(chan struct{}),
 	}
 }
@@ -132,7 +140,11 @@ func New(store Store, cfg Config, log *zap.Logger, m *metrics.Metrics) *Worker {
 func (w *Worker) Start() {
 	w.startOnce.Do(func() {
 		w.takeCtx, w.stopTaking = context.WithCancel(context.Background())
-		go w.flushLoop()
+		var flushers sync.WaitGroup
+		for _, q := range w.qs {
+			flushers.Go(func() { w.flushLoop(q) })
+		}
+		go func() { flushers.Wait(); close(w.flushDone) }()
 		w.takers.Add(1)
 		go func() {
 			defer w.takers.Done()
@@ -149,7 +161,13 @@ func (w *Worker) Start() {
 }
 
 // Held is the number of windows this replica holds.
-func (w *Worker) Held() int { return w.q.holding() }
+func (w *Worker) Held() int {
+	n := 0
+	for _, q := range w.qs {
+		n += q.holding()
+	}
+	return n
+}
 
 // Running reports whether the worker has started and not shut down.
 func (w *Worker) Running() bool {
@@ -194,7 +212,7 @@ func (w *Worker) readLoop(ctx context.Context, shard int) {
 	start := "0" // own pending entries first: they survived our last run
 	bo := newBackoff()
 	for ctx.Err() == nil {
-		if w.q.holding() >= w.cfg.MaxHeld {
+		if w.Held() >= w.cfg.MaxHeld {
 			sleep(ctx, 50*time.Millisecond)
 			continue
 		}
@@ -245,7 +263,7 @@ func (w *Worker) readOnce(ctx context.Context, shard int, start string, block ti
 		return res, err
 	}
 	w.dropBad(ctx, shard, bad)
-	w.hold(ws)
+	w.hold(shard, ws)
 	res.count = len(ws) + len(bad)
 	for _, win := range ws {
 		res.last = maxID(res.last, win.ID)
@@ -256,7 +274,8 @@ func (w *Worker) readOnce(ctx context.Context, shard int, start string, block ti
 	return res, nil
 }
 
-func (w *Worker) hold(ws []repo.Window) int {
+// hold queues windows read from one shard's stream.
+func (w *Worker) hold(shard int, ws []repo.Window) int {
 	if len(ws) == 0 {
 		return 0
 	}
@@ -264,8 +283,8 @@ func (w *Worker) hold(ws []repo.Window) int {
 	for i, win := range ws {
 		items[i] = dueItem{w: win, due: win.Due}
 	}
-	n := w.q.push(items...)
-	w.metrics.HeldWindows.Set(float64(w.q.holding()))
+	n := w.qs[shard].push(items...)
+	w.metrics.HeldWindows.Set(float64(w.Held()))
 	return n
 }
 
@@ -326,7 +345,7 @@ func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
 				zap.Int("shard", shard), zap.Strings("ids", deleted))
 		}
 		w.dropBad(ctx, shard, bad)
-		if n := w.hold(ws); n > 0 {
+		if n := w.hold(shard, ws); n > 0 {
 			w.metrics.Reclaimed.Add(float64(n))
 			w.log.Info("took over idle windows", zap.Int("shard", shard), zap.Int("count", n))
 		}
@@ -338,8 +357,9 @@ func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
 	return nil
 }
 
-func (w *Worker) flushLoop() {
-	defer close(w.flushDone)
+// flushLoop flushes one shard's queue until Shutdown: at once when its
+// deadline passes, or once the queue is empty after draining begins.
+func (w *Worker) flushLoop(q *dueQueue) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	bo := newBackoff()
@@ -351,20 +371,20 @@ func (w *Worker) flushLoop() {
 				return
 			default:
 			}
-			batch := w.q.popDue(w.clock.now(), w.cfg.BatchSize)
+			batch := q.popDue(w.clock.now(), w.cfg.BatchSize)
 			if len(batch) == 0 {
 				break
 			}
-			if !w.flushBatch(batch) {
+			if !w.flushBatch(q, batch) {
 				bo.wait(w.flushCtx)
 				break
 			}
 			bo.reset()
 		}
-		if isDraining && w.q.holding() == 0 {
+		if isDraining && q.holding() == 0 {
 			return
 		}
-		if due, ok := w.q.next(); ok {
+		if due, ok := q.next(); ok {
 			timer.Reset(max(w.clock.until(due), 0))
 		} else {
 			timer.Reset(time.Hour)
@@ -375,14 +395,14 @@ func (w *Worker) flushLoop() {
 		case <-draining:
 			draining, isDraining = nil, true
 		case <-timer.C:
-		case <-w.q.wake:
+		case <-q.wake:
 		}
 	}
 }
 
 // flushBatch flushes one batch and reports whether Redis answered. Items
 // not retired go back to the queue.
-func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
+func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			ids := make([]string, len(batch))
@@ -393,10 +413,10 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 			w.metrics.BadEntries.Add(float64(len(batch)))
 			// Forget them locally; they stay pending and the claimer
 			// retries them after ClaimIdle, so nothing is lost.
-			w.q.done(batch...)
+			q.done(batch...)
 			ok = true
 		}
-		w.metrics.HeldWindows.Set(float64(w.q.holding()))
+		w.metrics.HeldWindows.Set(float64(w.Held()))
 	}()
 	ws := make([]repo.Window, len(batch))
 	for i, it := range batch {
@@ -411,7 +431,7 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 	})
 	if err != nil {
 		w.redisError("flush", err)
-		w.retryLater(batch)
+		w.retryLater(q, batch)
 		return false
 	}
 	w.learnClock(batch, res, sent, time.Now())
@@ -427,7 +447,7 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 		case repo.Published:
 			w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedPublished).Inc()
 			w.metrics.PushLag.Observe(r.Lag.Seconds())
-			w.q.done(it)
+			q.done(it)
 		case repo.Early:
 			// Our estimate of Redis's clock was ahead (learnClock has
 			// corrected it): wait until due.
@@ -439,14 +459,14 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 				zap.Int("shard", it.w.Shard), zap.String("window", it.w.ID), zap.Int64("activity", it.w.ActivityID),
 				zap.Int64("user", it.w.UserID), zap.String("item_type", it.w.ItemType),
 				zap.Duration("age", r.Age), zap.Int64("quantity", r.Quantity))
-			w.q.done(it)
+			q.done(it)
 		case repo.Gone:
 			w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedGone).Inc()
-			w.q.done(it)
+			q.done(it)
 		}
 	}
 	if len(retry) > 0 {
-		w.q.requeue(retry...)
+		q.requeue(retry...)
 	}
 	if len(failed) > 0 {
 		// Redis answered with an error for these windows (writes refused,
@@ -455,7 +475,7 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 		for i := range failed {
 			failed[i].fails++
 		}
-		w.retryLater(failed)
+		w.retryLater(q, failed)
 	}
 	// A batch where every window failed is a failing Redis: back off.
 	return len(failed) < len(batch)
@@ -465,7 +485,7 @@ func (w *Worker) flushBatch(batch []dueItem) (ok bool) {
 // hammered: 200 ms for an item that has not failed on its own, and for one
 // that has, 100 ms doubling per failure up to 5 s. The windows stay pending
 // in Redis all along.
-func (w *Worker) retryLater(items []dueItem) {
+func (w *Worker) retryLater(q *dueQueue, items []dueItem) {
 	now := w.clock.now()
 	for i := range items {
 		d := 200 * time.Millisecond
@@ -474,7 +494,7 @@ func (w *Worker) retryLater(items []dueItem) {
 		}
 		items[i].due = max(items[i].due, now+d.Milliseconds())
 	}
-	w.q.requeue(items...)
+	q.requeue(items...)
 }
 
 // learnClock takes Redis's time from a batch's flush replies, sent and
@@ -535,7 +555,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		case <-ctx.Done():
 			w.stopFlush()
 			<-w.flushDone
-			err = fmt.Errorf("worker.Shutdown: %d windows still held, left pending for another replica: %w", w.q.holding(), ctx.Err())
+			err = fmt.Errorf("worker.Shutdown: %d windows still held, left pending for another replica: %w", w.Held(), ctx.Err())
 		}
 	})
 	return err
