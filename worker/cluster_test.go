@@ -14,8 +14,6 @@ import (
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
-	"github.com/combo-service/combo-service/push"
-	"github.com/combo-service/combo-service/repo"
 	"github.com/combo-service/combo-service/worker"
 )
 
@@ -30,14 +28,7 @@ func TestDeadMasterDelaysOnlyItsShards(t *testing.T) {
 	const win = 300 * time.Millisecond
 	cluster := testredis.StartCluster(t, 3)
 	cc := cluster.Client(t)
-	r := repo.New(cc, repo.Settings{Window: win, Grace: 20 * time.Millisecond, Dedupe: time.Minute,
-		Stale: time.Minute, Timeout: time.Second, Shards: shards, StreamMaxLen: 100000})
-	if err := r.LoadScripts(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.EnsureGroups(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r, sub := prepare(t, cc, win, shards)
 	keys := r.Keys()
 	master := func(shard int) string {
 		m, err := cc.MasterForKey(ctx, keys.Stream(shard))
@@ -72,11 +63,6 @@ func TestDeadMasterDelaysOnlyItsShards(t *testing.T) {
 				return
 			}
 		}
-	}
-	sub := cc.PSubscribe(ctx, push.ChannelPattern)
-	t.Cleanup(func() { sub.Close() })
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatal(err)
 	}
 	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: shards, ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), metrics.New(prometheus.NewRegistry()))

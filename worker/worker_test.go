@@ -29,9 +29,16 @@ func setup(t *testing.T) (*repo.Repo, *redis.Client, *redis.PubSub, *metrics.Met
 }
 
 func setupShards(t *testing.T, shards int) (*repo.Repo, *redis.Client, *redis.PubSub, *metrics.Metrics) {
-	ctx := context.Background()
 	rdb := testredis.Start(t, testredis.Options{}).Client()
-	r := repo.New(rdb, repo.Settings{Window: w, Grace: 20 * time.Millisecond, Dedupe: time.Minute,
+	r, sub := prepare(t, rdb, w, shards)
+	return r, rdb, sub, metrics.New(prometheus.NewRegistry())
+}
+
+// prepare makes a repo on rdb (window W, grace 20ms) with its scripts
+// loaded and groups created, and a subscriber on every push channel.
+func prepare(t *testing.T, rdb redis.UniversalClient, window time.Duration, shards int) (*repo.Repo, *redis.PubSub) {
+	ctx := context.Background()
+	r := repo.New(rdb, repo.Settings{Window: window, Grace: 20 * time.Millisecond, Dedupe: time.Minute,
 		Stale: time.Minute, Timeout: time.Second, Shards: shards, StreamMaxLen: 100000})
 	if err := r.LoadScripts(ctx); err != nil {
 		t.Fatal(err)
@@ -44,7 +51,7 @@ func setupShards(t *testing.T, shards int) (*repo.Repo, *redis.Client, *redis.Pu
 	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return r, rdb, sub, metrics.New(prometheus.NewRegistry())
+	return r, sub
 }
 
 func contribution(id, activity int64) *combo.Contribution {
