@@ -63,8 +63,8 @@ type Config struct {
 	ReadCount int           // XREADGROUP COUNT
 	BatchSize int           // windows per pipelined flush
 	Block     time.Duration // XREADGROUP BLOCK, finite
-	// MaxHeld pauses reading while this many windows are held, so a
-	// replica that falls behind leaves new entries to the others.
+	// MaxHeld pauses reading and claiming while this many windows are
+	// held, so a replica that falls behind leaves entries to the others.
 	MaxHeld int
 	// OpTimeout bounds one Redis call of a loop.
 	OpTimeout time.Duration
@@ -328,12 +328,19 @@ func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
 	}()
 	cursor := "0-0"
 	for ctx.Err() == nil {
+		// Claim no more than MaxHeld allows: a dead replica may have left
+		// far more pending than this one can hold. What is left stays for
+		// a replica with room, or for a later round.
+		room := w.cfg.MaxHeld - w.Held()
+		if room <= 0 {
+			return nil
+		}
 		var ws []repo.Window
 		var bad, deleted []string
 		var next string
 		err := w.op(ctx, func(ctx context.Context) error {
 			var err error
-			ws, bad, deleted, next, err = w.store.Claim(ctx, shard, w.cfg.Consumer, w.cfg.ClaimIdle, cursor, w.cfg.ReadCount)
+			ws, bad, deleted, next, err = w.store.Claim(ctx, shard, w.cfg.Consumer, w.cfg.ClaimIdle, cursor, min(w.cfg.ReadCount, room))
 			return err
 		})
 		if err != nil {

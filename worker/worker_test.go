@@ -383,3 +383,36 @@ func TestShutdownDeadlineCutsFlushBackoff(t *testing.T) {
 		t.Fatalf("Shutdown with a 100ms deadline took %s", d)
 	}
 }
+
+// The claimer holds no more than MaxHeld either: a dead replica may leave
+// far more pending than one replica can hold.
+func TestClaimerStopsAtMaxHeld(t *testing.T) {
+	ctx := context.Background()
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	r, _ := prepare(t, rdb, time.Minute, 1) // nothing comes due during the test
+	for id := int64(1); id <= 5; id++ {
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(id, id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A replica read all five and died.
+	if ws, _, err := r.Read(ctx, 0, "dead", ">", 10, -1); err != nil || len(ws) != 5 {
+		t.Fatalf("read %d windows: %v", len(ws), err)
+	}
+	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: 1, ClaimIdle: 50 * time.Millisecond,
+		Block: 50 * time.Millisecond, MaxHeld: 2}, zaptest.NewLogger(t), metrics.New(prometheus.NewRegistry()))
+	wk.Start()
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_ = wk.Shutdown(sctx) // the held windows are a minute from due: left pending
+	}()
+	// One XAUTOCLAIM would take all five at once.
+	waitFor(t, "windows claimed", func() bool { return wk.Held() >= 2 })
+	// Claim rounds run every 100 ms: watch five of them.
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if h := wk.Held(); h != 2 {
+			t.Fatalf("holding %d windows, MaxHeld 2", h)
+		}
+	}
+}
