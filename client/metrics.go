@@ -10,11 +10,11 @@ import (
 const (
 	metricQueueDepth   = "combo_reporter_queue_depth"
 	metricReportsTotal = "combo_reporter_reports_total"
+	metricRetriesTotal = "combo_reporter_retries_total"
 
 	outcomeSent      = "sent"
 	outcomeQueueFull = "queue_full"
 	outcomeDropped   = "dropped"
-	outcomeRetried   = "retried"
 	outcomeInvalid   = "invalid"
 )
 
@@ -27,16 +27,21 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, error) {
 	reports := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricReportsTotal,
-		Help: "Contributions by outcome: sent (acknowledged by combo-service), " +
-			"queue_full (refused by Report, buffer full), dropped (given up on, " +
-			"handed to OnDrop), retried (re-sent after a failed attempt, per item), " +
-			"invalid (refused by Report, failed validation).",
+		Help: "Contributions by outcome, each counted once: sent (acknowledged by " +
+			"combo-service), queue_full (refused by Report, buffer full), dropped " +
+			"(given up on, handed to OnDrop), invalid (refused by Report, failed validation).",
 	}, []string{"outcome"})
+	// Retries are not an outcome: a contribution retried twice and then
+	// sent would count three times in a sum over outcome.
+	retries := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: metricRetriesTotal,
+		Help: "Contributions sent again after a failed attempt, once per retry.",
+	})
 	m := &metrics{
 		sent:      reports.WithLabelValues(outcomeSent),
 		queueFull: reports.WithLabelValues(outcomeQueueFull),
 		dropped:   reports.WithLabelValues(outcomeDropped),
-		retried:   reports.WithLabelValues(outcomeRetried),
+		retried:   retries,
 		invalid:   reports.WithLabelValues(outcomeInvalid),
 	}
 	if reg == nil {
@@ -52,6 +57,11 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, erro
 	if err := reg.Register(reports); err != nil {
 		reg.Unregister(gauge)
 		return nil, fmt.Errorf("combo client: register %s: %w", metricReportsTotal, err)
+	}
+	if err := reg.Register(retries); err != nil {
+		reg.Unregister(gauge)
+		reg.Unregister(reports)
+		return nil, fmt.Errorf("combo client: register %s: %w", metricRetriesTotal, err)
 	}
 	return m, nil
 }

@@ -76,7 +76,8 @@ type ReporterOptions struct {
 	Logger *zap.Logger
 	// Registerer, if set, receives the Reporter's metrics:
 	// combo_reporter_queue_depth and
-	// combo_reporter_reports_total{outcome="sent|queue_full|dropped|retried|invalid"}.
+	// combo_reporter_reports_total{outcome="sent|queue_full|dropped|invalid"}
+	// and combo_reporter_retries_total.
 	// Registering a second Reporter on the same Registerer fails; wrap it
 	// with prometheus.WrapRegistererWith to tell them apart.
 	Registerer prometheus.Registerer

@@ -507,8 +507,19 @@ func TestRetryThenSuccess(t *testing.T) {
 		t.Fatalf("OnDrop got %v", got)
 	}
 	m := gather(t, reg)
-	if m["combo_reporter_reports_total{outcome=retried}"] != 10 || m["combo_reporter_reports_total{outcome=sent}"] != 5 {
+	if m["combo_reporter_retries_total"] != 10 || m["combo_reporter_reports_total{outcome=sent}"] != 5 {
 		t.Fatalf("metrics %v", m)
+	}
+	// Each contribution has one outcome: the sum over outcome is what was
+	// reported, however often it was retried.
+	var sum float64
+	for k, v := range m {
+		if strings.HasPrefix(k, "combo_reporter_reports_total{") {
+			sum += v
+		}
+	}
+	if sum != 5 {
+		t.Fatalf("reports_total summed over outcome: %v, want 5 (metrics %v)", sum, m)
 	}
 }
 
