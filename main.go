@@ -90,6 +90,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
+	m.StreamMaxLength.Set(float64(cfg.Redis.StreamMaxLen))
 
 	redisAddr, newClient, closeRedis, err := openRedis(cfg, log)
 	if err != nil {

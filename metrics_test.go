@@ -6,12 +6,14 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/combo-service/combo-service/conf"
 )
 
 // The /metrics endpoint counts RPCs (Kitex's tracer, on the base stats
-// level) and reports by outcome.
+// level) and reports by outcome, and tells the stream's bound.
 func TestMetricsCountRPCsAndReports(t *testing.T) {
-	s := startService(t, options{})
+	s := startService(t, options{mutate: func(c *conf.Config) { c.Redis.StreamMaxLen = 250_000 }})
 	a := newActivity()
 	for range 3 {
 		s.report(gift(a, 1, "firework", 1))
@@ -37,6 +39,9 @@ func TestMetricsCountRPCsAndReports(t *testing.T) {
 		"combo_report_pipeline_reports_sum 5\n",
 		"combo_report_pipeline_reports_count 5\n",
 		"combo_report_pipeline_seconds_count 5\n",
+		// deploy/alerts.yml's ComboStreamNearMaxLen compares the stream
+		// with it.
+		"combo_stream_max_length 250000\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %q", want)

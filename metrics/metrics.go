@@ -53,7 +53,10 @@ type Metrics struct {
 	HeldWindows    prometheus.Gauge
 	StreamLength   *prometheus.GaugeVec // by shard, sampled
 	StreamPending  *prometheus.GaugeVec // by shard, sampled
-	ConsumersGone  prometheus.Counter
+	// StreamMaxLength is redis.stream_maxlen, so an alert can compare
+	// StreamLength with the bound this replica trims at.
+	StreamMaxLength prometheus.Gauge
+	ConsumersGone   prometheus.Counter
 	// The report path's shared pipelines (repo.Settings.ObservePipeline).
 	PipelineReports prometheus.Histogram
 	PipelineSeconds prometheus.Histogram
@@ -88,6 +91,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Entries in the shard's stream (open windows), sampled."}, []string{"shard"}),
 		StreamPending: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_pending",
 			Help: "Entries read by some consumer and not yet flushed, sampled."}, []string{"shard"}),
+		StreamMaxLength: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_max_length",
+			Help: "redis.stream_maxlen: past it, XADD trims entries, pending ones included, whose windows are then never published."}),
 		ConsumersGone: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "consumers_removed_total",
 			Help: "Dead consumers removed from the group (no pending entries, idle past worker.consumer_idle_delete)."}),
 		PipelineReports: f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "report_pipeline_reports",
