@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -19,7 +20,9 @@ import (
 // many RPCs, which halves Redis's CPU per report and spares the pool a
 // connection per call; when idle a call runs alone at once, so nothing
 // waits on a timer. No caller runs pipelines for others beyond its own
-// answer: that would hold its RPC for as long as the load lasted.
+// answer: that would hold its RPC for as long as the load lasted. When
+// Redis does not answer a pipeline, the calls queued behind it fail at once
+// (failPending).
 type coalescer struct {
 	r           *Repo
 	maxInFlight int
@@ -55,8 +58,9 @@ func (c *coalescer) do(ctx context.Context, cs []*combo.Contribution) ([]ReportR
 		for len(c.pending) > 0 && !answered(call) {
 			batch := c.take()
 			c.mu.Unlock()
-			c.run(batch)
+			err := c.run(batch)
 			c.mu.Lock()
+			c.failPending(err)
 		}
 		if len(c.pending) > 0 {
 			go c.drain() // takes over this caller's running slot
@@ -89,10 +93,28 @@ func (c *coalescer) drain() {
 	for len(c.pending) > 0 {
 		batch := c.take()
 		c.mu.Unlock()
-		c.run(batch)
+		err := c.run(batch)
 		c.mu.Lock()
+		c.failPending(err)
 	}
 	c.running--
+}
+
+// failPending answers every queued call with err when err says Redis did
+// not answer the pipeline just run (c.mu is held). Those calls were not
+// sent, so failing them is safe, and it is fast: each would otherwise wait
+// out a whole Timeout of its own, one pipeline after another, and a Redis
+// that stops answering (a partition, a dead host) would hold every call
+// for as long as the queue behind the one pipeline in flight is deep.
+func (c *coalescer) failPending(err error) {
+	if err == nil || !errors.Is(err, ErrUnavailable) {
+		return
+	}
+	for _, call := range c.pending {
+		call.err = err
+		close(call.done)
+	}
+	c.pending = nil
 }
 
 func answered(call *reportCall) bool {
@@ -121,8 +143,9 @@ func (c *coalescer) take() []*reportCall {
 	return batch
 }
 
-// run executes one shared pipeline and answers every call in it.
-func (c *coalescer) run(batch []*reportCall) {
+// run executes one shared pipeline and answers every call in it. It returns
+// the pipeline's error when Redis did not answer it.
+func (c *coalescer) run(batch []*reportCall) error {
 	live := batch[:0:0]
 	var all []*combo.Contribution
 	for _, call := range batch {
@@ -137,7 +160,7 @@ func (c *coalescer) run(batch []*reportCall) {
 		all = append(all, call.cs...)
 	}
 	if len(live) == 0 {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.r.set.Timeout)
 	defer cancel()
@@ -146,14 +169,20 @@ func (c *coalescer) run(batch []*reportCall) {
 	if observe := c.r.set.ObservePipeline; observe != nil {
 		observe(len(all), time.Since(start))
 	}
-	off := 0
-	for _, call := range live {
-		if err != nil {
+	if err != nil {
+		for _, call := range live {
 			call.err = err
-		} else {
-			call.res, call.err = c.r.results(ctx, call.cs, replies[off:off+len(call.cs)])
+			close(call.done)
 		}
-		off += len(call.cs)
-		close(call.done)
+		return err
 	}
+	sizes := make([]int, len(live))
+	for i, call := range live {
+		sizes[i] = len(call.cs)
+	}
+	for i, a := range c.r.results(ctx, all, replies, sizes) {
+		live[i].res, live[i].err = a.res, a.err
+		close(live[i].done)
+	}
+	return nil
 }

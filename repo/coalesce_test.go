@@ -3,6 +3,8 @@ package repo_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -151,5 +153,164 @@ func TestCallerGoneIsNotUnavailable(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("a report queued behind an abandoned one never finished")
 		}
+	}
+}
+
+// waitPending waits until n Report calls are queued for a shared pipeline.
+func waitPending(t *testing.T, r *repo.Repo, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for repo.PendingCalls(r) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls queued after 5 s, want %d", repo.PendingCalls(r), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// blackhole accepts connections and never answers: a Redis behind a
+// partition, or a host gone without a reset.
+func blackhole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// When Redis does not answer a pipeline within Timeout, the calls queued
+// behind it fail at once as unavailable, unsent: they do not each wait out
+// a Timeout of their own, one pipeline of up to 1000 after another.
+func TestCallsQueuedBehindUnansweredPipelineFailAtOnce(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	rdb := redis.NewClient(&redis.Options{Addr: blackhole(t), DialTimeout: timeout, ReadTimeout: timeout,
+		WriteTimeout: timeout, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	s := settings()
+	s.Timeout = timeout
+	r := repo.New(rdb, s)
+	var pipelines atomic.Int64
+	release := make(chan struct{})
+	rdb.AddHook(pipelineHook{before: func() {
+		if pipelines.Add(1) == 1 {
+			<-release // the first pipeline waits until the rest are queued
+		}
+	}})
+
+	const queued = 2500 // three shared pipelines' worth
+	errs := make(chan error, queued+1)
+	go func() {
+		_, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, "rose", base)})
+		errs <- err
+	}()
+	for pipelines.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	for i := range queued {
+		go func() {
+			_, err := r.Report(context.Background(), []*combo.Contribution{contribution(int64(i+2), "rose", base)})
+			errs <- err
+		}()
+	}
+	waitPending(t, r, queued)
+	start := time.Now()
+	close(release)
+	for range queued + 1 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, repo.ErrUnavailable) {
+				t.Fatalf("report to a Redis that does not answer: %v, want ErrUnavailable", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("reports to a Redis that does not answer never returned")
+		}
+	}
+	// One Timeout for all; the old queue took one per 1000 calls (about
+	// 4 x 200 ms here).
+	if took := time.Since(start); took > 2*timeout {
+		t.Errorf("queued calls failed %s after the first pipeline was sent, want about one Timeout (%s)", took, timeout)
+	}
+	if n := pipelines.Load(); n != 1 {
+		t.Errorf("%d pipelines sent to a Redis that did not answer the first, want 1", n)
+	}
+}
+
+// While Redis refuses writes but answers (NOREPLICAS here; MISCONF and OOM
+// alike), the degraded reports of every call in a shared pipeline are
+// published in one round trip, not one per call: one after another, on
+// the pipeline's one timeout, the later calls would fail as unavailable
+// although Redis answers.
+func TestDegradedCallsOfOnePipelinePublishTogether(t *testing.T) {
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	ctx := context.Background()
+	r, sub := subscribedRepo(t, rdb)
+	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var count publishCounter
+	rdb.AddHook(&count)
+	var held atomic.Bool
+	release := make(chan struct{})
+	rdb.AddHook(pipelineHook{before: func() {
+		if held.CompareAndSwap(false, true) {
+			<-release
+		}
+	}})
+
+	const calls = 200
+	type answer struct {
+		res []repo.ReportResult
+		err error
+	}
+	answers := make(chan answer, calls)
+	report := func(i int) {
+		res, err := r.Report(ctx, []*combo.Contribution{contribution(int64(i+1), fmt.Sprint("t", i), base)})
+		answers <- answer{res, err}
+	}
+	go report(0)
+	for !held.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	for i := 1; i < calls; i++ {
+		go report(i)
+	}
+	waitPending(t, r, calls-1)
+	close(release)
+	for range calls {
+		a := <-answers
+		if a.err != nil || len(a.res) != 1 || a.res[0].Outcome != repo.Degraded {
+			t.Fatalf("report while writes are refused: %+v, %v; want degraded", a.res, a.err)
+		}
+	}
+	for range calls {
+		if _, err := sub.ReceiveMessage(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The held pipeline's one call, then the 199 queued behind it.
+	if count.alone.Load() != 0 || count.pipelines.Load() != 2 || count.inPipelines.Load() != calls {
+		t.Fatalf("PUBLISH: %d alone, %d in %d pipelines; want %d in 2", count.alone.Load(), count.inPipelines.Load(), count.pipelines.Load(), calls)
 	}
 }

@@ -125,33 +125,65 @@ func (r *Repo) execute(ctx context.Context, cs []*combo.Contribution) ([]reportR
 	}
 }
 
-// results turns one call's replies into its answers, publishing degraded
-// contributions on their own, all in one pipeline.
-func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []reportReply) ([]ReportResult, error) {
-	out := make([]ReportResult, len(cs))
+// callAnswer is one call's answer from a shared pipeline.
+type callAnswer struct {
+	res []ReportResult
+	err error
+}
+
+// results turns a shared pipeline's replies (for cs, the contributions of
+// calls of sizes[k] each, in order) into each call's answer. Contributions
+// whose script failed while Redis answered are published on their own, all
+// of the pipeline's in one round trip: one per call, one after another,
+// would spend the pipeline's one timeout on as many round trips as calls
+// while Redis refuses writes, and fail the later ones as unavailable. A
+// call fails whole when one of its replies says Redis did not answer, or
+// when the publish of its degraded contributions fails.
+func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []reportReply, sizes []int) []callAnswer {
+	out := make([]callAnswer, len(sizes))
 	var degraded []*combo.Contribution
+	var degradedCalls []int
 	var cause error
-	for i, rep := range replies {
-		res, err := parseReport(rep)
-		if err == nil {
-			out[i] = res
+	off := 0
+	for k, n := range sizes {
+		res := make([]ReportResult, n)
+		var err error
+		var mine []*combo.Contribution
+		for i := off; i < off+n && err == nil; i++ {
+			rr, perr := parseReport(replies[i])
+			switch {
+			case perr == nil:
+				res[i-off] = rr
+			case isUnavailable(perr):
+				err = wrap("repo.Report", perr)
+			default:
+				// The script failed but Redis answered: fall back to the
+				// pre-aggregation behaviour for this contribution.
+				mine = append(mine, cs[i])
+				cause = perr
+				res[i-off] = ReportResult{Outcome: Degraded, WindowID: cs[i].Id, WindowQuantity: cs[i].Quantity}
+			}
+		}
+		off += n
+		if err != nil {
+			out[k].err = err
 			continue
 		}
-		if isUnavailable(err) {
-			return nil, wrap("repo.Report", err)
+		out[k].res = res
+		if len(mine) > 0 {
+			degraded = append(degraded, mine...)
+			degradedCalls = append(degradedCalls, k)
 		}
-		// The script failed but Redis answered: fall back to the
-		// pre-aggregation behaviour for this contribution.
-		degraded = append(degraded, cs[i])
-		cause = err
-		out[i] = ReportResult{Outcome: Degraded, WindowID: cs[i].Id, WindowQuantity: cs[i].Quantity}
 	}
 	if len(degraded) > 0 {
 		if err := r.publishSingles(ctx, degraded); err != nil {
-			return nil, fmt.Errorf("repo.Report: aggregation failed (%v), degraded publish failed: %w", cause, err)
+			err = fmt.Errorf("repo.Report: aggregation failed (%v), degraded publish failed: %w", cause, err)
+			for _, k := range degradedCalls {
+				out[k] = callAnswer{err: err}
+			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // runReports pipelines the report scripts for cs[todo...], grouped by
@@ -228,8 +260,8 @@ func parseReport(rep reportReply) (ReportResult, error) {
 }
 
 // publishSingles publishes each contribution as a record of its own, in one
-// pipeline: one round trip, however many a call degrades, so a batch is not
-// left half published when the call's time runs out.
+// pipeline: one round trip, however many a pipeline degrades, so a batch is
+// not left half published when its time runs out.
 func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution) error {
 	pipe := r.rdb.Pipeline()
 	for _, c := range cs {
