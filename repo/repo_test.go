@@ -507,6 +507,47 @@ func TestFlushPublishesNothingWhileWritesAreRefused(t *testing.T) {
 	}
 }
 
+// While Redis refuses writes (NOREPLICAS here; MISCONF and OOM alike), a
+// report of an id already counted is still a duplicate: it changes nothing
+// and is not published on its own; a new id in the same call degrades.
+func TestDuplicateWhileWritesAreRefused(t *testing.T) {
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	ctx := context.Background()
+	r, sub := subscribedRepo(t, rdb)
+	counted := contribution(1, "rose", base)
+	if res, err := r.Report(ctx, []*combo.Contribution{counted}); err != nil || res[0].Outcome != repo.Opened {
+		t.Fatalf("first report: %+v %v", res, err)
+	}
+	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	fresh := contribution(2, "lily", base)
+	res, err := r.Report(ctx, []*combo.Contribution{counted, fresh})
+	if err != nil {
+		t.Fatalf("report while writes are refused: %v", err)
+	}
+	if res[0].Outcome != repo.Duplicate {
+		t.Errorf("id counted before: outcome %d, want duplicate", res[0].Outcome)
+	}
+	if res[1].Outcome != repo.Degraded || res[1].WindowID != 2 {
+		t.Errorf("new id: %+v, want degraded", res[1])
+	}
+	// Only the new id is published on its own; then the sentinel.
+	if err := rdb.Publish(ctx, push.Channel(7), "sentinel").Err(); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != 2 {
+		t.Fatalf("first message %q, want the new id's record", msg.Payload)
+	}
+	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "sentinel" {
+		t.Fatalf("got %v %v before the sentinel: the duplicate was published", msg, err)
+	}
+}
+
 // A Redis that lost its scripts (restart, failover) answers NOSCRIPT; Flush
 // loads them and runs those windows again in the same call.
 func TestFlushReloadsLostScripts(t *testing.T) {

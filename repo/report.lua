@@ -49,8 +49,9 @@
 --
 -- Returns 3 values per report: status, window_id, window_quantity
 --   status 0 = joined the open window, 1 = duplicate (nothing changed;
---          window_id "0", quantity 0), 2 = opened (and enqueued) a window,
---          3 = failed (window_id holds the error message)
+--          window_id "0", quantity 0; also while Redis refuses writes, found
+--          by reads), 2 = opened (and enqueued) a window, 3 = failed
+--          (window_id holds the error message)
 --   window_id is a decimal string (exact int64).
 
 -- Globals (KEYS, ARGV, redis.call, string.*) as locals: a global is a
@@ -91,11 +92,11 @@ local function report(j)
   -- expiry (a call saved on every other report).
   local added = call('SADD', set, id, '0')
   if added == 0 then return 1, '0', 0 end
+  marked = set
   if added == 2 then
     expireAt = expireAt or format('%d', (bucket + 3) * bucketSec)
     call('EXPIREAT', set, expireAt)
   end
-  marked = set
   if call('SISMEMBER', seen1 .. sub, id) == 1 then
     -- Counted in the previous bucket. Leaving it in this one too is harmless.
     marked = nil
@@ -134,9 +135,24 @@ local function report(j)
   return open(cur, id, created, quantity, frag)
 end
 
+-- counted tells, by reads alone, whether report j's id was counted before.
+-- When Redis refuses writes (OOM, MISCONF, NOREPLICAS) the SADD fails
+-- before it can answer that, yet a duplicate changes nothing and must be
+-- answered as one, not published again on its own.
+local function counted(j)
+  local base = 5 + 6 * (j - 1)
+  local id, sub = ARGV[base + 1], ARGV[base + 6]
+  for _, prefix in ipairs({seen, seen1}) do
+    local ok, member = pcall(call, 'SISMEMBER', prefix .. sub, id)
+    if ok and member == 1 then return true end
+  end
+  return false
+end
+
 -- Reports run one after another inside one pcall, not one pcall each
 -- (that costs as much as a Redis command per report): when report j fails,
--- it alone is answered with the error and the loop resumes after it.
+-- it alone is answered (with the error, or as a duplicate when its SADD
+-- failed on an id counted before) and the loop resumes after it.
 local out, n, at = {}, #KEYS - 1, 1
 local function run()
   while at <= n do
@@ -149,11 +165,15 @@ end
 while at <= n do
   local ok, err = pcall(run)
   if ok then break end
-  -- Not counted: forget its id, so a retry counts it.
-  if marked then pcall(call, 'SREM', marked, ARGV[5 + 6 * (at - 1) + 1]) end
-  if type(err) == 'table' then err = err.err or err.message end
   local o = 3 * at
-  out[o - 2], out[o - 1], out[o] = 3, tostring(err), 0
+  if not marked and counted(at) then
+    out[o - 2], out[o - 1], out[o] = 1, '0', 0
+  else
+    -- Not counted: forget its id, so a retry counts it.
+    if marked then pcall(call, 'SREM', marked, ARGV[5 + 6 * (at - 1) + 1]) end
+    if type(err) == 'table' then err = err.err or err.message end
+    out[o - 2], out[o - 1], out[o] = 3, tostring(err), 0
+  end
   at = at + 1
 end
 return out
