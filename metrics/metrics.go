@@ -28,6 +28,7 @@ const (
 	FlushedPublished = "published"
 	FlushedStale     = "stale" // dropped unpublished, older than window.stale
 	FlushedGone      = "gone"  // already flushed elsewhere
+	FlushedLost      = "lost"  // data evicted or deleted before it was published
 )
 
 // Every label value above is exported at 0 from the start. A labelled
@@ -36,14 +37,14 @@ const (
 // drops (or of UNAVAILABLE answers) would never fire its alert.
 var (
 	reportOutcomes  = []string{OutcomeOK, OutcomeDuplicate, OutcomeDegraded, OutcomeInvalid, OutcomeUnavailable, OutcomeInternal, OutcomeCanceled}
-	flushedStatuses = []string{FlushedPublished, FlushedStale, FlushedGone}
+	flushedStatuses = []string{FlushedPublished, FlushedStale, FlushedGone, FlushedLost}
 )
 
 // Metrics are the service's collectors.
 type Metrics struct {
 	Reports        *prometheus.CounterVec // by outcome
 	WindowsOpened  prometheus.Counter
-	WindowsFlushed *prometheus.CounterVec // by status: published, stale, gone
+	WindowsFlushed *prometheus.CounterVec // by status: published, stale, gone, lost
 	PushLag        prometheus.Histogram   // publish time minus due time
 	Reclaimed      prometheus.Counter
 	ClaimDeleted   prometheus.Counter
@@ -71,7 +72,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		WindowsOpened: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "windows_opened_total",
 			Help: "Windows opened (first report of a combo key's window)."}),
 		WindowsFlushed: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "windows_flushed_total",
-			Help: "Windows retired by the worker, by status: published, stale (dropped unpublished), gone (already flushed elsewhere)."}, []string{"status"}),
+			Help: "Windows retired by the worker, by status: published, stale (dropped unpublished), gone (already flushed elsewhere), lost (data evicted or deleted before publish)."}, []string{"status"}),
 		PushLag: f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "push_lag_seconds",
 			Help:    "Publish time minus the window's due time (W + grace after its first report), by Redis's clock.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),

@@ -35,6 +35,9 @@ const (
 	Early                 // not due yet by Redis's clock; try again at Due
 	Stale                 // older than window.stale: dropped, never published
 	Gone                  // no data: already flushed (e.g. by a claimer)
+	// Lost: the entry still waited but its data was gone before
+	// window.stale: evicted or deleted, never published.
+	Lost
 )
 
 func (s FlushStatus) String() string {
@@ -47,6 +50,8 @@ func (s FlushStatus) String() string {
 		return "stale"
 	case Gone:
 		return "gone"
+	case Lost:
+		return "lost"
 	}
 	return "unknown"
 }
@@ -56,7 +61,7 @@ func (s FlushStatus) String() string {
 type FlushResult struct {
 	Status   FlushStatus
 	Lag      time.Duration // Published: how long past due
-	Age      time.Duration // Stale: how old the window was
+	Age      time.Duration // Stale, Lost: how old the window was
 	Due, Now int64         // Early: Redis ms
 	Quantity int64
 	Err      error
@@ -141,6 +146,8 @@ func parseFlush(cmd *redis.Cmd) FlushResult {
 		return FlushResult{Status: Stale, Age: time.Duration(vals[1]) * time.Millisecond, Quantity: vals[2]}
 	case 3:
 		return FlushResult{Status: Gone}
+	case 4:
+		return FlushResult{Status: Lost, Age: time.Duration(vals[1]) * time.Millisecond}
 	}
 	return FlushResult{Err: fmt.Errorf("flush script: unknown status %d", vals[0])}
 }

@@ -25,6 +25,10 @@
 --                unpublished); dropped, acked and deleted, never published
 --   3 gone       no window for this entry (already published, e.g. by the
 --                consumer that claimed it); acked and deleted
+--   4 lost       a = age ms: the entry still waits but its data is gone
+--                before window.stale, so it was never published and did not
+--                expire: evicted (maxmemory-policy is not noeviction) or
+--                deleted; acked and deleted
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -52,13 +56,16 @@ if not w then
   w = load(key)
 end
 if not w then
-  -- No data. If the entry is still in the stream, nobody published the
-  -- window: its data expired, so it is stale. If the entry is gone too,
-  -- another consumer already published it.
-  local expired = #redis.call('XRANGE', KEYS[1], sid, sid) > 0 and now - opened > tonumber(ARGV[8])
+  -- No data. A publish deletes the data and the entry together, so if the
+  -- entry is still in the stream nobody published the window: past
+  -- window.stale its data expired (stale); before, it was evicted or
+  -- deleted (lost). If the entry is gone too, another consumer already
+  -- published it.
+  local waiting = #redis.call('XRANGE', KEYS[1], sid, sid) > 0
   retire()
-  if expired then return {2, now - opened, 0} end
-  return {3, 0, 0}
+  if not waiting then return {3, 0, 0} end
+  if now - opened > tonumber(ARGV[8]) then return {2, now - opened, 0} end
+  return {4, now - opened, 0}
 end
 
 if now - opened > tonumber(ARGV[8]) then

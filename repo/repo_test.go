@@ -216,6 +216,37 @@ func TestFlushTellsExpiredFromPublished(t *testing.T) {
 	})
 }
 
+// A window whose entry still waits but whose data is gone before
+// window.stale (evicted, or deleted by hand) was never published: it is
+// lost, not gone (already published elsewhere), and retired.
+func TestFlushTellsLostFromGone(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r := repo.New(rdb, settings()) // stale 10 s
+		if err := r.EnsureGroups(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil {
+			t.Fatal(err)
+		}
+		ws, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
+		if err != nil || len(ws) != 1 {
+			t.Fatalf("read %v %v", ws, err)
+		}
+		rdb.Del(ctx, r.Keys().Current(0, 7, 42, "rose")) // as an eviction would
+		res, err := r.Flush(ctx, ws)
+		if err != nil || res[0].Status != repo.Lost {
+			t.Fatalf("flush of a window whose data vanished: %+v %v, want lost", res, err)
+		}
+		if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 0 {
+			t.Fatalf("stream holds %d entries after the lost window, want it retired", n)
+		}
+		if res, err = r.Flush(ctx, ws); err != nil || res[0].Status != repo.Gone {
+			t.Fatalf("second flush %+v %v, want gone", res, err)
+		}
+	})
+}
+
 // Concurrent calls share pipelines; each must get exactly its own answers.
 // All report quantity 1 into one window, so the totals answered are a
 // permutation of 1..n. ObservePipeline sees every report exactly once.

@@ -470,6 +470,12 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 		case repo.Gone:
 			w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedGone).Inc()
 			q.done(it)
+		case repo.Lost:
+			w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedLost).Inc()
+			w.log.Error("window lost unpublished: its data was evicted or deleted (maxmemory-policy must be noeviction)",
+				zap.Int("shard", it.w.Shard), zap.String("window", it.w.ID), zap.Int64("activity", it.w.ActivityID),
+				zap.Int64("user", it.w.UserID), zap.String("item_type", it.w.ItemType), zap.Duration("age", r.Age))
+			q.done(it)
 		}
 	}
 	if len(retry) > 0 {
