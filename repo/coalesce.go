@@ -2,7 +2,6 @@ package repo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -20,9 +19,8 @@ import (
 // many RPCs, which halves Redis's CPU per report and spares the pool a
 // connection per call; when idle a call runs alone at once, so nothing
 // waits on a timer. No caller runs pipelines for others beyond its own
-// answer: that would hold its RPC for as long as the load lasted. When
-// Redis does not answer a pipeline, the calls queued behind it fail at once
-// (failPending).
+// answer: that would hold its RPC for as long as the load lasted. A call
+// that has waited a whole Timeout for a pipeline fails unsent (expire).
 type coalescer struct {
 	r           *Repo
 	maxInFlight int
@@ -38,11 +36,12 @@ type coalescer struct {
 }
 
 type reportCall struct {
-	ctx  context.Context
-	cs   []*combo.Contribution
-	res  []ReportResult
-	err  error
-	done chan struct{}
+	ctx    context.Context
+	queued time.Time
+	cs     []*combo.Contribution
+	res    []ReportResult
+	err    error
+	done   chan struct{}
 }
 
 func (c *coalescer) do(ctx context.Context, cs []*combo.Contribution) ([]ReportResult, error) {
@@ -51,6 +50,7 @@ func (c *coalescer) do(ctx context.Context, cs []*combo.Contribution) ([]ReportR
 		c.run([]*reportCall{call})
 		return call.res, call.err
 	}
+	call.queued = time.Now()
 	c.mu.Lock()
 	c.pending = append(c.pending, call)
 	if c.running < c.maxInFlight {
@@ -58,9 +58,8 @@ func (c *coalescer) do(ctx context.Context, cs []*combo.Contribution) ([]ReportR
 		for len(c.pending) > 0 && !answered(call) {
 			batch := c.take()
 			c.mu.Unlock()
-			err := c.run(batch)
+			c.run(batch)
 			c.mu.Lock()
-			c.failPending(err)
 		}
 		if len(c.pending) > 0 {
 			go c.drain() // takes over this caller's running slot
@@ -93,28 +92,36 @@ func (c *coalescer) drain() {
 	for len(c.pending) > 0 {
 		batch := c.take()
 		c.mu.Unlock()
-		err := c.run(batch)
+		c.run(batch)
 		c.mu.Lock()
-		c.failPending(err)
 	}
 	c.running--
 }
 
-// failPending answers every queued call with err when err says Redis did
-// not answer the pipeline just run (c.mu is held). Those calls were not
-// sent, so failing them is safe, and it is fast: each would otherwise wait
-// out a whole Timeout of its own, one pipeline after another, and a Redis
-// that stops answering (a partition, a dead host) would hold every call
-// for as long as the queue behind the one pipeline in flight is deep.
-func (c *coalescer) failPending(err error) {
-	if err == nil || !errors.Is(err, ErrUnavailable) {
-		return
+// expire answers, unsent, the pending calls that have waited Timeout for a
+// pipeline (c.mu is held). Only one pipeline is in flight: when Redis stops
+// answering (a partition, a dead host), each waits out the whole Timeout,
+// and without this every call queued behind would wait for as many
+// Timeouts as there are pipelines of 1000 ahead of it. With it no call
+// waits much more than two: the one it queued behind, and its own. A Redis
+// that only stalls now and then still gets each call sent once.
+func (c *coalescer) expire() {
+	if len(c.pending) == 0 || time.Since(c.pending[0].queued) < c.r.set.Timeout {
+		return // oldest first: none has waited that long
 	}
+	now := time.Now()
+	kept := c.pending[:0]
 	for _, call := range c.pending {
-		call.err = err
+		if now.Sub(call.queued) < c.r.set.Timeout {
+			kept = append(kept, call)
+			continue
+		}
+		call.err = &opError{op: "repo.Report", unavailable: true,
+			err: fmt.Errorf("waited %s (redis.timeout) for a pipeline to Redis, unsent", c.r.set.Timeout)}
 		close(call.done)
 	}
-	c.pending = nil
+	clear(c.pending[len(kept):])
+	c.pending = kept
 }
 
 func answered(call *reportCall) bool {
@@ -127,8 +134,9 @@ func answered(call *reportCall) bool {
 }
 
 // take removes pending calls up to maxItems contributions (at least one
-// call); c.mu is held.
+// call, unless expire answered them all); c.mu is held.
 func (c *coalescer) take() []*reportCall {
+	c.expire()
 	n, items := 0, 0
 	for n < len(c.pending) && (n == 0 || items+len(c.pending[n].cs) <= c.maxItems) {
 		items += len(c.pending[n].cs)
@@ -143,9 +151,8 @@ func (c *coalescer) take() []*reportCall {
 	return batch
 }
 
-// run executes one shared pipeline and answers every call in it. It returns
-// the pipeline's error when Redis did not answer it.
-func (c *coalescer) run(batch []*reportCall) error {
+// run executes one shared pipeline and answers every call in it.
+func (c *coalescer) run(batch []*reportCall) {
 	live := batch[:0:0]
 	var all []*combo.Contribution
 	for _, call := range batch {
@@ -160,7 +167,7 @@ func (c *coalescer) run(batch []*reportCall) error {
 		all = append(all, call.cs...)
 	}
 	if len(live) == 0 {
-		return nil
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.r.set.Timeout)
 	defer cancel()
@@ -174,7 +181,7 @@ func (c *coalescer) run(batch []*reportCall) error {
 			call.err = err
 			close(call.done)
 		}
-		return err
+		return
 	}
 	sizes := make([]int, len(live))
 	for i, call := range live {
@@ -184,5 +191,4 @@ func (c *coalescer) run(batch []*reportCall) error {
 		live[i].res, live[i].err = a.res, a.err
 		close(live[i].done)
 	}
-	return nil
 }
