@@ -43,6 +43,9 @@ func main() {
 	cfg, err := conf.Load(*confPath)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		if *probe != "" {
+			os.Exit(1) // a HEALTHCHECK knows 0 and 1; Docker reserves 2
+		}
 		os.Exit(2)
 	}
 	if *probe != "" {
@@ -82,7 +85,9 @@ type started struct {
 }
 
 // run wires the service, serves until ctx ends, then shuts down in order:
-//  1. stop taking RPCs (the Kitex server drains in-flight calls);
+//  1. stop taking RPCs: the Kitex server stops taking connections and
+//     closes open ones as they fall idle (up to 2 s); then reports on any
+//     still open are refused and those in flight finish (h.Drain);
 //  2. the worker stops reading, then publishes every window it holds as it
 //     comes due (bounded by server.shutdown_timeout);
 //  3. the metrics server, the Redis client and the embedded Redis close.
@@ -126,14 +131,21 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		ConsumerIdleDelete: cfg.Worker.ConsumerIdleDelete,
 	}, logging.Sampled(log.Named("worker")), m)
 	w.Start()
+	// On a failed start the worker stops within the drain's bound too: it
+	// may hold windows, and a Redis refusing writes would keep it retrying.
+	stopWorker := func() {
+		c, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
+		defer cancel()
+		_ = w.Shutdown(c)
+	}
 
 	ln, err := net.Listen("tcp", cfg.Server.Addr)
 	if err != nil {
-		_ = w.Shutdown(context.Background())
+		stopWorker()
 		return fmt.Errorf("listen %s: %w", cfg.Server.Addr, err)
 	}
-	svr := comboservice.NewServer(
-		handler.New(store, cfg.Window.Size, m, logging.Sampled(log.Named("handler"))),
+	h := handler.New(store, cfg.Window.Size, m, logging.Sampled(log.Named("handler")))
+	svr := comboservice.NewServer(h,
 		append(rpcserver.Options(reg),
 			server.WithListener(ln),
 			rpcserver.StopOn(ctx),
@@ -143,7 +155,8 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 
 	metricsSrv, metricsAddr, err := serveMetrics(cfg.Metrics, reg, store, w, log)
 	if err != nil {
-		_ = w.Shutdown(context.Background())
+		ln.Close()
+		stopWorker()
 		return err
 	}
 
@@ -162,12 +175,23 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		ready <- started{RPCAddr: ln.Addr().String(), RedisAddr: redisAddr, MetricsAddr: metricsAddr}
 	}
 
-	// Run blocks until ctx ends, then stops taking RPCs and drains in-flight ones.
+	// Run blocks until ctx ends, then stops taking connections and waits
+	// (server.WithExitWaitTime) for open ones to fall idle, closing them.
+	// One a client keeps busy is never idle at Kitex's checks: Run then
+	// returns context.DeadlineExceeded and Kitex goes on serving it. Its
+	// reports are refused from here on (h.Drain), so that every report
+	// acknowledged precedes the worker's last read of the stream.
 	runErr := svr.Run()
-	log.Info("rpc server stopped; publishing held windows", zap.Int("held", w.Held()))
-
+	if errors.Is(runErr, context.DeadlineExceeded) {
+		log.Warn("connections still busy after the RPC server's exit wait; refusing their reports as UNAVAILABLE")
+		runErr = nil
+	}
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
 	defer cancelDrain()
+	if err := h.Drain(drainCtx); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("drain reports in flight: %w", err))
+	}
+	log.Info("rpc server stopped; publishing held windows", zap.Int("held", w.Held()))
 	shutdownErr := w.Shutdown(drainCtx)
 	if metricsSrv != nil {
 		_ = metricsSrv.Shutdown(drainCtx)

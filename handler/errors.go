@@ -30,6 +30,10 @@ func (h *Handler) fail(_ context.Context, err error, n int, fields ...zap.Field)
 	switch {
 	case errors.As(err, &invalid):
 		code, outcome = CodeInvalidArgument, metrics.OutcomeInvalid
+	case errors.Is(err, ErrDraining):
+		// Not Redis's fault either: the Reporter retries, and a new
+		// connection reaches another replica.
+		code, outcome = CodeUnavailable, metrics.OutcomeDraining
 	case errors.Is(err, repo.ErrCallerGone):
 		// Nobody reads this answer; Redis may be fine, so no warning (an
 		// "unavailable" count would fire the Redis alert).

@@ -27,6 +27,7 @@ type Handler struct {
 	window  time.Duration
 	metrics *metrics.Metrics
 	log     *zap.Logger
+	gate    gate
 }
 
 var _ combo.ComboService = (*Handler)(nil)
@@ -36,11 +37,20 @@ func New(store Store, windowSize time.Duration, m *metrics.Metrics, log *zap.Log
 	return &Handler{store: store, window: windowSize, metrics: m, log: log}
 }
 
+// Drain refuses reports from now on (UNAVAILABLE) and waits until none is
+// in flight, or ctx ends. The service calls it when it stops, after the RPC
+// server's own drain and before the worker's last read of the stream.
+func (h *Handler) Drain(ctx context.Context) error { return h.gate.drain(ctx) }
+
 // ReportContribution counts one contribution.
 func (h *Handler) ReportContribution(ctx context.Context, req *combo.ReportContributionRequest) (*combo.ReportContributionResponse, error) {
 	if req == nil {
 		req = &combo.ReportContributionRequest{}
 	}
+	if !h.gate.enter() {
+		return nil, h.fail(ctx, ErrDraining, 1)
+	}
+	defer h.gate.leave()
 	if err := validate.Contribution(req.Contribution, "contribution"); err != nil {
 		return nil, h.fail(ctx, err, 1)
 	}
@@ -64,6 +74,10 @@ func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportCont
 	if req == nil {
 		req = &combo.ReportContributionsRequest{}
 	}
+	if !h.gate.enter() {
+		return nil, h.fail(ctx, ErrDraining, len(req.Contributions))
+	}
+	defer h.gate.leave()
 	if err := validate.Contributions(req.Contributions); err != nil {
 		return nil, h.fail(ctx, err, len(req.Contributions))
 	}

@@ -21,6 +21,9 @@ const (
 	// OutcomeCanceled: the caller's ctx ended while its reports waited for
 	// a pipeline (they may still have been counted); not a Redis failure.
 	OutcomeCanceled = "canceled"
+	// OutcomeDraining: refused (UNAVAILABLE) because the service is
+	// stopping; the caller sends it to another replica.
+	OutcomeDraining = "draining"
 )
 
 // Window flush statuses (label values of combo_windows_flushed_total).
@@ -36,7 +39,7 @@ const (
 // so increase() and rate() over it see nothing: the first burst of stale
 // drops (or of UNAVAILABLE answers) would never fire its alert.
 var (
-	reportOutcomes  = []string{OutcomeOK, OutcomeDuplicate, OutcomeDegraded, OutcomeInvalid, OutcomeUnavailable, OutcomeInternal, OutcomeCanceled}
+	reportOutcomes  = []string{OutcomeOK, OutcomeDuplicate, OutcomeDegraded, OutcomeInvalid, OutcomeUnavailable, OutcomeInternal, OutcomeCanceled, OutcomeDraining}
 	flushedStatuses = []string{FlushedPublished, FlushedStale, FlushedGone, FlushedLost}
 )
 
@@ -68,7 +71,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
 	m := &Metrics{
 		Reports: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "reports_total",
-			Help: "Contributions reported, by outcome: ok, duplicate, degraded, invalid, unavailable, internal, canceled."}, []string{"outcome"}),
+			Help: "Contributions reported, by outcome: ok, duplicate, degraded, invalid, unavailable, internal, canceled, draining."}, []string{"outcome"}),
 		WindowsOpened: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "windows_opened_total",
 			Help: "Windows opened (first report of a combo key's window)."}),
 		WindowsFlushed: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "windows_flushed_total",
