@@ -24,9 +24,8 @@ type Cluster struct {
 // and waits until the cluster reports ok.
 func StartCluster(tb testing.TB, n int) *Cluster {
 	tb.Helper()
-	if _, err := exec.LookPath("redis-cli"); err != nil {
-		tb.Fatalf("redis-cli not found: %v", err)
-	}
+	require(tb, "redis-server")
+	require(tb, "redis-cli")
 	c := &Cluster{}
 	for range n {
 		s := &Server{Dir: tb.TempDir(), tb: tb, opts: Options{Args: []string{

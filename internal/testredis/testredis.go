@@ -37,17 +37,24 @@ type Server struct {
 	tb   testing.TB
 }
 
+// require skips the test when a Redis program is not installed and CI is
+// not set; under CI a missing program is a failure, never a silent skip.
+func require(tb testing.TB, program string) {
+	tb.Helper()
+	if _, err := exec.LookPath(program); err != nil {
+		if os.Getenv("CI") != "" {
+			tb.Fatalf("%s not found on PATH under CI: %v", program, err)
+		}
+		tb.Skipf("%s not installed: %v", program, err)
+	}
+}
+
 // Start runs redis-server on a free port and registers its stop with t.Cleanup.
 // It skips the test when redis-server is not installed and CI is not set;
 // under CI a missing server is a failure, never a silent skip.
 func Start(tb testing.TB, opts Options) *Server {
 	tb.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") != "" {
-			tb.Fatalf("redis-server not found on PATH under CI: %v", err)
-		}
-		tb.Skipf("redis-server not installed: %v", err)
-	}
+	require(tb, "redis-server")
 	s := &Server{Dir: tb.TempDir(), opts: opts, tb: tb}
 	s.Port = FreePort(tb)
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
