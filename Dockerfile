@@ -1,7 +1,11 @@
 # combo-service image: the service and the demo as static binaries on distroless/static (no shell, no libc), running as non-root.
 #
 #   docker build -t combo-service .
-#   docker run --rm -p 8888:8888 -p 9100:9100 -e COMBO_REDIS_ADDR=redis:6379 combo-service
+#   docker run --rm -p 8888:8888 -p 9100:9100 -e COMBO_REDIS_ADDR=redis:6379 \
+#     -e COMBO_WORKER_CONSUMER=replica-1 combo-service
+# (a consumer name stable across restarts: the default, the hostname, is a
+# new container id each run, and a restarted replica would then leave its
+# pending windows for another to claim, late)
 #   docker run --rm --entrypoint /usr/local/bin/combo-demo combo-service -addr host:8888 -redis host:6379
 #
 # The go build lines are build.sh's, word for word (deploy/container_test.go
