@@ -45,12 +45,10 @@ type reportCall struct {
 }
 
 func (c *coalescer) do(ctx context.Context, cs []*combo.Contribution) ([]ReportResult, error) {
-	call := &reportCall{ctx: ctx, cs: cs, done: make(chan struct{})}
 	if len(cs) >= c.bigCall {
-		c.run([]*reportCall{call})
-		return call.res, call.err
+		return c.alone(ctx, cs)
 	}
-	call.queued = time.Now()
+	call := &reportCall{ctx: ctx, cs: cs, done: make(chan struct{}), queued: time.Now()}
 	c.mu.Lock()
 	c.pending = append(c.pending, call)
 	if c.running < c.maxInFlight {
@@ -82,6 +80,13 @@ func (c *coalescer) do(ctx context.Context, cs []*combo.Contribution) ([]ReportR
 		c.pending = slices.DeleteFunc(c.pending, func(p *reportCall) bool { return p == call })
 		return nil, fmt.Errorf("repo.Report: %w: %w", ErrCallerGone, ctx.Err())
 	}
+}
+
+// alone runs a call on a pipeline of its own, at once.
+func (c *coalescer) alone(ctx context.Context, cs []*combo.Contribution) ([]ReportResult, error) {
+	call := &reportCall{ctx: ctx, cs: cs, done: make(chan struct{})}
+	c.run([]*reportCall{call})
+	return call.res, call.err
 }
 
 // drain runs pipelines until nothing is pending, on a running slot handed

@@ -1,8 +1,13 @@
 package repo
 
-// PendingCalls is how many Report calls wait for a shared pipeline.
+// PendingCalls is how many Report calls wait for a shared pipeline, over
+// all shards.
 func PendingCalls(r *Repo) int {
-	r.reports.mu.Lock()
-	defer r.reports.mu.Unlock()
-	return len(r.reports.pending)
+	n := 0
+	for _, c := range r.reports {
+		c.mu.Lock()
+		n += len(c.pending)
+		c.mu.Unlock()
+	}
+	return n
 }

@@ -48,7 +48,7 @@ type Repo struct {
 	// replicas must agree on it (and on W), as on the rest of the rule.
 	delay time.Duration
 
-	reports *coalescer
+	reports []*coalescer // one per shard
 
 	// Script arguments that never change, formatted once.
 	delayMs, ttlMs, staleMs, maxLen string
@@ -77,8 +77,14 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 	// trip and each script call serves many RPCs (a second pipeline in
 	// flight made them half as full and cost more CPU per report in the
 	// service and in Redis, for no more throughput). Batches of 20 or more
-	// go on their own.
-	r.reports = &coalescer{r: r, maxInFlight: 1, maxItems: 1000, bigCall: 20}
+	// go on their own. One per shard: a shard's keys all live on one
+	// node, so on a Redis Cluster a pipeline never spans a dead master
+	// and a live one (go-redis fails such a pipeline whole, live answers
+	// included). With one shard, as by default, there is one.
+	r.reports = make([]*coalescer, max(s.Shards, 1))
+	for i := range r.reports {
+		r.reports[i] = &coalescer{r: r, maxInFlight: 1, maxItems: 1000, bigCall: 20}
+	}
 	return r
 }
 

@@ -40,8 +40,20 @@ type ReportResult struct {
 // answers, that contribution is published on its own at once (Degraded).
 // When Redis does not answer, the error wraps ErrUnavailable and nothing is
 // reported as counted.
+//
+// A call whose contributions all fall on one shard (any single report)
+// shares that shard's pipelines; one spanning shards runs on its own.
 func (r *Repo) Report(ctx context.Context, cs []*combo.Contribution) ([]ReportResult, error) {
-	return r.reports.do(ctx, cs)
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	shard := r.keys.Shard(cs[0].ActivityId, cs[0].UserId, cs[0].ItemType)
+	for _, c := range cs[1:] {
+		if r.keys.Shard(c.ActivityId, c.UserId, c.ItemType) != shard {
+			return r.reports[shard].alone(ctx, cs)
+		}
+	}
+	return r.reports[shard].do(ctx, cs)
 }
 
 // dedupeSubsets is how many small SETs one dedupe bucket is spread over
