@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/repo"
@@ -35,29 +33,15 @@ func TestDeadMasterFailsOnlyItsShardsReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := r.Keys()
-	master := func(shard int) string {
-		m, err := cc.MasterForKey(ctx, keys.Stream(shard))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m.Options().Addr
-	}
-	deadAddr := master(0)
+	deadAddr := cluster.MasterAddr(t, cc, keys.Stream(0))
 	live := make([]bool, shards)
 	for sh := range shards {
-		live[sh] = master(sh) != deadAddr
+		live[sh] = cluster.MasterAddr(t, cc, keys.Stream(sh)) != deadAddr
 	}
 	if !slices.Contains(live, true) {
 		t.Fatal("every shard on one master")
 	}
-	// Live masters keep serving their slots (without this, the cluster
-	// refuses everything once the node is marked failed).
-	if err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-		return m.ConfigSet(ctx, "cluster-require-full-coverage", "no").Err()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	cluster.Nodes[slices.Index(cluster.Addrs, deadAddr)].Kill()
+	cluster.KillMaster(t, cc, deadAddr)
 
 	var id atomic.Int64
 	var liveOK, deadFailed atomic.Int64

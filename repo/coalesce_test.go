@@ -265,14 +265,8 @@ func TestQueuedCallsWaitAtMostTwoTimeouts(t *testing.T) {
 // the pipeline's one timeout, the later calls would fail as unavailable
 // although Redis answers.
 func TestDegradedCallsOfOnePipelinePublishTogether(t *testing.T) {
-	rdb := testredis.Start(t, testredis.Options{}).Client()
 	ctx := context.Background()
-	r, sub := subscribedRepo(t, rdb)
-	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
-		t.Fatal(err)
-	}
-	var count publishCounter
-	rdb.AddHook(&count)
+	r, sub, rdb, count := refusingWrites(t)
 	var held atomic.Bool
 	release := make(chan struct{})
 	rdb.AddHook(pipelineHook{before: func() {

@@ -645,14 +645,8 @@ func TestReportOnReplicaIsUnavailable(t *testing.T) {
 // on its own, all in one round trip: a call is not left half published
 // when its time runs out.
 func TestDegradedReportsArePublishedTogether(t *testing.T) {
-	rdb := testredis.Start(t, testredis.Options{}).Client()
 	ctx := context.Background()
-	r, sub := subscribedRepo(t, rdb)
-	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
-		t.Fatal(err)
-	}
-	var count publishCounter
-	rdb.AddHook(&count)
+	r, sub, _, count := refusingWrites(t)
 	cs := make([]*combo.Contribution, 50)
 	for i := range cs {
 		cs[i] = contribution(int64(i+1), fmt.Sprint("t", i), base)
@@ -674,6 +668,21 @@ func TestDegradedReportsArePublishedTogether(t *testing.T) {
 	if count.alone.Load() != 0 || count.pipelines.Load() != 1 || count.inPipelines.Load() != 50 {
 		t.Fatalf("PUBLISH: %d alone, %d in %d pipelines; want all 50 in one", count.alone.Load(), count.inPipelines.Load(), count.pipelines.Load())
 	}
+}
+
+// refusingWrites is subscribedRepo on a redis-server that refuses writes
+// but answers (min-replicas-to-write with no replica: NOREPLICAS), with a
+// count of the PUBLISH commands sent to it.
+func refusingWrites(t *testing.T) (*repo.Repo, *redis.PubSub, *redis.Client, *publishCounter) {
+	t.Helper()
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	r, sub := subscribedRepo(t, rdb)
+	if err := rdb.ConfigSet(context.Background(), "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	count := &publishCounter{}
+	rdb.AddHook(count)
+	return r, sub, rdb, count
 }
 
 // publishCounter counts PUBLISH commands sent alone and in pipelines.

@@ -3,12 +3,10 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/combo-service/combo-service/internal/testredis"
@@ -30,17 +28,10 @@ func TestDeadMasterDelaysOnlyItsShards(t *testing.T) {
 	cc := cluster.Client(t)
 	r, sub := prepare(t, cc, win, shards)
 	keys := r.Keys()
-	master := func(shard int) string {
-		m, err := cc.MasterForKey(ctx, keys.Stream(shard))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m.Options().Addr
-	}
-	deadAddr := master(0)
+	deadAddr := cluster.MasterAddr(t, cc, keys.Stream(0))
 	var deadShards, liveShards []int
 	for s := range shards {
-		if master(s) == deadAddr {
+		if cluster.MasterAddr(t, cc, keys.Stream(s)) == deadAddr {
 			deadShards = append(deadShards, s)
 		} else {
 			liveShards = append(liveShards, s)
@@ -78,14 +69,7 @@ func TestDeadMasterDelaysOnlyItsShards(t *testing.T) {
 		report(s)
 	}
 	waitFor(t, "the worker to hold them", func() bool { return wk.Held() == len(deadShards) })
-	// Live masters keep serving their slots (without this, the cluster
-	// refuses everything once the node is marked failed).
-	if err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-		return m.ConfigSet(ctx, "cluster-require-full-coverage", "no").Err()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	cluster.Nodes[slices.Index(cluster.Addrs, deadAddr)].Kill()
+	cluster.KillMaster(t, cc, deadAddr)
 
 	// Windows on the live masters, due while the dead master's are being
 	// flushed in vain.

@@ -58,6 +58,35 @@ func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	return cc
 }
 
+// MasterAddr is the address of the master that serves key.
+func (c *Cluster) MasterAddr(tb testing.TB, cc *redis.ClusterClient, key string) string {
+	tb.Helper()
+	m, err := cc.MasterForKey(context.Background(), key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m.Options().Addr
+}
+
+// KillMaster kills the master at addr. The other masters first stop
+// requiring every slot to be served, so they keep serving theirs (without
+// it the cluster refuses everything once the node is marked failed).
+func (c *Cluster) KillMaster(tb testing.TB, cc *redis.ClusterClient, addr string) {
+	tb.Helper()
+	if err := cc.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
+		return m.ConfigSet(ctx, "cluster-require-full-coverage", "no").Err()
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	for i, a := range c.Addrs {
+		if a == addr {
+			c.Nodes[i].Kill()
+			return
+		}
+	}
+	tb.Fatalf("testredis: no node at %s", addr)
+}
+
 func (c *Cluster) waitOK(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
