@@ -2,15 +2,19 @@ package main
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	kclient "github.com/cloudwego/kitex/client"
+	"github.com/cloudwego/kitex/transport"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/combo-service/combo-service/client"
 	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/handler"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/repo"
 )
@@ -182,9 +186,22 @@ func TestEmbeddedRedisExpiresKeys(t *testing.T) {
 // acknowledged after the worker's last read, or its window would wait in
 // the stream for a replica that never comes (this is the only one), and
 // run still returns nil.
+//
+// With client.NewClient (TTHeader) the stopping server's answers ask the
+// pool to drop each connection, so none is refused; a plain Thrift
+// client's connections stay open, and their reports are refused (the gate).
 func TestShutdownWithBusyConnectionsAcknowledgesNothingUnread(t *testing.T) {
+	t.Run("client.NewClient", func(t *testing.T) { shutdownUnderBusyCallers(t, true) })
+	t.Run("plain Thrift", func(t *testing.T) { shutdownUnderBusyCallers(t, false) })
+}
+
+func shutdownUnderBusyCallers(t *testing.T, ttheader bool) {
 	s := startService(t, options{})
-	cli, err := client.NewClient([]string{s.addrs.RPCAddr})
+	var opts []kclient.Option
+	if !ttheader {
+		opts = append(opts, kclient.WithTransportProtocol(transport.PurePayload))
+	}
+	cli, err := client.NewClient([]string{s.addrs.RPCAddr}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +219,7 @@ func TestShutdownWithBusyConnectionsAcknowledgesNothingUnread(t *testing.T) {
 	var mu sync.Mutex
 	acked := map[int64]bool{} // users whose report was acknowledged
 	var firstErr error
+	draining := 0 // reports refused because the replica was stopping
 	var sent atomic.Int64
 	for g := range 16 {
 		bg.Go(func() {
@@ -209,6 +227,9 @@ func TestShutdownWithBusyConnectionsAcknowledgesNothingUnread(t *testing.T) {
 				c := gift(a, int64(g)*1_000_000+i, "firework", 1)
 				_, err := cli.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: c})
 				mu.Lock()
+				if ce, ok := client.IsComboError(err); ok && strings.Contains(ce.Message, handler.ErrDraining.Error()) {
+					draining++
+				}
 				if err == nil {
 					acked[c.UserId] = true
 				} else if firstErr == nil {
@@ -245,5 +266,11 @@ func TestShutdownWithBusyConnectionsAcknowledgesNothingUnread(t *testing.T) {
 	if unread > 0 {
 		t.Fatalf("%d windows of acknowledged reports left in the stream after the only replica stopped (of %d acknowledged)", unread, len(acked))
 	}
-	t.Logf("%d reports acknowledged, none left unread; first error %v", len(acked), firstErr)
+	// client.NewClient speaks TTHeader: the stopping server marks its
+	// answers, the pool drops those connections, and no call of ours is
+	// left on one to be refused (other clients would be, by the gate).
+	if ttheader && draining > 0 {
+		t.Errorf("%d reports refused as draining: client.NewClient's connections outlived the server's exit wait", draining)
+	}
+	t.Logf("%d reports acknowledged, none left unread, %d refused as draining; first error %v", len(acked), draining, firstErr)
 }

@@ -6,6 +6,8 @@ import (
 
 	kclient "github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/pkg/connpool"
+	"github.com/cloudwego/kitex/pkg/transmeta"
+	"github.com/cloudwego/kitex/transport"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
@@ -48,6 +50,12 @@ func NewClient(hostPorts []string, opts ...kclient.Option) (comboservice.Client,
 		// with more calls in flight would redial on every call. 64 covers a
 		// busy activityService replica; pass WithLongConnection to change it.
 		kclient.WithLongConnection(connpool.IdleConfig{MaxIdlePerAddress: 64, MaxIdleGlobal: 1024, MaxIdleTimeout: time.Minute}),
+		// TTHeader framing carries the server's "close this connection"
+		// mark: a stopping replica sets it on every answer, and the pool
+		// then drops the connection instead of sending the next call down
+		// it, so retries reach a replica that is still up.
+		kclient.WithTransportProtocol(transport.TTHeaderFramed),
+		kclient.WithMetaHandler(transmeta.ClientTTHeaderHandler),
 	)
 	all = append(all, opts...)
 	return comboservice.NewClient(ServiceName, all...)

@@ -10,6 +10,7 @@ import (
 	"github.com/cloudwego/gopkg/concurrency/gopool"
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/pkg/stats"
+	"github.com/cloudwego/kitex/pkg/transmeta"
 	"github.com/cloudwego/kitex/server"
 	"github.com/cloudwego/netpoll"
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,5 +55,9 @@ func Options(reg prometheus.Registerer) []server.Option {
 		// Kitex's detailed events (read, write, handle...) as well cost 4%
 		// of the service's CPU per RPC.
 		server.WithStatsLevel(stats.LevelBase),
+		// With TTHeader clients (client.NewClient), answers carry Kitex's
+		// connection-reset mark while the server stops, so their pooled
+		// connections close instead of staying busy past its exit wait.
+		server.WithMetaHandler(transmeta.ServerTTHeaderHandler),
 	}
 }
