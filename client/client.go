@@ -6,7 +6,6 @@ import (
 
 	kclient "github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/pkg/connpool"
-	"github.com/cloudwego/kitex/pkg/transmeta"
 	"github.com/cloudwego/kitex/transport"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
@@ -55,7 +54,7 @@ func NewClient(hostPorts []string, opts ...kclient.Option) (comboservice.Client,
 		// then drops the connection instead of sending the next call down
 		// it, so retries reach a replica that is still up.
 		kclient.WithTransportProtocol(transport.TTHeaderFramed),
-		kclient.WithMetaHandler(transmeta.ClientTTHeaderHandler),
+		kclient.WithMetaHandler(connResetMeta{}),
 	)
 	all = append(all, opts...)
 	return comboservice.NewClient(ServiceName, all...)

@@ -121,8 +121,12 @@ func (c *coalescer) expire() {
 			kept = append(kept, call)
 			continue
 		}
-		call.err = &opError{op: "repo.Report", unavailable: true,
-			err: fmt.Errorf("waited %s (redis.timeout) for a pipeline to Redis, unsent", c.r.set.Timeout)}
+		if err := call.ctx.Err(); err != nil { // as in run: not Redis's fault
+			call.err = fmt.Errorf("repo.Report: %w: %w", ErrCallerGone, err)
+		} else {
+			call.err = &opError{op: "repo.Report", unavailable: true,
+				err: fmt.Errorf("waited %s (redis.timeout) for a pipeline to Redis, unsent", c.r.set.Timeout)}
+		}
 		close(call.done)
 	}
 	clear(c.pending[len(kept):])

@@ -10,7 +10,6 @@ import (
 	"github.com/cloudwego/gopkg/concurrency/gopool"
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/pkg/stats"
-	"github.com/cloudwego/kitex/pkg/transmeta"
 	"github.com/cloudwego/kitex/server"
 	"github.com/cloudwego/netpoll"
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,6 +57,6 @@ func Options(reg prometheus.Registerer) []server.Option {
 		// With TTHeader clients (client.NewClient), answers carry Kitex's
 		// connection-reset mark while the server stops, so their pooled
 		// connections close instead of staying busy past its exit wait.
-		server.WithMetaHandler(transmeta.ServerTTHeaderHandler),
+		server.WithMetaHandler(connResetMark{}),
 	}
 }
