@@ -85,9 +85,10 @@ type started struct {
 }
 
 // run wires the service, serves until ctx ends, then shuts down in order:
-//  1. stop taking RPCs: the Kitex server stops taking connections and
-//     closes open ones as they fall idle (up to 2 s); then reports on any
-//     still open are refused and those in flight finish (h.Drain);
+//  1. stop taking RPCs: the Kitex server stops taking connections, marks
+//     its answers so TTHeader clients drop theirs, and closes open ones as
+//     they fall idle (up to 2 s); then reports on any still open are
+//     refused and those in flight finish (h.Drain);
 //  2. the worker stops reading, then publishes every window it holds as it
 //     comes due (bounded by server.shutdown_timeout);
 //  3. the metrics server, the Redis client and the embedded Redis close.
@@ -177,7 +178,9 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 
 	// Run blocks until ctx ends, then stops taking connections and waits
 	// (server.WithExitWaitTime) for open ones to fall idle, closing them.
-	// One a client keeps busy is never idle at Kitex's checks: Run then
+	// client.NewClient drops a connection on the answer that carries
+	// Kitex's reset mark; a client without TTHeader can keep one busy, never
+	// idle at Kitex's checks: Run then
 	// returns context.DeadlineExceeded and Kitex goes on serving it. Its
 	// reports are refused from here on (h.Drain), so that every report
 	// acknowledged precedes the worker's last read of the stream.
