@@ -1,5 +1,7 @@
 // Package client is the caller's side of combo-service: a Kitex client
-// constructor (NewClient), a ComboError helper (IsComboError), and a
+// constructor (NewClient; TTHeader framing, so a replica that stops can
+// tell the pool to drop its connections), a ComboError helper
+// (IsComboError), and a
 // Reporter that makes reporting contributions fire-and-forget without ever
 // losing one silently.
 //
