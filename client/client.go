@@ -35,7 +35,10 @@ const (
 // ("host:port"), with an RPC timeout of DefaultClientRPCTimeout and a connect
 // timeout of DefaultClientConnectTimeout. opts are applied after these
 // defaults, so a caller's client.WithRPCTimeout (or any other option)
-// overrides them. The returned client satisfies BatchSender.
+// overrides them, with one exception: Kitex ORs transport protocols
+// together, so only WithTransportProtocol(transport.PurePayload) turns the
+// TTHeader framing off (Framed alone still gives TTHeaderFramed). The
+// returned client satisfies BatchSender.
 func NewClient(hostPorts []string, opts ...kclient.Option) (comboservice.Client, error) {
 	if len(hostPorts) == 0 {
 		return nil, errors.New("combo client: NewClient needs at least one host:port")

@@ -31,9 +31,10 @@ func (h *Handler) fail(_ context.Context, err error, n int, fields ...zap.Field)
 	case errors.As(err, &invalid):
 		code, outcome = CodeInvalidArgument, metrics.OutcomeInvalid
 	case errors.Is(err, ErrDraining):
-		// Not Redis's fault either. Only a client without TTHeader gets
-		// it (client.NewClient drops the connection on the stopping
-		// server's mark before this): its call should go elsewhere.
+		// Not Redis's fault either. Mostly a client without TTHeader gets
+		// it: client.NewClient drops a connection on the stopping
+		// server's mark, which only an answer begun before the stop
+		// lacks. Either way the call should go elsewhere.
 		code, outcome = CodeUnavailable, metrics.OutcomeDraining
 	case errors.Is(err, repo.ErrCallerGone):
 		// Nobody reads this answer; Redis may be fine, so no warning (an
