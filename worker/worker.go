@@ -31,6 +31,7 @@ package worker
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -543,12 +544,22 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		// so this replica's own windows go out before it exits, after our
 		// own pending entries that we do not hold (a read cut off by
 		// stopTaking, or one whose reply was lost).
+		var readErr error
 		for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
+			b := newBackoff()
 			for start := "0"; ctx.Err() == nil; {
 				n, rerr := w.readOnce(ctx, shard, start, -1)
 				if rerr != nil {
-					break
+					// A Redis that stalls or refuses now would otherwise
+					// leave windows of acknowledged reports unread, for a
+					// replica that may not exist: retry within the
+					// drain's bound.
+					w.redisError("final_read", rerr)
+					readErr = fmt.Errorf("final read of shard %d: %w", shard, rerr)
+					b.wait(ctx)
+					continue
 				}
+				readErr = nil
 				if start != ">" {
 					if n.last == "" {
 						start = ">"
@@ -569,6 +580,9 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 			w.stopFlush()
 			<-w.flushDone
 			err = fmt.Errorf("worker.Shutdown: %d windows still held, left pending for another replica: %w", w.Held(), ctx.Err())
+		}
+		if readErr != nil { // ctx ended while the final read failed
+			err = errors.Join(err, fmt.Errorf("worker.Shutdown: windows left unread for another replica: %w", readErr))
 		}
 	})
 	return err
