@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
 	"github.com/combo-service/combo-service/worker"
 )
@@ -17,12 +19,14 @@ import (
 // stalledFinalRead wraps the real store. While blind, the readers' BLOCK
 // reads see nothing, as if their replies had not come back before the
 // stop; then the first fail reads without BLOCK (Shutdown's final read)
-// fail, as against a Redis stalled during a deploy.
+// fail, as against a Redis stalled during a deploy; those of dead's shard,
+// when set, always fail, as against a dead cluster master.
 type stalledFinalRead struct {
 	*repo.Repo
 	blind    atomic.Bool
 	inFlight atomic.Int32 // real BLOCK reads under way
 	fail     atomic.Int32
+	dead     atomic.Int32 // 1 + the shard whose final reads always fail; 0: none
 }
 
 func (s *stalledFinalRead) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, error) {
@@ -33,7 +37,7 @@ func (s *stalledFinalRead) Read(ctx context.Context, shard int, consumer, start 
 		}
 		s.inFlight.Add(1)
 		defer s.inFlight.Add(-1)
-	} else if s.fail.Add(-1) >= 0 {
+	} else if int(s.dead.Load()) == shard+1 || s.fail.Add(-1) >= 0 {
 		return nil, nil, errors.New("read tcp: i/o timeout (injected)")
 	}
 	return s.Repo.Read(ctx, shard, consumer, start, count, block)
@@ -45,14 +49,7 @@ func (s *stalledFinalRead) Read(ctx context.Context, shard int, consumer, start 
 func TestShutdownRetriesAFailedFinalRead(t *testing.T) {
 	r, _, sub, m := setup(t)
 	ctx := context.Background()
-	store := &stalledFinalRead{Repo: r}
-	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
-		zaptest.NewLogger(t), m)
-	wk.Start()
-	store.blind.Store(true)
-	for store.inFlight.Load() > 0 { // a read already under way could take the entry
-		time.Sleep(time.Millisecond)
-	}
+	store, wk := blindWorker(t, r, m, 1)
 	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 9)}); err != nil {
 		t.Fatal(err)
 	}
@@ -69,5 +66,48 @@ func TestShutdownRetriesAFailedFinalRead(t *testing.T) {
 	case <-sub.Channel():
 	case <-time.After(2 * time.Second):
 		t.Fatal("the window of a report acknowledged before the stop was not published")
+	}
+}
+
+// blindWorker starts a worker over r whose readers then stop seeing new
+// entries (see stalledFinalRead), and returns its store.
+func blindWorker(t *testing.T, r *repo.Repo, m *metrics.Metrics, shards int) (*stalledFinalRead, *worker.Worker) {
+	t.Helper()
+	store := &stalledFinalRead{Repo: r}
+	wk := worker.New(store, worker.Config{Consumer: "c1", Shards: shards, ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	store.blind.Store(true)
+	for store.inFlight.Load() > 0 { // a read already under way could take the entry
+		time.Sleep(time.Millisecond)
+	}
+	return store, wk
+}
+
+// A shard whose final read keeps failing (its cluster master is dead) does
+// not keep the others unread: the window on the live shard is published,
+// and Shutdown says, once its bound ends, what it left.
+func TestShutdownFinalReadOfDeadShardSparesTheOthers(t *testing.T) {
+	r, _, sub, m := setupShards(t, 2)
+	ctx := context.Background()
+	store, wk := blindWorker(t, r, m, 2)
+	activity := int64(1)
+	for r.Keys().Shard(activity, 1, "x") != 1 {
+		activity++
+	}
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, activity)}); err != nil {
+		t.Fatal(err)
+	}
+	store.dead.Store(1) // shard 0
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	err := wk.Shutdown(sctx)
+	if err == nil || !strings.Contains(err.Error(), "final read of shard 0") {
+		t.Errorf("Shutdown with shard 0's reads failing: %v, want it to name the unread shard", err)
+	}
+	select {
+	case <-sub.Channel():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the live shard's window was not published: the dead shard's retries starved it")
 	}
 }

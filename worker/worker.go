@@ -544,34 +544,32 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		// so this replica's own windows go out before it exits, after our
 		// own pending entries that we do not hold (a read cut off by
 		// stopTaking, or one whose reply was lost).
+		// A Redis that stalls or refuses now would leave windows of
+		// acknowledged reports unread, for a replica that may not exist:
+		// shards whose read failed are tried again, after the others (on a
+		// cluster, a dead master must not keep the live ones unread), until
+		// the drain's bound.
+		todo := make([]int, w.cfg.Shards)
+		for i := range todo {
+			todo[i] = i
+		}
 		var readErr error
-		for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
-			b := newBackoff()
-			for start := "0"; ctx.Err() == nil; {
-				n, rerr := w.readOnce(ctx, shard, start, -1)
-				if rerr != nil {
-					// A Redis that stalls or refuses now would otherwise
-					// leave windows of acknowledged reports unread, for a
-					// replica that may not exist: retry within the
-					// drain's bound.
+		b := newBackoff()
+		for len(todo) > 0 && ctx.Err() == nil {
+			var failed []int
+			for _, shard := range todo {
+				if rerr := w.finalRead(ctx, shard); rerr != nil {
 					w.redisError("final_read", rerr)
 					readErr = fmt.Errorf("final read of shard %d: %w", shard, rerr)
-					b.wait(ctx)
-					continue
-				}
-				readErr = nil
-				if start != ">" {
-					if n.last == "" {
-						start = ">"
-					} else {
-						start = n.last
-					}
-					continue
-				}
-				if n.count == 0 {
-					break
+					failed = append(failed, shard)
 				}
 			}
+			if todo = failed; len(todo) > 0 {
+				b.wait(ctx)
+			}
+		}
+		if len(todo) == 0 {
+			readErr = nil
 		}
 		close(w.draining)
 		select {
@@ -586,6 +584,29 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		}
 	})
 	return err
+}
+
+// finalRead takes what is left of shard for this replica at shutdown: its
+// own pending entries that it does not hold, then new ones, until none.
+func (w *Worker) finalRead(ctx context.Context, shard int) error {
+	for start := "0"; ctx.Err() == nil; {
+		n, err := w.readOnce(ctx, shard, start, -1)
+		if err != nil {
+			return err
+		}
+		if start != ">" {
+			if n.last == "" {
+				start = ">"
+			} else {
+				start = n.last
+			}
+			continue
+		}
+		if n.count == 0 {
+			return nil
+		}
+	}
+	return ctx.Err()
 }
 
 func (w *Worker) redisError(op string, err error) {
