@@ -8,6 +8,7 @@ import (
 	"github.com/cloudwego/kitex/pkg/connpool"
 	"github.com/cloudwego/kitex/transport"
 
+	"github.com/combo-service/combo-service/internal/connreset"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 )
@@ -57,7 +58,7 @@ func NewClient(hostPorts []string, opts ...kclient.Option) (comboservice.Client,
 		// then drops the connection instead of sending the next call down
 		// it, so retries reach a replica that is still up.
 		kclient.WithTransportProtocol(transport.TTHeaderFramed),
-		kclient.WithMetaHandler(connResetMeta{}),
+		kclient.WithMetaHandler(connreset.Client{}),
 	)
 	all = append(all, opts...)
 	return comboservice.NewClient(ServiceName, all...)

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/combo-service/combo-service/client"
+	"github.com/combo-service/combo-service/internal/connreset"
 	"github.com/combo-service/combo-service/metrics"
 )
 
@@ -57,6 +58,6 @@ func Options(reg prometheus.Registerer) []server.Option {
 		// With TTHeader clients (client.NewClient), answers carry Kitex's
 		// connection-reset mark while the server stops, so their pooled
 		// connections close instead of staying busy past its exit wait.
-		server.WithMetaHandler(connResetMark{}),
+		server.WithMetaHandler(connreset.Server{}),
 	}
 }
