@@ -118,11 +118,12 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	// flushes must not queue behind the request path's pipelines for a
 	// pooled connection, or windows close late.
 	workerStore := repo.New(newClient(), settings)
-	// Scripts are loaded now so pipelines can use EVALSHA at once; if Redis
-	// is down the repo loads them on its first NOSCRIPT instead.
+	// Scripts are loaded now so pipelines can use EVALSHA at once; a node
+	// that lacks them later (down now, restarted, failed over) gets them
+	// by EVAL on its first NOSCRIPT.
 	loadCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	if err := store.LoadScripts(loadCtx); err != nil {
-		log.Warn("could not load Lua scripts yet; will load on first use", zap.Error(err))
+		log.Warn("could not load Lua scripts yet; will send them on first use", zap.Error(err))
 	}
 	cancel()
 

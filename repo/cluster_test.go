@@ -87,3 +87,89 @@ func TestDeadMasterFailsOnlyItsShardsReports(t *testing.T) {
 	}
 	t.Logf("live shards: %d reports ok; dead shards: %d unavailable", liveOK.Load(), deadFailed.Load())
 }
+
+// On a Redis Cluster with one master dead, a live master whose script cache
+// was flushed (it restarted) gets the scripts back on its own: the first
+// report and the first flush of its windows succeed. Loading the scripts on
+// every node fails while one is dead; before EVAL was sent on NOSCRIPT,
+// every flush of a due window there failed until the window went stale.
+func TestFlushedScriptCacheWhileAnotherMasterIsDead(t *testing.T) {
+	ctx := context.Background()
+	const shards = 6
+	cluster := testredis.StartCluster(t, 3)
+	cc := cluster.Client(t)
+	s := settings()
+	s.Shards = shards
+	s.Timeout = 300 * time.Millisecond
+	r := repo.New(cc, s)
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.EnsureGroups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keys := r.Keys()
+	deadAddr := cluster.MasterAddr(t, cc, keys.Stream(0))
+	liveShard := -1
+	for sh := range shards {
+		if cluster.MasterAddr(t, cc, keys.Stream(sh)) != deadAddr {
+			liveShard = sh
+			break
+		}
+	}
+	if liveShard < 0 {
+		t.Fatal("every shard on one master")
+	}
+	onLive := func(id int64) *combo.Contribution { // a contribution of liveShard
+		for i := 0; ; i++ {
+			if it := fmt.Sprint("t", i); keys.Shard(7, id, it) == liveShard {
+				return &combo.Contribution{Id: id, ActivityId: 7, UserId: id, ItemId: 1, ItemType: it, Quantity: 1,
+					CreatedAt: time.Now().UnixMilli()}
+			}
+		}
+	}
+	// A window acknowledged and read before the trouble.
+	if _, err := r.Report(ctx, []*combo.Contribution{onLive(1)}); err != nil {
+		t.Fatal(err)
+	}
+	ws, _, err := r.Read(ctx, liveShard, "c1", ">", 10, -1)
+	if err != nil || len(ws) != 1 {
+		t.Fatalf("read %v, %v; want one window", ws, err)
+	}
+
+	cluster.KillMaster(t, cc, deadAddr)
+	live, err := cc.MasterForKey(ctx, keys.Stream(liveShard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := live.ScriptFlush(ctx).Err(); err != nil { // as by a restart
+		t.Fatal(err)
+	}
+	if err := r.LoadScripts(ctx); err == nil {
+		t.Fatal("LoadScripts succeeded with a master dead: the test no longer shows the case")
+	}
+
+	res, err := r.Report(ctx, []*combo.Contribution{onLive(2)})
+	if err != nil {
+		t.Fatalf("first report on the live master after its script cache was flushed: %v", err)
+	}
+	if res[0].Outcome != repo.Opened {
+		t.Fatalf("report: %+v, want a window opened", res[0])
+	}
+	// The flush must find the window due: an early answer would run the
+	// script (and cache it) before the case this test is about.
+	now, err := live.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wait := ws[0].Due - now.UnixMilli(); wait >= 0 {
+		time.Sleep(time.Duration(wait+5) * time.Millisecond)
+	}
+	fres, err := r.Flush(ctx, ws)
+	if err != nil {
+		t.Fatalf("first flush on the live master after its script cache was flushed: %v", err)
+	}
+	if fres[0].Status != repo.Published {
+		t.Fatalf("flush: %+v, want published", fres[0])
+	}
+}

@@ -70,7 +70,7 @@ type FlushResult struct {
 // Flush runs the flush script for each window, pipelined (one round trip
 // per batch; a cluster client splits it per node). Windows whose script
 // Redis no longer had (NOSCRIPT: restart, failover; the script did not run)
-// are run once more after loading it. The error is set only when Redis did
+// are run once more with EVAL (see runReports). The error is set only when Redis did
 // not answer; then no result can be trusted and every window stays
 // pending, so retrying is safe: a window that was in fact published
 // answers Gone the second time.
@@ -81,7 +81,7 @@ func (r *Repo) Flush(ctx context.Context, ws []Window) ([]FlushResult, error) {
 		todo[i] = i
 	}
 	for attempt := 0; ; attempt++ {
-		cmds, err := r.runFlushes(ctx, ws, todo)
+		cmds, err := r.runFlushes(ctx, ws, todo, attempt > 0)
 		if err != nil {
 			return nil, wrap("repo.Flush", err)
 		}
@@ -100,20 +100,21 @@ func (r *Repo) Flush(ctx context.Context, ws []Window) ([]FlushResult, error) {
 		if len(again) == 0 {
 			return out, nil
 		}
-		if err := r.LoadScripts(ctx); err != nil {
-			return nil, err
-		}
 		todo = again
 	}
 }
 
-// runFlushes pipelines the flush script for ws[todo...].
-func (r *Repo) runFlushes(ctx context.Context, ws []Window, todo []int) ([]*redis.Cmd, error) {
+// runFlushes pipelines the flush script for ws[todo...], with EVAL if eval.
+func (r *Repo) runFlushes(ctx context.Context, ws []Window, todo []int, eval bool) ([]*redis.Cmd, error) {
 	pipe := r.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(todo))
+	run := flushScript.EvalSha
+	if eval {
+		run = flushScript.Eval
+	}
 	for k, i := range todo {
 		w := ws[i]
-		cmds[k] = flushScript.EvalSha(ctx, pipe,
+		cmds[k] = run(ctx, pipe,
 			[]string{
 				r.keys.Stream(w.Shard),
 				r.keys.Current(w.Shard, w.ActivityID, w.UserID, w.ItemType),

@@ -91,9 +91,10 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 // Keys is the key builder the repo uses.
 func (r *Repo) Keys() Keys { return r.keys }
 
-// LoadScripts loads the Lua scripts so pipelines can use EVALSHA, which
-// has no EVAL fallback inside a pipeline. On a cluster go-redis loads them
-// on every master.
+// LoadScripts loads the Lua scripts so pipelines can use EVALSHA. On a
+// cluster go-redis loads them on every node, and fails if one fails. It is
+// only a warm-up: a node without them answers NOSCRIPT, and the commands
+// it refused are sent again with EVAL, which caches them on that node.
 func (r *Repo) LoadScripts(ctx context.Context) error {
 	for _, s := range []*redis.Script{reportScript, flushScript} {
 		if err := s.Load(ctx, r.rdb).Err(); err != nil {

@@ -92,15 +92,15 @@ func (r *Repo) execute(ctx context.Context, cs []*combo.Contribution) ([]reportR
 		todo[i] = i
 	}
 	for attempt := 0; ; attempt++ {
-		groups, cmds, err := r.runReports(ctx, cs, todo)
+		groups, cmds, err := r.runReports(ctx, cs, todo, attempt > 0)
 		if err != nil {
 			return nil, wrap("repo.Report", err)
 		}
 		var retry []int
 		for g, cmd := range cmds {
 			if err := cmd.Err(); err != nil {
-				// A script cache flushed under us (restart, failover): load
-				// it and run those reports again. NOSCRIPT means none ran.
+				// A script cache flushed under us (restart, failover): run
+				// those reports again with EVAL. NOSCRIPT means none ran.
 				if redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
 					retry = append(retry, groups[g]...)
 					continue
@@ -129,9 +129,6 @@ func (r *Repo) execute(ctx context.Context, cs []*combo.Contribution) ([]reportR
 		}
 		if len(retry) == 0 {
 			return replies, nil
-		}
-		if err := r.LoadScripts(ctx); err != nil {
-			return nil, err
 		}
 		todo = retry
 	}
@@ -202,8 +199,11 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 // shard (a script's keys must share a slot) in input order, and returns
 // each script call's indices into cs. Only a transport failure of the
 // whole pipeline is returned as an error; script errors stay on their
-// commands.
-func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []int) ([][]int, []*redis.Cmd, error) {
+// commands. With eval it sends the script itself (EVAL) rather than its
+// hash, for a node whose script cache was flushed: EVAL caches it there
+// again, on that node alone, so a dead node elsewhere in a cluster
+// (which makes loading on every node fail) does not matter.
+func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []int, eval bool) ([][]int, []*redis.Cmd, error) {
 	byShard := make(map[int][]int)
 	var order []int
 	for _, i := range todo {
@@ -239,7 +239,11 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 					strconv.FormatInt(c.Id%dedupeSubsets, 10))
 			}
 			groups = append(groups, group)
-			cmds = append(cmds, reportScript.EvalSha(ctx, pipe, keys, args...))
+			run := reportScript.EvalSha
+			if eval {
+				run = reportScript.Eval
+			}
+			cmds = append(cmds, run(ctx, pipe, keys, args...))
 		}
 	}
 	_, err := pipe.Exec(ctx)
