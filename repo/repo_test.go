@@ -720,3 +720,30 @@ func (p *publishCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 		return next(ctx, cmds)
 	}
 }
+
+// While Redis refuses writes (OOM), EnsureGroup answers by a read: an
+// existing group is fine (the worker can read and flush), a missing one is
+// an error naming the shard and the refusal; the other shards are still
+// tried.
+func TestEnsureGroupWhileWritesAreRefused(t *testing.T) {
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	ctx := context.Background()
+	s := settings()
+	s.Shards = 2
+	r := repo.New(rdb, s)
+	if err := r.EnsureGroup(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.ConfigSet(context.Background(), "maxmemory", "0") })
+	if err := r.EnsureGroup(ctx, 0); err != nil {
+		t.Fatalf("EnsureGroup of an existing group under OOM: %v", err)
+	}
+	err := r.EnsureGroups(ctx)
+	if err == nil || !strings.Contains(err.Error(), "shard 1") || !strings.Contains(err.Error(), "OOM") ||
+		strings.Contains(err.Error(), "shard 0") {
+		t.Fatalf("EnsureGroups with shard 1's group missing under OOM: %v, want an error naming shard 1 and OOM only", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -11,17 +12,39 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// EnsureGroups creates the consumer group on every shard's stream (and the
-// stream itself); an existing group is left as it is. The group starts at
-// "0" so entries added before the first worker ever ran are not skipped.
+// EnsureGroups creates the consumer group on every shard's stream (see
+// EnsureGroup). A shard that fails does not stop the others; the error
+// joins every shard's.
 func (r *Repo) EnsureGroups(ctx context.Context) error {
+	var errs []error
 	for shard := 0; shard < r.keys.Shards(); shard++ {
-		err := r.rdb.XGroupCreateMkStream(ctx, r.keys.Stream(shard), Group, "0").Err()
-		if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
-			return wrap("repo.EnsureGroups", err)
+		errs = append(errs, r.EnsureGroup(ctx, shard))
+	}
+	return errors.Join(errs...)
+}
+
+// EnsureGroup creates the consumer group on shard's stream (and the stream
+// itself); an existing group is left as it is. The group starts at "0" so
+// entries added before the first worker ever ran are not skipped.
+//
+// XGROUP CREATE is a write, refused even when the group exists by a Redis
+// that refuses writes (OOM under noeviction, a read-only replica). Reading
+// and flushing still work there, and flushing frees memory, so a worker
+// must not wait for the write: when Redis answers with an error, a read
+// (XINFO GROUPS) tells whether the group is there already.
+func (r *Repo) EnsureGroup(ctx context.Context, shard int) error {
+	stream := r.keys.Stream(shard)
+	err := r.rdb.XGroupCreateMkStream(ctx, stream, Group, "0").Err()
+	if err == nil || redis.HasErrorPrefix(err, "BUSYGROUP") {
+		return nil
+	}
+	if !isUnavailable(err) {
+		groups, gerr := r.rdb.XInfoGroups(ctx, stream).Result()
+		if gerr == nil && slices.ContainsFunc(groups, func(g redis.XInfoGroup) bool { return g.Name == Group }) {
+			return nil
 		}
 	}
-	return nil
+	return wrap("repo.EnsureGroup", fmt.Errorf("shard %d: %w", shard, err))
 }
 
 // Read reads up to count entries of shard's stream for consumer. start "0"
@@ -44,7 +67,7 @@ func (r *Repo) Read(ctx context.Context, shard int, consumer, start string, coun
 		if redis.HasErrorPrefix(err, "NOGROUP") {
 			// The stream or group vanished (FLUSHALL, a failover that lost
 			// it): recreate it and read again next time.
-			if gerr := r.EnsureGroups(ctx); gerr != nil {
+			if gerr := r.EnsureGroup(ctx, shard); gerr != nil {
 				return nil, nil, gerr
 			}
 			return nil, nil, nil
@@ -70,7 +93,7 @@ func (r *Repo) Claim(ctx context.Context, shard int, consumer string, minIdle ti
 	}).Result()
 	if err != nil {
 		if redis.HasErrorPrefix(err, "NOGROUP") {
-			return nil, nil, nil, "0-0", r.EnsureGroups(ctx)
+			return nil, nil, nil, "0-0", r.EnsureGroup(ctx, shard)
 		}
 		return nil, nil, nil, "", wrap("repo.Claim", err)
 	}

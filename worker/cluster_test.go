@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/repo"
 	"github.com/combo-service/combo-service/worker"
 )
 
@@ -21,69 +23,117 @@ import (
 // worker's op timeout: one shared flusher would hold every shard's windows
 // behind it.)
 func TestDeadMasterDelaysOnlyItsShards(t *testing.T) {
-	ctx := context.Background()
-	const shards = 6
-	const win = 300 * time.Millisecond
-	cluster := testredis.StartCluster(t, 3)
-	cc := cluster.Client(t)
-	r, sub := prepare(t, cc, win, shards)
-	keys := r.Keys()
-	deadAddr := cluster.MasterAddr(t, cc, keys.Stream(0))
-	var deadShards, liveShards []int
-	for s := range shards {
-		if cluster.MasterAddr(t, cc, keys.Stream(s)) == deadAddr {
-			deadShards = append(deadShards, s)
-		} else {
-			liveShards = append(liveShards, s)
-		}
-	}
-	if len(liveShards) == 0 {
-		t.Fatal("every shard on one master")
-	}
-	var id int64
-	report := func(shard int) {
-		t.Helper()
-		id++
-		for i := 0; ; i++ {
-			if it := fmt.Sprint("t", i); keys.Shard(7, id, it) == shard {
-				c := &combo.Contribution{Id: id, ActivityId: 7, UserId: id, ItemId: 1, ItemType: it, Quantity: 1,
-					CreatedAt: time.Now().UnixMilli()}
-				if _, err := r.Report(ctx, []*combo.Contribution{c}); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-		}
-	}
-	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: shards, ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
-		zaptest.NewLogger(t), metrics.New(prometheus.NewRegistry()))
-	wk.Start()
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		_ = wk.Shutdown(sctx) // the dead master's windows stay pending
-	})
+	c := newClusterCase(t)
+	wk := startClusterWorker(t, c)
 
 	// Windows on the master about to die, held by the worker.
-	for _, s := range deadShards {
-		report(s)
+	for _, s := range c.deadShards {
+		c.report(s)
 	}
-	waitFor(t, "the worker to hold them", func() bool { return wk.Held() == len(deadShards) })
-	cluster.KillMaster(t, cc, deadAddr)
+	waitFor(t, "the worker to hold them", func() bool { return wk.Held() == len(c.deadShards) })
+	c.cluster.KillMaster(t, c.cc, c.deadAddr)
 
 	// Windows on the live masters, due while the dead master's are being
 	// flushed in vain.
 	start := time.Now()
-	for _, s := range liveShards {
-		report(s)
+	for _, s := range c.liveShards {
+		c.report(s)
 	}
-	deadline := time.After(win + time.Second) // due after W + grace; a flush stuck on the dead node takes 2 s
-	for got := 0; got < len(liveShards); got++ {
+	deadline := time.After(clusterWindow + time.Second) // due after W + grace; a flush stuck on the dead node takes 2 s
+	for got := 0; got < len(c.liveShards); got++ {
 		select {
-		case <-sub.Channel():
+		case <-c.sub.Channel():
 		case <-deadline:
 			t.Fatalf("%d of %d live shards' windows published %s after their reports",
-				got, len(liveShards), time.Since(start).Round(time.Millisecond))
+				got, len(c.liveShards), time.Since(start).Round(time.Millisecond))
 		}
 	}
+}
+
+// A replica that starts (a restart, a deploy) while a cluster master is
+// dead reads and flushes the live masters' shards at once. (Preparing every
+// shard before reading any left it reading nothing until the dead master
+// came back: 0 of 4 live shards' windows were published.)
+func TestWorkerStartedWithAMasterDeadReadsTheLiveShards(t *testing.T) {
+	c := newClusterCase(t)
+	c.cluster.KillMaster(t, c.cc, c.deadAddr)
+	for _, s := range c.liveShards {
+		c.report(s)
+	}
+	wk := startClusterWorker(t, c)
+	deadline := time.After(clusterWindow + 3*time.Second)
+	for got := 0; got < len(c.liveShards); got++ {
+		select {
+		case <-c.sub.Channel():
+		case <-deadline:
+			t.Fatalf("%d of %d live shards' windows published (held %d)", got, len(c.liveShards), wk.Held())
+		}
+	}
+}
+
+const (
+	clusterShards = 6
+	clusterWindow = 300 * time.Millisecond
+)
+
+// clusterCase is a 3-master cluster with clusterShards shards, one master
+// picked to die (the one holding shard 0).
+type clusterCase struct {
+	t                      *testing.T
+	cluster                *testredis.Cluster
+	cc                     *redis.ClusterClient
+	r                      *repo.Repo
+	sub                    *redis.PubSub
+	deadAddr               string
+	deadShards, liveShards []int
+	id                     int64
+}
+
+func newClusterCase(t *testing.T) *clusterCase {
+	t.Helper()
+	c := &clusterCase{t: t, cluster: testredis.StartCluster(t, 3)}
+	c.cc = c.cluster.Client(t)
+	c.r, c.sub = prepare(t, c.cc, clusterWindow, clusterShards)
+	keys := c.r.Keys()
+	c.deadAddr = c.cluster.MasterAddr(t, c.cc, keys.Stream(0))
+	for s := range clusterShards {
+		if c.cluster.MasterAddr(t, c.cc, keys.Stream(s)) == c.deadAddr {
+			c.deadShards = append(c.deadShards, s)
+		} else {
+			c.liveShards = append(c.liveShards, s)
+		}
+	}
+	if len(c.liveShards) == 0 {
+		t.Fatal("every shard on one master")
+	}
+	return c
+}
+
+// report reports one contribution of a combo key on shard.
+func (c *clusterCase) report(shard int) {
+	c.t.Helper()
+	c.id++
+	for i := 0; ; i++ {
+		if it := fmt.Sprint("t", i); c.r.Keys().Shard(7, c.id, it) == shard {
+			co := &combo.Contribution{Id: c.id, ActivityId: 7, UserId: c.id, ItemId: 1, ItemType: it, Quantity: 1,
+				CreatedAt: time.Now().UnixMilli()}
+			if _, err := c.r.Report(context.Background(), []*combo.Contribution{co}); err != nil {
+				c.t.Fatalf("report on shard %d: %v", shard, err)
+			}
+			return
+		}
+	}
+}
+
+func startClusterWorker(t *testing.T, c *clusterCase) *worker.Worker {
+	t.Helper()
+	wk := worker.New(c.r, worker.Config{Consumer: "c1", Shards: clusterShards, ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), metrics.New(prometheus.NewRegistry()))
+	wk.Start()
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = wk.Shutdown(sctx) // a dead master's windows stay pending
+	})
+	return wk
 }

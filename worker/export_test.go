@@ -11,3 +11,10 @@ func (w *Worker) SkewClock(ms int64) {
 
 // ClockNow is the worker's estimate of Redis's clock, in ms.
 func (w *Worker) ClockNow() int64 { return w.clock.now() }
+
+// ClockRead reports whether the worker has read Redis's clock yet.
+func (w *Worker) ClockRead() bool {
+	w.clock.mu.Lock()
+	defer w.clock.mu.Unlock()
+	return w.clock.has
+}

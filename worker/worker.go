@@ -46,7 +46,7 @@ import (
 
 // Store is what the worker needs of Redis.
 type Store interface {
-	EnsureGroups(ctx context.Context) error
+	EnsureGroup(ctx context.Context, shard int) error
 	Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, error)
 	Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) (ws []repo.Window, bad, deleted []string, next string, err error)
 	Drop(ctx context.Context, shard int, ids []string) error
@@ -146,18 +146,18 @@ func (w *Worker) Start() {
 			flushers.Go(func() { w.flushLoop(q) })
 		}
 		go func() { flushers.Wait(); close(w.flushDone) }()
-		w.takers.Add(1)
-		go func() {
-			defer w.takers.Done()
-			w.prepare(w.takeCtx)
-			for shard := 0; shard < w.cfg.Shards; shard++ {
-				w.takers.Add(1)
-				go func() { defer w.takers.Done(); w.readLoop(w.takeCtx, shard) }()
-			}
-			w.takers.Add(2)
-			go func() { defer w.takers.Done(); w.claimLoop(w.takeCtx) }()
-			go func() { defer w.takers.Done(); w.housekeepingLoop(w.takeCtx) }()
-		}()
+		// Each shard is prepared and read on its own: on a Redis Cluster
+		// with a dead master, the live masters' shards are read at once.
+		for shard := 0; shard < w.cfg.Shards; shard++ {
+			w.takers.Go(func() {
+				if w.prepare(w.takeCtx, shard) {
+					w.readLoop(w.takeCtx, shard)
+				}
+			})
+		}
+		// Housekeeping's first round reads Redis's clock at once.
+		w.takers.Go(func() { w.claimLoop(w.takeCtx) })
+		w.takers.Go(func() { w.housekeepingLoop(w.takeCtx) })
 	})
 }
 
@@ -178,28 +178,21 @@ func (w *Worker) Running() bool {
 	return w.takeCtx.Err() == nil
 }
 
-// prepare creates the groups and learns Redis's clock, retrying until
-// Redis answers or the worker stops.
-func (w *Worker) prepare(ctx context.Context) {
+// prepare creates shard's consumer group, retrying until Redis answers or
+// the worker stops; it reports whether it succeeded.
+func (w *Worker) prepare(ctx context.Context, shard int) bool {
 	bo := newBackoff()
 	for ctx.Err() == nil {
-		err := w.op(ctx, func(ctx context.Context) error {
-			if err := w.store.EnsureGroups(ctx); err != nil {
-				return err
-			}
-			sent := time.Now()
-			t, err := w.store.Time(ctx)
-			if err == nil {
-				w.clock.observe(t.UnixMilli(), sent, time.Now())
-			}
-			return err
-		})
+		err := w.op(ctx, func(ctx context.Context) error { return w.store.EnsureGroup(ctx, shard) })
 		if err == nil {
-			return
+			return true
 		}
-		w.redisError("prepare", err)
+		if ctx.Err() == nil {
+			w.redisError("prepare", err)
+		}
 		bo.wait(ctx)
 	}
+	return false
 }
 
 // op runs one Redis call under OpTimeout.

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -159,6 +160,31 @@ func TestPendingEntriesAreRecovered(t *testing.T) {
 	}
 }
 
+// A replica that starts while Redis is full (maxmemory with noeviction,
+// as README asks) reads and flushes its windows: those commands work under
+// OOM, and XGROUP CREATE, refused then even for an existing group, is not
+// waited for. (It was: no push came until memory was freed.)
+func TestWorkerStartsWhileRedisRefusesWrites(t *testing.T) {
+	r, rdb, sub, m := setup(t)
+	ctx := context.Background()
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.ConfigSet(context.Background(), "maxmemory", "0") })
+	if err := rdb.XGroupCreateMkStream(ctx, r.Keys().Stream(0), repo.Group, "0").Err(); err == nil ||
+		!strings.HasPrefix(err.Error(), "OOM") {
+		t.Fatalf("XGROUP CREATE under maxmemory 1: %v, want OOM (the case this test is about)", err)
+	}
+	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	waitPushes(t, sub, 1)
+}
+
 func waitPushes(t *testing.T, sub *redis.PubSub, n int) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
@@ -294,8 +320,8 @@ func (s *timeCounting) Time(ctx context.Context) (time.Time, error) {
 	return s.Repo.Time(ctx)
 }
 
-// startClockWorker starts a worker whose prepare and first housekeeping
-// round have read Redis's clock.
+// startClockWorker starts a worker whose first housekeeping round has read
+// Redis's clock (a later skew is not overwritten by that reading).
 func startClockWorker(t *testing.T, r *repo.Repo, m *metrics.Metrics, sampleEvery time.Duration) (*worker.Worker, *timeCounting) {
 	t.Helper()
 	store := &timeCounting{Repo: r}
@@ -303,7 +329,7 @@ func startClockWorker(t *testing.T, r *repo.Repo, m *metrics.Metrics, sampleEver
 		zaptest.NewLogger(t), m)
 	wk.Start()
 	t.Cleanup(func() { wk.Shutdown(context.Background()) })
-	waitFor(t, "the worker reading Redis's clock twice", func() bool { return store.times.Load() >= 2 })
+	waitFor(t, "the worker reading Redis's clock", wk.ClockRead)
 	return wk, store
 }
 
