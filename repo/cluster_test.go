@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/repo"
@@ -22,26 +24,9 @@ import (
 // 49 live-shard reports failed here.)
 func TestDeadMasterFailsOnlyItsShardsReports(t *testing.T) {
 	ctx := context.Background()
-	const shards = 6
-	cluster := testredis.StartCluster(t, 3)
-	cc := cluster.Client(t)
-	s := settings()
-	s.Shards = shards
-	s.Timeout = 300 * time.Millisecond
-	r := repo.New(cc, s)
-	if err := r.LoadScripts(ctx); err != nil {
-		t.Fatal(err)
-	}
-	keys := r.Keys()
-	deadAddr := cluster.MasterAddr(t, cc, keys.Stream(0))
-	live := make([]bool, shards)
-	for sh := range shards {
-		live[sh] = cluster.MasterAddr(t, cc, keys.Stream(sh)) != deadAddr
-	}
-	if !slices.Contains(live, true) {
-		t.Fatal("every shard on one master")
-	}
-	cluster.KillMaster(t, cc, deadAddr)
+	c := newClusterCase(t)
+	r, keys, live := c.r, c.r.Keys(), c.live
+	c.cluster.KillMaster(t, c.cc, c.deadAddr)
 
 	var id atomic.Int64
 	var liveOK, deadFailed atomic.Int64
@@ -95,31 +80,12 @@ func TestDeadMasterFailsOnlyItsShardsReports(t *testing.T) {
 // every flush of a due window there failed until the window went stale.
 func TestFlushedScriptCacheWhileAnotherMasterIsDead(t *testing.T) {
 	ctx := context.Background()
-	const shards = 6
-	cluster := testredis.StartCluster(t, 3)
-	cc := cluster.Client(t)
-	s := settings()
-	s.Shards = shards
-	s.Timeout = 300 * time.Millisecond
-	r := repo.New(cc, s)
-	if err := r.LoadScripts(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := newClusterCase(t)
+	r, keys, cc := c.r, c.r.Keys(), c.cc
 	if err := r.EnsureGroups(ctx); err != nil {
 		t.Fatal(err)
 	}
-	keys := r.Keys()
-	deadAddr := cluster.MasterAddr(t, cc, keys.Stream(0))
-	liveShard := -1
-	for sh := range shards {
-		if cluster.MasterAddr(t, cc, keys.Stream(sh)) != deadAddr {
-			liveShard = sh
-			break
-		}
-	}
-	if liveShard < 0 {
-		t.Fatal("every shard on one master")
-	}
+	liveShard := slices.Index(c.live, true)
 	onLive := func(id int64) *combo.Contribution { // a contribution of liveShard
 		for i := 0; ; i++ {
 			if it := fmt.Sprint("t", i); keys.Shard(7, id, it) == liveShard {
@@ -137,7 +103,7 @@ func TestFlushedScriptCacheWhileAnotherMasterIsDead(t *testing.T) {
 		t.Fatalf("read %v, %v; want one window", ws, err)
 	}
 
-	cluster.KillMaster(t, cc, deadAddr)
+	c.cluster.KillMaster(t, cc, c.deadAddr)
 	live, err := cc.MasterForKey(ctx, keys.Stream(liveShard))
 	if err != nil {
 		t.Fatal(err)
@@ -172,4 +138,38 @@ func TestFlushedScriptCacheWhileAnotherMasterIsDead(t *testing.T) {
 	if fres[0].Status != repo.Published {
 		t.Fatalf("flush: %+v, want published", fres[0])
 	}
+}
+
+// clusterCase is a repo of 6 shards on a 3-master cluster with its scripts
+// loaded, and the master of shard 0 picked to die.
+type clusterCase struct {
+	cluster  *testredis.Cluster
+	cc       *redis.ClusterClient
+	r        *repo.Repo
+	deadAddr string
+	live     []bool // by shard: not on the master picked to die
+}
+
+func newClusterCase(t *testing.T) *clusterCase {
+	t.Helper()
+	const shards = 6
+	c := &clusterCase{cluster: testredis.StartCluster(t, 3)}
+	c.cc = c.cluster.Client(t)
+	s := settings()
+	s.Shards = shards
+	s.Timeout = 300 * time.Millisecond
+	c.r = repo.New(c.cc, s)
+	if err := c.r.LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	keys := c.r.Keys()
+	c.deadAddr = c.cluster.MasterAddr(t, c.cc, keys.Stream(0))
+	c.live = make([]bool, shards)
+	for sh := range shards {
+		c.live[sh] = c.cluster.MasterAddr(t, c.cc, keys.Stream(sh)) != c.deadAddr
+	}
+	if !slices.Contains(c.live, true) {
+		t.Fatal("every shard on one master")
+	}
+	return c
 }
