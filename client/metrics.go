@@ -2,6 +2,7 @@ package client
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -22,6 +23,10 @@ const (
 // exported when a Registerer is given.
 type metrics struct {
 	sent, queueFull, dropped, retried, invalid prometheus.Counter
+
+	reg            prometheus.Registerer // nil: nothing registered
+	registered     []prometheus.Collector
+	unregisterOnce sync.Once
 }
 
 func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, error) {
@@ -43,6 +48,7 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, erro
 		dropped:   reports.WithLabelValues(outcomeDropped),
 		retried:   retries,
 		invalid:   reports.WithLabelValues(outcomeInvalid),
+		reg:       reg,
 	}
 	if reg == nil {
 		return m, nil
@@ -51,17 +57,27 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, erro
 		Name: metricQueueDepth,
 		Help: "Contributions held by the Reporter (queued or in flight), bounded by QueueSize.",
 	}, depth)
-	if err := reg.Register(gauge); err != nil {
-		return nil, fmt.Errorf("combo client: register %s: %w", metricQueueDepth, err)
-	}
-	if err := reg.Register(reports); err != nil {
-		reg.Unregister(gauge)
-		return nil, fmt.Errorf("combo client: register %s: %w", metricReportsTotal, err)
-	}
-	if err := reg.Register(retries); err != nil {
-		reg.Unregister(gauge)
-		reg.Unregister(reports)
-		return nil, fmt.Errorf("combo client: register %s: %w", metricRetriesTotal, err)
+	for _, c := range []struct {
+		name string
+		c    prometheus.Collector
+	}{{metricQueueDepth, gauge}, {metricReportsTotal, reports}, {metricRetriesTotal, retries}} {
+		if err := reg.Register(c.c); err != nil {
+			m.unregister() // the ones registered so far
+			return nil, fmt.Errorf("combo client: register %s: %w", c.name, err)
+		}
+		m.registered = append(m.registered, c.c)
 	}
 	return m, nil
+}
+
+// unregister takes the collectors off the Registerer, once: a closed
+// Reporter's metrics are final, and the Registerer must take a new
+// Reporter's (same names) after Close. It also lets the gauge, which
+// holds the Reporter, be collected.
+func (m *metrics) unregister() {
+	m.unregisterOnce.Do(func() {
+		for _, c := range m.registered {
+			m.reg.Unregister(c)
+		}
+	})
 }

@@ -78,8 +78,10 @@ type ReporterOptions struct {
 	// combo_reporter_queue_depth and
 	// combo_reporter_reports_total{outcome="sent|queue_full|dropped|invalid"}
 	// and combo_reporter_retries_total.
-	// Registering a second Reporter on the same Registerer fails; wrap it
-	// with prometheus.WrapRegistererWith to tell them apart.
+	// Registering a second Reporter on the same Registerer fails while the
+	// first is open; wrap it with prometheus.WrapRegistererWith to tell them
+	// apart. Close unregisters them when it returns, so a Reporter that
+	// replaces a closed one may use the same Registerer.
 	Registerer prometheus.Registerer
 }
 

@@ -206,7 +206,14 @@ func (r *Reporter) Stats() ReporterStats {
 // Close returns only after every OnDrop call has returned, even when ctx
 // has ended (OnDrop is meant to be short), so a caller that exits after
 // Close loses nothing it was told about. OnDrop must not call Close.
+//
+// When Close returns, the Reporter's metrics are unregistered from
+// ReporterOptions.Registerer, so a new Reporter may register there.
 func (r *Reporter) Close(ctx context.Context) error {
+	// However Close returns, the Reporter is done with its metrics: free
+	// their names for the Reporter that may replace this one.
+	defer r.metrics.unregister()
+
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()

@@ -457,13 +457,27 @@ func TestQueueFull(t *testing.T) {
 	}
 
 	close(release)
-	closeWithin(t, r)
+	// Read the metrics before Close, which unregisters them.
+	waitStats(t, r, func(s ReporterStats) bool { return s.Sent == size })
 	if s := r.Stats(); s.Sent != size || s.Dropped != 0 || s.Queued+s.InFlight != 0 {
 		t.Fatalf("stats after release %+v", s)
 	}
 	m = gather(t, reg)
 	if m["combo_reporter_queue_depth"] != 0 || m["combo_reporter_reports_total{outcome=sent}"] != size {
 		t.Fatalf("metrics after release %v", m)
+	}
+	closeWithin(t, r)
+}
+
+// waitStats waits until ok holds for r's stats.
+func waitStats(t *testing.T, r *Reporter, ok func(ReporterStats) bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for s := r.Stats(); !ok(s); s = r.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v: the awaited state never came", s)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -482,7 +496,8 @@ func TestRetryThenSuccess(t *testing.T) {
 	})
 
 	mustReport(t, r, ids(1, 5)...)
-	closeWithin(t, r) // Close waits for the retries
+	// Wait for the retries without Close, which would unregister the metrics.
+	waitStats(t, r, func(s ReporterStats) bool { return s.Sent+s.Dropped == 5 })
 
 	attempts, _ := f.snapshot()
 	if len(attempts) != 3 {
@@ -521,6 +536,7 @@ func TestRetryThenSuccess(t *testing.T) {
 	if sum != 5 {
 		t.Fatalf("reports_total summed over outcome: %v, want 5 (metrics %v)", sum, m)
 	}
+	closeWithin(t, r)
 }
 
 func TestRetryExhausted(t *testing.T) {
@@ -662,12 +678,12 @@ func TestReportRefusesInvalid(t *testing.T) {
 	if s != (ReporterStats{Invalid: 3}) {
 		t.Fatalf("stats %+v, want only 3 invalid", s)
 	}
+	if m := gather(t, reg); m["combo_reporter_reports_total{outcome=invalid}"] != 3 {
+		t.Fatalf("metrics %v", m)
+	}
 	closeWithin(t, r)
 	if attempts, _ := f.snapshot(); len(attempts) != 0 {
 		t.Fatalf("sent %v", attempts)
-	}
-	if m := gather(t, reg); m["combo_reporter_reports_total{outcome=invalid}"] != 3 {
-		t.Fatalf("metrics %v", m)
 	}
 }
 
@@ -997,4 +1013,46 @@ func TestDuplicateRegistration(t *testing.T) {
 	if got := len(gather(t, reg)); got != 2*6 {
 		t.Fatalf("%d series, want 2 reporters x (1 gauge + 5 outcomes)", got)
 	}
+}
+
+// Close unregisters the metrics, however it returns, so a Reporter that
+// replaces a closed one can register on the same Registerer; a later Close
+// of the old one leaves the new one's metrics alone.
+func TestCloseUnregistersMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+
+	// A Close that flushes.
+	a := newTestReporter(t, newFake(nil), ReporterOptions{Registerer: reg, Linger: time.Hour})
+	mustReport(t, a, 1)
+	closeWithin(t, a)
+	if m := gather(t, reg); len(m) != 0 {
+		t.Fatalf("after Close the registry still exports %v", m)
+	}
+
+	// A Close that gives up, with a contribution held.
+	f := newFake(func(ctx context.Context, _ int, _ []*combo.Contribution) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	b := newTestReporter(t, f, ReporterOptions{
+		Registerer: reg, BatchSize: 1, RPCTimeout: time.Hour, OnDrop: newDropLog().onDrop,
+	})
+	mustReport(t, b, 1)
+	f.recv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := b.Close(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close = %v, want context.Canceled", err)
+	}
+	if m := gather(t, reg); len(m) != 0 {
+		t.Fatalf("after an expired Close the registry still exports %v", m)
+	}
+
+	c := newTestReporter(t, newFake(nil), ReporterOptions{Registerer: reg})
+	closeWithin(t, a) // again: must not unregister c's metrics
+	_ = b.Close(context.Background())
+	if m := gather(t, reg); len(m) != 6 {
+		t.Fatalf("metrics %v, want the new Reporter's 6 series", m)
+	}
+	closeWithin(t, c)
 }
