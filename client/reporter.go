@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudwego/kitex/client/callopt"
@@ -37,7 +38,8 @@ type BatchSender interface {
 	ReportContributions(ctx context.Context, req *combo.ReportContributionsRequest, callOptions ...callopt.Option) (*combo.ReportContributionsResponse, error)
 }
 
-// ReporterStats is a consistent snapshot of a Reporter's counters. At any
+// ReporterStats is a consistent snapshot of a Reporter's counters. Every
+// Report call counts once, in Accepted, QueueFull, Invalid or Closed; at any
 // snapshot Accepted == Sent + Dropped + Queued + InFlight.
 type ReporterStats struct {
 	Queued    int    // waiting to be put in a batch
@@ -48,6 +50,9 @@ type ReporterStats struct {
 	Dropped   uint64 // given up on and handed to OnDrop
 	QueueFull uint64 // refused by Report with ErrQueueFull
 	Invalid   uint64 // refused by Report with a validation error
+	// Closed counts reports refused with ErrClosed. It has no metric: Close
+	// unregisters the metrics when it returns.
+	Closed uint64
 }
 
 // Reporter reports contributions to combo-service fire-and-forget: Report
@@ -87,7 +92,9 @@ type Reporter struct {
 	pending  []pendingItem // FIFO, oldest first
 	inflight map[*batch]struct{}
 	held     int // len(pending) + contributions in inflight batches
-	closed   bool
+	// closed is set (under mu) by Close. Report reads it before taking mu
+	// too, so that it refuses with ErrClosed before validating.
+	closed   atomic.Bool
 	aborted  bool
 	closeErr error         // what every Close returns once one has given up with contributions held
 	stats    ReporterStats // Queued and InFlight are derived on read
@@ -142,14 +149,23 @@ func NewReporter(sender BatchSender, opts ReporterOptions) (*Reporter, error) {
 }
 
 // Report validates c and enqueues a copy of it; it never waits for the
-// network. It returns the validation error (naming the field, e.g.
-// "contribution.created_at"), ErrQueueFull, or ErrClosed, in which case
-// nothing was enqueued and the caller still owns the report. A nil error
+// network. It returns ErrClosed once Close has been called (whether or not
+// c is valid), else the validation error (naming the field, e.g.
+// "contribution.created_at") or ErrQueueFull; on an error nothing was
+// enqueued and the caller still owns the report. A nil error
 // means the Reporter owns it: it will end up Sent or handed to OnDrop.
 //
 // ctx is not used to abandon the report: it is meant to be called right
 // after the DB write, when the caller's request may already be canceled.
 func (r *Reporter) Report(ctx context.Context, c *combo.Contribution) error {
+	// Closed comes first: once Close has been called, every report gets
+	// ErrClosed, valid or not, as ErrClosed's doc says.
+	if r.closed.Load() {
+		r.mu.Lock()
+		r.stats.Closed++
+		r.mu.Unlock()
+		return ErrClosed
+	}
 	if err := validate.Contribution(c, "contribution"); err != nil {
 		r.mu.Lock()
 		r.stats.Invalid++
@@ -160,7 +176,8 @@ func (r *Reporter) Report(ctx context.Context, c *combo.Contribution) error {
 	cp := *c // the caller may reuse c; every field is a value
 
 	r.mu.Lock()
-	if r.closed {
+	if r.closed.Load() { // Close was called while c was validated
+		r.stats.Closed++
 		r.mu.Unlock()
 		return ErrClosed
 	}
@@ -215,7 +232,7 @@ func (r *Reporter) Close(ctx context.Context) error {
 	defer r.metrics.unregister()
 
 	r.mu.Lock()
-	r.closed = true
+	r.closed.Store(true)
 	r.mu.Unlock()
 	r.signal()
 
@@ -301,7 +318,7 @@ func (r *Reporter) dispatch() {
 			r.mu.Unlock()
 			return
 		}
-		n, closed := len(r.pending), r.closed
+		n, closed := len(r.pending), r.closed.Load()
 		var wait time.Duration
 		if n > 0 && n < r.opts.BatchSize && !closed {
 			wait = r.opts.Linger - time.Since(r.pending[0].at)

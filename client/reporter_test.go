@@ -687,6 +687,22 @@ func TestReportRefusesInvalid(t *testing.T) {
 	}
 }
 
+// Once Close has been called, Report refuses with ErrClosed before it
+// validates: an invalid contribution counts as Closed, not Invalid.
+func TestReportAfterCloseIsClosedEvenIfInvalid(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := newTestReporter(t, newFake(nil), ReporterOptions{Registerer: reg})
+	closeWithin(t, r)
+	for _, c := range []*combo.Contribution{contribution(0), nil, contribution(1)} {
+		if err := r.Report(context.Background(), c); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Report(%v) after Close = %v, want ErrClosed", c, err)
+		}
+	}
+	if s := r.Stats(); s != (ReporterStats{Closed: 3}) {
+		t.Fatalf("stats %+v, want only 3 closed", s)
+	}
+}
+
 func TestReportCopiesContribution(t *testing.T) {
 	var got *combo.Contribution
 	s := senderFunc(func(_ context.Context, req *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
@@ -788,6 +804,7 @@ func TestCloseExpiredDropsRemainder(t *testing.T) {
 	if err := r.Report(context.Background(), contribution(13)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Report after Close = %v, want ErrClosed", err)
 	}
+	s.Closed++ // that refusal
 
 	// The stuck RPC was canceled; when it returns, nothing is counted twice
 	// and nothing that was dropped turns into sent.
