@@ -12,7 +12,7 @@
 // the network. In the background, a batch goes out with ReportContributions
 // as soon as BatchSize contributions are queued or the oldest has waited
 // Linger, at most Concurrency batches at a time. A failed batch is retried
-// up to MaxRetries times with exponential backoff (combo-service deduplicates
+// up to MaxRetries times with jittered exponential backoff (combo-service deduplicates
 // by contribution id, so a retry never counts twice), except one refused
 // with INVALID_ARGUMENT, which can never succeed as sent: if the refusal
 // names one item (e.g. "contributions[3].quantity: ..."), only that item is

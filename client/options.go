@@ -50,8 +50,10 @@ type ReporterOptions struct {
 	// rest is sent again at once, which does not count as a retry;
 	// otherwise the whole batch is dropped.
 	MaxRetries int
-	// InitialBackoff is the wait before the first retry; it doubles for each
-	// further retry up to MaxBackoff. Defaults 50ms and 1s.
+	// InitialBackoff is the backoff before the first retry; it doubles for
+	// each further retry up to MaxBackoff. Each wait is drawn uniformly from
+	// [backoff/2, backoff] (equal jitter), so that callers whose batches
+	// failed together do not retry in lockstep. Defaults 50ms and 1s.
 	InitialBackoff time.Duration
 	MaxBackoff     time.Duration
 	// RPCTimeout bounds each ReportContributions attempt, through its ctx

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,6 +75,7 @@ type Reporter struct {
 	sender  BatchSender
 	opts    ReporterOptions
 	metrics *metrics
+	randN   func(time.Duration) time.Duration // rand.N; tests pin it
 
 	ctx    context.Context // canceled when Close gives up (abort)
 	cancel context.CancelFunc
@@ -117,6 +119,12 @@ type batch struct {
 // NewReporter starts a Reporter sending through sender. Call Close to flush
 // and stop it.
 func NewReporter(sender BatchSender, opts ReporterOptions) (*Reporter, error) {
+	return newReporter(sender, opts, rand.N[time.Duration])
+}
+
+// newReporter is NewReporter with the random source of the retry jitter:
+// randN(n) returns a uniform duration in [0, n).
+func newReporter(sender BatchSender, opts ReporterOptions, randN func(time.Duration) time.Duration) (*Reporter, error) {
 	if sender == nil {
 		return nil, errors.New("combo client: NewReporter needs a BatchSender")
 	}
@@ -129,6 +137,7 @@ func NewReporter(sender BatchSender, opts ReporterOptions) (*Reporter, error) {
 	r := &Reporter{
 		sender:   sender,
 		opts:     opts,
+		randN:    randN,
 		wake:     make(chan struct{}, 1),
 		slots:    make(chan struct{}, opts.Concurrency),
 		done:     make(chan struct{}),
@@ -403,7 +412,7 @@ func (r *Reporter) send(b *batch) {
 	resend := false // the last round dropped a refused item: go again at once
 	for {
 		if attempt > 0 && !resend {
-			t := time.NewTimer(backoff)
+			t := time.NewTimer(jittered(backoff, r.randN))
 			select {
 			case <-t.C:
 			case <-r.ctx.Done(): // aborted: the batch is already dropped
@@ -440,6 +449,15 @@ func (r *Reporter) send(b *batch) {
 		attempt++
 	}
 	r.resolve(b, fmt.Errorf("combo client: batch of %d failed after %d attempts: %w", len(b.items), attempt+1, err))
+}
+
+// jittered is backoff with equal jitter: a uniform wait in [backoff/2,
+// backoff]. Callers whose batches failed together (a service blip) then
+// spread their retries instead of all coming back at once, and each still
+// waits at least half its backoff.
+func jittered(backoff time.Duration, randN func(time.Duration) time.Duration) time.Duration {
+	half := backoff / 2
+	return half + randN(backoff-half+1) // +1: backoff itself is included
 }
 
 // refusedItem returns the index of the item an INVALID_ARGUMENT message

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
@@ -511,8 +512,9 @@ func TestRetryThenSuccess(t *testing.T) {
 	f.mu.Lock()
 	gap1, gap2 := f.at[1].Sub(f.at[0]), f.at[2].Sub(f.at[1])
 	f.mu.Unlock()
-	if gap1 < backoff || gap2 < 2*backoff {
-		t.Fatalf("retry gaps %v, %v; want >= %v, %v", gap1, gap2, backoff, 2*backoff)
+	// Jitter waits at least half the backoff.
+	if gap1 < backoff/2 || gap2 < backoff {
+		t.Fatalf("retry gaps %v, %v; want >= %v, %v", gap1, gap2, backoff/2, backoff)
 	}
 	s := r.Stats()
 	if s.Sent != 5 || s.Retried != 10 || s.Dropped != 0 {
@@ -537,6 +539,96 @@ func TestRetryThenSuccess(t *testing.T) {
 		t.Fatalf("reports_total summed over outcome: %v, want 5 (metrics %v)", sum, m)
 	}
 	closeWithin(t, r)
+}
+
+// A retry waits a uniform random time in [backoff/2, backoff] (equal
+// jitter), so callers that failed together do not retry in lockstep.
+func TestRetryWaitHasEqualJitter(t *testing.T) {
+	for _, b := range []time.Duration{1, 2, 3, 50 * time.Millisecond, time.Second} {
+		if got := jittered(b, func(time.Duration) time.Duration { return 0 }); got != b/2 {
+			t.Errorf("backoff %v, lowest draw: wait %v, want %v", b, got, b/2)
+		}
+		if got := jittered(b, func(n time.Duration) time.Duration { return n - 1 }); got != b {
+			t.Errorf("backoff %v, highest draw: wait %v, want %v", b, got, b)
+		}
+		lo, hi := b, time.Duration(0)
+		for range 2000 {
+			w := jittered(b, rand.N[time.Duration])
+			if w < b/2 || w > b {
+				t.Fatalf("backoff %v: wait %v outside [%v, %v]", b, w, b/2, b)
+			}
+			lo, hi = min(lo, w), max(hi, w)
+		}
+		// 2000 uniform draws all in one tenth of the range: odds 2*0.9^2000.
+		if b >= 50*time.Millisecond && (lo > b/2+b/20 || hi < b-b/20) {
+			t.Errorf("backoff %v: 2000 waits within [%v, %v], want them spread over [%v, %v]", b, lo, hi, b/2, b)
+		}
+	}
+}
+
+// The send loop draws each retry's wait from the doubling backoff, capped
+// at MaxBackoff, and waits what it drew: less than the backoff when the
+// draw is low.
+func TestRetryWaitsAreJittered(t *testing.T) {
+	var mu sync.Mutex
+	var asked []time.Duration
+	lowest := func(n time.Duration) time.Duration {
+		mu.Lock()
+		asked = append(asked, n)
+		mu.Unlock()
+		return 0 // wait backoff/2
+	}
+	newJitterReporter := func(f *fakeSender, opts ReporterOptions) *Reporter {
+		r, err := newReporter(f, opts, lowest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			_ = r.Close(ctx)
+		})
+		return r
+	}
+
+	// The sequence of backoffs, from the draws asked for (no timing).
+	f := newFake(func(context.Context, int, []*combo.Contribution) error { return errTransport })
+	drops := newDropLog()
+	r := newJitterReporter(f, ReporterOptions{
+		BatchSize: 1, MaxRetries: 4, InitialBackoff: 2 * time.Millisecond, MaxBackoff: 8 * time.Millisecond,
+		OnDrop: drops.onDrop,
+	})
+	mustReport(t, r, 1)
+	drops.recv(t)
+	mu.Lock()
+	got := slices.Clone(asked)
+	asked = nil
+	mu.Unlock()
+	// Backoffs 2, 4, 8, 8 ms: each draw spans [0, backoff-backoff/2].
+	want := []time.Duration{time.Millisecond + 1, 2*time.Millisecond + 1, 4*time.Millisecond + 1, 4*time.Millisecond + 1}
+	if !slices.Equal(got, want) {
+		t.Fatalf("jitter draws over %v, want %v", got, want)
+	}
+
+	// The wait is the drawn one: half a 1 s backoff, with half a second of
+	// margin either way (without jitter it would be the whole second).
+	const backoff = time.Second
+	f = newFake(func(_ context.Context, attempt int, _ []*combo.Contribution) error {
+		if attempt == 1 {
+			return errTransport
+		}
+		return nil
+	})
+	r = newJitterReporter(f, ReporterOptions{BatchSize: 1, MaxRetries: 1, InitialBackoff: backoff})
+	mustReport(t, r, 1)
+	f.recv(t)
+	f.recv(t)
+	f.mu.Lock()
+	gap := f.at[1].Sub(f.at[0])
+	f.mu.Unlock()
+	if gap < backoff/2 || gap >= backoff {
+		t.Fatalf("retried after %v, want the drawn %v (under the backoff %v)", gap, backoff/2, backoff)
+	}
 }
 
 func TestRetryExhausted(t *testing.T) {
