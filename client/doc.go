@@ -20,6 +20,15 @@
 // dropped. Each attempt is bounded by RPCTimeout, passed to Kitex as a
 // call option, so it overrides the client's own RPC timeout.
 //
+// Reports of one combo key (activity_id, user_id, item_type) reach the
+// service in the order Report took them, which is what makes the live feed
+// agree with MergeLatest over the DB rows when a key's rows are reported in
+// created_at order: a contribution whose key is in a batch still in flight
+// (or waiting for a retry) waits, queued in order, until that batch is sent
+// or dropped, while other keys go on concurrently. The price is that a
+// retried batch holds back the later reports of its keys for as long as its
+// retries take.
+//
 // Every contribution ends one of these ways, and each is visible:
 //
 //   - Report returns an error (invalid, ErrQueueFull, ErrClosed): nothing was

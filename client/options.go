@@ -33,14 +33,19 @@ type ReporterOptions struct {
 	// and in flight (being sent or waiting for a retry) together. Report
 	// returns ErrQueueFull beyond it. Default 10000; must be >= BatchSize.
 	QueueSize int
-	// BatchSize sends a batch as soon as this many contributions are queued.
-	// Default 50, at most 1000.
+	// BatchSize sends a batch as soon as this many sendable contributions
+	// are queued (see Concurrency). Default 50, at most 1000.
 	BatchSize int
-	// Linger sends a batch once the oldest queued contribution has waited
-	// this long, however few are queued. Default 20ms.
+	// Linger sends a batch once the oldest sendable queued contribution has
+	// waited this long, however few are queued. Default 20ms.
 	Linger time.Duration
 	// Concurrency is how many batches may be in flight at once, retries
-	// included. Default 4.
+	// included. Default 4. Batches in flight never share a combo key
+	// (activity_id, user_id, item_type), so that each key's reports reach
+	// the service in Report order: a contribution whose key is in a batch in
+	// flight is not sendable; it waits, queued in order, until that batch is
+	// sent or dropped, retries and their backoff included. Different keys
+	// are not held up, but reports of few distinct keys fill fewer batches.
 	Concurrency int
 	// MaxRetries is how many times a failed batch is sent again (so at most
 	// 1+MaxRetries attempts). 0 means the default 3; a negative value
@@ -48,7 +53,8 @@ type ReporterOptions struct {
 	// retried as it was: if the refusal names one of its items (e.g.
 	// "contributions[3].quantity: ..."), that item alone is dropped and the
 	// rest is sent again at once, which does not count as a retry;
-	// otherwise the whole batch is dropped.
+	// otherwise the whole batch is dropped. While a batch is retried, later
+	// reports of its combo keys wait for it (see Concurrency).
 	MaxRetries int
 	// InitialBackoff is the backoff before the first retry; it doubles for
 	// each further retry up to MaxBackoff. Each wait is drawn uniformly from

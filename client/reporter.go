@@ -58,12 +58,23 @@ type ReporterStats struct {
 
 // Reporter reports contributions to combo-service fire-and-forget: Report
 // only validates and enqueues; batches are sent in the background when
-// BatchSize contributions are queued or the oldest has waited Linger,
-// whichever comes first, at most Concurrency batches at a time, each
-// retried up to MaxRetries times. Nothing is lost silently: a contribution
-// is either refused by Report with an error, acknowledged by the service
-// (Sent), or handed to OnDrop with the reason and logged (Dropped); with
-// neither OnDrop nor Logger set, drops are logged to stderr.
+// BatchSize sendable contributions (see below) are queued or the oldest of
+// them has waited Linger, whichever comes first, at most Concurrency
+// batches at a time, each retried up to MaxRetries times. Nothing is lost
+// silently: a contribution is either refused by Report with an error,
+// acknowledged by the service (Sent), or handed to OnDrop with the reason
+// and logged (Dropped); with neither OnDrop nor Logger set, drops are
+// logged to stderr.
+//
+// Reports of one combo key (activity_id, user_id, item_type) reach the
+// service in Report order, so that its live windows match the DB poll path
+// (MergeLatest) when the caller reports a key's rows in created_at order: a
+// batch never takes a contribution whose key has one in a batch in flight
+// (being sent or waiting for a retry); it stays queued, in order, until that
+// batch is sent or dropped. Different keys are sent concurrently. The cost:
+// while a batch is retried, the later reports of its keys wait with it (up
+// to MaxRetries backoffs), holding their places in QueueSize, and few
+// distinct keys mean fewer batches in flight.
 //
 // Delivery is at least once: a batch whose acknowledgement was lost is sent
 // again, which combo-service deduplicates by contribution id. Contributions
@@ -83,6 +94,7 @@ type Reporter struct {
 	slots  chan struct{} // cap Concurrency: one token per batch in flight
 	done   chan struct{} // closed when the dispatcher and all sends are over
 	sends  sync.WaitGroup
+	turns  atomic.Uint64 // dispatcher loop turns: a test checks it never spins
 	// drops counts OnDrop calls a send has begun (Add under mu, where the
 	// batch, or one refused item of it, is resolved as dropped): Close
 	// waits for them even when it gives up on the sends, so that it never
@@ -94,6 +106,18 @@ type Reporter struct {
 	pending  []pendingItem // FIFO, oldest first
 	inflight map[*batch]struct{}
 	held     int // len(pending) + contributions in inflight batches
+	// busy counts, per combo key, the contributions in batches in flight
+	// (retries included); a key is absent, not 0, when it has none. A
+	// pending contribution of a busy key is blocked: it may not join a
+	// batch until that key's batch resolves, so a key's reports reach the
+	// service in Report order.
+	busy map[comboKey]int
+	// sendable is how many pending contributions are not blocked, and
+	// sendableAt the enqueue time of the oldest of them: BatchSize and
+	// Linger apply to these. Report counts its own item; a cut (keys become
+	// busy) or a resolve that frees a key recounts them by a scan of pending.
+	sendable   int
+	sendableAt time.Time
 	// closed is set (under mu) by Close. Report reads it before taking mu
 	// too, so that it refuses with ErrClosed before validating.
 	closed   atomic.Bool
@@ -103,8 +127,21 @@ type Reporter struct {
 }
 
 type pendingItem struct {
-	c  *combo.Contribution
-	at time.Time // enqueue time, for Linger
+	c   *combo.Contribution
+	key comboKey
+	at  time.Time // enqueue time, for Linger
+}
+
+// comboKey is what combo-service merges reports by (CONTRACT §2): its
+// windows match the DB poll path's only if a key's reports arrive in
+// created_at order.
+type comboKey struct {
+	activityID, userID int64
+	itemType           string
+}
+
+func keyOf(c *combo.Contribution) comboKey {
+	return comboKey{activityID: c.ActivityId, userID: c.UserId, itemType: c.ItemType}
 }
 
 // batch is owned by one send goroutine; resolved (under Reporter.mu) marks
@@ -142,6 +179,7 @@ func newReporter(sender BatchSender, opts ReporterOptions, randN func(time.Durat
 		slots:    make(chan struct{}, opts.Concurrency),
 		done:     make(chan struct{}),
 		inflight: make(map[*batch]struct{}),
+		busy:     make(map[comboKey]int),
 	}
 	m, err := newMetrics(opts.Registerer, func() float64 {
 		r.mu.Lock()
@@ -196,16 +234,26 @@ func (r *Reporter) Report(ctx context.Context, c *combo.Contribution) error {
 		r.metrics.queueFull.Inc()
 		return ErrQueueFull
 	}
-	r.pending = append(r.pending, pendingItem{c: &cp, at: time.Now()})
+	item := pendingItem{c: &cp, key: keyOf(&cp), at: time.Now()}
+	r.pending = append(r.pending, item)
 	r.held++
 	r.stats.Accepted++
-	n := len(r.pending)
+	wake := false
+	if r.busy[item.key] == 0 {
+		if r.sendable == 0 {
+			r.sendableAt = item.at
+		}
+		r.sendable++
+		// The dispatcher must arm its Linger timer for a first sendable item
+		// and cut a batch when BatchSize is reached. Report raises sendable
+		// by one; otherwise only a cut (after which the dispatcher looks
+		// again) or a resolve (which signals) changes it, so signalling when
+		// it reaches 1 or BatchSize here misses nothing.
+		wake = r.sendable == 1 || r.sendable == r.opts.BatchSize
+	}
 	r.mu.Unlock()
 
-	// The dispatcher must arm its Linger timer for a first item and cut a
-	// batch when BatchSize is reached; pending grows by one per Report, so
-	// it always passes through exactly BatchSize.
-	if n == 1 || n == r.opts.BatchSize {
+	if wake {
 		r.signal()
 	}
 	return nil
@@ -222,8 +270,9 @@ func (r *Reporter) Stats() ReporterStats {
 }
 
 // Close stops accepting reports (Report returns ErrClosed), sends everything
-// still queued, waits for batches in flight including their retries, and
-// returns nil. If ctx ends first, it hands everything still held to OnDrop
+// still queued (a contribution waiting for a batch of its key after that
+// batch), waits for batches in flight including their retries, and returns
+// nil. If ctx ends first, it hands everything still held to OnDrop
 // with an error wrapping ctx.Err(), cancels the RPCs in flight, and returns
 // ctx.Err(); every other Close, concurrent or later, then returns that error
 // too. Contributions dropped during the flush (retries exhausted) are
@@ -278,9 +327,16 @@ func (r *Reporter) abort(cause error) {
 		lost = append(lost, b.items)
 	}
 	clear(r.inflight)
-	for len(r.pending) > 0 {
-		lost = append(lost, r.cutLocked())
+	clear(r.busy)
+	for len(r.pending) > 0 { // blocked or not, in batches as they would have gone
+		items := make([]*combo.Contribution, min(len(r.pending), r.opts.BatchSize))
+		for i := range items {
+			items[i] = r.pending[i].c
+		}
+		lost = append(lost, items)
+		r.pending = r.pending[len(items):]
 	}
+	r.pending, r.sendable = nil, 0
 	n := r.held
 	r.held = 0
 	r.stats.Dropped += uint64(n)
@@ -311,9 +367,12 @@ func (r *Reporter) signal() {
 }
 
 // dispatch is the single goroutine that cuts batches: it waits until
-// BatchSize contributions are queued, the oldest has waited Linger, or the
-// Reporter is closing, then takes a send slot and only then cuts the batch,
-// so contributions arriving while all slots are busy join it.
+// BatchSize sendable contributions are queued (see Reporter.busy), the
+// oldest of them has waited Linger, or the Reporter is closing with some
+// sendable, then takes a send slot and only then cuts the batch, so
+// contributions arriving while all slots are busy join it. With nothing
+// sendable it sleeps until a Report or a resolve signals: never a busy loop
+// while everything queued is blocked.
 func (r *Reporter) dispatch() {
 	defer close(r.done)
 	defer r.sends.Wait()
@@ -322,22 +381,25 @@ func (r *Reporter) dispatch() {
 	timer.Stop()
 	defer timer.Stop()
 	for {
+		r.turns.Add(1)
 		r.mu.Lock()
 		if r.aborted {
 			r.mu.Unlock()
 			return
 		}
-		n, closed := len(r.pending), r.closed.Load()
+		queued, n, closed := len(r.pending), r.sendable, r.closed.Load()
 		var wait time.Duration
 		if n > 0 && n < r.opts.BatchSize && !closed {
-			wait = r.opts.Linger - time.Since(r.pending[0].at)
+			wait = r.opts.Linger - time.Since(r.sendableAt)
 		}
 		r.mu.Unlock()
 
-		if n == 0 && closed {
+		if queued == 0 && closed {
 			return // Report refuses new items; the sends are awaited by defer
 		}
 		if n == 0 || wait > 0 {
+			// Nothing sendable (nothing queued, or all of it blocked until a
+			// resolve frees its key and signals), or not due yet.
 			var fire <-chan time.Time
 			if n > 0 {
 				timer.Reset(wait)
@@ -367,11 +429,12 @@ func (r *Reporter) dispatch() {
 	}
 }
 
-// cut moves up to BatchSize queued contributions into a new in-flight batch.
+// cut moves up to BatchSize sendable contributions into a new in-flight
+// batch.
 func (r *Reporter) cut() *batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.aborted || len(r.pending) == 0 {
+	if r.aborted || r.sendable == 0 {
 		return nil
 	}
 	b := &batch{items: r.cutLocked()}
@@ -379,20 +442,75 @@ func (r *Reporter) cut() *batch {
 	return b
 }
 
+// cutLocked takes up to BatchSize contributions out of pending, oldest
+// first, passing over blocked ones, which keep their order; it then marks
+// the taken keys busy and recounts what is still sendable. A batch may hold
+// several contributions of one key: the service counts a batch in order.
 func (r *Reporter) cutLocked() []*combo.Contribution {
-	n := min(len(r.pending), r.opts.BatchSize)
-	items := make([]*combo.Contribution, n)
-	for i := range items {
-		items[i] = r.pending[i].c
+	items := make([]*combo.Contribution, 0, min(r.sendable, r.opts.BatchSize))
+	end := 0 // pending[:end] is what the scan passed: taken or blocked
+	for ; end < len(r.pending) && len(items) < r.opts.BatchSize; end++ {
+		p := &r.pending[end]
+		if r.busy[p.key] > 0 { // busy before this cut: blocked
+			continue
+		}
+		items = append(items, p.c)
+		p.c = nil // taken
 	}
-	// Reslicing forward keeps memory bounded: append reallocates to about
-	// twice the live length (<= QueueSize) and the old array is collected.
-	clear(r.pending[:n])
-	r.pending = r.pending[n:]
+	// Move the blocked ones of pending[:end] to its end, in order, and
+	// reslice forward past the gap: that keeps memory bounded, since append
+	// reallocates to about twice the live length (<= QueueSize) and the
+	// old array is collected.
+	w := end
+	for i := end - 1; i >= 0; i-- {
+		if r.pending[i].c != nil {
+			w--
+			r.pending[w] = r.pending[i]
+		}
+	}
+	clear(r.pending[:w])
+	r.pending = r.pending[w:]
 	if len(r.pending) == 0 {
 		r.pending = nil
 	}
+	for _, c := range items {
+		r.busy[keyOf(c)]++
+	}
+	r.recountLocked()
 	return items
+}
+
+// recountLocked recounts sendable and sendableAt by a scan of pending.
+func (r *Reporter) recountLocked() {
+	r.sendable = 0
+	for i := range r.pending {
+		if r.busy[r.pending[i].key] == 0 {
+			if r.sendable == 0 {
+				r.sendableAt = r.pending[i].at
+			}
+			r.sendable++
+		}
+	}
+}
+
+// releaseLocked takes items off their keys' busy counts. If that frees a
+// key while something is pending, it recounts what is sendable and returns
+// true: the caller must signal the dispatcher, since contributions that
+// waited for the key may now go.
+func (r *Reporter) releaseLocked(items ...*combo.Contribution) bool {
+	freed := false
+	for _, c := range items {
+		k := keyOf(c)
+		if r.busy[k]--; r.busy[k] <= 0 {
+			delete(r.busy, k)
+			freed = true
+		}
+	}
+	if !freed || len(r.pending) == 0 {
+		return false
+	}
+	r.recountLocked()
+	return true
 }
 
 // send delivers one batch, retrying with exponential backoff, and resolves it.
@@ -501,8 +619,12 @@ func (r *Reporter) dropItem(b *batch, i int, err error) bool {
 	r.held--
 	r.stats.Dropped++
 	r.drops.Add(1)
+	wake := r.releaseLocked(item) // its key may have no other item in b
 	r.mu.Unlock()
 
+	if wake {
+		r.signal()
+	}
 	defer r.drops.Done()
 	r.metrics.dropped.Inc()
 	r.drop([]*combo.Contribution{item}, err)
@@ -559,7 +681,12 @@ func (r *Reporter) resolve(b *batch, err error) {
 		r.stats.Dropped += uint64(n)
 		r.drops.Add(1)
 	}
+	wake := r.releaseLocked(b.items...)
 	r.mu.Unlock()
+
+	if wake {
+		r.signal()
+	}
 
 	if err == nil {
 		r.metrics.sent.Add(float64(n))

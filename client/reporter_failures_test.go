@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -317,5 +320,175 @@ func TestInvalidItemThenRetryCounts(t *testing.T) {
 	}
 	if s := r.Stats(); s != (ReporterStats{Accepted: 3, Sent: 2, Dropped: 1, Retried: 3}) {
 		t.Fatalf("stats %+v, want 2 sent, 1 dropped, one retry of 3", s)
+	}
+}
+
+// Under random failures (before or after the service commits), refusals
+// naming one item, and batches of several keys at once, each combo key's
+// contributions are first delivered in Report order, every one ends sent
+// or dropped exactly once, and the stats stay consistent throughout.
+func TestStressKeepsPerKeyOrder(t *testing.T) {
+	const producers, keysEach, reportsEach = 4, 4, 250
+	var inFlight, maxInFlight atomic.Int32 // the order must not come from sending one batch at a time
+	for round := range 3 {
+		var mu sync.Mutex
+		delivered := map[int64]bool{} // ids the service counted, at least once
+		var firstOrder []int64        // ids in the order the service first counted them
+		sent := map[int64]int{}       // ids of acknowledged attempts
+		dropped := map[int64]int{}
+		bad := func(id int64) bool { return id%53 == 0 }
+
+		s := senderFunc(func(ctx context.Context, req *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
+			items := req.GetContributions()
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			if m := maxInFlight.Load(); n > m {
+				maxInFlight.CompareAndSwap(m, n)
+			}
+			if rand.IntN(4) == 0 {
+				time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+			}
+			for i, c := range items { // validated whole first: nothing counted
+				if bad(c.Id) {
+					return nil, &combo.ComboError{Code: CodeInvalidArgument, Message: fmt.Sprintf("contributions[%d].quantity: bad", i)}
+				}
+			}
+			fate := rand.IntN(10) // 0..1 fail before the commit, 2 after it
+			if fate < 2 {
+				return nil, errTransport
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, c := range items {
+				if !delivered[c.Id] {
+					delivered[c.Id] = true
+					firstOrder = append(firstOrder, c.Id)
+				}
+			}
+			if fate == 2 {
+				return nil, errTransport // committed, but the answer was lost
+			}
+			for _, c := range items {
+				sent[c.Id]++
+			}
+			return &combo.ReportContributionsResponse{Results: make([]*combo.ReportContributionResponse, len(items))}, nil
+		})
+		opts := ReporterOptions{
+			QueueSize: 64, BatchSize: 4, Linger: 200 * time.Microsecond, Concurrency: 4,
+			MaxRetries: 2, InitialBackoff: 100 * time.Microsecond, MaxBackoff: time.Millisecond,
+			OnDrop: func(b []*combo.Contribution, _ error) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, c := range b {
+					dropped[c.Id]++
+				}
+			},
+		}
+		r := newTestReporter(t, s, opts)
+
+		stop := make(chan struct{})
+		watched := make(chan error, 1)
+		go func() {
+			for {
+				select {
+				case <-stop:
+					watched <- nil
+					return
+				default:
+				}
+				st := r.Stats()
+				if st.Accepted != st.Sent+st.Dropped+uint64(st.Queued)+uint64(st.InFlight) || st.Queued+st.InFlight > opts.QueueSize {
+					watched <- fmt.Errorf("inconsistent stats %+v", st)
+					return
+				}
+				runtime.Gosched()
+			}
+		}()
+
+		// Each producer owns its keys, so its Report order is each key's.
+		// Ids encode producer, key and sequence; user ids tell keys apart.
+		order := make([][]int64, producers*keysEach) // accepted ids per key, in Report order
+		var wg sync.WaitGroup
+		for p := range producers {
+			wg.Go(func() {
+				for i := range reportsEach {
+					k := p*keysEach + i%keysEach
+					id := int64(round*100_000 + p*10_000 + i + 1)
+					c := &combo.Contribution{
+						Id: id, ActivityId: 7, UserId: int64(5000 + k), ItemId: 3, ItemType: "rose",
+						Quantity: 1, CreatedAt: 1_732_950_000_000 + id,
+					}
+					for {
+						err := r.Report(context.Background(), c)
+						if errors.Is(err, ErrQueueFull) {
+							time.Sleep(50 * time.Microsecond)
+							continue
+						}
+						if err != nil {
+							t.Errorf("Report(%d): %v", id, err)
+							return
+						}
+						order[k] = append(order[k], id) // only this producer writes order[k]
+						break
+					}
+				}
+			})
+		}
+		wg.Wait()
+		closeWithin(t, r)
+		close(stop)
+		if err := <-watched; err != nil {
+			t.Fatal(err)
+		}
+
+		mu.Lock()
+		keyOfID := map[int64]int{}
+		for k, accepted := range order {
+			for _, id := range accepted {
+				keyOfID[id] = k
+				if sent[id]+dropped[id] != 1 {
+					t.Fatalf("round %d: id %d sent %d times and dropped %d times, want one of them once", round, id, sent[id], dropped[id])
+				}
+				if bad(id) && dropped[id] != 1 {
+					t.Fatalf("round %d: refused id %d not dropped", round, id)
+				}
+			}
+		}
+		// Per key, first deliveries follow Report order (a dropped id may be
+		// missing: it was never counted, or counted in its place).
+		pos := map[int64]int{}
+		for _, accepted := range order {
+			for i, id := range accepted {
+				pos[id] = i
+			}
+		}
+		last := make([]int, len(order))
+		for i := range last {
+			last[i] = -1
+		}
+		for _, id := range firstOrder {
+			k := keyOfID[id]
+			if pos[id] < last[k] {
+				t.Fatalf("round %d: key %d: id %d first delivered after a later report of its key", round, k, id)
+			}
+			last[k] = pos[id]
+		}
+		st := r.Stats()
+		checkConsistent(t, st)
+		var nSent, nDropped int
+		for _, n := range sent {
+			nSent += n
+		}
+		for _, n := range dropped {
+			nDropped += n
+		}
+		if st.Accepted != producers*reportsEach || st.Sent != uint64(nSent) || st.Dropped != uint64(nDropped) ||
+			st.Queued != 0 || st.InFlight != 0 {
+			t.Fatalf("round %d: stats %+v; service acknowledged %d, OnDrop got %d", round, st, nSent, nDropped)
+		}
+		mu.Unlock()
+	}
+	if m := maxInFlight.Load(); m < 2 {
+		t.Fatalf("at most %d batch in flight at once: the test did not exercise concurrency", m)
 	}
 }

@@ -356,6 +356,9 @@ func TestConcurrencyBound(t *testing.T) {
 	}
 }
 
+// A slow batch holds one slot while batches of other keys go through the
+// other. A report of the slow batch's own key (id 11 shares id 1's user)
+// waits for it, so the key's reports stay in order, and goes right after.
 func TestSlowBatchDoesNotStallOthers(t *testing.T) {
 	release := make(chan struct{})
 	f := newFake(func(ctx context.Context, _ int, items []*combo.Contribution) error {
@@ -371,25 +374,187 @@ func TestSlowBatchDoesNotStallOthers(t *testing.T) {
 		t.Fatalf("first call %v", got)
 	}
 	mustReport(t, r, ids(2, 20)...)
-	for range 19 {
-		f.recv(t)
-	}
-	// The slow batch still in flight; the others got through the other slot.
-	deadline := time.After(waitFor)
-	for r.Stats().Sent != 19 {
-		select {
-		case <-deadline:
-			t.Fatalf("stats %+v, want 19 sent", r.Stats())
-		default:
-			runtime.Gosched()
+	// FIFO through the free slot: id 11 would be the 10th of these.
+	for range 18 {
+		if got := f.recv(t); got[0] == 11 {
+			t.Fatal("id 11 sent while id 1, of the same key, was still in flight")
 		}
 	}
-	if s := r.Stats(); s.InFlight != 1 {
-		t.Fatalf("stats %+v, want the slow batch in flight", s)
+	// The slow batch still in flight, id 11 queued behind it; the others
+	// got through the other slot.
+	waitStats(t, r, func(s ReporterStats) bool { return s.Sent == 18 })
+	if s := r.Stats(); s.InFlight != 1 || s.Queued != 1 {
+		t.Fatalf("stats %+v, want the slow batch in flight and id 11 queued", s)
 	}
 	close(release)
+	if got := f.recv(t); !slices.Equal(got, []int64{11}) {
+		t.Fatalf("after the slow batch: call %v, want id 11", got)
+	}
 	closeWithin(t, r)
 	if s := r.Stats(); s.Sent != 20 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// keyIDs filters attempts down to the ids of one combo key of
+// contribution(): those equal to k modulo 10.
+func keyIDs(attempts [][]int64, k int64) []int64 {
+	var out []int64
+	for _, a := range attempts {
+		for _, id := range a {
+			if id%10 == k {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}
+
+// With several batches in flight at once, a key's later reports wait until
+// its earlier batch, retries included, is over: they reach the service in
+// Report order (CONTRACT §2: push and poll agree only then).
+func TestRetryKeepsReportsOfOneKeyInOrder(t *testing.T) {
+	var failures atomic.Int32
+	f := newFake(func(_ context.Context, _ int, items []*combo.Contribution) error {
+		if items[0].Id == 1 && failures.Add(1) <= 2 {
+			return errTransport // twice, then id 1 goes through
+		}
+		return nil
+	})
+	r := newTestReporter(t, f, ReporterOptions{
+		BatchSize: 1, Concurrency: 3, Linger: time.Hour, InitialBackoff: 20 * time.Millisecond,
+	})
+	mustReport(t, r, 1)
+	f.recv(t)                   // failed; the retry is at least 10ms away
+	mustReport(t, r, 11, 21, 2) // 11 and 21 share id 1's key
+	closeWithin(t, r)
+
+	attempts, _ := f.snapshot()
+	if got, want := keyIDs(attempts, 1), []int64{1, 1, 1, 11, 21}; !slices.Equal(got, want) {
+		t.Fatalf("attempts of the key of id 1: %v, want %v (all attempts %v)", got, want, attempts)
+	}
+	if s := r.Stats(); s.Sent != 4 || s.Retried != 2 {
+		t.Fatalf("stats %+v, want 4 sent after 2 retries", s)
+	}
+}
+
+// A key waiting for a retry holds back only its own reports: other keys
+// keep going through the other slot, a batch taking the sendable reports
+// past the blocked ones.
+func TestRetryingKeyDoesNotBlockOtherKeys(t *testing.T) {
+	f := newFake(func(_ context.Context, _ int, items []*combo.Contribution) error {
+		if items[0].Id == 1 {
+			return errTransport // and the retry is at least half an hour away
+		}
+		return nil
+	})
+	drops := newDropLog()
+	r := newTestReporter(t, f, ReporterOptions{
+		BatchSize: 3, Concurrency: 2, Linger: time.Hour, InitialBackoff: time.Hour, OnDrop: drops.onDrop,
+	})
+	mustReport(t, r, 1, 11, 21) // one batch, one key
+	if got := f.recv(t); !slices.Equal(got, []int64{1, 11, 21}) {
+		t.Fatalf("first call %v", got)
+	}
+	mustReport(t, r, 2, 31, 3, 41, 4, 5, 6, 7) // 31 and 41 share the retrying key
+	for _, want := range [][]int64{{2, 3, 4}, {5, 6, 7}} {
+		if got := f.recv(t); !slices.Equal(got, want) {
+			t.Fatalf("call %v, want %v", got, want)
+		}
+	}
+	waitStats(t, r, func(s ReporterStats) bool { return s.Sent == 6 })
+	if s := r.Stats(); s.InFlight != 3 || s.Queued != 2 {
+		t.Fatalf("stats %+v, want the retrying batch in flight and 31, 41 queued", s)
+	}
+
+	// Giving up drops them all, each once, the blocked ones included.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Close(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close = %v, want context.Canceled", err)
+	}
+	got, _ := drops.snapshot()
+	slices.Sort(got)
+	if want := []int64{1, 11, 21, 31, 41}; !slices.Equal(got, want) {
+		t.Fatalf("OnDrop got %v, want %v", got, want)
+	}
+	s := r.Stats()
+	checkConsistent(t, s)
+	if s.Sent != 6 || s.Dropped != 5 || s.Queued != 0 || s.InFlight != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// While everything queued is blocked, the dispatcher sleeps: it does not
+// spin on the blocked reports, before Close or during it. Close waits for
+// them to become sendable, then sends them, in order.
+func TestCloseFlushesBlockedReportsWithoutSpinning(t *testing.T) {
+	release := make(chan struct{})
+	f := newFake(func(_ context.Context, _ int, items []*combo.Contribution) error {
+		if items[0].Id == 1 {
+			<-release
+		}
+		return nil
+	})
+	r := newTestReporter(t, f, ReporterOptions{
+		BatchSize: 5, Concurrency: 2, Linger: time.Millisecond, RPCTimeout: time.Hour,
+	})
+	mustReport(t, r, 1)
+	if got := f.recv(t); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("first call %v", got)
+	}
+	mustReport(t, r, 11, 2, 21) // 11 and 21 wait for id 1
+	if got := f.recv(t); !slices.Equal(got, []int64{2}) {
+		t.Fatalf("second call %v, want [2]", got)
+	}
+	waitStats(t, r, func(s ReporterStats) bool { return s.Sent == 1 })
+
+	// A spinning dispatcher turns thousands of times in 100ms; a sleeping
+	// one not at all, or once for a stale signal.
+	const idle = 100 * time.Millisecond
+	assertSleeps := func(when string) {
+		t.Helper()
+		before := r.turns.Load()
+		time.Sleep(idle)
+		if n := r.turns.Load() - before; n > 3 {
+			t.Fatalf("%s: the dispatcher turned %d times in %v with everything queued blocked", when, n, idle)
+		}
+	}
+	assertSleeps("before Close")
+
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		closed <- r.Close(ctx)
+	}()
+	for !r.closed.Load() {
+		runtime.Gosched()
+	}
+	assertSleeps("during Close")
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned %v with 11 and 21 still queued", err)
+	default:
+	}
+	if s := r.Stats(); s.Queued != 2 || s.InFlight != 1 {
+		t.Fatalf("stats %+v, want 11 and 21 queued behind id 1", s)
+	}
+
+	close(release)
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("Close did not return")
+	}
+	attempts, _ := f.snapshot()
+	if want := [][]int64{{1}, {2}, {11, 21}}; !slices.EqualFunc(attempts, want, slices.Equal) {
+		t.Fatalf("attempts %v, want %v", attempts, want)
+	}
+	if s := r.Stats(); s.Sent != 4 {
 		t.Fatalf("stats %+v", s)
 	}
 }
