@@ -37,12 +37,19 @@
 //   - the Reporter gives up (retries exhausted, refused, or Close's ctx
 //     expired): Stats().Dropped, and the batch is handed to
 //     ReporterOptions.OnDrop with the reason and logged to
-//     ReporterOptions.Logger; with neither set, it is logged at error level
-//     to stderr.
+//     ReporterOptions.Logger, whichever of them are set; with neither set,
+//     it is logged at error level to stderr.
 //
 // The queue is memory only: if the process dies without Close, what it held
-// is lost. The caller's DB row is the durable copy; persist what OnDrop and
-// ErrQueueFull hand back, or re-report rows from the DB, to close that gap.
+// is lost. The caller's DB row is the durable copy, and the poll path
+// (MergeLatest over the DB rows) shows every row whatever the live feed
+// missed. A contribution Report refused was never sent, so reporting it
+// again cannot count it twice. One handed to OnDrop may already have been
+// counted, unless it was refused with INVALID_ARGUMENT: its last attempt may
+// have timed out after the service committed it, or it was in flight when
+// Close's ctx expired. Re-reporting it within the service's window.dedupe
+// (60 s by default) is safe, as the service recognises its id; later, it
+// may count twice in the live feed.
 //
 // # Usage in activityService
 //
@@ -57,7 +64,10 @@
 //	reporter, err := client.NewReporter(cli, client.ReporterOptions{
 //		Registerer: prometheus.DefaultRegisterer,
 //		OnDrop: func(batch []*combo.Contribution, err error) {
-//			// Given up on: keep the ids so a job can report them again.
+//			// Given up on. The service may have counted these already
+//			// (unless refused as invalid), and it recognises a re-report
+//			// only within window.dedupe: log them rather than queue them
+//			// for a later re-report job.
 //			for _, c := range batch {
 //				logger.Error("combo report dropped", zap.Int64("id", c.Id), zap.Error(err))
 //			}

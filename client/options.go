@@ -70,12 +70,22 @@ type ReporterOptions struct {
 
 	// OnDrop, if set, receives every contribution the Reporter gives up on
 	// (retries exhausted, refused by the service, or still held when Close's
-	// ctx expired) with the reason, so the caller can log or persist them
-	// for a later re-report (reports are idempotent by id). It may be called
-	// from several goroutines at once and should not block for long: while
-	// it runs, a send slot is held; Close waits for it, and it must not call
-	// Close. The slice and the contributions in it are copies, the caller's
-	// to keep and change.
+	// ctx expired) with the reason.
+	//
+	// A contribution refused with INVALID_ARGUMENT (IsComboError(err) with
+	// CodeInvalidArgument) was not counted by the service. Any other may have
+	// been: its last attempt may have timed out after the service committed
+	// it, or it was in flight when Close's ctx expired. Re-reporting it is
+	// safe within the service's window.dedupe (60 s by default), which
+	// recognises its id; later, it may be counted twice. The DB poll path
+	// (MergeLatest over the DB rows) shows every row either way, so a late
+	// re-report mainly matters for the live feed: re-report promptly or not
+	// at all.
+	//
+	// OnDrop may be called from several goroutines at once and should not
+	// block for long: while it runs, a send slot is held; Close waits for
+	// it, and it must not call Close. The slice and the contributions in it
+	// are copies, the caller's to keep and change.
 	OnDrop func(batch []*combo.Contribution, err error)
 	// Logger logs every drop at error level (in addition to OnDrop). If
 	// neither Logger nor OnDrop is set, NewReporter uses a default logger

@@ -48,7 +48,7 @@ type ReporterStats struct {
 	Accepted  uint64 // taken by Report
 	Sent      uint64 // acknowledged by combo-service
 	Retried   uint64 // re-sent after a failed attempt, counted per contribution
-	Dropped   uint64 // given up on and handed to OnDrop
+	Dropped   uint64 // given up on: handed to OnDrop, logged
 	QueueFull uint64 // refused by Report with ErrQueueFull
 	Invalid   uint64 // refused by Report with a validation error
 	// Closed counts reports refused with ErrClosed. It has no metric: Close
@@ -62,9 +62,9 @@ type ReporterStats struct {
 // them has waited Linger, whichever comes first, at most Concurrency
 // batches at a time, each retried up to MaxRetries times. Nothing is lost
 // silently: a contribution is either refused by Report with an error,
-// acknowledged by the service (Sent), or handed to OnDrop with the reason
-// and logged (Dropped); with neither OnDrop nor Logger set, drops are
-// logged to stderr.
+// acknowledged by the service (Sent), or given up on (Dropped): handed to
+// OnDrop with the reason and logged to Logger, whichever of them are set;
+// with neither set, drops are logged to stderr.
 //
 // Reports of one combo key (activity_id, user_id, item_type) reach the
 // service in Report order, so that its live windows match the DB poll path
@@ -77,7 +77,9 @@ type ReporterStats struct {
 // distinct keys mean fewer batches in flight.
 //
 // Delivery is at least once: a batch whose acknowledgement was lost is sent
-// again, which combo-service deduplicates by contribution id. Contributions
+// again, which combo-service deduplicates by contribution id within its
+// window.dedupe (60 s by default; a batch's retries take far less with the
+// default options). Contributions
 // held in memory are lost if the process dies without Close; the caller's
 // DB row is the durable copy.
 //
@@ -199,8 +201,8 @@ func newReporter(sender BatchSender, opts ReporterOptions, randN func(time.Durat
 // network. It returns ErrClosed once Close has been called (whether or not
 // c is valid), else the validation error (naming the field, e.g.
 // "contribution.created_at") or ErrQueueFull; on an error nothing was
-// enqueued and the caller still owns the report. A nil error
-// means the Reporter owns it: it will end up Sent or handed to OnDrop.
+// enqueued and the caller still owns the report. A nil error means the
+// Reporter owns it: it will end up Sent or Dropped.
 //
 // ctx is not used to abandon the report: it is meant to be called right
 // after the DB write, when the caller's request may already be canceled.
@@ -272,11 +274,13 @@ func (r *Reporter) Stats() ReporterStats {
 // Close stops accepting reports (Report returns ErrClosed), sends everything
 // still queued (a contribution waiting for a batch of its key after that
 // batch), waits for batches in flight including their retries, and returns
-// nil. If ctx ends first, it hands everything still held to OnDrop
-// with an error wrapping ctx.Err(), cancels the RPCs in flight, and returns
-// ctx.Err(); every other Close, concurrent or later, then returns that error
-// too. Contributions dropped during the flush (retries exhausted) are
-// reported through OnDrop as usual and do not make Close fail.
+// nil. If ctx ends first, it drops everything still held (OnDrop, Logger)
+// with an error wrapping ctx.Err() and cancels the RPCs in flight; it
+// returns ctx.Err() if it held anything at that moment, and nil if not
+// (everything had been sent or dropped already). Every other Close,
+// concurrent or later, then returns the same. Contributions dropped during
+// the flush (retries exhausted) are reported as drops as usual and do not
+// make Close fail.
 //
 // Close returns only after every OnDrop call has returned, even when ctx
 // has ended (OnDrop is meant to be short), so a caller that exits after
