@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -108,18 +109,20 @@ type Reporter struct {
 	pending  []pendingItem // FIFO, oldest first
 	inflight map[*batch]struct{}
 	held     int // len(pending) + contributions in inflight batches
-	// busy counts, per combo key, the contributions in batches in flight
-	// (retries included); a key is absent, not 0, when it has none. A
-	// pending contribution of a busy key is blocked: it may not join a
-	// batch until that key's batch resolves, so a key's reports reach the
-	// service in Report order.
-	busy map[comboKey]int
-	// sendable is how many pending contributions are not blocked, and
-	// sendableAt the enqueue time of the oldest of them: BatchSize and
-	// Linger apply to these. Report counts its own item; a cut (keys become
-	// busy) or a resolve that frees a key recounts them by a scan of pending.
-	sendable   int
-	sendableAt time.Time
+	// keys holds, per combo key (by keyOf), its contributions in batches
+	// in flight (retries included) and in pending; a key is absent when it
+	// has neither. A key with some in flight is busy, and its pending
+	// contributions are blocked: they may not join a batch until that
+	// key's batch resolves, so a key's reports reach the service in Report
+	// order. blocked counts them, so that len(pending) - blocked, the
+	// sendable ones, to which BatchSize and Linger apply, is known without
+	// a scan: a key becoming busy or free moves its queued count into or
+	// out of blocked. (Rescanning pending at each cut and resolve instead
+	// cost 1.8 us per report against 1.2 with a full queue of 1,024 keys,
+	// BenchmarkReporter; 0.45 before keys were kept in order.)
+	keys    map[uint64]keyCount
+	blocked int
+	seed    maphash.Seed
 	// closed is set (under mu) by Close. Report reads it before taking mu
 	// too, so that it refuses with ErrClosed before validating.
 	closed   atomic.Bool
@@ -130,9 +133,11 @@ type Reporter struct {
 
 type pendingItem struct {
 	c   *combo.Contribution
-	key comboKey
+	key uint64    // keyOf(c)
 	at  time.Time // enqueue time, for Linger
 }
+
+type keyCount struct{ inFlight, queued int32 }
 
 // comboKey is what combo-service merges reports by (CONTRACT §2): its
 // windows match the DB poll path's only if a key's reports arrive in
@@ -142,8 +147,10 @@ type comboKey struct {
 	itemType           string
 }
 
-func keyOf(c *combo.Contribution) comboKey {
-	return comboKey{activityID: c.ActivityId, userID: c.UserId, itemType: c.ItemType}
+// keyOf is c's combo key hashed: two keys that collide share their order,
+// which holds a report back more than needed, never less.
+func (r *Reporter) keyOf(c *combo.Contribution) uint64 {
+	return maphash.Comparable(r.seed, comboKey{activityID: c.ActivityId, userID: c.UserId, itemType: c.ItemType})
 }
 
 // batch is owned by one send goroutine; resolved (under Reporter.mu) marks
@@ -181,7 +188,8 @@ func newReporter(sender BatchSender, opts ReporterOptions, randN func(time.Durat
 		slots:    make(chan struct{}, opts.Concurrency),
 		done:     make(chan struct{}),
 		inflight: make(map[*batch]struct{}),
-		busy:     make(map[comboKey]int),
+		keys:     make(map[uint64]keyCount),
+		seed:     maphash.MakeSeed(),
 	}
 	m, err := newMetrics(opts.Registerer, func() float64 {
 		r.mu.Lock()
@@ -236,22 +244,24 @@ func (r *Reporter) Report(ctx context.Context, c *combo.Contribution) error {
 		r.metrics.queueFull.Inc()
 		return ErrQueueFull
 	}
-	item := pendingItem{c: &cp, key: keyOf(&cp), at: time.Now()}
+	item := pendingItem{c: &cp, key: r.keyOf(&cp), at: time.Now()}
 	r.pending = append(r.pending, item)
 	r.held++
 	r.stats.Accepted++
 	wake := false
-	if r.busy[item.key] == 0 {
-		if r.sendable == 0 {
-			r.sendableAt = item.at
-		}
-		r.sendable++
+	kc := r.keys[item.key]
+	kc.queued++
+	r.keys[item.key] = kc
+	if kc.inFlight > 0 {
+		r.blocked++
+	} else {
 		// The dispatcher must arm its Linger timer for a first sendable item
-		// and cut a batch when BatchSize is reached. Report raises sendable
-		// by one; otherwise only a cut (after which the dispatcher looks
-		// again) or a resolve (which signals) changes it, so signalling when
-		// it reaches 1 or BatchSize here misses nothing.
-		wake = r.sendable == 1 || r.sendable == r.opts.BatchSize
+		// and cut a batch when BatchSize is reached. Report raises the
+		// sendable count by one; otherwise only a cut (after which the
+		// dispatcher looks again) or a resolve (which signals) changes it,
+		// so signalling when it reaches 1 or BatchSize here misses nothing.
+		n := len(r.pending) - r.blocked
+		wake = n == 1 || n == r.opts.BatchSize
 	}
 	r.mu.Unlock()
 
@@ -331,7 +341,7 @@ func (r *Reporter) abort(cause error) {
 		lost = append(lost, b.items)
 	}
 	clear(r.inflight)
-	clear(r.busy)
+	clear(r.keys)
 	for len(r.pending) > 0 { // blocked or not, in batches as they would have gone
 		items := make([]*combo.Contribution, min(len(r.pending), r.opts.BatchSize))
 		for i := range items {
@@ -340,7 +350,7 @@ func (r *Reporter) abort(cause error) {
 		lost = append(lost, items)
 		r.pending = r.pending[len(items):]
 	}
-	r.pending, r.sendable = nil, 0
+	r.pending, r.blocked = nil, 0
 	n := r.held
 	r.held = 0
 	r.stats.Dropped += uint64(n)
@@ -371,7 +381,7 @@ func (r *Reporter) signal() {
 }
 
 // dispatch is the single goroutine that cuts batches: it waits until
-// BatchSize sendable contributions are queued (see Reporter.busy), the
+// BatchSize sendable contributions are queued (see Reporter.keys), the
 // oldest of them has waited Linger, or the Reporter is closing with some
 // sendable, then takes a send slot and only then cuts the batch, so
 // contributions arriving while all slots are busy join it. With nothing
@@ -391,10 +401,10 @@ func (r *Reporter) dispatch() {
 			r.mu.Unlock()
 			return
 		}
-		queued, n, closed := len(r.pending), r.sendable, r.closed.Load()
+		queued, n, closed := len(r.pending), len(r.pending)-r.blocked, r.closed.Load()
 		var wait time.Duration
 		if n > 0 && n < r.opts.BatchSize && !closed {
-			wait = r.opts.Linger - time.Since(r.sendableAt)
+			wait = r.opts.Linger - time.Since(r.oldestSendableLocked())
 		}
 		r.mu.Unlock()
 
@@ -438,7 +448,7 @@ func (r *Reporter) dispatch() {
 func (r *Reporter) cut() *batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.aborted || r.sendable == 0 {
+	if r.aborted || len(r.pending) == r.blocked {
 		return nil
 	}
 	b := &batch{items: r.cutLocked()}
@@ -448,14 +458,15 @@ func (r *Reporter) cut() *batch {
 
 // cutLocked takes up to BatchSize contributions out of pending, oldest
 // first, passing over blocked ones, which keep their order; it then marks
-// the taken keys busy and recounts what is still sendable. A batch may hold
-// several contributions of one key: the service counts a batch in order.
+// the taken keys busy, which blocks what is left of them in pending. A
+// batch may hold several contributions of one key: the service counts a
+// batch in order.
 func (r *Reporter) cutLocked() []*combo.Contribution {
-	items := make([]*combo.Contribution, 0, min(r.sendable, r.opts.BatchSize))
+	items := make([]*combo.Contribution, 0, min(len(r.pending)-r.blocked, r.opts.BatchSize))
 	end := 0 // pending[:end] is what the scan passed: taken or blocked
 	for ; end < len(r.pending) && len(items) < r.opts.BatchSize; end++ {
 		p := &r.pending[end]
-		if r.busy[p.key] > 0 { // busy before this cut: blocked
+		if r.keys[p.key].inFlight > 0 { // busy before this cut: blocked
 			continue
 		}
 		items = append(items, p.c)
@@ -478,43 +489,54 @@ func (r *Reporter) cutLocked() []*combo.Contribution {
 		r.pending = nil
 	}
 	for _, c := range items {
-		r.busy[keyOf(c)]++
+		k := r.keyOf(c)
+		kc := r.keys[k]
+		kc.queued--
+		// Every item taken was of a key not busy before this cut: the first
+		// of a key makes the rest of it in pending blocked, and a later one
+		// in this batch was among them.
+		if kc.inFlight == 0 {
+			r.blocked += int(kc.queued)
+		} else {
+			r.blocked--
+		}
+		kc.inFlight++
+		r.keys[k] = kc
 	}
-	r.recountLocked()
 	return items
 }
 
-// recountLocked recounts sendable and sendableAt by a scan of pending.
-func (r *Reporter) recountLocked() {
-	r.sendable = 0
+// oldestSendableLocked is the enqueue time of the oldest sendable pending
+// contribution (Linger runs from it); there must be one. It scans only the
+// blocked ones ahead of it.
+func (r *Reporter) oldestSendableLocked() time.Time {
 	for i := range r.pending {
-		if r.busy[r.pending[i].key] == 0 {
-			if r.sendable == 0 {
-				r.sendableAt = r.pending[i].at
-			}
-			r.sendable++
+		if r.keys[r.pending[i].key].inFlight == 0 {
+			return r.pending[i].at
 		}
 	}
+	return time.Now() // not reached while blocked < len(pending)
 }
 
-// releaseLocked takes items off their keys' busy counts. If that frees a
-// key while something is pending, it recounts what is sendable and returns
-// true: the caller must signal the dispatcher, since contributions that
-// waited for the key may now go.
+// releaseLocked takes items off their keys' in-flight counts and reports
+// whether that unblocked anything pending: the caller must then signal the
+// dispatcher, since contributions that waited for the key may now go.
 func (r *Reporter) releaseLocked(items ...*combo.Contribution) bool {
-	freed := false
+	unblocked := false
 	for _, c := range items {
-		k := keyOf(c)
-		if r.busy[k]--; r.busy[k] <= 0 {
-			delete(r.busy, k)
-			freed = true
+		k := r.keyOf(c)
+		kc := r.keys[k]
+		if kc.inFlight--; kc.inFlight == 0 && kc.queued > 0 {
+			r.blocked -= int(kc.queued)
+			unblocked = true
+		}
+		if kc.inFlight == 0 && kc.queued == 0 {
+			delete(r.keys, k)
+		} else {
+			r.keys[k] = kc
 		}
 	}
-	if !freed || len(r.pending) == 0 {
-		return false
-	}
-	r.recountLocked()
-	return true
+	return unblocked
 }
 
 // send delivers one batch, retrying with exponential backoff, and resolves it.
