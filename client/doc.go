@@ -10,8 +10,8 @@
 // Report validates a contribution (with the service's own rules, package
 // validate) and puts a copy in a bounded in-memory queue; it never waits for
 // the network. In the background, a batch goes out with ReportContributions
-// as soon as BatchSize contributions are queued or the oldest has waited
-// Linger, at most Concurrency batches at a time. A failed batch is retried
+// as soon as BatchSize sendable contributions (see below) are queued or the
+// oldest of them has waited Linger, at most Concurrency batches at a time. A failed batch is retried
 // up to MaxRetries times with jittered exponential backoff (combo-service deduplicates
 // by contribution id, so a retry never counts twice), except one refused
 // with INVALID_ARGUMENT, which can never succeed as sent: if the refusal
@@ -27,7 +27,11 @@
 // (or waiting for a retry) waits, queued in order, until that batch is sent
 // or dropped, while other keys go on concurrently. The price is that a
 // retried batch holds back the later reports of its keys for as long as its
-// retries take.
+// retries take. Two cases fall outside the order, both after a drop: an
+// attempt abandoned at RPCTimeout may still be counted by the service
+// after the key's next reports went out (the Reporter cannot know when a
+// request it gave up on lands), and a contribution re-reported from OnDrop
+// goes after the reports of its key taken since.
 //
 // Every contribution ends one of these ways, and each is visible:
 //
@@ -49,7 +53,9 @@
 // have timed out after the service committed it, or it was in flight when
 // Close's ctx expired. Re-reporting it within the service's window.dedupe
 // (60 s by default) is safe, as the service recognises its id; later, it
-// may count twice in the live feed.
+// may count twice in the live feed. Either way it reaches the service after
+// the later reports of its key, so its window may differ from the poll
+// path's.
 //
 // # Usage in activityService
 //

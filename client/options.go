@@ -46,6 +46,7 @@ type ReporterOptions struct {
 	// flight is not sendable; it waits, queued in order, until that batch is
 	// sent or dropped, retries and their backoff included. Different keys
 	// are not held up, but reports of few distinct keys fill fewer batches.
+	// (After a drop the order is not guaranteed: see the package doc.)
 	Concurrency int
 	// MaxRetries is how many times a failed batch is sent again (so at most
 	// 1+MaxRetries attempts). 0 means the default 3; a negative value
@@ -83,8 +84,9 @@ type ReporterOptions struct {
 	// at all.
 	//
 	// OnDrop may be called from several goroutines at once and should not
-	// block for long: while it runs, a send slot is held; Close waits for
-	// it, and it must not call Close. The slice and the contributions in it
+	// block for long: a drop from a send holds that batch's slot while it
+	// runs, and drops when Close gives up run on Close's goroutine; Close
+	// waits for every OnDrop call, and OnDrop must not call Close. The slice and the contributions in it
 	// are copies, the caller's to keep and change.
 	OnDrop func(batch []*combo.Contribution, err error)
 	// Logger logs every drop at error level (in addition to OnDrop). If

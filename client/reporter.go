@@ -72,7 +72,8 @@ type ReporterStats struct {
 // (MergeLatest) when the caller reports a key's rows in created_at order: a
 // batch never takes a contribution whose key has one in a batch in flight
 // (being sent or waiting for a retry); it stays queued, in order, until that
-// batch is sent or dropped. Different keys are sent concurrently. The cost:
+// batch is sent or dropped (after a drop, see the package doc for what the
+// order cannot cover). Different keys are sent concurrently. The cost:
 // while a batch is retried, the later reports of its keys wait with it (up
 // to MaxRetries backoffs), holding their places in QueueSize, and few
 // distinct keys mean fewer batches in flight.
@@ -305,16 +306,21 @@ func (r *Reporter) Close(ctx context.Context) error {
 
 	r.mu.Lock()
 	r.closed.Store(true)
+	aborted := r.aborted
 	r.mu.Unlock()
 	r.signal()
 
-	select {
-	case <-r.done:
-	default:
+	// After an abort nothing is left to wait for: its sends were canceled,
+	// and one whose sender ignores its ctx must not hold this Close.
+	if !aborted {
 		select {
 		case <-r.done:
 		case <-ctx.Done():
-			r.abort(ctx.Err())
+			select {
+			case <-r.done: // done and ctx together: done wins
+			default:
+				r.abort(ctx.Err())
+			}
 		}
 	}
 	// After done, or after an abort, no batch is left to resolve, so no

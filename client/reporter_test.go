@@ -1330,3 +1330,34 @@ func TestCloseUnregistersMetrics(t *testing.T) {
 	}
 	closeWithin(t, c)
 }
+
+// A Close after one that gave up returns the same at once: it does not wait
+// for a send whose sender ignores its canceled ctx (as in
+// TestCloseExpiredDropsRemainder, where the first Close does not either).
+func TestCloseAfterGiveUpDoesNotWaitForStuckSend(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	f := newFake(func(context.Context, int, []*combo.Contribution) error {
+		<-release // ignores ctx
+		return nil
+	})
+	r := newTestReporter(t, f, ReporterOptions{BatchSize: 1, Linger: time.Hour, RPCTimeout: time.Hour,
+		OnDrop: func([]*combo.Contribution, error) {}})
+	mustReport(t, r, 1)
+	f.recv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Close(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("first Close = %v, want context.Canceled", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Close(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("second Close = %v, want the first one's context.Canceled", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("a Close after one that gave up waited for the stuck send")
+	}
+}
