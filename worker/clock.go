@@ -31,18 +31,31 @@ type redisClock struct {
 }
 
 // observe takes a reading: Redis's clock said redisMs at some moment
-// between sent and recv (local times).
-func (c *redisClock) observe(redisMs int64, sent, recv time.Time) {
+// between sent and recv (local times). It reports whether the estimate
+// moved by more than movedMs (or this is the first reading): the flushers'
+// timers, set from the old estimate, are then wrong by as much.
+func (c *redisClock) observe(redisMs int64, sent, recv time.Time) (moved bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.has {
 		est := c.redisMs + recv.Sub(c.at).Milliseconds()
 		if upper := redisMs + recv.Sub(sent).Milliseconds() + 1; est >= redisMs && est <= upper {
-			return // agrees, and is at least as close
+			return false // agrees, and is at least as close
 		}
+		moved = est-redisMs > movedMs || redisMs-est > movedMs
+	} else {
+		// Before the first reading the estimate was the local wall clock.
+		local := recv.UnixMilli()
+		moved = local-redisMs > movedMs || redisMs-local > movedMs
 	}
 	c.has, c.redisMs, c.at = true, redisMs, recv
+	return moved
 }
+
+// movedMs is how far the estimate may move without waking the flushers: a
+// few ms of lateness is within a round trip, and a raise by a ms or two
+// comes with many flush replies.
+const movedMs = 5
 
 // now estimates Redis's clock, in ms. Before the first reading it is the
 // local wall clock.

@@ -49,3 +49,29 @@ func TestRedisClockKeepsTheBestAgreeingReading(t *testing.T) {
 		}
 	}
 }
+
+// observe says when the estimate moved enough to wake the flushers: their
+// timers were set from the old one.
+func TestRedisClockSaysWhenItMoved(t *testing.T) {
+	now := time.Now()
+	var c redisClock
+	if !c.observe(now.UnixMilli()+3000, now, now) {
+		t.Fatal("a first reading 3 s off the local clock: not moved")
+	}
+	var same redisClock
+	if same.observe(now.UnixMilli(), now, now) {
+		t.Fatal("a first reading equal to the local clock: moved")
+	}
+	at := now.Add(100 * time.Millisecond)
+	if c.observe(now.UnixMilli()+3100, at, at) {
+		t.Fatal("an agreeing reading: moved")
+	}
+	at = at.Add(100 * time.Millisecond)
+	if c.observe(now.UnixMilli()+3202, at, at) {
+		t.Fatal("a raise by 2 ms: moved")
+	}
+	at = at.Add(100 * time.Millisecond)
+	if !c.observe(now.UnixMilli()+1300, at, at) {
+		t.Fatal("a jump back by 2 s (a failover): not moved")
+	}
+}

@@ -39,7 +39,7 @@ func (w *Worker) housekeep(ctx context.Context, lastPrune *time.Time) {
 		sent := time.Now()
 		t, err := w.store.Time(ctx)
 		if err == nil {
-			w.clock.observe(t.UnixMilli(), sent, time.Now())
+			w.observeClock(t.UnixMilli(), sent, time.Now())
 		}
 		return err
 	})

@@ -17,7 +17,7 @@ type dueQueue struct {
 	mu   sync.Mutex
 	h    dueHeap
 	held map[windowRef]struct{}
-	wake chan struct{} // poked when an earlier due time arrives
+	wake chan struct{} // poked when an earlier due time arrives, or the clock estimate moves
 }
 
 // windowRef names a window: its shard's stream and its entry id there. The
@@ -68,6 +68,15 @@ func (q *dueQueue) push(items ...dueItem) int {
 		}
 	}
 	return added
+}
+
+// poke wakes the flusher to look at the queue again: the estimate of
+// Redis's clock its timer was set from has moved.
+func (q *dueQueue) poke() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
 }
 
 // requeue puts back items popped for a flush that did not retire them.

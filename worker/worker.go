@@ -519,7 +519,20 @@ func (w *Worker) learnClock(batch []dueItem, res []repo.FlushResult, sent, recv 
 		}
 	}
 	if latest > 0 {
-		w.clock.observe(latest, sent, recv)
+		w.observeClock(latest, sent, recv)
+	}
+}
+
+// observeClock takes a reading of Redis's clock and, if the estimate moved,
+// wakes every flusher: their timers were set from the old estimate, and a
+// window read before the first reading (timed by this host's clock) or
+// before a jump of Redis's clock (a failover) would otherwise go out late
+// by as much, or stale.
+func (w *Worker) observeClock(redisMs int64, sent, recv time.Time) {
+	if w.clock.observe(redisMs, sent, recv) {
+		for _, q := range w.qs {
+			q.poke()
+		}
 	}
 }
 

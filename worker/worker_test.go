@@ -442,3 +442,73 @@ func TestClaimerStopsAtMaxHeld(t *testing.T) {
 		}
 	}
 }
+
+// skewedRedis presents the real Redis as one whose clock runs skew ms ahead
+// of this host's: every Redis time the worker sees (entry due times, TIME,
+// early flush replies) is shifted by skew. Its first TIME answers late (a
+// far node, or a cluster master that is down and retried).
+type skewedRedis struct {
+	*repo.Repo
+	skew      int64
+	firstSlow time.Duration
+	times     atomic.Int64
+}
+
+func (s *skewedRedis) shift(ws []repo.Window) []repo.Window {
+	for i := range ws {
+		ws[i].Due += s.skew
+	}
+	return ws
+}
+
+func (s *skewedRedis) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, error) {
+	ws, bad, err := s.Repo.Read(ctx, shard, consumer, start, count, block)
+	return s.shift(ws), bad, err
+}
+
+func (s *skewedRedis) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []string, []string, string, error) {
+	ws, bad, del, next, err := s.Repo.Claim(ctx, shard, consumer, minIdle, start, count)
+	return s.shift(ws), bad, del, next, err
+}
+
+func (s *skewedRedis) Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error) {
+	res, err := s.Repo.Flush(ctx, ws)
+	for i := range res {
+		if res[i].Status == repo.Early {
+			res[i].Due += s.skew
+			res[i].Now += s.skew
+		}
+	}
+	return res, err
+}
+
+func (s *skewedRedis) Time(ctx context.Context) (time.Time, error) {
+	if s.times.Add(1) == 1 {
+		time.Sleep(s.firstSlow)
+	}
+	t, err := s.Repo.Time(ctx)
+	return t.Add(time.Duration(s.skew) * time.Millisecond), err
+}
+
+// A window read before the worker's first reading of Redis's clock is timed
+// by this host's clock; when the reading comes, the flusher looks again.
+// With Redis's clock 3 s ahead it went out 3 s late before (and past
+// window.stale, never).
+func TestWindowReadBeforeTheFirstClockReadingGoesOutOnTime(t *testing.T) {
+	r, _, sub, m := setup(t)
+	store := &skewedRedis{Repo: r, skew: 3000, firstSlow: 200 * time.Millisecond}
+	start := time.Now()
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	waitPushes(t, sub, 1)
+	// Due W + grace = 170 ms after the report, and the reading comes at
+	// 200 ms; the skew was 3 s.
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Fatalf("window pushed %s after its report, want well under the 3s skew", took.Round(time.Millisecond))
+	}
+}
