@@ -18,6 +18,11 @@ import (
 // timed out, connection lost): callers get a fast UNAVAILABLE.
 var ErrUnavailable = errors.New("redis unavailable")
 
+// ErrNoStream is EnsureGroup's error when a shard's stream does not exist
+// and Redis refuses to create it (OOM): nothing was ever enqueued there,
+// so there is nothing to read either.
+var ErrNoStream = errors.New("stream does not exist")
+
 // ErrCallerGone wraps a Report whose caller's ctx ended while its reports
 // waited for a pipeline: Redis may be fine, and the reports may still be
 // counted by a pipeline already carrying them (a retry is safe: ids dedupe).

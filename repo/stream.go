@@ -28,10 +28,11 @@ func (r *Repo) EnsureGroups(ctx context.Context) error {
 // entries added before the first worker ever ran are not skipped.
 //
 // XGROUP CREATE is a write, refused even when the group exists by a Redis
-// that refuses writes (OOM under noeviction, a read-only replica). Reading
-// and flushing still work there, and flushing frees memory, so a worker
-// must not wait for the write: when Redis answers with an error, a read
-// (XINFO GROUPS) tells whether the group is there already.
+// that refuses writes for memory (OOM under noeviction). Reading and
+// flushing still work there, and flushing frees memory, so a worker must
+// not wait for the write: when Redis answers with an error, a read (XINFO
+// GROUPS) tells whether the group is there already, or that the stream
+// itself is missing (ErrNoStream).
 func (r *Repo) EnsureGroup(ctx context.Context, shard int) error {
 	stream := r.keys.Stream(shard)
 	err := r.rdb.XGroupCreateMkStream(ctx, stream, Group, "0").Err()
@@ -42,6 +43,10 @@ func (r *Repo) EnsureGroup(ctx context.Context, shard int) error {
 		groups, gerr := r.rdb.XInfoGroups(ctx, stream).Result()
 		if gerr == nil && slices.ContainsFunc(groups, func(g redis.XInfoGroup) bool { return g.Name == Group }) {
 			return nil
+		}
+		// HasErrorPrefix drops the reply's "ERR " before comparing.
+		if gerr != nil && redis.HasErrorPrefix(gerr, "no such key") {
+			err = fmt.Errorf("%w (%w)", ErrNoStream, err)
 		}
 	}
 	return wrap("repo.EnsureGroup", fmt.Errorf("shard %d: %w", shard, err))

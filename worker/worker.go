@@ -597,6 +597,9 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 func (w *Worker) finalRead(ctx context.Context, shard int) error {
 	for start := "0"; ctx.Err() == nil; {
 		n, err := w.readOnce(ctx, shard, start, -1)
+		if errors.Is(err, repo.ErrNoStream) {
+			return nil // never written to, and Redis refuses to create it: nothing to read
+		}
 		if err != nil {
 			return err
 		}

@@ -443,6 +443,43 @@ func TestClaimerStopsAtMaxHeld(t *testing.T) {
 	}
 }
 
+// On a Redis refusing writes (OOM), a shard whose stream was never created
+// has nothing to read: Shutdown publishes the other shard's window and
+// returns at once. (It retried the final read of the empty shard, whose
+// group cannot be created then, until its deadline, and failed.)
+func TestShutdownUnderOOMWithAShardThatHasNoStream(t *testing.T) {
+	r, rdb, sub, m := setupShards(t, 2)
+	ctx := context.Background()
+	var c *combo.Contribution
+	for a := int64(1); ; a++ {
+		if c = contribution(1, a); r.Keys().Shard(c.ActivityId, c.UserId, c.ItemType) == 0 {
+			break
+		}
+	}
+	if _, err := r.Report(ctx, []*combo.Contribution{c}); err != nil {
+		t.Fatal(err)
+	}
+	// setupShards created both streams; shard 1's is gone, as on a Redis
+	// where nothing was ever reported there.
+	if err := rdb.Del(ctx, r.Keys().Stream(1)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.ConfigSet(context.Background(), "maxmemory", "0") })
+	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: 2, ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	waitPushes(t, sub, 1)
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := wk.Shutdown(sctx); err != nil {
+		t.Fatalf("Shutdown after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+}
+
 // skewedRedis presents the real Redis as one whose clock runs skew ms ahead
 // of this host's: every Redis time the worker sees (entry due times, TIME,
 // early flush replies) is shifted by skew. Its first TIME answers late (a
