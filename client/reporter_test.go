@@ -468,11 +468,7 @@ func TestRetryingKeyDoesNotBlockOtherKeys(t *testing.T) {
 	}
 
 	// Giving up drops them all, each once, the blocked ones included.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := r.Close(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Close = %v, want context.Canceled", err)
-	}
+	closeGivingUp(t, r)
 	got, _ := drops.snapshot()
 	slices.Sort(got)
 	if want := []int64{1, 11, 21, 31, 41}; !slices.Equal(got, want) {
@@ -1038,11 +1034,7 @@ func TestCloseExpiredDropsRemainder(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := r.Close(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Close = %v, want context.Canceled", err)
-	}
+	closeGivingUp(t, r)
 	got, errs := drops.snapshot()
 	slices.Sort(got)
 	if !slices.Equal(got, ids(1, 12)) {
@@ -1152,11 +1144,7 @@ func TestConcurrentCloseSharesGiveUp(t *testing.T) {
 
 	patient := make(chan error, 1)
 	go func() { patient <- r.Close(context.Background()) }()
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := r.Close(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Close = %v, want context.Canceled", err)
-	}
+	closeGivingUp(t, r)
 	select {
 	case err := <-patient:
 		if !errors.Is(err, context.Canceled) {
@@ -1345,11 +1333,7 @@ func TestCloseAfterGiveUpDoesNotWaitForStuckSend(t *testing.T) {
 		OnDrop: func([]*combo.Contribution, error) {}})
 	mustReport(t, r, 1)
 	f.recv(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := r.Close(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("first Close = %v, want context.Canceled", err)
-	}
+	closeGivingUp(t, r)
 	done := make(chan error, 1)
 	go func() { done <- r.Close(context.Background()) }()
 	select {
@@ -1359,5 +1343,16 @@ func TestCloseAfterGiveUpDoesNotWaitForStuckSend(t *testing.T) {
 		}
 	case <-time.After(waitFor):
 		t.Fatal("a Close after one that gave up waited for the stuck send")
+	}
+}
+
+// closeGivingUp closes r with a ctx already canceled: Close gives up on
+// whatever is held, and says so.
+func closeGivingUp(t *testing.T, r *Reporter) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Close(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close with its ctx canceled = %v, want context.Canceled", err)
 	}
 }
