@@ -97,6 +97,7 @@ type Reporter struct {
 	wake   chan struct{} // cap 1: the dispatcher has something to look at
 	slots  chan struct{} // cap Concurrency: one token per batch in flight
 	done   chan struct{} // closed when the dispatcher and all sends are over
+	gaveUp chan struct{} // closed by abort: a Close waiting for done stops waiting
 	sends  sync.WaitGroup
 	turns  atomic.Uint64 // dispatcher loop turns: a test checks it never spins
 	// drops counts OnDrop calls a send has begun (Add under mu, where the
@@ -188,6 +189,7 @@ func newReporter(sender BatchSender, opts ReporterOptions, randN func(time.Durat
 		wake:     make(chan struct{}, 1),
 		slots:    make(chan struct{}, opts.Concurrency),
 		done:     make(chan struct{}),
+		gaveUp:   make(chan struct{}),
 		inflight: make(map[*batch]struct{}),
 		keys:     make(map[uint64]keyCount),
 		seed:     maphash.MakeSeed(),
@@ -311,10 +313,12 @@ func (r *Reporter) Close(ctx context.Context) error {
 	r.signal()
 
 	// After an abort nothing is left to wait for: its sends were canceled,
-	// and one whose sender ignores its ctx must not hold this Close.
+	// and one whose sender ignores its ctx must not hold this Close, nor
+	// one already waiting when another Close gives up.
 	if !aborted {
 		select {
 		case <-r.done:
+		case <-r.gaveUp:
 		case <-ctx.Done():
 			select {
 			case <-r.done: // done and ctx together: done wins
@@ -370,6 +374,7 @@ func (r *Reporter) abort(cause error) {
 		r.drops.Add(1)
 		defer r.drops.Done()
 	}
+	close(r.gaveUp) // after drops.Add: a Close it releases waits for them
 	r.mu.Unlock()
 
 	r.cancel()

@@ -1356,3 +1356,32 @@ func closeGivingUp(t *testing.T, r *Reporter) {
 		t.Fatalf("Close with its ctx canceled = %v, want context.Canceled", err)
 	}
 }
+
+// A Close already waiting when another gives up returns the same at once,
+// not when a send whose sender ignores its canceled ctx returns.
+func TestCloseWaitingWhenAnotherGivesUpReturnsWithIt(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	f := newFake(func(context.Context, int, []*combo.Contribution) error {
+		<-release // ignores ctx
+		return nil
+	})
+	r := newTestReporter(t, f, ReporterOptions{BatchSize: 1, Linger: time.Hour, RPCTimeout: time.Hour,
+		OnDrop: func([]*combo.Contribution, error) {}})
+	mustReport(t, r, 1)
+	f.recv(t)
+	done := make(chan error, 1)
+	go func() { done <- r.Close(context.Background()) }()
+	for !r.closed.Load() { // the first Close has begun; it waits for the send
+		runtime.Gosched()
+	}
+	closeGivingUp(t, r)
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("waiting Close = %v, want the giving-up one's context.Canceled", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("a Close waiting when another gave up still waits for the stuck send")
+	}
+}
