@@ -70,10 +70,10 @@ type FlushResult struct {
 // Flush runs the flush script for each window, pipelined (one round trip
 // per batch; a cluster client splits it per node). Windows whose script
 // Redis no longer had (NOSCRIPT: restart, failover; the script did not run)
-// are run once more with EVAL (see runReports). The error is set only when Redis did
-// not answer; then no result can be trusted and every window stays
-// pending, so retrying is safe: a window that was in fact published
-// answers Gone the second time.
+// are run once more with EVAL (see runReports). The error is set only
+// when Redis did not answer; then no result can be trusted and every
+// window stays pending, so retrying is safe: a window that was in fact
+// published answers Gone the second time.
 func (r *Repo) Flush(ctx context.Context, ws []Window) ([]FlushResult, error) {
 	out := make([]FlushResult, len(ws))
 	todo := make([]int, len(ws))
