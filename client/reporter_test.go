@@ -1319,33 +1319,6 @@ func TestCloseUnregistersMetrics(t *testing.T) {
 	closeWithin(t, c)
 }
 
-// A Close after one that gave up returns the same at once: it does not wait
-// for a send whose sender ignores its canceled ctx (as in
-// TestCloseExpiredDropsRemainder, where the first Close does not either).
-func TestCloseAfterGiveUpDoesNotWaitForStuckSend(t *testing.T) {
-	release := make(chan struct{})
-	defer close(release)
-	f := newFake(func(context.Context, int, []*combo.Contribution) error {
-		<-release // ignores ctx
-		return nil
-	})
-	r := newTestReporter(t, f, ReporterOptions{BatchSize: 1, Linger: time.Hour, RPCTimeout: time.Hour,
-		OnDrop: func([]*combo.Contribution, error) {}})
-	mustReport(t, r, 1)
-	f.recv(t)
-	closeGivingUp(t, r)
-	done := make(chan error, 1)
-	go func() { done <- r.Close(context.Background()) }()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("second Close = %v, want the first one's context.Canceled", err)
-		}
-	case <-time.After(waitFor):
-		t.Fatal("a Close after one that gave up waited for the stuck send")
-	}
-}
-
 // closeGivingUp closes r with a ctx already canceled: Close gives up on
 // whatever is held, and says so.
 func closeGivingUp(t *testing.T, r *Reporter) {
@@ -1357,31 +1330,44 @@ func closeGivingUp(t *testing.T, r *Reporter) {
 	}
 }
 
-// A Close already waiting when another gives up returns the same at once,
-// not when a send whose sender ignores its canceled ctx returns.
-func TestCloseWaitingWhenAnotherGivesUpReturnsWithIt(t *testing.T) {
-	release := make(chan struct{})
-	defer close(release)
-	f := newFake(func(context.Context, int, []*combo.Contribution) error {
-		<-release // ignores ctx
-		return nil
-	})
-	r := newTestReporter(t, f, ReporterOptions{BatchSize: 1, Linger: time.Hour, RPCTimeout: time.Hour,
-		OnDrop: func([]*combo.Contribution, error) {}})
-	mustReport(t, r, 1)
-	f.recv(t)
-	done := make(chan error, 1)
-	go func() { done <- r.Close(context.Background()) }()
-	for !r.closed.Load() { // the first Close has begun; it waits for the send
-		runtime.Gosched()
-	}
-	closeGivingUp(t, r)
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("waiting Close = %v, want the giving-up one's context.Canceled", err)
-		}
-	case <-time.After(waitFor):
-		t.Fatal("a Close waiting when another gave up still waits for the stuck send")
+
+// Once a Close gives up, every other Close returns the same at once: one
+// called after it, and one already waiting for the sends. Neither waits
+// for a send whose sender ignores its canceled ctx (as in
+// TestCloseExpiredDropsRemainder, where the giving-up Close does not).
+func TestCloseAfterOneGaveUpDoesNotWaitForStuckSend(t *testing.T) {
+	for _, waiting := range []bool{false, true} {
+		t.Run(fmt.Sprintf("already_waiting=%v", waiting), func(t *testing.T) {
+			release := make(chan struct{})
+			defer close(release)
+			f := newFake(func(context.Context, int, []*combo.Contribution) error {
+				<-release // ignores ctx
+				return nil
+			})
+			r := newTestReporter(t, f, ReporterOptions{BatchSize: 1, Linger: time.Hour, RPCTimeout: time.Hour,
+				OnDrop: func([]*combo.Contribution, error) {}})
+			mustReport(t, r, 1)
+			f.recv(t)
+			other := make(chan error, 1)
+			closeOther := func() { other <- r.Close(context.Background()) }
+			if waiting {
+				go closeOther()
+				for !r.closed.Load() { // it has begun, and waits for the send
+					runtime.Gosched()
+				}
+			}
+			closeGivingUp(t, r)
+			if !waiting {
+				go closeOther()
+			}
+			select {
+			case err := <-other:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("other Close = %v, want the giving-up one's context.Canceled", err)
+				}
+			case <-time.After(waitFor):
+				t.Fatal("a Close waited for the stuck send after another gave up")
+			}
+		})
 	}
 }
