@@ -7,6 +7,7 @@ package repo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -109,13 +110,31 @@ func (r *Repo) LoadScripts(ctx context.Context) error {
 	return nil
 }
 
-// Time is Redis's clock, the one clock all replicas share.
-func (r *Repo) Time(ctx context.Context) (time.Time, error) {
-	t, err := r.rdb.Time(ctx).Result()
+// timeScript reads the clock of the node that holds a shard's keys: TIME
+// itself has no key, and on a Redis Cluster goes to any node, whose clock
+// may differ from the one that dates and flushes the shard's windows.
+//
+// KEYS[1]  the shard's stream (it only routes the call; it is not read)
+// Returns TIME's two values: seconds and microseconds, as strings.
+var timeScript = redis.NewScript(`return redis.call('TIME')`)
+
+// Time is the clock of the Redis node holding shard's keys, the one clock
+// that dates the shard's windows and decides when they are due, for every
+// replica.
+func (r *Repo) Time(ctx context.Context, shard int) (time.Time, error) {
+	v, err := timeScript.Run(ctx, r.rdb, []string{r.keys.Stream(shard)}).StringSlice()
 	if err != nil {
 		return time.Time{}, wrap("repo.Time", err)
 	}
-	return t, nil
+	if len(v) != 2 {
+		return time.Time{}, fmt.Errorf("repo.Time: TIME answered %d values", len(v))
+	}
+	sec, err1 := strconv.ParseInt(v[0], 10, 64)
+	usec, err2 := strconv.ParseInt(v[1], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return time.Time{}, fmt.Errorf("repo.Time: %w", err)
+	}
+	return time.Unix(sec, usec*1000), nil
 }
 
 // Ping checks that Redis answers.

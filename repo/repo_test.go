@@ -747,3 +747,22 @@ func TestEnsureGroupWhileWritesAreRefused(t *testing.T) {
 		t.Fatalf("EnsureGroups with shards 0 and 2 never created, under OOM: %v; want ErrNoStream naming both and OOM", err)
 	}
 }
+
+// Time reads the clock of the node holding a shard's keys (a script keyed
+// to the shard's stream), on redis-server and on the embedded miniredis.
+func TestTimeOfAShardsNode(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		s := settings()
+		s.Shards = 2
+		r := repo.New(rdb, s)
+		for shard := range 2 {
+			got, err := r.Time(context.Background(), shard)
+			if err != nil {
+				t.Fatalf("Time(shard %d): %v", shard, err)
+			}
+			if d := time.Since(got); d < -time.Second || d > time.Second {
+				t.Fatalf("Time(shard %d) = %v, %v off this host's clock", shard, got, d)
+			}
+		}
+	})
+}

@@ -5,12 +5,14 @@ import (
 	"time"
 )
 
-// redisClock estimates Redis's clock, which decides when a window is due
-// (the stream id's ms part is Redis's TIME when the window opened), so the
-// flusher can sleep until then.
+// redisClock estimates the clock of one Redis node (a shard's: each
+// dueQueue has its own), which decides when the shard's windows are due
+// (the stream id's ms part is that node's TIME when the window opened), so
+// the flusher can sleep until then.
 //
-// Every reading of Redis's clock (TIME at start and in each housekeeping
-// round, and the time every flush reply carries) was taken by Redis at
+// Every reading of the node's clock (TIME, by a script keyed to the shard,
+// in each housekeeping round, and the time every flush reply carries) was
+// taken by Redis at
 // some moment between sending the call and receiving its reply, so it
 // bounds Redis's clock at receipt: at least the reading, at most the
 // reading plus the round trip (and 1 ms of truncation). The estimate is a

@@ -3,6 +3,8 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,4 +138,100 @@ func startClusterWorker(t *testing.T, c *clusterCase) *worker.Worker {
 		_ = wk.Shutdown(sctx) // a dead master's windows stay pending
 	})
 	return wk
+}
+
+// nodeSkewed presents shard 1's Redis node with a clock skew ms ahead of
+// shard 0's, as two cluster masters whose clocks differ: every Redis time
+// that comes from shard 1 (its entries' due times, its TIME, its flush
+// replies) is shifted.
+type nodeSkewed struct {
+	*repo.Repo
+	skew       int64
+	early, pub [2]atomic.Int64
+}
+
+func (s *nodeSkewed) shift(shard int, ws []repo.Window) []repo.Window {
+	if shard == 1 {
+		for i := range ws {
+			ws[i].Due += s.skew
+		}
+	}
+	return ws
+}
+
+func (s *nodeSkewed) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, error) {
+	ws, bad, err := s.Repo.Read(ctx, shard, consumer, start, count, block)
+	return s.shift(shard, ws), bad, err
+}
+
+func (s *nodeSkewed) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []string, []string, string, error) {
+	ws, bad, del, next, err := s.Repo.Claim(ctx, shard, consumer, minIdle, start, count)
+	return s.shift(shard, ws), bad, del, next, err
+}
+
+func (s *nodeSkewed) Time(ctx context.Context, shard int) (time.Time, error) {
+	t, err := s.Repo.Time(ctx, shard)
+	if shard == 1 {
+		t = t.Add(time.Duration(s.skew) * time.Millisecond)
+	}
+	return t, err
+}
+
+func (s *nodeSkewed) Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error) {
+	shard := ws[0].Shard
+	res, err := s.Repo.Flush(ctx, ws)
+	for i := range res {
+		switch res[i].Status {
+		case repo.Early:
+			s.early[shard].Add(1)
+			if shard == 1 {
+				res[i].Due += s.skew
+				res[i].Now += s.skew
+			}
+		case repo.Published:
+			s.pub[shard].Add(1)
+		}
+	}
+	return res, err
+}
+
+// Each shard's windows are timed by the clock of its own Redis node. With
+// one estimate for two masters whose clocks differ by 120 ms, every flush
+// reply moved it to that node's clock: windows on the node ahead went out
+// late, and those on the node behind were flushed early, again and again
+// (about 700 early flushes for 800 windows).
+func TestEachShardRunsOnItsNodesClock(t *testing.T) {
+	r, _, _, m := setupShards(t, 2)
+	store := &nodeSkewed{Repo: r, skew: 120}
+	wk := worker.New(store, worker.Config{Consumer: "c1", Shards: 2, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
+	wk.Start()
+	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	waitFor(t, "the first reading of each node's clock", wk.ClockRead)
+
+	var acts [2][]int64 // activities whose windows land on each shard
+	for a := int64(1); len(acts[0]) < 400 || len(acts[1]) < 400; a++ {
+		c := contribution(1, a)
+		s := r.Keys().Shard(c.ActivityId, c.UserId, c.ItemType)
+		acts[s] = append(acts[s], a)
+	}
+	var wg sync.WaitGroup
+	var id atomic.Int64
+	for s := range 2 {
+		wg.Go(func() {
+			for _, a := range acts[s][:400] {
+				if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(id.Add(1), a)}); err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(3 * time.Millisecond) // a steady load of new windows
+			}
+		})
+	}
+	wg.Wait()
+	waitFor(t, "every window published", func() bool { return store.pub[0].Load()+store.pub[1].Load() == 800 })
+	if early := store.early[0].Load() + store.early[1].Load(); early > 40 {
+		t.Fatalf("%d early flushes for 800 windows (shard 0: %d, shard 1: %d): a flusher timed windows by the other node's clock",
+			early, store.early[0].Load(), store.early[1].Load())
+	}
 }

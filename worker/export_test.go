@@ -6,15 +6,25 @@ import "time"
 // of Redis's clock would, for tests of how it is learned again.
 func (w *Worker) SkewClock(ms int64) {
 	now := time.Now()
-	w.clock.observe(w.clock.now()+ms, now, now)
+	for _, q := range w.qs {
+		q.clock.observe(q.clock.now()+ms, now, now)
+	}
 }
 
-// ClockNow is the worker's estimate of Redis's clock, in ms.
-func (w *Worker) ClockNow() int64 { return w.clock.now() }
+// ClockNow is the worker's estimate of the clock of shard 0's Redis node,
+// in ms.
+func (w *Worker) ClockNow() int64 { return w.qs[0].clock.now() }
 
-// ClockRead reports whether the worker has read Redis's clock yet.
+// ClockRead reports whether the worker has read the clock of every shard's
+// Redis node yet.
 func (w *Worker) ClockRead() bool {
-	w.clock.mu.Lock()
-	defer w.clock.mu.Unlock()
-	return w.clock.has
+	for _, q := range w.qs {
+		q.clock.mu.Lock()
+		has := q.clock.has
+		q.clock.mu.Unlock()
+		if !has {
+			return false
+		}
+	}
+	return true
 }

@@ -9,8 +9,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// housekeepingLoop reads Redis's clock again (so a jump of it is learned
-// even while no window is flushed), samples each stream's length and
+// housekeepingLoop reads the clock of each shard's Redis node again (so a
+// jump of it is learned even while no window is flushed), samples each stream's length and
 // pending count for the metrics, and removes dead consumers from the group.
 // A consumer is removed only when its pending list is empty (DELCONSUMER
 // would drop pending entries) and it has been idle for ConsumerIdleDelete:
@@ -35,16 +35,18 @@ func (w *Worker) housekeep(ctx context.Context, lastPrune *time.Time) {
 			w.panicked("housekeeping", p)
 		}
 	}()
-	err := w.op(ctx, func(ctx context.Context) error {
-		sent := time.Now()
-		t, err := w.store.Time(ctx)
-		if err == nil {
-			w.observeClock(t.UnixMilli(), sent, time.Now())
+	for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
+		err := w.op(ctx, func(ctx context.Context) error {
+			sent := time.Now()
+			t, err := w.store.Time(ctx, shard)
+			if err == nil {
+				observeClock(w.qs[shard], t.UnixMilli(), sent, time.Now())
+			}
+			return err
+		})
+		if err != nil && ctx.Err() == nil {
+			w.redisError("time", err)
 		}
-		return err
-	})
-	if err != nil && ctx.Err() == nil {
-		w.redisError("time", err)
 	}
 	for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
 		label := strconv.Itoa(shard)

@@ -51,7 +51,7 @@ type Store interface {
 	Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) (ws []repo.Window, bad, deleted []string, next string, err error)
 	Drop(ctx context.Context, shard int, ids []string) error
 	Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error)
-	Time(ctx context.Context) (time.Time, error)
+	Time(ctx context.Context, shard int) (time.Time, error)
 	StreamStats(ctx context.Context, shard int) (length, pending int64, err error)
 	PruneConsumers(ctx context.Context, shard int, self string, idle time.Duration) ([]string, error)
 }
@@ -107,8 +107,7 @@ type Worker struct {
 	log     *zap.Logger // sampled: repeated failures log about once a second
 	metrics *metrics.Metrics
 
-	qs    []*dueQueue // one per shard, each drained by its own flusher
-	clock redisClock
+	qs []*dueQueue // one per shard, each drained by its own flusher, on its node's clock
 
 	takeCtx    context.Context // readers and claimer
 	stopTaking context.CancelFunc
@@ -372,7 +371,7 @@ func (w *Worker) flushLoop(q *dueQueue) {
 				return
 			default:
 			}
-			batch := q.popDue(w.clock.now(), w.cfg.BatchSize)
+			batch := q.popDue(q.clock.now(), w.cfg.BatchSize)
 			if len(batch) == 0 {
 				break
 			}
@@ -386,7 +385,7 @@ func (w *Worker) flushLoop(q *dueQueue) {
 			return
 		}
 		if due, ok := q.next(); ok {
-			timer.Reset(max(w.clock.until(due), 0))
+			timer.Reset(max(q.clock.until(due), 0))
 		} else {
 			timer.Reset(time.Hour)
 		}
@@ -435,7 +434,7 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 		w.retryLater(q, batch)
 		return false
 	}
-	w.learnClock(batch, res, sent, time.Now())
+	w.learnClock(q, batch, res, sent, time.Now())
 	var retry, failed []dueItem
 	for i, r := range res {
 		it := batch[i]
@@ -493,7 +492,7 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 // that has, 100 ms doubling per failure up to 5 s. The windows stay pending
 // in Redis all along.
 func (w *Worker) retryLater(q *dueQueue, items []dueItem) {
-	now := w.clock.now()
+	now := q.clock.now()
 	for i := range items {
 		d := 200 * time.Millisecond
 		if f := items[i].fails; f > 0 {
@@ -507,7 +506,7 @@ func (w *Worker) retryLater(q *dueQueue, items []dueItem) {
 // learnClock takes Redis's time from a batch's flush replies, sent and
 // received at those local times: an early reply says it, a published one
 // says how long past due. The latest of them is the closest to recv.
-func (w *Worker) learnClock(batch []dueItem, res []repo.FlushResult, sent, recv time.Time) {
+func (w *Worker) learnClock(q *dueQueue, batch []dueItem, res []repo.FlushResult, sent, recv time.Time) {
 	var latest int64
 	for i, r := range res {
 		switch {
@@ -519,20 +518,18 @@ func (w *Worker) learnClock(batch []dueItem, res []repo.FlushResult, sent, recv 
 		}
 	}
 	if latest > 0 {
-		w.observeClock(latest, sent, recv)
+		observeClock(q, latest, sent, recv)
 	}
 }
 
-// observeClock takes a reading of Redis's clock and, if the estimate moved,
-// wakes every flusher: their timers were set from the old estimate, and a
-// window read before the first reading (timed by this host's clock) or
-// before a jump of Redis's clock (a failover) would otherwise go out late
-// by as much, or stale.
-func (w *Worker) observeClock(redisMs int64, sent, recv time.Time) {
-	if w.clock.observe(redisMs, sent, recv) {
-		for _, q := range w.qs {
-			q.poke()
-		}
+// observeClock takes a reading of the clock of q's Redis node and, if the
+// estimate moved, wakes q's flusher: its timer was set from the old
+// estimate, and a window read before the first reading (timed by this
+// host's clock) or before a jump of Redis's clock (a failover) would
+// otherwise go out late by as much, or stale.
+func observeClock(q *dueQueue, redisMs int64, sent, recv time.Time) {
+	if q.clock.observe(redisMs, sent, recv) {
+		q.poke()
 	}
 }
 

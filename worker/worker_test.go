@@ -315,9 +315,9 @@ type timeCounting struct {
 	times atomic.Int64
 }
 
-func (s *timeCounting) Time(ctx context.Context) (time.Time, error) {
+func (s *timeCounting) Time(ctx context.Context, shard int) (time.Time, error) {
 	defer s.times.Add(1)
-	return s.Repo.Time(ctx)
+	return s.Repo.Time(ctx, shard)
 }
 
 // startClockWorker starts a worker whose first housekeeping round has read
@@ -381,7 +381,7 @@ func TestHousekeeperResyncsTheClock(t *testing.T) {
 	wk.SkewClock(-2000)
 	before := store.times.Load()
 	waitFor(t, "two more housekeeping rounds", func() bool { return store.times.Load() >= before+2 })
-	redisNow, err := r.Time(context.Background())
+	redisNow, err := r.Time(context.Background(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,11 +519,11 @@ func (s *skewedRedis) Flush(ctx context.Context, ws []repo.Window) ([]repo.Flush
 	return res, err
 }
 
-func (s *skewedRedis) Time(ctx context.Context) (time.Time, error) {
+func (s *skewedRedis) Time(ctx context.Context, shard int) (time.Time, error) {
 	if s.times.Add(1) == 1 {
 		time.Sleep(s.firstSlow)
 	}
-	t, err := s.Repo.Time(ctx)
+	t, err := s.Repo.Time(ctx, shard)
 	return t.Add(time.Duration(s.skew) * time.Millisecond), err
 }
 
