@@ -131,6 +131,9 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		Consumer: cfg.Worker.Consumer, Shards: cfg.Redis.Shards, ClaimIdle: cfg.Worker.ClaimIdle,
 		ReadCount: cfg.Worker.ReadCount, BatchSize: cfg.Worker.BatchSize, Block: cfg.Worker.Block,
 		ConsumerIdleDelete: cfg.Worker.ConsumerIdleDelete,
+		// On a Redis Cluster (redis.addrs) shards live on masters whose
+		// clocks may differ.
+		NodePerShard: len(cfg.Redis.Addrs) > 0,
 	}, logging.Sampled(log.Named("worker")), m)
 	w.Start()
 	// On a failed start the worker stops within the drain's bound too: it

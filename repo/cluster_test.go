@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -178,4 +179,36 @@ func newClusterCase(t *testing.T) *clusterCase {
 		t.Fatal("every shard on one master")
 	}
 	return c
+}
+
+// On a Redis Cluster, Time(shard) runs on the master holding the shard's
+// keys, whose clock dates the shard's windows; TIME itself has no key and
+// would go to any node.
+func TestTimeRunsOnTheShardsMaster(t *testing.T) {
+	ctx := context.Background()
+	c := newClusterCase(t)
+	for shard := range c.live {
+		want := c.cluster.MasterAddr(t, c.cc, c.r.Keys().Stream(shard))
+		if err := c.cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return m.ConfigResetStat(ctx).Err()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.r.Time(ctx, shard); err != nil {
+			t.Fatal(err)
+		}
+		var ranOn []string
+		if err := c.cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			info, err := m.Info(ctx, "commandstats").Result()
+			if strings.Contains(info, "cmdstat_evalsha:") || strings.Contains(info, "cmdstat_eval:") {
+				ranOn = append(ranOn, m.Options().Addr)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(ranOn) != 1 || ranOn[0] != want {
+			t.Fatalf("Time(shard %d) ran on %v; the shard's master is %s", shard, ranOn, want)
+		}
+	}
 }

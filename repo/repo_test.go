@@ -748,8 +748,9 @@ func TestEnsureGroupWhileWritesAreRefused(t *testing.T) {
 	}
 }
 
-// Time reads the clock of the node holding a shard's keys (a script keyed
-// to the shard's stream), on redis-server and on the embedded miniredis.
+// Time answers the clock of Redis, through its script, on redis-server and
+// on the embedded miniredis (TestTimeRunsOnTheShardsMaster checks on a
+// cluster that it runs on the shard's node).
 func TestTimeOfAShardsNode(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		s := settings()

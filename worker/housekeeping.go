@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -29,25 +30,46 @@ func (w *Worker) housekeepingLoop(ctx context.Context) {
 	}
 }
 
+// readClocks reads the clock of each shard's Redis node, one reading per
+// estimate (one in all unless NodePerShard), all at once: a node that does
+// not answer must not hold up the others' readings for OpTimeout each.
+func (w *Worker) readClocks(ctx context.Context) {
+	var wg sync.WaitGroup
+	seen := map[*redisClock]bool{}
+	for shard, q := range w.qs {
+		if seen[q.clock] {
+			continue
+		}
+		seen[q.clock] = true
+		wg.Go(func() {
+			defer func() {
+				if p := recover(); p != nil {
+					w.panicked("housekeeping", p, zap.Int("shard", shard))
+				}
+			}()
+			err := w.op(ctx, func(ctx context.Context) error {
+				sent := time.Now()
+				t, err := w.store.Time(ctx, shard)
+				if err == nil {
+					w.observeClock(q, t.UnixMilli(), sent, time.Now())
+				}
+				return err
+			})
+			if err != nil && ctx.Err() == nil {
+				w.redisError("time", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
 func (w *Worker) housekeep(ctx context.Context, lastPrune *time.Time) {
 	defer func() {
 		if p := recover(); p != nil {
 			w.panicked("housekeeping", p)
 		}
 	}()
-	for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
-		err := w.op(ctx, func(ctx context.Context) error {
-			sent := time.Now()
-			t, err := w.store.Time(ctx, shard)
-			if err == nil {
-				observeClock(w.qs[shard], t.UnixMilli(), sent, time.Now())
-			}
-			return err
-		})
-		if err != nil && ctx.Err() == nil {
-			w.redisError("time", err)
-		}
-	}
+	w.readClocks(ctx)
 	for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
 		label := strconv.Itoa(shard)
 		err := w.op(ctx, func(ctx context.Context) error {

@@ -74,6 +74,12 @@ type Config struct {
 	ConsumerIdleDelete time.Duration
 	// SampleEvery is how often stream length and pending count are sampled.
 	SampleEvery time.Duration
+	// NodePerShard says shards may live on different Redis nodes, whose
+	// clocks may differ (a Redis Cluster): each shard's windows are then
+	// timed by an estimate of its own node's clock. Otherwise all shards
+	// share one estimate, so a jump of the one node's clock learned from
+	// any shard's reply retimes them all.
+	NodePerShard bool
 }
 
 func (c *Config) defaults() {
@@ -126,8 +132,13 @@ func New(store Store, cfg Config, log *zap.Logger, m *metrics.Metrics) *Worker {
 	cfg.defaults()
 	flushCtx, stopFlush := context.WithCancel(context.Background())
 	qs := make([]*dueQueue, cfg.Shards)
+	shared := &redisClock{}
 	for i := range qs {
 		qs[i] = newDueQueue()
+		qs[i].clock = shared
+		if cfg.NodePerShard {
+			qs[i].clock = &redisClock{}
+		}
 	}
 	return &Worker{
 		cfg: cfg, store: store, log: log, metrics: m, qs: qs,
@@ -518,18 +529,22 @@ func (w *Worker) learnClock(q *dueQueue, batch []dueItem, res []repo.FlushResult
 		}
 	}
 	if latest > 0 {
-		observeClock(q, latest, sent, recv)
+		w.observeClock(q, latest, sent, recv)
 	}
 }
 
 // observeClock takes a reading of the clock of q's Redis node and, if the
-// estimate moved, wakes q's flusher: its timer was set from the old
-// estimate, and a window read before the first reading (timed by this
-// host's clock) or before a jump of Redis's clock (a failover) would
-// otherwise go out late by as much, or stale.
-func observeClock(q *dueQueue, redisMs int64, sent, recv time.Time) {
+// estimate moved, wakes the flushers timed by it: their timers were set
+// from the old estimate, and a window read before the first reading (timed
+// by this host's clock) or before a jump of Redis's clock (a failover)
+// would otherwise go out late by as much, or stale.
+func (w *Worker) observeClock(q *dueQueue, redisMs int64, sent, recv time.Time) {
 	if q.clock.observe(redisMs, sent, recv) {
-		q.poke()
+		for _, other := range w.qs {
+			if other.clock == q.clock {
+				other.poke()
+			}
+		}
 	}
 }
 

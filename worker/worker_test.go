@@ -373,6 +373,42 @@ func TestFlushRepliesCorrectTheClock(t *testing.T) {
 	}
 }
 
+// On one Redis (not a cluster) the shards share one estimate of its clock:
+// a jump learned from one shard's flush reply retimes every shard. With an
+// estimate per shard, shard 1's next window went out 2 s late too.
+func TestClockJumpLearnedByOneShardRetimesTheOthers(t *testing.T) {
+	r, _, sub, m := setupShards(t, 2)
+	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: 2, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
+	wk.Start()
+	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	waitFor(t, "the worker reading Redis's clock", wk.ClockRead)
+	wk.SkewClock(-2000)
+	onShard := func(s int, from int64) int64 {
+		for a := from; ; a++ {
+			if c := contribution(1, a); r.Keys().Shard(c.ActivityId, c.UserId, c.ItemType) == s {
+				return a
+			}
+		}
+	}
+	report := func(id, activity int64) time.Duration {
+		start := time.Now()
+		if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(id, activity)}); err != nil {
+			t.Fatal(err)
+		}
+		waitPushes(t, sub, 1)
+		return time.Since(start)
+	}
+	a0 := onShard(0, 1)
+	if took := report(1, a0); took < time.Second {
+		t.Fatalf("first window pushed %s after its report: the estimate was not 2 s behind", took)
+	}
+	if took := report(2, onShard(1, a0+1)); took > time.Second {
+		t.Fatalf("window on shard 1 (same Redis) pushed %s after its report: the jump learned from shard 0 did not retime it",
+			took.Round(time.Millisecond))
+	}
+}
+
 // The housekeeper reads Redis's clock again, so a wrong estimate is
 // corrected even while no window is flushed.
 func TestHousekeeperResyncsTheClock(t *testing.T) {
