@@ -197,11 +197,14 @@ func TestTimeRunsOnTheShardsMaster(t *testing.T) {
 		if _, err := c.r.Time(ctx, shard); err != nil {
 			t.Fatal(err)
 		}
+		var mu sync.Mutex // ForEachMaster runs the masters at once
 		var ranOn []string
 		if err := c.cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 			info, err := m.Info(ctx, "commandstats").Result()
 			if strings.Contains(info, "cmdstat_evalsha:") || strings.Contains(info, "cmdstat_eval:") {
+				mu.Lock()
 				ranOn = append(ranOn, m.Options().Addr)
+				mu.Unlock()
 			}
 			return err
 		}); err != nil {

@@ -76,9 +76,11 @@ type Config struct {
 	SampleEvery time.Duration
 	// NodePerShard says shards may live on different Redis nodes, whose
 	// clocks may differ (a Redis Cluster): each shard's windows are then
-	// timed by an estimate of its own node's clock. Otherwise all shards
+	// timed by its own estimate of its node's clock. Otherwise all shards
 	// share one estimate, so a jump of the one node's clock learned from
-	// any shard's reply retimes them all.
+	// any shard's reply retimes them all. (On a cluster the shards of one
+	// master do not share theirs: each learns a jump of that master's
+	// clock from its own replies or the next housekeeping round.)
 	NodePerShard bool
 }
 

@@ -409,6 +409,36 @@ func TestClockJumpLearnedByOneShardRetimesTheOthers(t *testing.T) {
 	}
 }
 
+// A window already queued on shard 1 while the shared estimate is 2 s
+// behind is retimed when housekeeping learns the jump through shard 0's
+// node (on one Redis it reads only one shard's): every flusher on that
+// estimate is woken, not only shard 0's.
+func TestClockJumpLearnedThroughShard0WakesShard1(t *testing.T) {
+	r, _, sub, m := setupShards(t, 2)
+	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: 2, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		SampleEvery: 400 * time.Millisecond}, zaptest.NewLogger(t), m)
+	wk.Start()
+	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	waitFor(t, "the worker reading Redis's clock", wk.ClockRead)
+	var a int64
+	for a = 1; ; a++ {
+		if c := contribution(1, a); r.Keys().Shard(c.ActivityId, c.UserId, c.ItemType) == 1 {
+			break
+		}
+	}
+	wk.SkewClock(-2000)
+	start := time.Now()
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, a)}); err != nil {
+		t.Fatal(err)
+	}
+	waitPushes(t, sub, 1)
+	// Due 170 ms after the report; housekeeping reads within 400 ms.
+	if took := time.Since(start); took > 1200*time.Millisecond {
+		t.Fatalf("shard 1's window pushed %s after its report: the reading through shard 0 did not wake shard 1's flusher",
+			took.Round(time.Millisecond))
+	}
+}
+
 // The housekeeper reads Redis's clock again, so a wrong estimate is
 // corrected even while no window is flushed.
 func TestHousekeeperResyncsTheClock(t *testing.T) {
