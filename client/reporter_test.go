@@ -1330,7 +1330,6 @@ func closeGivingUp(t *testing.T, r *Reporter) {
 	}
 }
 
-
 // Once a Close gives up, every other Close returns the same at once: one
 // called after it, and one already waiting for the sends. Neither waits
 // for a send whose sender ignores its canceled ctx (as in
