@@ -122,19 +122,14 @@ var timeScript = redis.NewScript(`return redis.call('TIME')`)
 // that dates the shard's windows and decides when they are due, for every
 // replica.
 func (r *Repo) Time(ctx context.Context, shard int) (time.Time, error) {
-	v, err := timeScript.Run(ctx, r.rdb, []string{r.keys.Stream(shard)}).StringSlice()
+	v, err := timeScript.Run(ctx, r.rdb, []string{r.keys.Stream(shard)}).Int64Slice()
 	if err != nil {
 		return time.Time{}, wrap("repo.Time", err)
 	}
 	if len(v) != 2 {
 		return time.Time{}, fmt.Errorf("repo.Time: TIME answered %d values", len(v))
 	}
-	sec, err1 := strconv.ParseInt(v[0], 10, 64)
-	usec, err2 := strconv.ParseInt(v[1], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return time.Time{}, fmt.Errorf("repo.Time: %w", err)
-	}
-	return time.Unix(sec, usec*1000), nil
+	return time.Unix(v[0], v[1]*1000), nil
 }
 
 // Ping checks that Redis answers.

@@ -5,15 +5,16 @@ import (
 	"time"
 )
 
-// redisClock estimates the clock of one Redis node (a shard's: each
-// dueQueue has its own), which decides when the shard's windows are due
-// (the stream id's ms part is that node's TIME when the window opened), so
-// the flusher can sleep until then.
+// redisClock estimates the clock of a Redis node, which decides when its
+// shards' windows are due (the stream id's ms part is that node's TIME when
+// the window opened), so the flushers can sleep until then. The shards of
+// one Redis share one; on a cluster each shard has its own
+// (Config.NodePerShard).
 //
-// Every reading of the node's clock (TIME, by a script keyed to the shard,
+// Every reading of the node's clock (TIME, by a script keyed to a shard,
 // in each housekeeping round, and the time every flush reply carries) was
-// taken by Redis at
-// some moment between sending the call and receiving its reply, so it
+// taken by Redis at some moment between sending the call and receiving its
+// reply, so it
 // bounds Redis's clock at receipt: at least the reading, at most the
 // reading plus the round trip (and 1 ms of truncation). The estimate is a
 // lower bound, kept while each new reading agrees with it: a reading above

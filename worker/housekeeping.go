@@ -11,8 +11,8 @@ import (
 )
 
 // housekeepingLoop reads the clock of each shard's Redis node again (so a
-// jump of it is learned even while no window is flushed), samples each stream's length and
-// pending count for the metrics, and removes dead consumers from the group.
+// jump of it is learned even while no window is flushed), samples each
+// stream's length and pending count for the metrics, and removes dead consumers from the group.
 // A consumer is removed only when its pending list is empty (DELCONSUMER
 // would drop pending entries) and it has been idle for ConsumerIdleDelete:
 // by then the claimer has taken over anything it held.

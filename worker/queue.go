@@ -68,16 +68,13 @@ func (q *dueQueue) push(items ...dueItem) int {
 	}
 	q.mu.Unlock()
 	if added > 0 && earliest {
-		select {
-		case q.wake <- struct{}{}:
-		default:
-		}
+		q.poke()
 	}
 	return added
 }
 
-// poke wakes the flusher to look at the queue again: the estimate of
-// Redis's clock its timer was set from has moved.
+// poke wakes the flusher to look at the queue again: an earlier due time
+// arrived, or the estimate of Redis's clock its timer was set from moved.
 func (q *dueQueue) poke() {
 	select {
 	case q.wake <- struct{}{}:
