@@ -11,3 +11,6 @@ func PendingCalls(r *Repo) int {
 	}
 	return n
 }
+
+// RoundUpID is the ceiling a call asks its dedupe bucket for.
+var RoundUpID = roundUpID
