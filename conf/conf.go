@@ -58,8 +58,10 @@ type Redis struct {
 	// Shards is the number of hash-tagged streams keys are spread over; on a
 	// cluster it spreads one hot activity over several masters.
 	Shards int `mapstructure:"shards"`
-	// StreamMaxLen is a far-away safety bound (XADD MAXLEN ~). Flushed entries
-	// are deleted, so a stream normally holds only open windows.
+	// StreamMaxLen is a far-away safety bound: a stream this long takes no
+	// new window, and a report that would open one is published on its own
+	// (degraded). Flushed entries are deleted, so a stream normally holds
+	// only open windows.
 	StreamMaxLen int64 `mapstructure:"stream_maxlen"`
 	PoolSize     int   `mapstructure:"pool_size"`
 }

@@ -58,7 +58,7 @@ type Metrics struct {
 	StreamLength   *prometheus.GaugeVec // by shard, sampled
 	StreamPending  *prometheus.GaugeVec // by shard, sampled
 	// StreamMaxLength is redis.stream_maxlen, so an alert can compare
-	// StreamLength with the bound this replica trims at.
+	// StreamLength with the bound past which this replica opens no window.
 	StreamMaxLength prometheus.Gauge
 	ConsumersGone   prometheus.Counter
 	// The report path's shared pipelines (repo.Settings.ObservePipeline).
@@ -96,7 +96,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		StreamPending: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_pending",
 			Help: "Entries read by some consumer and not yet flushed, sampled."}, []string{"shard"}),
 		StreamMaxLength: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_max_length",
-			Help: "redis.stream_maxlen: past it, XADD trims entries, pending ones included, whose windows are then never published."}),
+			Help: "redis.stream_maxlen: at it, no window is opened and reports are published on their own (degraded)."}),
 		ConsumersGone: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "consumers_removed_total",
 			Help: "Dead consumers removed from the group (no pending entries, idle past worker.consumer_idle_delete)."}),
 		PipelineReports: f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "report_pipeline_reports",

@@ -8,7 +8,8 @@
 -- ARGV[1]  ttl         ms a window may live (stale + margin)
 -- ARGV[2]  parked      key prefix for a displaced window; it is renamed to
 --                      parked .. its stream id (same hash tag as KEYS)
--- ARGV[3]  maxlen      stream MAXLEN ~ safety bound
+-- ARGV[3]  maxlen      how many windows the stream may hold: a report that
+--                      would open one more fails (see open)
 -- ARGV[4]  seen        key prefix of the dedupe sets (same tag): an id is
 --                      added to seen .. bucket .. ':' .. sub, where bucket is
 --                      Redis's TIME in seconds / ARGV[5] and sub is the id
@@ -100,10 +101,20 @@ do
   end
 end
 
--- open starts a new window for report j and enqueues it.
+local maxLen -- ARGV[3], parsed at the call's first open
+
+-- open starts a new window for report j and enqueues it. A stream that
+-- holds maxlen windows takes no more: trimming it (XADD MAXLEN) would drop
+-- entries no worker has read, windows already acknowledged that would
+-- then be neither published nor counted. The report fails instead, and Go
+-- publishes it on its own (degraded). A window parked just before stays
+-- findable by its own entry.
 local function open(cur, id, created, quantity, frag)
-  local sid = call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*',
-    'k', match(cur, ':w:(.*)$'))
+  maxLen = maxLen or tonumber(ARGV[3])
+  if call('XLEN', KEYS[1]) >= maxLen then
+    error({err = 'STREAMFULL the stream holds redis.stream_maxlen (' .. ARGV[3] .. ') windows waiting to close'})
+  end
+  local sid = call('XADD', KEYS[1], '*', 'k', match(cur, ':w:(.*)$'))
   call('SET', cur, table.concat({format('%04d', quantity), created, id, '', sid, frag}, '\31'),
     'PX', ARGV[1])
   return 2, id, tonumber(quantity)

@@ -88,7 +88,7 @@ func (r *Repo) Read(ctx context.Context, shard int, consumer, start string, coun
 // Claim takes over entries pending longer than minIdle on any consumer
 // (XAUTOCLAIM), from cursor start ("0-0" to begin). It returns the claimed
 // windows, entries that cannot be parsed, the ids Redis reported as
-// deleted (trimmed while pending: their windows cannot be published; Redis
+// deleted (by hand, while pending: their windows cannot be published; Redis
 // has already removed them from the pending list), and the next cursor
 // ("0-0" when the scan is complete).
 func (r *Repo) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) (ws []Window, bad, deleted []string, next string, err error) {

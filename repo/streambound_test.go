@@ -1,0 +1,69 @@
+package repo_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/push"
+	"github.com/combo-service/combo-service/repo"
+)
+
+// A stream that holds redis.stream_maxlen windows takes no more: a report
+// that would open one is published on its own (degraded) and its id is
+// not remembered, so nothing acknowledged into a window is ever trimmed
+// away unpublished. Joins need no new entry and go on.
+func TestFullStreamOpensNoWindow(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s := settings()
+		s.StreamMaxLen = 3
+		r := repo.New(rdb, s)
+		if err := r.LoadScripts(ctx); err != nil {
+			t.Fatal(err)
+		}
+		sub := rdb.Subscribe(ctx, push.Channel(7))
+		t.Cleanup(func() { sub.Close() })
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cs := make([]*combo.Contribution, 5)
+		for i := range cs {
+			cs[i] = contribution(int64(100+i), fmt.Sprint("k", i), base)
+		}
+		res, err := r.Report(ctx, cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, rr := range res {
+			want := repo.Opened
+			if i >= 3 {
+				want = repo.Degraded
+			}
+			if rr.Outcome != want {
+				t.Errorf("report %d: outcome %d, want %d", i, rr.Outcome, want)
+			}
+		}
+		if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 3 {
+			t.Fatalf("stream holds %d entries, want 3: nothing trimmed, nothing past the bound", n)
+		}
+		for _, id := range []int64{103, 104} {
+			msg, err := sub.ReceiveMessage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != id {
+				t.Fatalf("push %q, want report %d on its own", msg.Payload, id)
+			}
+		}
+		// A join needs no entry; a retry of a degraded report is not a
+		// duplicate (its id was forgotten) and degrades again.
+		res, err = r.Report(ctx, []*combo.Contribution{contribution(200, "k0", base+1), cs[4]})
+		if err != nil || res[0].Outcome != repo.Joined || res[0].WindowQuantity != 2 || res[1].Outcome != repo.Degraded {
+			t.Fatalf("join and retry at the bound: %+v %v", res, err)
+		}
+	})
+}
