@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"reflect"
+	"sort"
 	"strings"
 	"time"
 
@@ -183,8 +185,10 @@ func (c Config) Validate() error {
 	if len(c.Redis.Addrs) > 0 && c.Redis.DB != 0 {
 		bad("redis.db", "must be 0 in cluster mode, got %d", c.Redis.DB)
 	}
-	if c.Redis.Timeout <= 0 {
-		bad("redis.timeout", "must be > 0, got %s", c.Redis.Timeout)
+	// Redis takes timeouts and BLOCK in whole milliseconds: less than one
+	// would be sent as 0, which for BLOCK means forever.
+	if c.Redis.Timeout < time.Millisecond {
+		bad("redis.timeout", "must be >= 1ms, got %s", c.Redis.Timeout)
 	}
 	if c.Redis.Shards < 1 || c.Redis.Shards > 1024 {
 		bad("redis.shards", "must be 1..1024, got %d", c.Redis.Shards)
@@ -232,8 +236,8 @@ func (c Config) Validate() error {
 	if c.Worker.BatchSize < 1 {
 		bad("worker.batch_size", "must be >= 1, got %d", c.Worker.BatchSize)
 	}
-	if c.Worker.Block <= 0 {
-		bad("worker.block", "must be > 0 (0 blocks forever), got %s", c.Worker.Block)
+	if c.Worker.Block < time.Millisecond || c.Worker.Block%time.Millisecond != 0 {
+		bad("worker.block", "must be whole milliseconds, >= 1ms (XREADGROUP BLOCK 0 blocks forever), got %s", c.Worker.Block)
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
@@ -273,12 +277,16 @@ func Load(path string) (Config, error) {
 	}
 	if path != "" {
 		v.SetConfigFile(path)
+		// YAML whatever the file's name: /etc/combo/config has no extension
+		// to tell viper, and the contract's file is YAML.
+		v.SetConfigType("yaml")
 		if err := v.ReadInConfig(); err != nil {
 			return Config{}, fmt.Errorf("conf.Load: read %s: %w", path, err)
 		}
 	}
 	var c Config
 	hook := mapstructure.ComposeDecodeHookFunc(
+		numberIsNoDuration,
 		mapstructure.StringToTimeDurationHookFunc(),
 		mapstructure.StringToSliceHookFunc(","),
 	)
@@ -295,6 +303,50 @@ func Load(path string) (Config, error) {
 		return Config{}, fmt.Errorf("conf.Load: invalid configuration:\n%w", err)
 	}
 	return c, nil
+}
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// numberIsNoDuration refuses a bare number (timeout: 500 in YAML) where a
+// duration goes: mapstructure would read it as nanoseconds. Durations are
+// Go duration strings ("500ms"); the defaults are time.Duration values
+// and pass.
+func numberIsNoDuration(from, to reflect.Type, data any) (any, error) {
+	if to != durationType || from == durationType {
+		return data, nil
+	}
+	switch from.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		return nil, fmt.Errorf("want a Go duration string such as \"500ms\", got the number %v", data)
+	}
+	return data, nil
+}
+
+// UnknownEnv names the COMBO_* variables of environ (os.Environ's form)
+// that are no configuration key: a misspelled COMBO_REDIS_ADRESS would
+// otherwise be ignored in silence, and the service start on its embedded
+// Redis. Only a warning: an orchestrator may set variables of its own
+// under the prefix (Kubernetes' COMBO_..._SERVICE_HOST for a Service
+// named combo-...).
+func UnknownEnv(environ []string) []string {
+	known := map[string]bool{"COMBO_CONFIG": true}
+	var defaults map[string]any
+	if err := mapstructure.Decode(Default(), &defaults); err == nil {
+		for key := range flatten("", defaults) {
+			known["COMBO_"+strings.ToUpper(strings.ReplaceAll(key, ".", "_"))] = true
+		}
+	}
+	var unknown []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "COMBO_") && !known[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	sort.Strings(unknown)
+	return unknown
 }
 
 func flatten(prefix string, m map[string]any) map[string]any {

@@ -101,6 +101,42 @@ func TestLoadRefusesUnknownKeys(t *testing.T) {
 	}
 }
 
+// A bare number where a duration goes is refused, naming the key, not
+// read as nanoseconds (redis.timeout: 500 would be 500ns).
+func TestLoadRefusesNumberForDuration(t *testing.T) {
+	for _, yaml := range []string{"redis:\n  timeout: 500\n", "server:\n  shutdown_timeout: 30\n", "worker:\n  block: 1.5\n"} {
+		path := filepath.Join(t.TempDir(), "combo.yaml")
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		key := strings.Fields(strings.ReplaceAll(yaml, ":", " "))[1]
+		_, err := Load(path)
+		if err == nil || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "duration string") {
+			t.Errorf("%q: want an error naming %s and asking for a duration string, got %v", yaml, key, err)
+		}
+	}
+}
+
+// The file is YAML whatever its name ends with.
+func TestLoadFileWithoutExtension(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(path, []byte("window:\n  size: 2s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil || c.Window.Size != 2*time.Second {
+		t.Fatalf("Load(%s) = %s, %v", path, c.Window.Size, err)
+	}
+}
+
+func TestUnknownEnv(t *testing.T) {
+	got := UnknownEnv([]string{"COMBO_REDIS_ADRESS=10.0.0.1:6379", "COMBO_REDIS_ADDR=x", "COMBO_CONFIG=/c.yaml",
+		"COMBO_WORKER_CLAIM_IDLE=6s", "COMBO_REDIS_ADDRS=a:1,b:2", "PATH=/bin", "COMBO_LOG_LEVL=debug"})
+	if strings.Join(got, ",") != "COMBO_LOG_LEVL,COMBO_REDIS_ADRESS" {
+		t.Fatalf("UnknownEnv = %v, want the two misspelled names", got)
+	}
+}
+
 func TestLoadMissingFile(t *testing.T) {
 	if _, err := Load(filepath.Join(t.TempDir(), "nope.yaml")); err == nil {
 		t.Fatal("a named config file that does not exist must be an error")
@@ -127,6 +163,10 @@ func TestValidateNamesKey(t *testing.T) {
 		{"worker.consumer", func(c *Config) { c.Worker.Consumer = " " }},
 		{"worker.claim_idle", func(c *Config) { c.Worker.ClaimIdle = c.Window.Size + c.Window.Grace }},
 		{"worker.block", func(c *Config) { c.Worker.Block = 0 }},
+		// Sent in whole milliseconds: 500µs would be BLOCK 0, forever.
+		{"worker.block", func(c *Config) { c.Worker.Block = 500 * time.Microsecond }},
+		{"worker.block", func(c *Config) { c.Worker.Block = 1500 * time.Microsecond }},
+		{"redis.timeout", func(c *Config) { c.Redis.Timeout = time.Microsecond }},
 		{"log.level", func(c *Config) { c.Log.Level = "loud" }},
 		{"log.format", func(c *Config) { c.Log.Format = "xml" }},
 	}
