@@ -417,15 +417,30 @@ func (w *Worker) flushLoop(q *dueQueue) {
 // not retired go back to the queue.
 func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 	defer func() {
-		if p := recover(); p != nil {
+		switch p := recover(); {
+		case p != nil && len(batch) > 1:
+			// One bad window must not hold back the rest of its batch:
+			// forgotten together and reclaimed together, they would panic
+			// together again at every reclaim. Each is flushed on its own,
+			// so only a window that panics alone is left (the flush script
+			// publishes a window at most once, whatever ran before the
+			// panic).
+			w.panicked("flush", p, zap.Int("windows", len(batch)))
+			ok = true
+			for _, it := range batch {
+				if !w.flushBatch(q, []dueItem{it}) {
+					ok = false
+				}
+			}
+		case p != nil:
 			ids := make([]string, len(batch))
 			for i, it := range batch {
 				ids[i] = strconv.Itoa(it.w.Shard) + "/" + it.w.ID
 			}
 			w.panicked("flush", p, zap.Strings("ids", ids))
 			w.metrics.BadEntries.Add(float64(len(batch)))
-			// Forget them locally; they stay pending and the claimer
-			// retries them after ClaimIdle, so nothing is lost.
+			// Forget it locally; it stays pending and the claimer retries
+			// it after ClaimIdle, so nothing is lost.
 			q.done(batch...)
 			ok = true
 		}

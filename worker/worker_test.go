@@ -122,6 +122,59 @@ func TestWorkerSurvivesBadEntryAndPanic(t *testing.T) {
 	}
 }
 
+// poisoned wraps the real store and panics on every flush that holds a
+// window of activity 666, as a bug tripped by one entry would.
+type poisoned struct{ *repo.Repo }
+
+func (p poisoned) Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error) {
+	for _, w := range ws {
+		if w.ActivityID == 666 {
+			panic("bad entry " + w.ID)
+		}
+	}
+	return p.Repo.Flush(ctx, ws)
+}
+
+// A window whose flush always panics does not hold back the good windows
+// flushed in the same batch: they are published, once, and it alone is
+// left pending (counted), not lost.
+func TestPanickingWindowDoesNotHoldBackItsBatch(t *testing.T) {
+	r, rdb, sub, m := setup(t)
+	ctx := context.Background()
+	wk := worker.New(poisoned{r}, worker.Config{Consumer: "c1", ClaimIdle: 300 * time.Millisecond, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+
+	// One call: both windows open at once and come due in one batch.
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 666), contribution(2, 5), contribution(3, 6)}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[int64]int{}
+	deadline := time.After(5 * time.Second)
+	for got[5] == 0 || got[6] == 0 {
+		select {
+		case msg := <-sub.Channel():
+			p, err := push.Decode([]byte(msg.Payload))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[p.ActivityID]++
+		case <-deadline:
+			t.Fatalf("pushes %v after 5 s, want activities 5 and 6; flush panics: %v", got,
+				testutil.ToFloat64(m.LoopPanics.WithLabelValues("flush")))
+		}
+	}
+	// The claimer retakes the bad window after ClaimIdle; it panics alone.
+	waitFor(t, "the bad window's flush to panic on its own", func() bool { return testutil.ToFloat64(m.BadEntries) >= 2 })
+	if got[5] != 1 || got[6] != 1 || got[666] != 0 {
+		t.Fatalf("pushes %v, want activities 5 and 6 once each, 666 never", got)
+	}
+	if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 1 {
+		t.Fatalf("stream holds %d entries, want the bad window's alone, still pending", n)
+	}
+}
+
 // A restarted consumer with the same name finds its own pending entries
 // (read with id 0) and publishes them; another consumer reclaims those of
 // a consumer that never comes back.
