@@ -11,6 +11,3 @@ func PendingCalls(r *Repo) int {
 	}
 	return n
 }
-
-// RoundUpID is the ceiling a call asks its dedupe bucket for.
-var RoundUpID = roundUpID

@@ -15,7 +15,6 @@ import (
 //	combo:{N}:w:<a>:<u>:<len>:<type>      STRING  the combo key's newest unpublished window
 //	combo:{N}:p:<stream id>               STRING  a window displaced (parked) by a newer one before its flush
 //	combo:{N}:s:<bucket>:<id mod 8192>    SET     ids counted in one dedupe bucket (window.dedupe of time)
-//	combo:{N}:s:<bucket>:m                STRING  that bucket's ceiling: no id in its sets is above it
 //
 // A stream entry names its window by the part of its key after ":w:"
 // (EntryComboKey).
@@ -90,16 +89,6 @@ func (k Keys) Parked(shard int, streamID string) string { return k.ParkedPrefix(
 // SeenPrefix is the prefix of shard's dedupe sets (the report script
 // appends the bucket number, from Redis's clock, and the id's sub-set).
 func (k Keys) SeenPrefix(shard int) string { return k.tags[shard] + "s:" }
-
-// SeenCeiling is the key of a dedupe bucket's ceiling, an id at least as
-// large as every id in the bucket's sets (the report script writes it).
-func (k Keys) SeenCeiling(shard int, bucket int64) string {
-	return k.SeenPrefix(shard) + strconv.FormatInt(bucket, 10) + ":m"
-}
-
-// IsSeenCeiling tells a key under SeenPrefix that is a bucket's ceiling,
-// not one of its sets.
-func IsSeenCeiling(key string) bool { return strings.HasSuffix(key, ":m") }
 
 // EntryComboKey is what a stream entry stores of its window's key: the
 // part of Current after ":w:" (the report script cuts it off the key).

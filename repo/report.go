@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"math"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -226,13 +225,8 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 			idx = idx[n:]
 			keys := make([]string, 1, 1+n)
 			keys[0] = r.keys.Stream(shard)
-			args := make([]any, 0, 6+6*n)
-			var top int64 // the call's largest id
-			for _, i := range group {
-				top = max(top, cs[i].Id)
-			}
-			args = append(args, r.ttlMs, r.keys.ParkedPrefix(shard), r.maxLen, r.keys.SeenPrefix(shard), r.bucketSec,
-				strconv.FormatInt(roundUpID(top), 10))
+			args := make([]any, 0, 5+6*n)
+			args = append(args, r.ttlMs, r.keys.ParkedPrefix(shard), r.maxLen, r.keys.SeenPrefix(shard), r.bucketSec)
 			for _, i := range group {
 				c := cs[i]
 				frag, err := push.Fragment(c)
@@ -295,15 +289,4 @@ func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution) err
 	}
 	_, err := pipe.Exec(ctx)
 	return wrap("repo.publishSingles", err)
-}
-
-// roundUpID is id with its last three digits raised to 999 (at most
-// MaxInt64): the ceiling a call asks its dedupe bucket to have (see
-// report.lua). Rounded, a ceiling changes once per 1000 ids, so most calls
-// only read it.
-func roundUpID(id int64) int64 {
-	if id > math.MaxInt64-999 {
-		return math.MaxInt64
-	}
-	return id/1000*1000 + 999
 }

@@ -19,12 +19,8 @@
 --                      from Redis's clock when the script runs, the one clock
 --                      of all replicas, so two replicas never disagree on it.
 --                      Each set also holds the member 0 (see below).
---                      Each bucket also has a ceiling, the STRING
---                      seen .. bucket .. ':m' (see below).
 -- ARGV[5]  bucket      seconds per dedupe bucket (window.dedupe, rounded up)
--- ARGV[6]  ceiling     the largest id of this call, rounded up to end in 999
---                      (computed in Go)
--- Then 6 values per report j (1-based), from ARGV[6 + 6*(j-1) + 1]:
+-- Then 6 values per report j (1-based), from ARGV[5 + 6*(j-1) + 1]:
 --   id (decimal; compared as a string: Lua numbers are doubles and ids may
 --   exceed 2^53), created_at (unix ms), created_at - W, quantity, fragment
 --   (display values, see push.Fragment), sub
@@ -74,32 +70,9 @@ local bucket = math.floor(tonumber(call('TIME')[1]) / bucketSec)
 local seen = ARGV[4] .. format('%d', bucket) .. ':'
 local seen1 = ARGV[4] .. format('%d', bucket - 1) .. ':'
 -- Ids of this bucket are looked up until the next one ends; the sets go one
--- bucket after that. Formatted only when a set or a ceiling is written.
+-- bucket after that. Formatted only when a set is created.
 local expireAt
 local marked -- the dedupe set report() added its id to, if it did
-
--- A bucket's ceiling is at least every id ever added to its sets: a call
--- raises it, if it must, before it adds any. Ids mostly rise (they are DB
--- row ids), so a new id is above the previous bucket's ceiling and need
--- not be looked up there: one command fewer per report, 8% of Redis's
--- work per report in calls of 50 (callgrind). A retry, or an id at or
--- below the ceiling, is looked up as before, and so is every id when the
--- ceiling is missing. Rounding up to ...999 means the ceiling is rewritten
--- once per 1000 ids, not on every call. It expires with its bucket's sets.
-local ceilings = call('MGET', seen1 .. 'm', seen .. 'm')
-local prevCeiling = ceilings[1] -- false when missing
-local ceilingErr -- why raising this bucket's ceiling failed: nothing may be added
-do
-  local cur, want = ceilings[2] or '', ARGV[6]
-  if #want > #cur or (#want == #cur and want > cur) then
-    expireAt = format('%d', (bucket + 3) * bucketSec)
-    -- redis.pcall: its error reply keeps the message as Redis wrote it
-    -- (pcall(call, ...) would prefix the script's line, and READONLY or
-    -- BUSY would no longer read as Redis unavailable in Go).
-    local reply = redis.pcall('SET', seen .. 'm', want, 'EXAT', expireAt)
-    if type(reply) == 'table' and reply.err then ceilingErr = reply end
-  end
-end
 
 local maxLen -- ARGV[3], parsed at the call's first open
 
@@ -121,10 +94,9 @@ local function open(cur, id, created, quantity, frag)
 end
 
 local function report(j)
-  local cur, base = KEYS[1 + j], 6 + 6 * (j - 1)
+  local cur, base = KEYS[1 + j], 5 + 6 * (j - 1)
   local id, sub = ARGV[base + 1], ARGV[base + 6]
   marked = nil
-  if ceilingErr then error(ceilingErr) end -- answered like a failed SADD
   local set = seen .. sub
   -- '0' is no id (ids are > 0): it is in every set from its start, so
   -- SADD answers 2 only when it created the set, the one time it needs its
@@ -136,8 +108,7 @@ local function report(j)
     expireAt = expireAt or format('%d', (bucket + 3) * bucketSec)
     call('EXPIREAT', set, expireAt)
   end
-  local above = prevCeiling and (#id > #prevCeiling or (#id == #prevCeiling and id > prevCeiling))
-  if not above and call('SISMEMBER', seen1 .. sub, id) == 1 then
+  if call('SISMEMBER', seen1 .. sub, id) == 1 then
     -- Counted in the previous bucket. Leaving it in this one too is harmless.
     marked = nil
     return 1, '0', 0
@@ -180,7 +151,7 @@ end
 -- before it can answer that, yet a duplicate changes nothing and must be
 -- answered as one, not published again on its own.
 local function counted(j)
-  local base = 6 + 6 * (j - 1)
+  local base = 5 + 6 * (j - 1)
   local id, sub = ARGV[base + 1], ARGV[base + 6]
   for _, prefix in ipairs({seen, seen1}) do
     local ok, member = pcall(call, 'SISMEMBER', prefix .. sub, id)
@@ -210,7 +181,7 @@ while at <= n do
     out[o - 2], out[o - 1], out[o] = 1, '0', 0
   else
     -- Not counted: forget its id, so a retry counts it.
-    if marked then pcall(call, 'SREM', marked, ARGV[6 + 6 * (at - 1) + 1]) end
+    if marked then pcall(call, 'SREM', marked, ARGV[5 + 6 * (at - 1) + 1]) end
     if type(err) == 'table' then err = err.err or err.message end
     out[o - 2], out[o - 1], out[o] = 3, tostring(err), 0
   end

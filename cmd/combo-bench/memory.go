@@ -145,9 +145,6 @@ func dedupeSets(ctx context.Context, rdb *redis.Client, keys repo.Keys) (sets in
 		iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
 		for iter.Next(ctx) {
 			k := iter.Val()
-			if repo.IsSeenCeiling(k) {
-				continue // one small string per bucket, not a set
-			}
 			n, err := rdb.SCard(ctx, k).Result()
 			if err != nil {
 				return 0, 0, 0, err
