@@ -72,7 +72,12 @@ local seen1 = ARGV[4] .. format('%d', bucket - 1) .. ':'
 -- Ids of this bucket are looked up until the next one ends; the sets go one
 -- bucket after that. Formatted only when a set is created.
 local expireAt
-local marked -- the dedupe set report() added its id to, if it did
+-- The answers, 3 values per report. Until report j answers, out[3j - 1]
+-- holds the dedupe set it added its id to, if it did: the loop at the end
+-- needs it when report j fails. Kept in this table, never in a local the
+-- functions share: on miniredis (gopher-lua), such a local stops being
+-- shared once a pcall unwinds an error through them (yuin/gopher-lua#448).
+local out, n = {}, #KEYS - 1
 
 local maxLen -- ARGV[3], parsed at the call's first open
 
@@ -96,21 +101,19 @@ end
 local function report(j)
   local cur, base = KEYS[1 + j], 5 + 6 * (j - 1)
   local id, sub = ARGV[base + 1], ARGV[base + 6]
-  marked = nil
   local set = seen .. sub
   -- '0' is no id (ids are > 0): it is in every set from its start, so
   -- SADD answers 2 only when it created the set, the one time it needs its
   -- expiry (a call saved on every other report).
   local added = call('SADD', set, id, '0')
   if added == 0 then return 1, '0', 0 end
-  marked = set
+  out[3 * j - 1] = set
   if added == 2 then
     expireAt = expireAt or format('%d', (bucket + 3) * bucketSec)
     call('EXPIREAT', set, expireAt)
   end
   if call('SISMEMBER', seen1 .. sub, id) == 1 then
     -- Counted in the previous bucket. Leaving it in this one too is harmless.
-    marked = nil
     return 1, '0', 0
   end
 
@@ -164,19 +167,20 @@ end
 -- (that costs as much as a Redis command per report): when report j fails,
 -- it alone is answered (with the error, or as a duplicate when its SADD
 -- failed on an id counted before) and the loop resumes after it.
-local out, n, at = {}, #KEYS - 1, 1
-local function run()
-  while at <= n do
-    local status, wid, qty = report(at)
-    local o = 3 * at
+local function run(first)
+  for j = first, n do
+    local status, wid, qty = report(j)
+    local o = 3 * j
     out[o - 2], out[o - 1], out[o] = status, wid, qty
-    at = at + 1
   end
 end
+local at = 1
 while at <= n do
-  local ok, err = pcall(run)
+  local ok, err = pcall(run, at)
   if ok then break end
+  while out[3 * at - 2] ~= nil do at = at + 1 end -- the first unanswered: it failed
   local o = 3 * at
+  local marked = out[o - 1]
   if not marked and counted(at) then
     out[o - 2], out[o - 1], out[o] = 1, '0', 0
   else

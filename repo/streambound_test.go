@@ -59,11 +59,13 @@ func TestFullStreamOpensNoWindow(t *testing.T) {
 				t.Fatalf("push %q, want report %d on its own", msg.Payload, id)
 			}
 		}
-		// A join needs no entry; a retry of a degraded report is not a
-		// duplicate (its id was forgotten) and degrades again.
-		res, err = r.Report(ctx, []*combo.Contribution{contribution(200, "k0", base+1), cs[4]})
-		if err != nil || res[0].Outcome != repo.Joined || res[0].WindowQuantity != 2 || res[1].Outcome != repo.Degraded {
-			t.Fatalf("join and retry at the bound: %+v %v", res, err)
+		// A join needs no entry, also after a report of its call failed;
+		// a retry of a degraded report is not a duplicate (its id was
+		// forgotten) and degrades again.
+		res, err = r.Report(ctx, []*combo.Contribution{cs[3], contribution(200, "k0", base+1), cs[4], contribution(201, "k1", base+1)})
+		if err != nil || res[0].Outcome != repo.Degraded || res[1].Outcome != repo.Joined || res[1].WindowQuantity != 2 ||
+			res[2].Outcome != repo.Degraded || res[3].Outcome != repo.Joined || res[3].WindowQuantity != 2 {
+			t.Fatalf("retries and joins at the bound: %+v %v, want degraded, joined ×2, degraded, joined ×2", res, err)
 		}
 	})
 }
