@@ -286,7 +286,7 @@ func Load(path string) (Config, error) {
 	}
 	var c Config
 	hook := mapstructure.ComposeDecodeHookFunc(
-		numberIsNoDuration,
+		durationsAreStrings,
 		mapstructure.StringToTimeDurationHookFunc(),
 		mapstructure.StringToSliceHookFunc(","),
 	)
@@ -307,21 +307,15 @@ func Load(path string) (Config, error) {
 
 var durationType = reflect.TypeOf(time.Duration(0))
 
-// numberIsNoDuration refuses a bare number (timeout: 500 in YAML) where a
-// duration goes: mapstructure would read it as nanoseconds. Durations are
-// Go duration strings ("500ms"); the defaults are time.Duration values
-// and pass.
-func numberIsNoDuration(from, to reflect.Type, data any) (any, error) {
-	if to != durationType || from == durationType {
+// durationsAreStrings refuses anything but a string where a duration goes
+// (timeout: 500, or true, in YAML): viper's weak decoding would read a
+// number as nanoseconds and true as 1ns. Durations are Go duration
+// strings ("500ms"); the defaults are time.Duration values and pass.
+func durationsAreStrings(from, to reflect.Type, data any) (any, error) {
+	if to != durationType || from == durationType || from.Kind() == reflect.String {
 		return data, nil
 	}
-	switch from.Kind() {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
-		reflect.Float32, reflect.Float64:
-		return nil, fmt.Errorf("want a Go duration string such as \"500ms\", got the number %v", data)
-	}
-	return data, nil
+	return nil, fmt.Errorf("want a Go duration string such as \"500ms\", got %v (%s)", data, from.Kind())
 }
 
 // UnknownEnv names the COMBO_* variables of environ (os.Environ's form)

@@ -101,10 +101,11 @@ func TestLoadRefusesUnknownKeys(t *testing.T) {
 	}
 }
 
-// A bare number where a duration goes is refused, naming the key, not
-// read as nanoseconds (redis.timeout: 500 would be 500ns).
+// A bare number (or a boolean) where a duration goes is refused, naming
+// the key, not read as nanoseconds (redis.timeout: 500 would be 500ns).
 func TestLoadRefusesNumberForDuration(t *testing.T) {
-	for _, yaml := range []string{"redis:\n  timeout: 500\n", "server:\n  shutdown_timeout: 30\n", "worker:\n  block: 1.5\n"} {
+	for _, yaml := range []string{"redis:\n  timeout: 500\n", "server:\n  shutdown_timeout: 30\n", "worker:\n  block: 1.5\n",
+		"server:\n  shutdown_timeout: true\n", "worker:\n  consumer_idle_delete: 86400\n"} {
 		path := filepath.Join(t.TempDir(), "combo.yaml")
 		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
