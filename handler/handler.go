@@ -134,12 +134,16 @@ func response(r repo.ReportResult) *combo.ReportContributionResponse {
 
 func (h *Handler) count(res []repo.ReportResult) {
 	var ok, dup, degraded, opened int
+	var cause error // the first degraded report's
 	for _, r := range res {
 		switch r.Outcome {
 		case repo.Duplicate:
 			dup++
 		case repo.Degraded:
 			degraded++
+			if cause == nil {
+				cause = r.Cause
+			}
 		case repo.Opened:
 			opened++
 			ok++
@@ -159,6 +163,6 @@ func (h *Handler) count(res []repo.ReportResult) {
 		h.metrics.WindowsOpened.Add(float64(opened))
 	}
 	if degraded > 0 {
-		h.log.Warn("aggregation failed; contributions published on their own", zap.Int("count", degraded))
+		h.log.Warn("aggregation failed; contributions published on their own", zap.Int("count", degraded), zap.NamedError("cause", cause))
 	}
 }

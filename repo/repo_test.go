@@ -83,7 +83,7 @@ func TestReportThenFlush(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []repo.ReportResult{{repo.Opened, big, 1}, {repo.Joined, big - 1, 2}, {repo.Duplicate, 0, 0}}
+		want := []repo.ReportResult{{repo.Opened, big, 1, nil}, {repo.Joined, big - 1, 2, nil}, {repo.Duplicate, 0, 0, nil}}
 		for i := range want {
 			if res[i] != want[i] {
 				t.Fatalf("result %d = %+v, want %+v", i, res[i], want[i])
@@ -359,11 +359,11 @@ func TestWindowRecordUpdates(t *testing.T) {
 			c    *combo.Contribution
 			want repo.ReportResult
 		}{
-			{c(100, base+100, 5000, "first"), repo.ReportResult{repo.Opened, 100, 5000}},
-			{c(101, base+50, 4999, "earlier"), repo.ReportResult{repo.Joined, 100, 9999}},
-			{c(102, base+60, 1, "widens"), repo.ReportResult{repo.Joined, 100, 10000}},
-			{c(99, base+120, 3, "smallest"), repo.ReportResult{repo.Joined, 99, 10003}},
-			{c(103, base+130, 1_000_000, "big"), repo.ReportResult{repo.Joined, 99, 1_010_003}},
+			{c(100, base+100, 5000, "first"), repo.ReportResult{repo.Opened, 100, 5000, nil}},
+			{c(101, base+50, 4999, "earlier"), repo.ReportResult{repo.Joined, 100, 9999, nil}},
+			{c(102, base+60, 1, "widens"), repo.ReportResult{repo.Joined, 100, 10000, nil}},
+			{c(99, base+120, 3, "smallest"), repo.ReportResult{repo.Joined, 99, 10003, nil}},
+			{c(103, base+130, 1_000_000, "big"), repo.ReportResult{repo.Joined, 99, 1_010_003, nil}},
 		}
 		for i, s := range steps {
 			res, err := r.Report(ctx, []*combo.Contribution{s.c})
@@ -381,10 +381,10 @@ func TestWindowRecordUpdates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if last := res[2145]; last != (repo.ReportResult{repo.Joined, 99, 2_147_010_003}) {
+		if last := res[2145]; last != (repo.ReportResult{repo.Joined, 99, 2_147_010_003, nil}) {
 			t.Fatalf("last join %+v", last)
 		}
-		if over := res[2146]; over != (repo.ReportResult{repo.Opened, 3146, 1_000_000}) {
+		if over := res[2146]; over != (repo.ReportResult{repo.Opened, 3146, 1_000_000, nil}) {
 			t.Fatalf("overflowing report %+v, want a new window", over)
 		}
 

@@ -32,6 +32,9 @@ type ReportResult struct {
 	Outcome        ReportOutcome
 	WindowID       int64
 	WindowQuantity int32
+	// Cause is why the aggregation failed, when Outcome is Degraded (a
+	// full stream, Redis refusing writes, ...), for the operator's log.
+	Cause error
 }
 
 // Report counts validated contributions, one script each. Results are in
@@ -170,7 +173,7 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 				// pre-aggregation behaviour for this contribution.
 				mine = append(mine, cs[i])
 				cause = perr
-				res[i-off] = ReportResult{Outcome: Degraded, WindowID: cs[i].Id, WindowQuantity: cs[i].Quantity}
+				res[i-off] = ReportResult{Outcome: Degraded, WindowID: cs[i].Id, WindowQuantity: cs[i].Quantity, Cause: perr}
 			}
 		}
 		off += n
