@@ -155,6 +155,11 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 	out := make([]callAnswer, len(sizes))
 	var degraded []*combo.Contribution
 	var degradedCalls []int
+	// One id twice in a pipeline (repeated in a batch, or a retry queued
+	// beside its original) degrades twice when the script forgets it after
+	// a failure (a full stream) or cannot write it (Redis refusing writes):
+	// both copies are answered degraded, and it is published once.
+	queued := make(map[int64]bool)
 	var cause error
 	off := 0
 	for k, n := range sizes {
@@ -183,7 +188,12 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 		}
 		out[k].res = res
 		if len(mine) > 0 {
-			degraded = append(degraded, mine...)
+			for _, c := range mine {
+				if !queued[c.Id] {
+					queued[c.Id] = true
+					degraded = append(degraded, c)
+				}
+			}
 			degradedCalls = append(degradedCalls, k)
 		}
 	}

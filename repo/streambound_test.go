@@ -69,3 +69,49 @@ func TestFullStreamOpensNoWindow(t *testing.T) {
 		}
 	})
 }
+
+// One id twice in a call at a full stream (a batch that repeats it, or a
+// retry coalesced with its original): the script forgets the id after the
+// first copy fails, so both copies fail; both are answered degraded and
+// the contribution is published once.
+func TestSameIDTwiceAtAFullStreamIsPublishedOnce(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s := settings()
+		s.StreamMaxLen = 1
+		r := repo.New(rdb, s)
+		if err := r.LoadScripts(ctx); err != nil {
+			t.Fatal(err)
+		}
+		sub := rdb.Subscribe(ctx, push.Channel(7))
+		t.Cleanup(func() { sub.Close() })
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := r.Report(ctx, []*combo.Contribution{contribution(1, "k0", base)}); err != nil || res[0].Outcome != repo.Opened {
+			t.Fatalf("filling the stream: %+v %v", res, err)
+		}
+		c := contribution(2, "k1", base)
+		res, err := r.Report(ctx, []*combo.Contribution{c, c})
+		if err != nil || res[0].Outcome != repo.Degraded || res[1].Outcome != repo.Degraded {
+			t.Fatalf("one id twice at a full stream: %+v %v, want both degraded", res, err)
+		}
+		if err := rdb.Publish(ctx, push.Channel(7), "sentinel").Err(); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for {
+			msg, err := sub.ReceiveMessage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg.Payload == "sentinel" {
+				break
+			}
+			n++
+		}
+		if n != 1 {
+			t.Fatalf("published %d times, want once", n)
+		}
+	})
+}
