@@ -59,8 +59,14 @@ func subscribedRepo(t *testing.T, rdb redis.UniversalClient) (*repo.Repo, *redis
 // which is a write (a replica refuses it).
 func subscribedRepoNoGroups(t *testing.T, rdb redis.UniversalClient) (*repo.Repo, *redis.PubSub) {
 	t.Helper()
+	return subscribedRepoWith(t, rdb, settings())
+}
+
+// subscribedRepoWith is subscribedRepoNoGroups with settings s.
+func subscribedRepoWith(t *testing.T, rdb redis.UniversalClient, s repo.Settings) (*repo.Repo, *redis.PubSub) {
+	t.Helper()
 	ctx := context.Background()
-	r := repo.New(rdb, settings())
+	r := repo.New(rdb, s)
 	if err := r.LoadScripts(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,14 @@ import (
 	"github.com/combo-service/combo-service/repo"
 )
 
+// boundedRepo is subscribedRepoNoGroups with redis.stream_maxlen = maxLen.
+func boundedRepo(t *testing.T, rdb redis.UniversalClient, maxLen int64) (*repo.Repo, *redis.PubSub) {
+	t.Helper()
+	s := settings()
+	s.StreamMaxLen = maxLen
+	return subscribedRepoWith(t, rdb, s)
+}
+
 // A stream that holds redis.stream_maxlen windows takes no more: a report
 // that would open one is published on its own (degraded) and its id is
 // not remembered, so nothing acknowledged into a window is ever trimmed
@@ -19,17 +27,7 @@ import (
 func TestFullStreamOpensNoWindow(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		s := settings()
-		s.StreamMaxLen = 3
-		r := repo.New(rdb, s)
-		if err := r.LoadScripts(ctx); err != nil {
-			t.Fatal(err)
-		}
-		sub := rdb.Subscribe(ctx, push.Channel(7))
-		t.Cleanup(func() { sub.Close() })
-		if _, err := sub.Receive(ctx); err != nil {
-			t.Fatal(err)
-		}
+		r, sub := boundedRepo(t, rdb, 3)
 		cs := make([]*combo.Contribution, 5)
 		for i := range cs {
 			cs[i] = contribution(int64(100+i), fmt.Sprint("k", i), base)
@@ -77,17 +75,7 @@ func TestFullStreamOpensNoWindow(t *testing.T) {
 func TestSameIDTwiceAtAFullStreamIsPublishedOnce(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		s := settings()
-		s.StreamMaxLen = 1
-		r := repo.New(rdb, s)
-		if err := r.LoadScripts(ctx); err != nil {
-			t.Fatal(err)
-		}
-		sub := rdb.Subscribe(ctx, push.Channel(7))
-		t.Cleanup(func() { sub.Close() })
-		if _, err := sub.Receive(ctx); err != nil {
-			t.Fatal(err)
-		}
+		r, sub := boundedRepo(t, rdb, 1)
 		if res, err := r.Report(ctx, []*combo.Contribution{contribution(1, "k0", base)}); err != nil || res[0].Outcome != repo.Opened {
 			t.Fatalf("filling the stream: %+v %v", res, err)
 		}
