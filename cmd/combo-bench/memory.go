@@ -28,8 +28,9 @@ type memoryResult struct {
 	WindowEncoding  string  `json:"window_encoding"`  // the window is one string (embstr/raw)
 	// DedupeSets, DedupeMembers and DedupeBytes are the per-bucket dedupe
 	// SETs (combo:{N}:s:<bucket>) that exist after the fill: how many, how
-	// many ids they hold in all, and their summed MEMORY USAGE. Their
-	// quotient is what one remembered id costs (set overhead amortized).
+	// many members they hold in all (the ids and each set's marker 0), and
+	// their summed MEMORY USAGE. DedupeBytesPerMember is what one
+	// remembered id costs: the bytes over the ids (set overhead amortized).
 	DedupeSets           int     `json:"dedupe_sets"`
 	DedupeMembers        int64   `json:"dedupe_members"`
 	DedupeBytes          int64   `json:"dedupe_sets_memory_usage"`
@@ -204,11 +205,20 @@ func (m *memoryResult) sample(ctx context.Context, rdb *redis.Client, keys repo.
 	if m.DedupeSets, m.DedupeMembers, m.DedupeBytes, err = dedupeSets(ctx, rdb, keys); err != nil {
 		return err
 	}
-	if m.DedupeMembers > 0 {
-		m.DedupeBytesPerMember = float64(m.DedupeBytes) / float64(m.DedupeMembers)
-	}
+	m.DedupeBytesPerMember = bytesPerID(m.DedupeBytes, m.DedupeMembers, m.DedupeSets)
 	m.StreamPerEntry = m.BytesPerWindow - m.WindowBytes - m.DedupeBytesPerMember
 	return nil
+}
+
+// bytesPerID is what one remembered id costs in dedupe sets of bytes in
+// all: every set also holds the member 0, which marks it created (see
+// report.lua), so the ids are the members less one per set.
+func bytesPerID(bytes, members int64, sets int) float64 {
+	ids := members - int64(sets)
+	if ids <= 0 {
+		return 0
+	}
+	return float64(bytes) / float64(ids)
 }
 
 func (m memoryResult) print(w io.Writer) {
@@ -218,7 +228,7 @@ func (m memoryResult) print(w io.Writer) {
 	fmt.Fprintf(w, "used_memory             %d -> %d bytes\n", m.UsedBefore, m.UsedAfter)
 	fmt.Fprintf(w, "bytes per open window   %.0f  (INFO memory delta / windows)\n", m.BytesPerWindow)
 	fmt.Fprintf(w, "  window key            %.0f  (MEMORY USAGE, sample of %d; encoding %s)\n", m.WindowBytes, m.Sample, m.WindowEncoding)
-	fmt.Fprintf(w, "  dedupe id             %.0f  (MEMORY USAGE of %d dedupe sets / %d ids)\n", m.DedupeBytesPerMember, m.DedupeSets, m.DedupeMembers)
+	fmt.Fprintf(w, "  dedupe id             %.0f  (MEMORY USAGE of %d dedupe sets / %d ids)\n", m.DedupeBytesPerMember, m.DedupeSets, m.DedupeMembers-int64(m.DedupeSets))
 	fmt.Fprintf(w, "  rest                  %.0f  (stream entry + PEL entry + expires entry + dict bucket arrays)\n", m.StreamPerEntry)
 	if p := m.Fill.Pushes; p != nil {
 		fmt.Fprintf(w, "afterwards: %d of %d windows pushed, lag p99 %.1f ms max %.1f ms, conserved %v\n",

@@ -144,3 +144,14 @@ func TestCheckPushesFindsEarlyPushes(t *testing.T) {
 		t.Fatalf("early pushes %d, conserved %v: want 0 and true", got.EarlyPushes, got.Conserved)
 	}
 }
+
+// The marker member 0 of every dedupe set is no id: 8192 sets holding
+// 100,000 ids have 108,192 members.
+func TestBytesPerIDLeavesOutTheMarkers(t *testing.T) {
+	if got := bytesPerID(1_534_470, 108_192, 8192); got < 15.34 || got > 15.35 {
+		t.Fatalf("bytesPerID = %.3f, want 15.34 (1,534,470 B over 100,000 ids)", got)
+	}
+	if got := bytesPerID(100, 3, 3); got != 0 {
+		t.Fatalf("sets holding only their markers: %v, want 0", got)
+	}
+}
