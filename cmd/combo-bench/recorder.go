@@ -26,6 +26,10 @@ type recorder struct {
 	// RPC start of a report answered with that id: its first report's send
 	// time when ids rise within a key, as each caller ensures.
 	windowStart map[int64]time.Time
+	// openedIDs are the windows an answer said it opened (its own id and
+	// quantity): the windows that must be pushed, matched by id, and the
+	// only ones whose windowStart is their first report's.
+	openedIDs   map[int64]bool
 	degradedIDs map[int64]bool // published on their own at once, no window
 }
 
@@ -34,6 +38,7 @@ func newRecorder() *recorder {
 		reported:    make(map[comboKey]int64),
 		uncertain:   make(map[comboKey]int64),
 		windowStart: make(map[int64]time.Time),
+		openedIDs:   make(map[int64]bool),
 		degradedIDs: make(map[int64]bool),
 	}
 }
@@ -72,6 +77,7 @@ func (r *recorder) observe(start time.Time, took time.Duration, cs []*combo.Cont
 			// larger (quantities are >= 1).
 			if res.WindowQuantity == c.Quantity {
 				r.opened++
+				r.openedIDs[res.WindowId] = true
 			}
 			if t, ok := r.windowStart[res.WindowId]; !ok || start.Before(t) {
 				r.windowStart[res.WindowId] = start
@@ -105,6 +111,9 @@ func (r *recorder) merge(o *recorder) {
 		if cur, ok := r.windowStart[id]; !ok || t.Before(cur) {
 			r.windowStart[id] = t
 		}
+	}
+	for id := range o.openedIDs {
+		r.openedIDs[id] = true
 	}
 	for id := range o.degradedIDs {
 		r.degradedIDs[id] = true

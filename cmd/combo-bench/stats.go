@@ -64,7 +64,9 @@ type pushCheck struct {
 	WindowsExpected int64 `json:"windows_expected"` // opened + degraded answers
 	PushesReceived  int   `json:"pushes_received"`
 	WindowsPushed   int   `json:"windows_pushed"` // distinct known window ids pushed
-	WindowsMissing  int64 `json:"windows_missing"`
+	// WindowsMissing are the windows an answer opened (or degraded) whose
+	// id was never pushed.
+	WindowsMissing int64 `json:"windows_missing"`
 	PushedTwice     int   `json:"pushed_twice"` // window ids pushed more than once
 	// EarlyPushes were received before W had passed since their window's
 	// first RPC started (lag below -grace): published before the window
@@ -109,13 +111,30 @@ func checkPushes(rec *recorder, pushes []pushed, window, grace time.Duration) pu
 			continue
 		}
 		c.WindowsPushed++
+		if !rec.openedIDs[p.WindowID] {
+			// Opened by a report whose RPC failed: start is a later
+			// report's, so its lag would be too short (and could look
+			// early).
+			continue
+		}
 		lag := p.Recv.Sub(start.Add(lagBase))
 		if lag < -grace {
 			c.EarlyPushes++
 		}
 		lags = append(lags, lag)
 	}
-	c.WindowsMissing = max(c.WindowsExpected-int64(c.WindowsPushed), 0)
+	// By id, not by count: a window known only from a join (its opening
+	// RPC failed) and pushed must not stand in for one that is missing.
+	for id := range rec.openedIDs {
+		if !seen[id] {
+			c.WindowsMissing++
+		}
+	}
+	for id := range rec.degradedIDs {
+		if !seen[id] {
+			c.WindowsMissing++
+		}
+	}
 	c.Lag = summarize(lags)
 
 	keys := make(map[comboKey]bool)

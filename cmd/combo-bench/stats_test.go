@@ -155,3 +155,28 @@ func TestBytesPerIDLeavesOutTheMarkers(t *testing.T) {
 		t.Fatalf("sets holding only their markers: %v, want 0", got)
 	}
 }
+
+// A window known only from a join (its opening RPC failed) and pushed does
+// not stand in for one that was never pushed: missing windows are matched
+// by id. Nor is its push measured from the join, which would make an
+// on-time push look early.
+func TestMissingWindowsAreMatchedByID(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	rec, a, _, _ := recordedRun(t0) // opens windows 1 (key a) and 3 (key b)
+	d := comboKey{Activity: 1, User: 13, ItemType: "lily"}
+	rec.observe(t0, time.Millisecond, []*combo.Contribution{{Id: 5, ActivityId: 1, UserId: 13, ItemType: "lily", Quantity: 1}}, nil, errors.New("timeout"))
+	rec.observe(t0.Add(2*time.Second), time.Millisecond, []*combo.Contribution{{Id: 6, ActivityId: 1, UserId: 13, ItemType: "lily", Quantity: 1}},
+		[]*combo.ReportContributionResponse{{WindowId: 5, WindowQuantity: 2}}, nil)
+	W, grace := 3*time.Second, 200*time.Millisecond
+	got := checkPushes(rec, []pushed{
+		{Recv: t0.Add(3240 * time.Millisecond), WindowID: 1, Key: a, Quantity: 5},
+		// Window 5, on time for its first report, before the join's W.
+		{Recv: t0.Add(3250 * time.Millisecond), WindowID: 5, Key: d, Quantity: 2},
+	}, W, grace)
+	if got.WindowsMissing != 1 || got.Conserved {
+		t.Fatalf("check = %+v, want window 3 missing and not conserved", got)
+	}
+	if got.EarlyPushes != 0 || got.Lag.N != 1 {
+		t.Fatalf("check = %+v, want no early push and one lag (window 1's)", got)
+	}
+}
