@@ -27,8 +27,8 @@ type collector struct {
 	// a push for one of them arrived too late for its check (a window
 	// pushed again later, as by a claimer) and is counted in late.
 	checked   map[int64]bool
-	late      int
-	badPushes int // undecodable payloads on tracked or unknown channels
+	late      map[int64]int // by activity
+	badPushes int           // undecodable payloads on tracked or unknown channels
 	recvErrs  int
 	lastErr   error
 }
@@ -42,7 +42,7 @@ func startCollector(ctx context.Context, rdb *redis.Client) (*collector, error) 
 		return nil, fmt.Errorf("psubscribe %s: %w", push.ChannelPattern, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &collector{ps: ps, cancel: cancel, done: make(chan struct{}), tracked: make(map[int64][]pushed), checked: make(map[int64]bool)}
+	c := &collector{ps: ps, cancel: cancel, done: make(chan struct{}), tracked: make(map[int64][]pushed), checked: make(map[int64]bool), late: make(map[int64]int)}
 	go c.loop(ctx)
 	return c, nil
 }
@@ -72,7 +72,7 @@ func (c *collector) loop(ctx context.Context) {
 			c.badPushes++
 			c.lastErr = err
 		case c.checked[m.ActivityID]:
-			c.late++
+			c.late[m.ActivityID]++
 		default:
 			if list, ok := c.tracked[m.ActivityID]; ok {
 				c.tracked[m.ActivityID] = append(list, pushed{
@@ -139,14 +139,25 @@ func (c *collector) problems() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var errs []error
-	if c.late > 0 {
-		errs = append(errs, fmt.Errorf("%d pushes arrived for runs already checked: windows pushed again after their check passed", c.late))
+	late := 0
+	for _, n := range c.late {
+		late += n
+	}
+	if late > 0 {
+		errs = append(errs, fmt.Errorf("%d pushes arrived for runs already checked: windows pushed again after their check passed", late))
 	}
 	if c.recvErrs > 0 || c.badPushes > 0 {
 		errs = append(errs, fmt.Errorf("subscriber: %d receive errors, %d undecodable pushes, last: %w",
 			c.recvErrs, c.badPushes, errors.Join(c.lastErr)))
 	}
 	return errors.Join(errs...)
+}
+
+// lateFor is how many pushes of activity arrived after its check.
+func (c *collector) lateFor(activity int64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.late[activity]
 }
 
 func (c *collector) close() {

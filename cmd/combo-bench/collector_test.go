@@ -93,4 +93,12 @@ func TestLatePushesAreReported(t *testing.T) {
 	if err := col.problems(); !strings.Contains(err.Error(), "1 pushes arrived for runs already checked") {
 		t.Fatalf("problems: %v", err)
 	}
+	// And the run it belongs to is no longer conserved, whatever run was
+	// going on when it came; another activity's run is untouched.
+	mine := &pushCheck{Conserved: true, activity: activity}
+	other := &pushCheck{Conserved: true, activity: activity + 1}
+	amendLate(runs{{Pushes: mine}, {Pushes: other}, {}}, col)
+	if mine.Conserved || mine.LatePushes != 1 || !other.Conserved || other.LatePushes != 0 {
+		t.Fatalf("after amendLate: this run %+v, another %+v", *mine, *other)
+	}
 }

@@ -28,11 +28,15 @@ type config struct {
 	ReporterConcurrency int
 	ReporterLinger      time.Duration
 
-	Window     time.Duration
-	Grace      time.Duration
-	Settle     time.Duration // past W + grace, stop waiting for pushes after this long without one
-	Shards     int           // the service's redis.shards, to name its keys
-	ServicePID int           // optional: report the service's CPU per report
+	Window time.Duration
+	Grace  time.Duration
+	Settle time.Duration // past W + grace, stop waiting for pushes after this long without one
+	// LateHorizon: after the last run, how long to keep listening for
+	// pushes of runs already checked (a window pushed again, as by a
+	// claimer after worker.claim_idle); each marks its run not conserved.
+	LateHorizon time.Duration
+	Shards      int // the service's redis.shards, to name its keys
+	ServicePID  int // optional: report the service's CPU per report
 	// ServiceMetrics: the service's metrics address; optional, to report
 	// how its report pipelines were shared (pipelines.go).
 	ServiceMetrics string
@@ -72,6 +76,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.Window, "window", 3*time.Second, "the service's window.size (W)")
 	fs.DurationVar(&c.Grace, "grace", 200*time.Millisecond, "the service's window.grace")
 	fs.DurationVar(&c.Settle, "settle", 2*time.Second, "past W+grace after the last report, stop waiting for pushes after this long without one")
+	fs.DurationVar(&c.LateHorizon, "late-horizon", -1, "after the last run, listen this long for windows pushed again, each marking its run not conserved (default: -window + -grace + 3s, past the service's default worker.claim_idle of W + grace + 2s; 0: do not wait)")
 	fs.IntVar(&c.Shards, "shards", 1, "the service's redis.shards (memory mode names its keys)")
 	fs.IntVar(&c.ServicePID, "service-pid", 0, "pid of the combo-service process, to report its CPU per 1000 reports")
 	fs.StringVar(&c.ServiceMetrics, "service-metrics", "", "the service's metrics address (host:port), to report how its Redis report pipelines were shared during each load")
@@ -88,6 +93,9 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write the bench process's own CPU profile to this file (to see what the client side costs)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.LateHorizon < 0 {
+		c.LateHorizon = c.lagBase() + 3*time.Second
 	}
 	var err error
 	if c.CurveLevels, err = parseInts(*levels); err != nil {

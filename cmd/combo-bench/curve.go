@@ -107,6 +107,13 @@ func (b *bench) curve() (printable, error) {
 	return out, nil
 }
 
+func (c curveResult) checks() []*pushCheck {
+	if c.Pushes == nil {
+		return nil
+	}
+	return []*pushCheck{c.Pushes}
+}
+
 func (c curveResult) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "level\topen windows\treports/s\tp50 ms\tp99 ms\tredis µs/report (script)\treports/script call\tredis cpu ms/1k\tsvc cpu ms/1k\terrors\t\n")

@@ -116,6 +116,13 @@ func run(cfg config) error {
 	if err != nil {
 		return err
 	}
+	// A window pushed twice may be pushed again only once a claimer takes
+	// it over, worker.claim_idle after the first push, long after its
+	// run's check: keep listening, and amend the runs it belongs to.
+	if cfg.LateHorizon > 0 {
+		time.Sleep(cfg.LateHorizon)
+		amendLate(out, col)
+	}
 	if cfg.JSON {
 		return printJSON(os.Stdout, out)
 	}

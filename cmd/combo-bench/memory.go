@@ -221,6 +221,8 @@ func bytesPerID(bytes, members int64, sets int) float64 {
 	return float64(bytes) / float64(ids)
 }
 
+func (m memoryResult) checks() []*pushCheck { return runs{m.Fill}.checks() }
+
 func (m memoryResult) print(w io.Writer) {
 	fmt.Fprintf(w, "windows opened          %d (in %.1fs, %.0f reports/s, %d errors)\n",
 		m.Windows, m.Fill.Seconds, m.Fill.Throughput, m.Fill.Errors)

@@ -14,6 +14,31 @@ import (
 // JSON (-json) for benchplot and scripts.
 type printable interface {
 	print(w io.Writer)
+	// checks are the output's push checks, for late pushes to amend.
+	checks() []*pushCheck
+}
+
+func (rs runs) checks() []*pushCheck {
+	var out []*pushCheck
+	for _, r := range rs {
+		if r.Pushes != nil {
+			out = append(out, r.Pushes)
+		}
+	}
+	return out
+}
+
+func (c comparison) checks() []*pushCheck { return c.Runs.checks() }
+
+// amendLate marks the runs of out whose windows were pushed again after
+// their check (collected by col): such a run did not conserve.
+func amendLate(out printable, col *collector) {
+	for _, pc := range out.checks() {
+		if n := col.lateFor(pc.activity); n > 0 {
+			pc.LatePushes = n
+			pc.Conserved = false
+		}
+	}
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -91,7 +116,7 @@ func (rs runs) print(w io.Writer) {
 	pushRow("windows expected", func(p *pushCheck) string { return d(p.WindowsExpected) })
 	pushRow("windows pushed", func(p *pushCheck) string { return fmt.Sprint(p.WindowsPushed) })
 	pushRow("missing/twice/unknown/early", func(p *pushCheck) string {
-		return fmt.Sprintf("%d/%d/%d/%d", p.WindowsMissing, p.PushedTwice, p.UnknownPushes, p.EarlyPushes)
+		return fmt.Sprintf("%d/%d/%d/%d", p.WindowsMissing, p.PushedTwice+p.LatePushes, p.UnknownPushes, p.EarlyPushes)
 	})
 	pushRow("push lag p50 ms", func(p *pushCheck) string { return f1(p.Lag.P50) })
 	pushRow("push lag p99 ms", func(p *pushCheck) string { return f1(p.Lag.P99) })

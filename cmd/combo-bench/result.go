@@ -56,5 +56,6 @@ func newResult(cfg config, mode string, l load) result {
 func awaitPushes(cfg config, col *collector, wl *workload, l load) *pushCheck {
 	col.waitFor(wl.activity, l.rec.opened+l.rec.degraded, l.end.Add(cfg.lagBase()), cfg.Settle)
 	pc := checkPushes(l.rec, col.take(wl.activity), cfg.Window, cfg.Grace)
+	pc.activity = wl.activity
 	return &pc
 }

@@ -67,7 +67,11 @@ type pushCheck struct {
 	// WindowsMissing are the windows an answer opened (or degraded) whose
 	// id was never pushed.
 	WindowsMissing int64 `json:"windows_missing"`
-	PushedTwice     int   `json:"pushed_twice"` // window ids pushed more than once
+	PushedTwice    int   `json:"pushed_twice"` // window ids pushed more than once
+	// LatePushes arrived after the check, within -late-horizon of the last
+	// run: windows pushed again later (they make the run not conserved).
+	LatePushes int   `json:"late_pushes"`
+	activity   int64 // whose pushes these are
 	// EarlyPushes were received before W had passed since their window's
 	// first RPC started (lag below -grace): published before the window
 	// could have closed, which CONTRACT.md §3 forbids.
