@@ -104,9 +104,18 @@ func runBatch(cfg config, cli comboservice.Client, wl *workload) load {
 
 // sendOne sends one ReportContribution and records it.
 func sendOne(cli comboservice.Client, c *combo.Contribution, rec *recorder) {
+	sendOneFrom(cli, c, rec, time.Time{})
+}
+
+// sendOneFrom is sendOne whose latency counts from since, when the report
+// was due to go (zero: when it went). Its window still starts when it went.
+func sendOneFrom(cli comboservice.Client, c *combo.Contribution, rec *recorder, since time.Time) {
 	start := time.Now()
+	if since.IsZero() || since.After(start) {
+		since = start
+	}
 	resp, err := cli.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: c})
-	took := time.Since(start)
+	took := time.Since(since)
 	var results []*combo.ReportContributionResponse
 	if err == nil && resp != nil {
 		results = []*combo.ReportContributionResponse{resp}

@@ -12,11 +12,15 @@ import (
 // releases report n at start + n/rate; c callers take them from a queue and
 // send each with ReportContribution. An open-loop load: a slow service does
 // not slow the offered rate down (until the queue of one second is full),
-// and how late reports left is reported as send delay.
+// and how late reports left is reported as send delay. RPC latency is
+// taken from the moment the pacer released a report, not from when a
+// caller got to send it: a stall that leaves reports waiting for a free
+// caller shows in their latency too (no coordinated omission).
 func runRate(cfg config, cli comboservice.Client, wl *workload) load {
 	type job struct {
-		n   int64
-		due time.Time
+		n        int64
+		due      time.Time // its place in the schedule
+		released time.Time // the tick that let it go (at most 1 ms after due)
 	}
 	jobs := make(chan job, max(int(cfg.Rate), 1))
 	recs := make([]*recorder, cfg.Concurrency)
@@ -30,7 +34,7 @@ func runRate(cfg config, cli comboservice.Client, wl *workload) load {
 			rec := recs[g]
 			for j := range jobs {
 				delays[g] = append(delays[g], time.Since(j.due))
-				sendOne(cli, wl.contribution(wl.key(j.n)), rec)
+				sendOneFrom(cli, wl.contribution(wl.key(j.n)), rec, j.released)
 			}
 		}()
 	}
@@ -53,7 +57,7 @@ func runRate(cfg config, cli comboservice.Client, wl *workload) load {
 			if due.After(now) {
 				break
 			}
-			jobs <- job{n: n, due: due}
+			jobs <- job{n: n, due: due, released: now}
 		}
 	}
 	tick.Stop()
