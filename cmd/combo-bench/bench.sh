@@ -131,13 +131,15 @@ if has memory; then
   start_service 50s 20s 5m
   for i in $(seq "$RUNS"); do
     wait_clean
-    # With W = 50s a claimer's second push would come 52 s after the first:
-    # these runs listen 5 s for late pushes, not that long (the load and
-    # rate runs wait past the default claim_idle, W + grace + 3s).
-    bench "memory-$i" -memory -windows 100000 -b 100 -c 8 -window 50s -late-horizon 5s
+    # A window pushed again would be by a claimer: claim_idle (W + grace +
+    # 2s = 52.2 s) after the entry was read, at its open here, and found by
+    # a scan every claim_idle / 2, so up to 78.3 s after its open, 28 s after
+    # its first push: these runs listen 30 s for it (the default, W + grace
+    # + 3s, covers the load and rate runs, read and pushed W + grace apart).
+    bench "memory-$i" -memory -windows 100000 -b 100 -c 8 -window 50s -late-horizon 30s
     # A probe's windows stay open, so each probe must fit below the next
     # level: 5,000 reports measure 1k-6k, 10k-15k, 50k-55k and 100k-105k.
-    bench "curve-$i" -curve -levels 1000,10000,50000,100000 -probe 5000 -b 100 -c 8 -window 50s -late-horizon 5s
+    bench "curve-$i" -curve -levels 1000,10000,50000,100000 -probe 5000 -b 100 -c 8 -window 50s -late-horizon 30s
   done
   stop_service
 fi

@@ -25,10 +25,10 @@ type collector struct {
 	tracked map[int64][]pushed
 	// checked holds the activities whose pushes were taken for a check;
 	// a push for one of them arrived too late for its check (a window
-	// pushed again later, as by a claimer) and is counted in late.
+	// pushed again later, as by a claimer) and is kept in late.
 	checked   map[int64]bool
-	late      map[int64]int // by activity
-	badPushes int           // undecodable payloads on tracked or unknown channels
+	late      map[int64][]pushed // by activity
+	badPushes int                // undecodable payloads on tracked or unknown channels
 	recvErrs  int
 	lastErr   error
 }
@@ -42,7 +42,7 @@ func startCollector(ctx context.Context, rdb *redis.Client) (*collector, error) 
 		return nil, fmt.Errorf("psubscribe %s: %w", push.ChannelPattern, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &collector{ps: ps, cancel: cancel, done: make(chan struct{}), tracked: make(map[int64][]pushed), checked: make(map[int64]bool), late: make(map[int64]int)}
+	c := &collector{ps: ps, cancel: cancel, done: make(chan struct{}), tracked: make(map[int64][]pushed), checked: make(map[int64]bool), late: make(map[int64][]pushed)}
 	go c.loop(ctx)
 	return c, nil
 }
@@ -71,16 +71,17 @@ func (c *collector) loop(ctx context.Context) {
 		case err != nil:
 			c.badPushes++
 			c.lastErr = err
-		case c.checked[m.ActivityID]:
-			c.late[m.ActivityID]++
 		default:
-			if list, ok := c.tracked[m.ActivityID]; ok {
-				c.tracked[m.ActivityID] = append(list, pushed{
-					Recv:     recv,
-					WindowID: m.Record.ID,
-					Key:      comboKey{Activity: m.ActivityID, User: m.Record.UserID, ItemType: m.Record.ItemType},
-					Quantity: int64(m.Record.Quantity),
-				})
+			p := pushed{
+				Recv:     recv,
+				WindowID: m.Record.ID,
+				Key:      comboKey{Activity: m.ActivityID, User: m.Record.UserID, ItemType: m.Record.ItemType},
+				Quantity: int64(m.Record.Quantity),
+			}
+			if c.checked[m.ActivityID] {
+				c.late[m.ActivityID] = append(c.late[m.ActivityID], p)
+			} else if list, ok := c.tracked[m.ActivityID]; ok {
+				c.tracked[m.ActivityID] = append(list, p)
 			}
 		}
 		c.mu.Unlock()
@@ -140,8 +141,8 @@ func (c *collector) problems() error {
 	defer c.mu.Unlock()
 	var errs []error
 	late := 0
-	for _, n := range c.late {
-		late += n
+	for _, ps := range c.late {
+		late += len(ps)
 	}
 	if late > 0 {
 		errs = append(errs, fmt.Errorf("%d pushes arrived for runs already checked: windows pushed again after their check passed", late))
@@ -153,8 +154,8 @@ func (c *collector) problems() error {
 	return errors.Join(errs...)
 }
 
-// lateFor is how many pushes of activity arrived after its check.
-func (c *collector) lateFor(activity int64) int {
+// lateFor is the pushes of activity that arrived after its check.
+func (c *collector) lateFor(activity int64) []pushed {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.late[activity]

@@ -74,9 +74,13 @@ func TestLatePushesAreReported(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	rec := newRecorder()
+	sent := time.Now()
+	rec.observe(sent, time.Millisecond, []*combo.Contribution{c}, []*combo.ReportContributionResponse{{WindowId: 1, WindowQuantity: 3}}, nil)
 	publish()
 	col.waitFor(activity, 1, time.Now(), time.Second)
-	if n := len(col.take(activity)); n != 1 {
+	taken := col.take(activity)
+	if n := len(taken); n != 1 {
 		t.Fatalf("took %d pushes, want 1", n)
 	}
 	if err := col.problems(); err != nil {
@@ -93,12 +97,18 @@ func TestLatePushesAreReported(t *testing.T) {
 	if err := col.problems(); !strings.Contains(err.Error(), "1 pushes arrived for runs already checked") {
 		t.Fatalf("problems: %v", err)
 	}
-	// And the run it belongs to is no longer conserved, whatever run was
-	// going on when it came; another activity's run is untouched.
-	mine := &pushCheck{Conserved: true, activity: activity}
-	other := &pushCheck{Conserved: true, activity: activity + 1}
-	amendLate(runs{{Pushes: mine}, {Pushes: other}, {}}, col)
-	if mine.Conserved || mine.LatePushes != 1 || !other.Conserved || other.LatePushes != 0 {
-		t.Fatalf("after amendLate: this run %+v, another %+v", *mine, *other)
+	// And its run, checked again, pushed that window twice: not conserved,
+	// whatever run was going on when it came; another activity's run is
+	// untouched.
+	W, grace := time.Duration(0), time.Duration(0)
+	mine := checkPushes(rec, taken, W, grace)
+	mine.activity, mine.rec, mine.taken = activity, rec, taken
+	other := pushCheck{Conserved: true, activity: activity + 1, rec: newRecorder()}
+	if !mine.Conserved {
+		t.Fatalf("check before the late push: %+v", mine)
+	}
+	amendLate(runs{{Pushes: &mine}, {Pushes: &other}, {}}, col)
+	if mine.Conserved || mine.PushedTwice != 1 || mine.LatePushes != 1 || !other.Conserved || other.LatePushes != 0 {
+		t.Fatalf("after amendLate: this run %+v, another %+v", mine, other)
 	}
 }

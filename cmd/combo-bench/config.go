@@ -76,7 +76,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.Window, "window", 3*time.Second, "the service's window.size (W)")
 	fs.DurationVar(&c.Grace, "grace", 200*time.Millisecond, "the service's window.grace")
 	fs.DurationVar(&c.Settle, "settle", 2*time.Second, "past W+grace after the last report, stop waiting for pushes after this long without one")
-	fs.DurationVar(&c.LateHorizon, "late-horizon", -1, "after the last run, listen this long for windows pushed again, each marking its run not conserved (default: -window + -grace + 3s, past the service's default worker.claim_idle of W + grace + 2s; 0: do not wait)")
+	fs.DurationVar(&c.LateHorizon, "late-horizon", -1, "after the last run, listen this long for pushes of runs already checked, and check those runs again with them: a window pushed again makes its run not conserved (default: -window + -grace + 3s, past the service's default worker.claim_idle of W + grace + 2s; 0: do not wait)")
 	fs.IntVar(&c.Shards, "shards", 1, "the service's redis.shards (memory mode names its keys)")
 	fs.IntVar(&c.ServicePID, "service-pid", 0, "pid of the combo-service process, to report its CPU per 1000 reports")
 	fs.StringVar(&c.ServiceMetrics, "service-metrics", "", "the service's metrics address (host:port), to report how its Redis report pipelines were shared during each load")

@@ -119,10 +119,8 @@ func run(cfg config) error {
 	// A window pushed twice may be pushed again only once a claimer takes
 	// it over, worker.claim_idle after the first push, long after its
 	// run's check: keep listening, and amend the runs it belongs to.
-	if cfg.LateHorizon > 0 {
-		time.Sleep(cfg.LateHorizon)
-		amendLate(out, col)
-	}
+	time.Sleep(cfg.LateHorizon)
+	amendLate(out, col)
 	if cfg.JSON {
 		return printJSON(os.Stdout, out)
 	}

@@ -69,9 +69,15 @@ type pushCheck struct {
 	WindowsMissing int64 `json:"windows_missing"`
 	PushedTwice    int   `json:"pushed_twice"` // window ids pushed more than once
 	// LatePushes arrived after the check, within -late-horizon of the last
-	// run: windows pushed again later (they make the run not conserved).
-	LatePushes int   `json:"late_pushes"`
-	activity   int64 // whose pushes these are
+	// run; the check is made again with them (amendLate), so a window
+	// pushed again counts as pushed twice.
+	LatePushes int `json:"late_pushes"`
+
+	// What the check was made of, to make it again with late pushes.
+	activity      int64
+	rec           *recorder
+	taken         []pushed
+	window, grace time.Duration
 	// EarlyPushes were received before W had passed since their window's
 	// first RPC started (lag below -grace): published before the window
 	// could have closed, which CONTRACT.md §3 forbids.

@@ -180,3 +180,23 @@ func TestMissingWindowsAreMatchedByID(t *testing.T) {
 		t.Fatalf("check = %+v, want no early push and one lag (window 1's)", got)
 	}
 }
+
+// A window's only push that came after the check (a window opened by a
+// report whose RPC failed: the check does not wait for it) is judged as it
+// would have been in time, not as a window pushed twice.
+func TestLateOnlyPushOfAnUncertainWindowKeepsTheRunConserved(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	rec, a, b, c := recordedRun(t0) // key c's RPC failed: its window 4 may or may not exist
+	W, grace := 3*time.Second, 200*time.Millisecond
+	taken := []pushed{
+		{Recv: t0.Add(3240 * time.Millisecond), WindowID: 1, Key: a, Quantity: 5},
+		{Recv: t0.Add(5260 * time.Millisecond), WindowID: 3, Key: b, Quantity: 4},
+	}
+	pc := checkPushes(rec, taken, W, grace)
+	pc.activity, pc.rec, pc.taken, pc.window, pc.grace = 1, rec, taken, W, grace
+	col := &collector{late: map[int64][]pushed{1: {{Recv: t0.Add(9 * time.Second), WindowID: 4, Key: c, Quantity: 1}}}}
+	amendLate(runs{{Pushes: &pc}}, col)
+	if !pc.Conserved || pc.PushedTwice != 0 || pc.LatePushes != 1 || pc.KeysUncertain != 1 {
+		t.Fatalf("after amendLate: %+v, want conserved, one late push, key c uncertain", pc)
+	}
+}
