@@ -145,7 +145,7 @@ func (c *collector) problems() error {
 		late += len(ps)
 	}
 	if late > 0 {
-		errs = append(errs, fmt.Errorf("%d pushes arrived for runs already checked: windows pushed again after their check passed", late))
+		errs = append(errs, fmt.Errorf("%d pushes arrived for runs already checked (their runs are checked again with them at the end)", late))
 	}
 	if c.recvErrs > 0 || c.badPushes > 0 {
 		errs = append(errs, fmt.Errorf("subscriber: %d receive errors, %d undecodable pushes, last: %w",

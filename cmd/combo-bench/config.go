@@ -33,7 +33,7 @@ type config struct {
 	Settle time.Duration // past W + grace, stop waiting for pushes after this long without one
 	// LateHorizon: after the last run, how long to keep listening for
 	// pushes of runs already checked (a window pushed again, as by a
-	// claimer after worker.claim_idle); each marks its run not conserved.
+	// claimer after worker.claim_idle); each run is checked again with them.
 	LateHorizon time.Duration
 	Shards      int // the service's redis.shards, to name its keys
 	ServicePID  int // optional: report the service's CPU per report

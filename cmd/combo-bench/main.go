@@ -117,8 +117,8 @@ func run(cfg config) error {
 		return err
 	}
 	// A window pushed twice may be pushed again only once a claimer takes
-	// it over, worker.claim_idle after the first push, long after its
-	// run's check: keep listening, and amend the runs it belongs to.
+	// it over, worker.claim_idle after its entry was read, long after its
+	// run's check: keep listening, and check those runs again.
 	time.Sleep(cfg.LateHorizon)
 	amendLate(out, col)
 	if cfg.JSON {
