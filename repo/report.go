@@ -159,7 +159,7 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 	// beside its original) degrades twice when the script forgets it after
 	// a failure (a full stream) or cannot write it (Redis refusing writes):
 	// both copies are answered degraded, and it is published once.
-	queued := make(map[int64]bool)
+	var queued map[int64]bool // made only when a pipeline degrades
 	var cause error
 	off := 0
 	for k, n := range sizes {
@@ -188,6 +188,9 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 		}
 		out[k].res = res
 		if len(mine) > 0 {
+			if queued == nil {
+				queued = make(map[int64]bool)
+			}
 			for _, c := range mine {
 				if !queued[c.Id] {
 					queued[c.Id] = true
