@@ -101,8 +101,7 @@ func TestLatePushesAreReported(t *testing.T) {
 	// whatever run was going on when it came; another activity's run is
 	// untouched.
 	W, grace := time.Duration(0), time.Duration(0)
-	mine := checkPushes(rec, taken, W, grace)
-	mine.activity, mine.rec, mine.taken = activity, rec, taken
+	mine := runCheck(activity, rec, taken, nil, W, grace)
 	other := pushCheck{Conserved: true, activity: activity + 1, rec: newRecorder()}
 	if !mine.Conserved {
 		t.Fatalf("check before the late push: %+v", mine)

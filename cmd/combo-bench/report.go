@@ -41,10 +41,7 @@ func amendLate(out printable, col *collector) {
 		if len(late) == 0 || pc.rec == nil {
 			continue
 		}
-		n := checkPushes(pc.rec, append(append([]pushed(nil), pc.taken...), late...), pc.window, pc.grace)
-		n.LatePushes = len(late)
-		n.activity, n.rec, n.taken, n.window, n.grace = pc.activity, pc.rec, pc.taken, pc.window, pc.grace
-		*pc = n
+		*pc = runCheck(pc.activity, pc.rec, pc.taken, late, pc.window, pc.grace)
 	}
 }
 

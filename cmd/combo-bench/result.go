@@ -55,8 +55,6 @@ func newResult(cfg config, mode string, l load) result {
 // the last answer) and checks them.
 func awaitPushes(cfg config, col *collector, wl *workload, l load) *pushCheck {
 	col.waitFor(wl.activity, l.rec.opened+l.rec.degraded, l.end.Add(cfg.lagBase()), cfg.Settle)
-	taken := col.take(wl.activity)
-	pc := checkPushes(l.rec, taken, cfg.Window, cfg.Grace)
-	pc.activity, pc.rec, pc.taken, pc.window, pc.grace = wl.activity, l.rec, taken, cfg.Window, cfg.Grace
+	pc := runCheck(wl.activity, l.rec, col.take(wl.activity), nil, cfg.Window, cfg.Grace)
 	return &pc
 }

@@ -173,3 +173,17 @@ func checkPushes(rec *recorder, pushes []pushed, window, grace time.Duration) pu
 	c.Conserved = c.KeysMismatched == 0 && c.PushedTwice == 0 && c.WindowsMissing == 0 && c.EarlyPushes == 0
 	return c
 }
+
+// runCheck is checkPushes of activity's run over the pushes taken at its
+// check and those that came later (late), keeping what it was made of, so
+// that amendLate can make it again with later pushes.
+func runCheck(activity int64, rec *recorder, taken, late []pushed, window, grace time.Duration) pushCheck {
+	all := taken
+	if len(late) > 0 {
+		all = append(append([]pushed(nil), taken...), late...)
+	}
+	pc := checkPushes(rec, all, window, grace)
+	pc.LatePushes = len(late)
+	pc.activity, pc.rec, pc.taken, pc.window, pc.grace = activity, rec, taken, window, grace
+	return pc
+}

@@ -192,8 +192,7 @@ func TestLateOnlyPushOfAnUncertainWindowKeepsTheRunConserved(t *testing.T) {
 		{Recv: t0.Add(3240 * time.Millisecond), WindowID: 1, Key: a, Quantity: 5},
 		{Recv: t0.Add(5260 * time.Millisecond), WindowID: 3, Key: b, Quantity: 4},
 	}
-	pc := checkPushes(rec, taken, W, grace)
-	pc.activity, pc.rec, pc.taken, pc.window, pc.grace = 1, rec, taken, W, grace
+	pc := runCheck(1, rec, taken, nil, W, grace)
 	col := &collector{late: map[int64][]pushed{1: {{Recv: t0.Add(9 * time.Second), WindowID: 4, Key: c, Quantity: 1}}}}
 	amendLate(runs{{Pushes: &pc}}, col)
 	if !pc.Conserved || pc.PushedTwice != 0 || pc.LatePushes != 1 || pc.KeysUncertain != 1 {
