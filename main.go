@@ -172,12 +172,8 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		zap.String("rpc_addr", ln.Addr().String()), zap.String("redis", redisAddr),
 		zap.String("metrics_addr", metricsAddr), zap.String("consumer", cfg.Worker.Consumer),
 		zap.Duration("window", cfg.Window.Size), zap.Duration("grace", cfg.Window.Grace), zap.Int("shards", cfg.Redis.Shards))
-	if cfg.Server.ShutdownTimeout < cfg.Window.Size+cfg.Window.Grace {
-		// Valid (another replica publishes what is left, after
-		// worker.claim_idle), but the drain cannot wait for every window
-		// this replica holds, and it then exits 1.
-		log.Warn("server.shutdown_timeout is shorter than window.size + window.grace: on SIGTERM, windows that come due later are left to other replicas",
-			zap.Duration("shutdown_timeout", cfg.Server.ShutdownTimeout), zap.Duration("window", cfg.Window.Size), zap.Duration("grace", cfg.Window.Grace))
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
 	}
 	if ready != nil {
 		ready <- started{RPCAddr: ln.Addr().String(), RedisAddr: redisAddr, MetricsAddr: metricsAddr}

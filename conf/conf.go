@@ -252,6 +252,28 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Warnings names settings that are valid but probably not meant: each
+// costs something the operator should choose knowingly. main logs them at
+// start.
+func (c Config) Warnings() []string {
+	var ws []string
+	open := c.Window.Size + c.Window.Grace
+	if c.Server.ShutdownTimeout < open {
+		// Another replica publishes what is left, after worker.claim_idle,
+		// but the drain cannot wait for every window this replica holds,
+		// and the process then exits 1.
+		ws = append(ws, fmt.Sprintf("server.shutdown_timeout (%s) is shorter than window.size + window.grace (%s): "+
+			"on SIGTERM, windows that come due later are left to other replicas", c.Server.ShutdownTimeout, open))
+	}
+	if c.Window.Dedupe < open {
+		// A report's window closes at most W + grace after the report
+		// arrived; an id may be forgotten after window.dedupe.
+		ws = append(ws, fmt.Sprintf("window.dedupe (%s) is shorter than window.size + window.grace (%s): "+
+			"a report retried later than window.dedupe is counted twice, even in its own open window", c.Window.Dedupe, open))
+	}
+	return ws
+}
+
 // Load reads the optional YAML file at path (empty: none) and the COMBO_*
 // environment over Default(), and validates the result.
 func Load(path string) (Config, error) {

@@ -182,3 +182,19 @@ func TestValidateNamesKey(t *testing.T) {
 		})
 	}
 }
+
+func TestWarnings(t *testing.T) {
+	if ws := Default().Warnings(); len(ws) != 0 {
+		t.Fatalf("defaults warn: %q", ws)
+	}
+	c := Default()
+	c.Server.ShutdownTimeout = time.Second
+	c.Window.Dedupe = 2 * time.Second // W + grace is 3.2s
+	ws := c.Warnings()
+	if len(ws) != 2 || !strings.HasPrefix(ws[0], "server.shutdown_timeout (1s)") || !strings.HasPrefix(ws[1], "window.dedupe (2s)") {
+		t.Fatalf("want a warning naming each key, got %q", ws)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("a warned setting is still valid: %v", err)
+	}
+}

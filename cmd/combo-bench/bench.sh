@@ -127,6 +127,9 @@ wait_clean() {
 # the default window.stale (60 s) only 9.8 s would be left after due, which
 # other work on a shared machine once used up (1d28673's memory-3 dropped
 # 4,174 windows as stale): stale is set well past the burst.
+# window.dedupe is 20 s, below W + grace (the service warns of it at
+# start): these runs retry nothing, and shorter buckets expire sooner, so
+# wait_clean between runs is shorter.
 if has memory; then
   start_service 50s 20s 5m
   for i in $(seq "$RUNS"); do
