@@ -37,6 +37,7 @@ type config struct {
 	LateHorizon time.Duration
 	Shards      int // the service's redis.shards, to name its keys
 	ServicePID  int // optional: report the service's CPU per report
+	RedisPID    int // optional: Redis's pid here, when INFO's is of another namespace
 	// ServiceMetrics: the service's metrics address; optional, to report
 	// how its report pipelines were shared (pipelines.go).
 	ServiceMetrics string
@@ -79,6 +80,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.LateHorizon, "late-horizon", -1, "after the last run, listen this long for pushes of runs already checked, and check those runs again with them: a window pushed again makes its run not conserved (default: -window + -grace + 3s, past the service's default worker.claim_idle of W + grace + 2s; 0: do not wait)")
 	fs.IntVar(&c.Shards, "shards", 1, "the service's redis.shards (memory mode names its keys)")
 	fs.IntVar(&c.ServicePID, "service-pid", 0, "pid of the combo-service process, to report its CPU per 1000 reports")
+	fs.IntVar(&c.RedisPID, "redis-pid", 0, "pid of the redis-server as this host numbers it (default: INFO's process_id, used only when that is a redis-server here; a Redis in a container reports its own namespace's)")
 	fs.StringVar(&c.ServiceMetrics, "service-metrics", "", "the service's metrics address (host:port), to report how its Redis report pipelines were shared during each load")
 	fs.StringVar(&c.Floor, "floor", "", "compare mode: a running combo-floor's RPC address, to also measure single reports against the RPC layer alone (what any implementation could reach)")
 	fs.IntVar(&c.FloorPID, "floor-pid", 0, "pid of that combo-floor, to report its CPU per 1000 reports")

@@ -92,12 +92,12 @@ func run(cfg config) error {
 	if err != nil {
 		return err
 	}
-	b := &bench{cfg: cfg, rdb: rdb, col: col, cli: cli, cpu: newCPUSampler(ctx, cfg.ServicePID, rdb)}
+	b := &bench{cfg: cfg, rdb: rdb, col: col, cli: cli, cpu: newCPUSampler(ctx, cfg.ServicePID, cfg.RedisPID, rdb)}
 	if cfg.Floor != "" {
 		if b.floor, err = newRPCClient(cfg.Floor, cfg.Concurrency); err != nil {
 			return fmt.Errorf("-floor: %w", err)
 		}
-		b.floorCPU = newCPUSampler(ctx, cfg.FloorPID, rdb)
+		b.floorCPU = newCPUSampler(ctx, cfg.FloorPID, cfg.RedisPID, rdb)
 	}
 
 	var out printable

@@ -60,8 +60,10 @@ type cpuSampler struct {
 	at    time.Time
 }
 
-func newCPUSampler(ctx context.Context, servicePID int, rdb *redis.Client) *cpuSampler {
-	s := &cpuSampler{pids: [3]int{servicePID, redisPID(ctx, rdb), os.Getpid()}}
+// newCPUSampler samples the service (servicePID, 0: not measured), rdb's
+// Redis (redisPid, 0: found by redisPID) and this process.
+func newCPUSampler(ctx context.Context, servicePID, redisPid int, rdb *redis.Client) *cpuSampler {
+	s := &cpuSampler{pids: [3]int{servicePID, redisPID(ctx, rdb, redisPid), os.Getpid()}}
 	s.reset()
 	return s
 }
@@ -112,13 +114,36 @@ func info(ctx context.Context, rdb *redis.Client, section string) (map[string]st
 	return out, nil
 }
 
-func redisPID(ctx context.Context, rdb *redis.Client) int {
+// redisPID is the pid of rdb's redis-server as this host numbers it: given
+// when set (-redis-pid), else INFO's process_id, but only when that pid
+// here is a redis-server. A Redis in a container, or on another host,
+// reports a pid of its own namespace (often 1), and reading that pid's
+// CPU here would silently measure some other process: Redis's CPU is then
+// not reported (0), and a note says so.
+func redisPID(ctx context.Context, rdb *redis.Client, given int) int {
+	if given > 0 {
+		return given
+	}
 	m, err := info(ctx, rdb, "server")
 	if err != nil {
 		return 0
 	}
 	pid, _ := strconv.Atoi(m["process_id"])
+	if !isRedisServer(pid) {
+		fmt.Fprintf(os.Stderr, "combo-bench: Redis reports process_id %s, which is no redis-server on this host (a container?): "+
+			"Redis CPU is not measured; pass -redis-pid\n", m["process_id"])
+		return 0
+	}
 	return pid
+}
+
+// isRedisServer tells whether pid is a redis-server process here.
+func isRedisServer(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return err == nil && strings.HasPrefix(string(comm), "redis-server")
 }
 
 func usedMemory(ctx context.Context, rdb *redis.Client) (int64, error) {
