@@ -12,8 +12,10 @@
 // the network. In the background, a batch goes out with ReportContributions
 // as soon as BatchSize sendable contributions (see below) are queued or the
 // oldest of them has waited Linger, at most Concurrency batches at a time. A failed batch is retried
-// up to MaxRetries times with jittered exponential backoff (combo-service deduplicates
-// by contribution id, so a retry never counts twice), except one refused
+// up to MaxRetries times with jittered exponential backoff, by default for
+// about 11-32 s, so a replica restart or a Redis failover loses nothing
+// (combo-service deduplicates by contribution id within its window.dedupe,
+// so a retry never counts twice), except one refused
 // with INVALID_ARGUMENT, which can never succeed as sent: if the refusal
 // names one item (e.g. "contributions[3].quantity: ..."), only that item is
 // dropped and the rest is sent again at once; otherwise the whole batch is
@@ -93,7 +95,9 @@
 //	// On shutdown:
 //	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 //	defer cancel()
-//	if err := reporter.Close(ctx); err != nil {
-//		logger.Error("combo reporter: not everything was flushed", zap.Error(err))
+//	before := reporter.Stats().Dropped
+//	err := reporter.Close(ctx) // nil even if batches were dropped while it flushed
+//	if dropped := reporter.Stats().Dropped - before; err != nil || dropped > 0 {
+//		logger.Error("combo reporter: not everything was flushed", zap.Uint64("dropped", dropped), zap.Error(err))
 //	}
 package client

@@ -12,6 +12,7 @@ const (
 	metricQueueDepth   = "combo_reporter_queue_depth"
 	metricReportsTotal = "combo_reporter_reports_total"
 	metricRetriesTotal = "combo_reporter_retries_total"
+	metricAnswersTotal = "combo_reporter_sent_answers_total"
 
 	outcomeSent      = "sent"
 	outcomeQueueFull = "queue_full"
@@ -23,6 +24,7 @@ const (
 // exported when a Registerer is given.
 type metrics struct {
 	sent, queueFull, dropped, retried, invalid prometheus.Counter
+	duplicate, degraded                        prometheus.Counter // of sent
 
 	reg            prometheus.Registerer // nil: nothing registered
 	registered     []prometheus.Collector
@@ -32,9 +34,9 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, error) {
 	reports := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricReportsTotal,
-		Help: "Contributions by outcome, each counted once: sent (acknowledged by " +
-			"combo-service), queue_full (refused by Report, buffer full), dropped " +
-			"(given up on, handed to OnDrop), invalid (refused by Report, failed validation).",
+		Help: "Contributions by outcome: sent (acknowledged by combo-service) and dropped " +
+			"(given up on, handed to OnDrop), once per contribution Report took; queue_full " +
+			"(buffer full) and invalid (failed validation), once per Report call refused.",
 	}, []string{"outcome"})
 	// Retries are not an outcome: a contribution retried twice and then
 	// sent would count three times in a sum over outcome.
@@ -42,12 +44,21 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, erro
 		Name: metricRetriesTotal,
 		Help: "Contributions sent again after a failed attempt, once per retry.",
 	})
+	// Of sent, not outcomes of their own: a sum over outcome stays one
+	// count per contribution.
+	answers := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricAnswersTotal,
+		Help: "Sent contributions the service answered duplicate (counted before) or " +
+			"degraded (not aggregated: published on its own, a separate item in the live feed).",
+	}, []string{"answer"})
 	m := &metrics{
 		sent:      reports.WithLabelValues(outcomeSent),
 		queueFull: reports.WithLabelValues(outcomeQueueFull),
 		dropped:   reports.WithLabelValues(outcomeDropped),
 		retried:   retries,
 		invalid:   reports.WithLabelValues(outcomeInvalid),
+		duplicate: answers.WithLabelValues("duplicate"),
+		degraded:  answers.WithLabelValues("degraded"),
 		reg:       reg,
 	}
 	if reg == nil {
@@ -60,7 +71,7 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, erro
 	for _, c := range []struct {
 		name string
 		c    prometheus.Collector
-	}{{metricQueueDepth, gauge}, {metricReportsTotal, reports}, {metricRetriesTotal, retries}} {
+	}{{metricQueueDepth, gauge}, {metricReportsTotal, reports}, {metricRetriesTotal, retries}, {metricAnswersTotal, answers}} {
 		if err := reg.Register(c.c); err != nil {
 			m.unregister() // the ones registered so far
 			return nil, fmt.Errorf("combo client: register %s: %w", c.name, err)

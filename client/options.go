@@ -15,14 +15,19 @@ import (
 
 // Reporter defaults, applied by ReporterOptions.Validate to zero fields.
 const (
-	DefaultQueueSize      = 10000
-	DefaultBatchSize      = 50
-	MaxBatchSize          = 1000 // ReportContributions takes 1..1000 items
-	DefaultLinger         = 20 * time.Millisecond
-	DefaultConcurrency    = 4
-	DefaultMaxRetries     = 3
+	DefaultQueueSize   = 10000
+	DefaultBatchSize   = 50
+	MaxBatchSize       = 1000 // ReportContributions takes 1..1000 items
+	DefaultLinger      = 20 * time.Millisecond
+	DefaultConcurrency = 4
+	// With these, a batch gives up after 10.7-21.4 s of backoff (50 ms
+	// doubling to 5 s, ten times, jittered) plus its 11 attempts: enough to
+	// ride out a replica restart or a Redis failover, and well inside the
+	// service's window.dedupe (60 s by default), which makes a retry of a
+	// batch that got through harmless.
+	DefaultMaxRetries     = 10
 	DefaultInitialBackoff = 50 * time.Millisecond
-	DefaultMaxBackoff     = time.Second
+	DefaultMaxBackoff     = 5 * time.Second
 	DefaultRPCTimeout     = time.Second
 )
 
@@ -49,7 +54,7 @@ type ReporterOptions struct {
 	// (After a drop the order is not guaranteed: see the package doc.)
 	Concurrency int
 	// MaxRetries is how many times a failed batch is sent again (so at most
-	// 1+MaxRetries attempts). 0 means the default 3; a negative value
+	// 1+MaxRetries attempts). 0 means the default 10; a negative value
 	// disables retries. A batch refused with INVALID_ARGUMENT is never
 	// retried as it was: if the refusal names one of its items (e.g.
 	// "contributions[3].quantity: ..."), that item alone is dropped and the
@@ -60,7 +65,10 @@ type ReporterOptions struct {
 	// InitialBackoff is the backoff before the first retry; it doubles for
 	// each further retry up to MaxBackoff. Each wait is drawn uniformly from
 	// [backoff/2, backoff] (equal jitter), so that callers whose batches
-	// failed together do not retry in lockstep. Defaults 50ms and 1s.
+	// failed together do not retry in lockstep. Defaults 50ms and 5s. Keep
+	// the whole budget (backoffs plus attempts) well inside the service's
+	// window.dedupe: a retry later than that of a batch that got through
+	// counts it twice.
 	InitialBackoff time.Duration
 	MaxBackoff     time.Duration
 	// RPCTimeout bounds each ReportContributions attempt, through its ctx
@@ -97,7 +105,10 @@ type ReporterOptions struct {
 	// Registerer, if set, receives the Reporter's metrics:
 	// combo_reporter_queue_depth and
 	// combo_reporter_reports_total{outcome="sent|queue_full|dropped|invalid"}
-	// and combo_reporter_retries_total.
+	// (one per Report call that returned an error, and one per
+	// contribution Report took, once it is sent or dropped),
+	// combo_reporter_retries_total and
+	// combo_reporter_sent_answers_total{answer="duplicate|degraded"} (of sent).
 	// Registering a second Reporter on the same Registerer fails while the
 	// first is open; wrap it with prometheus.WrapRegistererWith to tell them
 	// apart. Close unregisters them when it returns, so a Reporter that

@@ -44,14 +44,19 @@ type BatchSender interface {
 // Report call counts once, in Accepted, QueueFull, Invalid or Closed; at any
 // snapshot Accepted == Sent + Dropped + Queued + InFlight.
 type ReporterStats struct {
-	Queued    int    // waiting to be put in a batch
-	InFlight  int    // in batches being sent or waiting for a retry
-	Accepted  uint64 // taken by Report
-	Sent      uint64 // acknowledged by combo-service
-	Retried   uint64 // re-sent after a failed attempt, counted per contribution
-	Dropped   uint64 // given up on: handed to OnDrop, logged
-	QueueFull uint64 // refused by Report with ErrQueueFull
-	Invalid   uint64 // refused by Report with a validation error
+	Queued   int    // waiting to be put in a batch
+	InFlight int    // in batches being sent or waiting for a retry
+	Accepted uint64 // taken by Report
+	Sent     uint64 // acknowledged by combo-service
+	// Of Sent, those the service answered duplicate (its id was counted
+	// before: an earlier attempt got through, or the caller reported it
+	// twice) and degraded (the service could not aggregate it and
+	// published it on its own: the live feed shows it as a separate item).
+	Duplicate, Degraded uint64
+	Retried             uint64 // re-sent after a failed attempt, counted per contribution
+	Dropped             uint64 // given up on: handed to OnDrop, logged
+	QueueFull           uint64 // refused by Report with ErrQueueFull
+	Invalid             uint64 // refused by Report with a validation error
 	// Closed counts reports refused with ErrClosed. It has no metric: Close
 	// unregisters the metrics when it returns.
 	Closed uint64
@@ -78,10 +83,11 @@ type ReporterStats struct {
 // to MaxRetries backoffs), holding their places in QueueSize, and few
 // distinct keys mean fewer batches in flight.
 //
-// Delivery is at least once: a batch whose acknowledgement was lost is sent
-// again, which combo-service deduplicates by contribution id within its
-// window.dedupe (60 s by default; a batch's retries take far less with the
-// default options). Contributions
+// Delivery is at least once while a batch's retries last (about 11-32 s
+// with the default options), then the batch is dropped: a batch whose
+// acknowledgement was lost is sent again, which combo-service deduplicates
+// by contribution id within its window.dedupe (60 s by default, longer
+// than the default retries take). Contributions
 // held in memory are lost if the process dies without Close; the caller's
 // DB row is the durable copy.
 //
@@ -580,8 +586,9 @@ func (r *Reporter) send(b *batch) {
 			}
 		}
 		resend = false
-		if err = r.attempt(b.items); err == nil {
-			r.resolve(b, nil)
+		var ans answers
+		if ans, err = r.attempt(b.items); err == nil {
+			r.resolve(b, ans, nil)
 			return
 		}
 		if r.ctx.Err() != nil {
@@ -595,7 +602,7 @@ func (r *Reporter) send(b *batch) {
 				resend = true
 				continue
 			}
-			r.resolve(b, fmt.Errorf("combo client: batch of %d refused, not retried: %w", len(b.items), err))
+			r.resolve(b, answers{}, fmt.Errorf("combo client: batch of %d refused, not retried: %w", len(b.items), err))
 			return
 		}
 		if attempt >= retries {
@@ -603,7 +610,7 @@ func (r *Reporter) send(b *batch) {
 		}
 		attempt++
 	}
-	r.resolve(b, fmt.Errorf("combo client: batch of %d failed after %d attempts: %w", len(b.items), attempt+1, err))
+	r.resolve(b, answers{}, fmt.Errorf("combo client: batch of %d failed after %d attempts: %w", len(b.items), attempt+1, err))
 }
 
 // jittered is backoff with equal jitter: a uniform wait in [backoff/2,
@@ -668,7 +675,10 @@ func (r *Reporter) dropItem(b *batch, i int, err error) bool {
 	return true
 }
 
-func (r *Reporter) attempt(items []*combo.Contribution) error {
+// answers counts a sent batch's answers that are worth telling apart.
+type answers struct{ duplicate, degraded uint64 }
+
+func (r *Reporter) attempt(items []*combo.Contribution) (answers, error) {
 	ctx, cancel := context.WithTimeout(r.ctx, r.opts.RPCTimeout)
 	defer cancel()
 	// The ctx deadline alone is not enough: Kitex applies the shorter of it
@@ -677,15 +687,25 @@ func (r *Reporter) attempt(items []*combo.Contribution) error {
 	resp, err := r.sender.ReportContributions(ctx, &combo.ReportContributionsRequest{Contributions: items},
 		callopt.WithRPCTimeout(r.opts.RPCTimeout))
 	if err != nil {
-		return err
+		return answers{}, err
 	}
 	if resp == nil {
-		return fmt.Errorf("%w: nil response and nil error", ErrBadResponse)
+		return answers{}, fmt.Errorf("%w: nil response and nil error", ErrBadResponse)
 	}
 	if len(resp.Results) != len(items) {
-		return fmt.Errorf("%w: %d results for %d contributions", ErrBadResponse, len(resp.Results), len(items))
+		return answers{}, fmt.Errorf("%w: %d results for %d contributions", ErrBadResponse, len(resp.Results), len(items))
 	}
-	return nil
+	var a answers
+	for _, res := range resp.Results {
+		switch {
+		case res == nil:
+		case res.Duplicate:
+			a.duplicate++
+		case res.Degraded:
+			a.degraded++
+		}
+	}
+	return a, nil
 }
 
 // countRetry counts a retry of b unless it was already resolved by an abort.
@@ -700,9 +720,9 @@ func (r *Reporter) countRetry(b *batch) bool {
 	return true
 }
 
-// resolve counts b as sent (err == nil) or dropped, unless an abort already
-// dropped it, and hands a dropped batch to OnDrop.
-func (r *Reporter) resolve(b *batch, err error) {
+// resolve counts b as sent (err == nil, with its answers) or dropped,
+// unless an abort already dropped it, and hands a dropped batch to OnDrop.
+func (r *Reporter) resolve(b *batch, ans answers, err error) {
 	n := len(b.items)
 	r.mu.Lock()
 	if b.resolved {
@@ -714,6 +734,8 @@ func (r *Reporter) resolve(b *batch, err error) {
 	r.held -= n
 	if err == nil {
 		r.stats.Sent += uint64(n)
+		r.stats.Duplicate += ans.duplicate
+		r.stats.Degraded += ans.degraded
 	} else {
 		r.stats.Dropped += uint64(n)
 		r.drops.Add(1)
@@ -727,6 +749,8 @@ func (r *Reporter) resolve(b *batch, err error) {
 
 	if err == nil {
 		r.metrics.sent.Add(float64(n))
+		r.metrics.duplicate.Add(float64(ans.duplicate))
+		r.metrics.degraded.Add(float64(ans.degraded))
 		return
 	}
 	defer r.drops.Done()

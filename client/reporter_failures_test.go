@@ -142,7 +142,8 @@ func TestDefaultLoggerReportsDrops(t *testing.T) {
 	t.Cleanup(func() { defaultDropLogOutput = old })
 
 	f := newFake(func(context.Context, int, []*combo.Contribution) error { return errTransport })
-	r := newTestReporter(t, f, ReporterOptions{}) // every option left zero
+	// No OnDrop, no Logger; no retries, whose default budget is seconds.
+	r := newTestReporter(t, f, ReporterOptions{MaxRetries: -1})
 	mustReport(t, r, 1, 2)
 	closeWithin(t, r) // flushes, retries, drops
 
@@ -490,5 +491,26 @@ func TestStressKeepsPerKeyOrder(t *testing.T) {
 	}
 	if m := maxInFlight.Load(); m < 2 {
 		t.Fatalf("at most %d batch in flight at once: the test did not exercise concurrency", m)
+	}
+}
+
+// With the default options a batch outlives a short outage (a replica
+// restarting, a Redis failover): its retries last seconds, not the
+// half-second they once did, after which a second-long outage lost it.
+func TestDefaultRetriesRideOutAnOutage(t *testing.T) {
+	const outage = 1500 * time.Millisecond
+	up := time.Now().Add(outage)
+	f := newFake(func(context.Context, int, []*combo.Contribution) error {
+		if time.Now().Before(up) {
+			return errTransport
+		}
+		return nil
+	})
+	drops := newDropLog()
+	r := newTestReporter(t, f, ReporterOptions{OnDrop: drops.onDrop}) // default retries
+	mustReport(t, r, 1, 2)
+	waitStats(t, r, func(s ReporterStats) bool { return s.Sent == 2 || s.Dropped > 0 })
+	if s := r.Stats(); s.Sent != 2 || s.Retried == 0 {
+		t.Fatalf("stats %+v, want both sent after retrying through a %s outage", s, outage)
 	}
 }

@@ -881,6 +881,32 @@ func TestMalformedResponseIsNotSent(t *testing.T) {
 	}
 }
 
+// A batch's duplicate and degraded answers are counted apart, within Sent:
+// a degraded contribution shows in the live feed as an item of its own.
+func TestSentAnswersAreCounted(t *testing.T) {
+	s := senderFunc(func(_ context.Context, req *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
+		resp := &combo.ReportContributionsResponse{}
+		for _, c := range req.Contributions {
+			resp.Results = append(resp.Results, &combo.ReportContributionResponse{
+				WindowId: c.Id, WindowQuantity: 1, Duplicate: c.Id%3 == 0, Degraded: c.Id%3 == 1,
+			})
+		}
+		return resp, nil
+	})
+	reg := prometheus.NewRegistry()
+	r := newTestReporter(t, s, ReporterOptions{BatchSize: 4, Registerer: reg})
+	mustReport(t, r, ids(1, 9)...) // 3, 6, 9 duplicate; 1, 4, 7 degraded
+	waitStats(t, r, func(st ReporterStats) bool { return st.Sent == 9 })
+	if st := r.Stats(); st.Duplicate != 3 || st.Degraded != 3 {
+		t.Fatalf("stats %+v, want 3 duplicate and 3 degraded of 9 sent", st)
+	}
+	m := gather(t, reg)
+	if m["combo_reporter_sent_answers_total{answer=duplicate}"] != 3 || m["combo_reporter_sent_answers_total{answer=degraded}"] != 3 ||
+		m["combo_reporter_reports_total{outcome=sent}"] != 9 {
+		t.Fatalf("metrics %v", m)
+	}
+}
+
 type senderFunc func(context.Context, *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error)
 
 func (f senderFunc) ReportContributions(ctx context.Context, req *combo.ReportContributionsRequest, _ ...callopt.Option) (*combo.ReportContributionsResponse, error) {
@@ -1272,8 +1298,8 @@ func TestDuplicateRegistration(t *testing.T) {
 	// Wrapped with another label value, a second one is fine.
 	b := prometheus.WrapRegistererWith(prometheus.Labels{"target": "b"}, reg)
 	newTestReporter(t, newFake(nil), ReporterOptions{Registerer: b})
-	if got := len(gather(t, reg)); got != 2*6 {
-		t.Fatalf("%d series, want 2 reporters x (1 gauge + 5 outcomes)", got)
+	if got := len(gather(t, reg)); got != 2*8 {
+		t.Fatalf("%d series, want 2 reporters x (1 gauge + 4 outcomes + retries + 2 answers)", got)
 	}
 }
 
@@ -1313,8 +1339,8 @@ func TestCloseUnregistersMetrics(t *testing.T) {
 	c := newTestReporter(t, newFake(nil), ReporterOptions{Registerer: reg})
 	closeWithin(t, a) // again: must not unregister c's metrics
 	_ = b.Close(context.Background())
-	if m := gather(t, reg); len(m) != 6 {
-		t.Fatalf("metrics %v, want the new Reporter's 6 series", m)
+	if m := gather(t, reg); len(m) != 8 {
+		t.Fatalf("metrics %v, want the new Reporter's 8 series", m)
 	}
 	closeWithin(t, c)
 }
