@@ -25,7 +25,8 @@
 // Reports of one combo key (activity_id, user_id, item_type) reach the
 // service in the order Report took them, which is what makes the live feed
 // agree with MergeLatest over the DB rows when a key's rows are reported in
-// created_at order: a contribution whose key is in a batch still in flight
+// created_at order, each before its window is pushed (W + grace after the
+// window's first report): a contribution whose key is in a batch still in flight
 // (or waiting for a retry) waits, queued in order, until that batch is sent
 // or dropped, while other keys go on concurrently. The price is that a
 // retried batch holds back the later reports of its keys for as long as its
