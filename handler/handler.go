@@ -55,6 +55,7 @@ func (h *Handler) ReportContribution(ctx context.Context, req *combo.ReportContr
 		return nil, h.fail(ctx, err, 1)
 	}
 	c := req.Contribution
+	h.observeAge(c)
 	res, err := h.store.Report(ctx, []*combo.Contribution{c})
 	if err != nil {
 		return nil, h.fail(ctx, err, 1, zap.Int64("activity", c.ActivityId), zap.Int64("user", c.UserId), zap.Int64("id", c.Id))
@@ -81,6 +82,7 @@ func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportCont
 	if err := validate.Contributions(req.Contributions); err != nil {
 		return nil, h.fail(ctx, err, len(req.Contributions))
 	}
+	h.observeAge(req.Contributions...)
 	res, err := h.store.Report(ctx, req.Contributions)
 	if err != nil {
 		first := req.Contributions[0]
@@ -129,6 +131,16 @@ func response(r repo.ReportResult) *combo.ReportContributionResponse {
 	return &combo.ReportContributionResponse{
 		WindowId: r.WindowID, WindowQuantity: r.WindowQuantity,
 		Duplicate: r.Outcome == repo.Duplicate, Degraded: r.Outcome == repo.Degraded,
+	}
+}
+
+// observeAge records how late valid reports arrive: a report that comes
+// after its window was pushed opens one of its own, so the live feed then
+// differs from MergeLatest; this says how often, and how late.
+func (h *Handler) observeAge(cs ...*combo.Contribution) {
+	now := time.Now().UnixMilli()
+	for _, c := range cs {
+		h.metrics.ReportAge.Observe(float64(max(now-c.CreatedAt, 0)) / 1000)
 	}
 }
 

@@ -46,3 +46,42 @@ func TestDegradedWarningNamesTheCause(t *testing.T) {
 		t.Fatalf("warning fields %v, want cause %q", entries[0].ContextMap(), cause)
 	}
 }
+
+// How late reports arrive is observed for every valid one, single or in a
+// batch; an invalid call observes nothing.
+func TestReportAgeIsObserved(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := New(degradingStore{errors.New("x")}, 3*time.Second, metrics.New(reg), zap.NewNop())
+	now := time.Now().UnixMilli()
+	gift := func(id, ageMs int64) *combo.Contribution {
+		return &combo.Contribution{Id: id, ActivityId: 7, UserId: 42, ItemId: 3, ItemType: "rose", Quantity: 1, CreatedAt: now - ageMs}
+	}
+	ctx := context.Background()
+	if _, err := h.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: gift(1, 20_000)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.ReportContributions(ctx, &combo.ReportContributionsRequest{Contributions: []*combo.Contribution{gift(2, 0), gift(3, -5_000)}}); err != nil {
+		t.Fatal(err)
+	}
+	bad := gift(4, 0)
+	bad.Quantity = 0
+	if _, err := h.ReportContributions(ctx, &combo.ReportContributionsRequest{Contributions: []*combo.Contribution{gift(5, 0), bad}}); err == nil {
+		t.Fatal("an invalid batch was taken")
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "combo_report_age_seconds" {
+			continue
+		}
+		hist := mf.GetMetric()[0].GetHistogram()
+		// 20 s late, and two on time (one from a clock 5 s ahead: 0).
+		if hist.GetSampleCount() != 3 || hist.GetSampleSum() < 20 || hist.GetSampleSum() > 25 {
+			t.Fatalf("count %d sum %.3f, want 3 reports summing to about 20 s", hist.GetSampleCount(), hist.GetSampleSum())
+		}
+		return
+	}
+	t.Fatal("no combo_report_age_seconds")
+}

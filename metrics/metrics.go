@@ -49,6 +49,7 @@ type Metrics struct {
 	WindowsOpened  prometheus.Counter
 	WindowsFlushed *prometheus.CounterVec // by status: published, stale, gone, lost
 	PushLag        prometheus.Histogram   // publish time minus due time
+	ReportAge      prometheus.Histogram   // arrival time minus created_at
 	Reclaimed      prometheus.Counter
 	ClaimDeleted   prometheus.Counter
 	BadEntries     prometheus.Counter
@@ -79,6 +80,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		PushLag: f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "push_lag_seconds",
 			Help:    "Publish time minus the window's due time (W + grace after its first report), by Redis's clock.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),
+		ReportAge: f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "report_age_seconds",
+			Help: "Arrival time of a valid report (this replica's clock) minus its created_at (the caller's clock; " +
+				"0 when ahead). One that arrives more than window.size + window.grace after its window's first report " +
+				"misses that window: it is pushed as an item of its own, where MergeLatest merges it.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 3, 5, 10, 30, 60, 300}}),
 		Reclaimed: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "reclaimed_entries_total",
 			Help: "Stream entries taken over from another consumer (XAUTOCLAIM)."}),
 		ClaimDeleted: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "claim_deleted_entries_total",
