@@ -269,7 +269,7 @@ func portOf(addr string) string {
 }
 
 // serveMetrics serves /metrics, /healthz (the process is alive) and
-// /readyz (Redis answers and the worker runs).
+// /readyz (Redis answers and takes writes, and the worker runs).
 func serveMetrics(cfg conf.Metrics, reg *prometheus.Registry, store *repo.Repo, w *worker.Worker, log *zap.Logger) (*http.Server, string, error) {
 	addr := cfg.Addr
 	if addr == "" {
@@ -287,7 +287,7 @@ func serveMetrics(cfg conf.Metrics, reg *prometheus.Registry, store *repo.Repo, 
 	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		defer cancel()
-		if err := store.Ping(ctx); err != nil {
+		if err := store.Ready(ctx); err != nil {
 			http.Error(rw, "redis: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}

@@ -215,3 +215,19 @@ func TestTimeRunsOnTheShardsMaster(t *testing.T) {
 		}
 	}
 }
+
+// On a Redis Cluster, one dead master fails only its own shards' reports:
+// the replica stays ready for the live masters' shards.
+func TestReadyWithADeadMaster(t *testing.T) {
+	ctx := context.Background()
+	c := newClusterCase(t)
+	if err := c.r.Ready(ctx); err != nil {
+		t.Fatalf("Ready on a healthy cluster: %v", err)
+	}
+	c.cluster.KillMaster(t, c.cc, c.deadAddr)
+	for range 3 { // whichever node a call would pick
+		if err := c.r.Ready(ctx); err != nil {
+			t.Fatalf("Ready with one of three masters dead: %v", err)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 //	combo:{N}:w:<a>:<u>:<len>:<type>      STRING  the combo key's newest unpublished window
 //	combo:{N}:p:<stream id>               STRING  a window displaced (parked) by a newer one before its flush
 //	combo:{N}:s:<bucket>:<id mod 8192>    SET     ids counted in one dedupe bucket (window.dedupe of time)
+//	combo:{0}:probe                       (none)  never written: /readyz deletes it to see the node takes writes
 //
 // A stream entry names its window by the part of its key after ":w:"
 // (EntryComboKey).
@@ -85,6 +86,10 @@ func (k Keys) ParkedPrefix(shard int) string { return k.tags[shard] + "p:" }
 
 // Parked is the key of a displaced window, by its stream entry id.
 func (k Keys) Parked(shard int, streamID string) string { return k.ParkedPrefix(shard) + streamID }
+
+// Probe is a key of shard that is never written: deleting it changes
+// nothing, and is refused by a node that takes no writes.
+func (k Keys) Probe(shard int) string { return k.tags[shard] + "probe" }
 
 // SeenPrefix is the prefix of shard's dedupe sets (the report script
 // appends the bucket number, from Redis's clock, and the id's sub-set).

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -132,9 +134,46 @@ func (r *Repo) Time(ctx context.Context, shard int) (time.Time, error) {
 	return time.Unix(v[0], v[1]*1000), nil
 }
 
-// Ping checks that Redis answers.
-func (r *Repo) Ping(ctx context.Context) error {
-	return wrap("repo.Ping", r.rdb.Ping(ctx).Err())
+// writeProbeScript deletes a key that is never written: nothing changes
+// (and nothing is replicated), but a read-only replica refuses it
+// (READONLY), as it refuses every report.
+//
+// KEYS[1]  the shard's probe key (Keys.Probe), never written
+// Returns 0, the number of keys deleted.
+var writeProbeScript = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
+
+// Ready checks that Redis can take this replica's reports. On one node:
+// that it answers and takes writes; PING alone passes on a read-only
+// replica (stale DNS after a failover), where every report fails and no
+// window can be flushed. A Redis out of memory passes: its reports still
+// go out, degraded. On a Redis Cluster: that some master answers. The
+// client follows the masters by itself, and a dead master fails only its
+// own shards' reports, fast (UNAVAILABLE): it must not take every replica
+// out of rotation, and with it the live masters' shards.
+func (r *Repo) Ready(ctx context.Context) error {
+	if cc, ok := r.rdb.(*redis.ClusterClient); ok {
+		var answered atomic.Int32
+		var mu sync.Mutex
+		var errs []error
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			if err := m.Ping(ctx).Err(); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%s: %w", m.Options().Addr, err))
+				mu.Unlock()
+				return nil // the others are still asked
+			}
+			answered.Add(1)
+			return nil
+		})
+		if answered.Load() > 0 {
+			return nil
+		}
+		if len(errs) == 0 {
+			errs = append(errs, errors.New("no master known"))
+		}
+		return wrap("repo.Ready", errors.Join(errs...))
+	}
+	return wrap("repo.Ready", writeProbeScript.Run(ctx, r.rdb, []string{r.keys.Probe(0)}).Err())
 }
 
 // wrap names the operation and marks "Redis did not answer" failures with

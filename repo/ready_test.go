@@ -1,0 +1,52 @@
+package repo_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/repo"
+)
+
+// Ready passes on a primary (and the embedded Redis) and changes
+// nothing there.
+func TestReadyOnAPrimary(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		r := repo.New(rdb, settings())
+		if err := r.Ready(context.Background()); err != nil {
+			t.Fatalf("Ready on a primary: %v", err)
+		}
+		if n := rdb.DBSize(context.Background()).Val(); n != 0 {
+			t.Fatalf("the probe wrote %d keys", n)
+		}
+	})
+}
+
+// A read-only replica answers PING but refuses every report: it is not
+// ready, and the error says why.
+func TestReadyRefusesAReplica(t *testing.T) {
+	primary := testredis.Start(t, testredis.Options{})
+	replica := testredis.Start(t, testredis.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.Port)}})
+	rdb := replica.Client()
+	ctx := context.Background()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("replica PING: %v", err)
+	}
+	r := repo.New(rdb, settings())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := r.Ready(ctx)
+		if err != nil && strings.Contains(err.Error(), "READONLY") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Ready on a replica: %v, want a READONLY error", err)
+		}
+		time.Sleep(50 * time.Millisecond) // the replica may still be loading from its primary
+	}
+}
