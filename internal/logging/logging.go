@@ -28,8 +28,8 @@ func New(level, format string) (*zap.Logger, error) {
 		cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
 	}
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	// Sampling is applied per loop with Sampled, not globally: request
-	// errors must not be thinned silently.
+	// Sampling is applied where chosen, with Sampled, not globally: the
+	// start-up and shutdown lines must all be written.
 	cfg.Sampling = nil
 	l, err := cfg.Build()
 	if err != nil {
@@ -38,13 +38,39 @@ func New(level, format string) (*zap.Logger, error) {
 	return l, nil
 }
 
-// Sampled returns a logger that writes the first occurrence of a message and
-// then at most one per second, for background loops whose failures repeat
-// (a Redis outage must not flood the log).
+// Sampled returns a logger that writes the first occurrence of a message at
+// info or above and then at most one per second, for background loops and
+// request errors, which repeat by the thousand during a Redis outage (every
+// request is also counted in a metric). Debug lines are never thinned: an
+// operator who turns debug on asked for every one.
 func Sampled(l *zap.Logger) *zap.Logger {
 	return l.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
-		return zapcore.NewSamplerWithOptions(c, time.Second, 1, 0)
+		return zapcore.NewTee(
+			levelRange{c, zapcore.DebugLevel, zapcore.InfoLevel},
+			zapcore.NewSamplerWithOptions(levelRange{c, zapcore.InfoLevel, zapcore.InvalidLevel}, time.Second, 1, 0),
+		)
 	}))
+}
+
+// levelRange is c for the levels lo <= l < hi only.
+type levelRange struct {
+	zapcore.Core
+	lo, hi zapcore.Level
+}
+
+func (r levelRange) Enabled(l zapcore.Level) bool {
+	return l >= r.lo && l < r.hi && r.Core.Enabled(l)
+}
+
+func (r levelRange) With(fields []zapcore.Field) zapcore.Core {
+	return levelRange{r.Core.With(fields), r.lo, r.hi}
+}
+
+func (r levelRange) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if !r.Enabled(e.Level) {
+		return ce
+	}
+	return r.Core.Check(e, ce)
 }
 
 // Redis adapts a zap logger to go-redis's internal logger (pool dial
