@@ -34,6 +34,28 @@ const (
 	FlushedLost      = "lost"  // data evicted or deleted before it was published
 )
 
+// The worker's Redis operations (label op of combo_redis_errors_total).
+const (
+	OpPrepare        = "prepare"
+	OpRead           = "read"
+	OpDrop           = "drop"
+	OpClaim          = "claim"
+	OpFlush          = "flush"
+	OpFlushScript    = "flush_script"
+	OpFinalRead      = "final_read"
+	OpTime           = "time"
+	OpStreamStats    = "stream_stats"
+	OpPruneConsumers = "prune_consumers"
+)
+
+// The worker's loops (label loop of combo_loop_panics_total).
+const (
+	LoopRead         = "read"
+	LoopClaim        = "claim"
+	LoopFlush        = "flush"
+	LoopHousekeeping = "housekeeping"
+)
+
 // Every label value above is exported at 0 from the start. A labelled
 // series that first appears at its first increment has no earlier sample,
 // so increase() and rate() over it see nothing: the first burst of stale
@@ -41,6 +63,8 @@ const (
 var (
 	reportOutcomes  = []string{OutcomeOK, OutcomeDuplicate, OutcomeDegraded, OutcomeInvalid, OutcomeUnavailable, OutcomeInternal, OutcomeCanceled, OutcomeDraining}
 	flushedStatuses = []string{FlushedPublished, FlushedStale, FlushedGone, FlushedLost}
+	redisOps        = []string{OpPrepare, OpRead, OpDrop, OpClaim, OpFlush, OpFlushScript, OpFinalRead, OpTime, OpStreamStats, OpPruneConsumers}
+	loops           = []string{LoopRead, LoopClaim, LoopFlush, LoopHousekeeping}
 )
 
 // Metrics are the service's collectors.
@@ -117,6 +141,12 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	for _, s := range flushedStatuses {
 		m.WindowsFlushed.WithLabelValues(s)
+	}
+	for _, op := range redisOps {
+		m.RedisErrors.WithLabelValues(op)
+	}
+	for _, l := range loops {
+		m.LoopPanics.WithLabelValues(l)
 	}
 	return m
 }

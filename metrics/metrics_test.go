@@ -24,6 +24,12 @@ func TestLabelledCountersStartAtZero(t *testing.T) {
 			t.Errorf("combo_reports_total{outcome=%q} = %v at start, want 0", o, v)
 		}
 	}
+	if n := testutil.CollectAndCount(m.RedisErrors, "combo_redis_errors_total"); n != len(redisOps) {
+		t.Errorf("combo_redis_errors_total: %d series before any failure, want %d (one per op)", n, len(redisOps))
+	}
+	if n := testutil.CollectAndCount(m.LoopPanics, "combo_loop_panics_total"); n != len(loops) {
+		t.Errorf("combo_loop_panics_total: %d series before any panic, want %d (one per loop)", n, len(loops))
+	}
 	if v := testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(FlushedStale)); v != 0 {
 		t.Errorf(`combo_windows_flushed_total{status="stale"} = %v at start, want 0`, v)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/combo-service/combo-service/metrics"
 )
 
 // housekeepingLoop reads the clock of each shard's Redis node again (so a
@@ -44,7 +46,7 @@ func (w *Worker) readClocks(ctx context.Context) {
 		wg.Go(func() {
 			defer func() {
 				if p := recover(); p != nil {
-					w.panicked("housekeeping", p, zap.Int("shard", shard))
+					w.panicked(metrics.LoopHousekeeping, p, zap.Int("shard", shard))
 				}
 			}()
 			err := w.op(ctx, func(ctx context.Context) error {
@@ -56,7 +58,7 @@ func (w *Worker) readClocks(ctx context.Context) {
 				return err
 			})
 			if err != nil && ctx.Err() == nil {
-				w.redisError("time", err)
+				w.redisError(metrics.OpTime, err)
 			}
 		})
 	}
@@ -66,7 +68,7 @@ func (w *Worker) readClocks(ctx context.Context) {
 func (w *Worker) housekeep(ctx context.Context, lastPrune *time.Time) {
 	defer func() {
 		if p := recover(); p != nil {
-			w.panicked("housekeeping", p)
+			w.panicked(metrics.LoopHousekeeping, p)
 		}
 	}()
 	w.readClocks(ctx)
@@ -81,7 +83,7 @@ func (w *Worker) housekeep(ctx context.Context, lastPrune *time.Time) {
 			return err
 		})
 		if err != nil && ctx.Err() == nil {
-			w.redisError("stream_stats", err)
+			w.redisError(metrics.OpStreamStats, err)
 		}
 	}
 	idle := w.cfg.ConsumerIdleDelete
@@ -101,7 +103,7 @@ func (w *Worker) housekeep(ctx context.Context, lastPrune *time.Time) {
 			w.log.Info("removed dead consumers with nothing pending", zap.Int("shard", shard), zap.Strings("consumers", removed))
 		}
 		if err != nil && ctx.Err() == nil {
-			w.redisError("prune_consumers", fmt.Errorf("shard %d: %w", shard, err))
+			w.redisError(metrics.OpPruneConsumers, fmt.Errorf("shard %d: %w", shard, err))
 		}
 	}
 }

@@ -200,7 +200,7 @@ func (w *Worker) prepare(ctx context.Context, shard int) bool {
 			return true
 		}
 		if ctx.Err() == nil {
-			w.redisError("prepare", err)
+			w.redisError(metrics.OpPrepare, err)
 		}
 		bo.wait(ctx)
 	}
@@ -227,7 +227,7 @@ func (w *Worker) readLoop(ctx context.Context, shard int) {
 			if ctx.Err() != nil {
 				return
 			}
-			w.redisError("read", err)
+			w.redisError(metrics.OpRead, err)
 			// Redis may have delivered the entries and lost only the reply
 			// (a timeout, a reset): they are ours now and ">" would never
 			// return them again. Read our own pending entries first, as
@@ -257,7 +257,7 @@ type readResult struct {
 func (w *Worker) readOnce(ctx context.Context, shard int, start string, block time.Duration) (res readResult, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			w.panicked("read", p, zap.Int("shard", shard))
+			w.panicked(metrics.LoopRead, p, zap.Int("shard", shard))
 			err = fmt.Errorf("worker.read: panic: %v", p)
 		}
 	}()
@@ -302,7 +302,7 @@ func (w *Worker) dropBad(ctx context.Context, shard int, ids []string) {
 	w.log.Warn("dropping stream entries that cannot be flushed", zap.Int("shard", shard), zap.Strings("ids", ids))
 	if err := w.op(ctx, func(ctx context.Context) error { return w.store.Drop(ctx, shard, ids) }); err != nil {
 		// They stay pending; the claimer brings them back and we try again.
-		w.redisError("drop", err)
+		w.redisError(metrics.OpDrop, err)
 	}
 }
 
@@ -318,7 +318,7 @@ func (w *Worker) claimLoop(ctx context.Context) {
 		}
 		for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
 			if err := w.claimShard(ctx, shard); err != nil && ctx.Err() == nil {
-				w.redisError("claim", err)
+				w.redisError(metrics.OpClaim, err)
 			}
 		}
 	}
@@ -328,7 +328,7 @@ func (w *Worker) claimLoop(ctx context.Context) {
 func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			w.panicked("claim", p, zap.Int("shard", shard))
+			w.panicked(metrics.LoopClaim, p, zap.Int("shard", shard))
 			err = fmt.Errorf("worker.claim: panic: %v", p)
 		}
 	}()
@@ -425,7 +425,7 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 			// so only a window that panics alone is left (the flush script
 			// publishes a window at most once, whatever ran before the
 			// panic).
-			w.panicked("flush", p, zap.Int("windows", len(batch)))
+			w.panicked(metrics.LoopFlush, p, zap.Int("windows", len(batch)))
 			ok = true
 			for _, it := range batch {
 				if !w.flushBatch(q, []dueItem{it}) {
@@ -437,7 +437,7 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 			for i, it := range batch {
 				ids[i] = strconv.Itoa(it.w.Shard) + "/" + it.w.ID
 			}
-			w.panicked("flush", p, zap.Strings("ids", ids))
+			w.panicked(metrics.LoopFlush, p, zap.Strings("ids", ids))
 			w.metrics.BadEntries.Add(float64(len(batch)))
 			// Forget it locally; it stays pending and the claimer retries
 			// it after ClaimIdle, so nothing is lost.
@@ -458,7 +458,7 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 		return err
 	})
 	if err != nil {
-		w.redisError("flush", err)
+		w.redisError(metrics.OpFlush, err)
 		w.retryLater(q, batch)
 		return false
 	}
@@ -467,7 +467,7 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 	for i, r := range res {
 		it := batch[i]
 		if r.Err != nil {
-			w.redisError("flush_script", r.Err)
+			w.redisError(metrics.OpFlushScript, r.Err)
 			failed = append(failed, it)
 			continue
 		}
@@ -594,7 +594,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 			var failed []int
 			for _, shard := range todo {
 				if rerr := w.finalRead(ctx, shard); rerr != nil {
-					w.redisError("final_read", rerr)
+					w.redisError(metrics.OpFinalRead, rerr)
 					readErr = fmt.Errorf("final read of shard %d: %w", shard, rerr)
 					failed = append(failed, shard)
 				}
