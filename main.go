@@ -278,6 +278,7 @@ func serveMetrics(cfg conf.Metrics, reg *prometheus.Registry, store *repo.Repo, 
 	mux := http.NewServeMux()
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

@@ -26,6 +26,8 @@ func New(level, format string) (*zap.Logger, error) {
 		cfg = zap.NewProductionConfig()
 		cfg.EncoderConfig.TimeKey = "ts"
 		cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+		// "3.2s", not 3.2: a bare number does not say its unit.
+		cfg.EncoderConfig.EncodeDuration = zapcore.StringDurationEncoder
 	}
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
 	// Sampling is applied where chosen, with Sampled, not globally: the

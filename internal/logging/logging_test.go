@@ -1,7 +1,11 @@
 package logging
 
 import (
+	"io"
+	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -33,5 +37,27 @@ func TestSampledThinsOnlyInfoAndAbove(t *testing.T) {
 	Sampled(zap.New(core)).Debug("reported")
 	if logs.Len() != 0 {
 		t.Error("a debug line written at level info")
+	}
+}
+
+// JSON logs write durations with their unit ("3.2s"), not as bare numbers.
+func TestJSONDurationsCarryTheirUnit(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stderr
+	os.Stderr = w
+	l, err := New("info", "json")
+	os.Stderr = old
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Info("started", zap.Duration("window", 3200*time.Millisecond))
+	_ = l.Sync()
+	w.Close()
+	out, _ := io.ReadAll(r)
+	if !strings.Contains(string(out), `"window":"3.2s"`) {
+		t.Fatalf("log line %s, want \"window\":\"3.2s\"", out)
 	}
 }
