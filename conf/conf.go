@@ -6,6 +6,7 @@ package conf
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"reflect"
@@ -138,8 +139,24 @@ func Default() Config {
 
 // DefaultClaimIdle is W + grace + 2 s: long enough that a live owner has
 // flushed its entry, short enough that a dead owner's windows are late by
-// seconds, not minutes.
-func DefaultClaimIdle(w Window) time.Duration { return w.Size + w.Grace + 2*time.Second }
+// seconds, not minutes. When window.stale leaves less room than that (a W
+// near it), it is halfway between W + grace and window.stale, so that a
+// valid window alone never makes the default invalid.
+func DefaultClaimIdle(w Window) time.Duration {
+	open := w.Size + w.Grace
+	d := open + 2*time.Second
+	if w.Stale > open && d >= w.Stale {
+		d = open + (w.Stale-open)/2
+	}
+	return d
+}
+
+// defaultConsumerIdleDelete is a day, or worker.claim_idle when that is
+// longer (a W of a day): a consumer is removed only once its entries
+// could have been claimed.
+func defaultConsumerIdleDelete(claimIdle time.Duration) time.Duration {
+	return max(24*time.Hour, claimIdle)
+}
 
 // Embedded reports whether the service runs on its embedded Redis.
 func (c Config) Embedded() bool { return c.Redis.Addr == "" && len(c.Redis.Addrs) == 0 }
@@ -291,9 +308,11 @@ func Load(path string) (Config, error) {
 	if err := mapstructure.Decode(Default(), &defaults); err != nil {
 		return Config{}, fmt.Errorf("conf.Load: %w", err)
 	}
-	// claim_idle's default follows the window actually configured, so it is
-	// registered as 0 ("derive") and filled in after decoding.
+	// claim_idle's and consumer_idle_delete's defaults follow the window
+	// actually configured, so they are registered as 0 ("derive") and
+	// filled in after decoding.
 	defaults["worker"].(map[string]any)["claim_idle"] = time.Duration(0)
+	defaults["worker"].(map[string]any)["consumer_idle_delete"] = time.Duration(0)
 	for key, val := range flatten("", defaults) {
 		v.SetDefault(key, val)
 	}
@@ -309,6 +328,7 @@ func Load(path string) (Config, error) {
 	var c Config
 	hook := mapstructure.ComposeDecodeHookFunc(
 		durationsAreStrings,
+		numbersAreExact,
 		mapstructure.StringToTimeDurationHookFunc(),
 		mapstructure.StringToSliceHookFunc(","),
 	)
@@ -320,6 +340,9 @@ func Load(path string) (Config, error) {
 	}
 	if c.Worker.ClaimIdle == 0 {
 		c.Worker.ClaimIdle = DefaultClaimIdle(c.Window)
+	}
+	if c.Worker.ConsumerIdleDelete == 0 {
+		c.Worker.ConsumerIdleDelete = defaultConsumerIdleDelete(c.Worker.ClaimIdle)
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("conf.Load: invalid configuration:\n%w", err)
@@ -338,6 +361,37 @@ func durationsAreStrings(from, to reflect.Type, data any) (any, error) {
 		return data, nil
 	}
 	return nil, fmt.Errorf("want a Go duration string such as \"500ms\", got %v (%s)", data, from.Kind())
+}
+
+// numbersAreExact refuses a YAML value that viper's weak decoding would
+// quietly change: a fraction or an out-of-range number where an integer
+// goes (shards: 2.7 became 2, and 1e20 a negative number), a boolean
+// where an integer goes (db: true became 1), and a number where a boolean
+// goes (pprof: 7 became true). Strings pass: environment
+// variables are strings, parsed by the weak decoding as before.
+func numbersAreExact(from, to reflect.Type, data any) (any, error) {
+	switch to.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if to == durationType {
+			return data, nil // durationsAreStrings
+		}
+		if from.Kind() == reflect.Bool {
+			return nil, fmt.Errorf("want a whole number, got %v", data)
+		}
+		if f, ok := data.(float64); ok {
+			lo, hi := math.Ldexp(-1, to.Bits()-1), math.Ldexp(1, to.Bits()-1)
+			if f != math.Trunc(f) || f < lo || f >= hi {
+				return nil, fmt.Errorf("want a whole number, got %v", f)
+			}
+		}
+	case reflect.Bool:
+		switch from.Kind() {
+		case reflect.Bool, reflect.String:
+		default:
+			return nil, fmt.Errorf("want true or false, got %v (%s)", data, from.Kind())
+		}
+	}
+	return data, nil
 }
 
 // UnknownEnv names the COMBO_* variables of environ (os.Environ's form)

@@ -118,6 +118,59 @@ func TestLoadRefusesNumberForDuration(t *testing.T) {
 	}
 }
 
+// A YAML value that is no exact value of its key's type is refused,
+// naming the key, not quietly changed (2.7 shards were 2).
+func TestLoadRefusesInexactNumbers(t *testing.T) {
+	for _, yaml := range []string{"redis:\n  shards: 2.7\n", "redis:\n  shards: 99999999999999999999\n",
+		"metrics:\n  pprof: 7\n", "worker:\n  read_count: 1e100\n", "redis:\n  db: true\n"} {
+		path := filepath.Join(t.TempDir(), "combo.yaml")
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		key := strings.Fields(strings.ReplaceAll(yaml, ":", " "))[1]
+		if _, err := Load(path); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%q: want an error naming %s, got %v", yaml, key, err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	if err := os.WriteFile(path, []byte("redis:\n  shards: 4.0\nmetrics:\n  pprof: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("COMBO_WORKER_READ_COUNT", "64") // environment: strings, parsed
+	c, err := Load(path)
+	if err != nil || c.Redis.Shards != 4 || !c.Metrics.Pprof || c.Worker.ReadCount != 64 {
+		t.Fatalf("exact values: %+v %v", c.Redis, err)
+	}
+}
+
+// A window allowed on its own never makes the defaults derived from it
+// invalid: an operator who set only window.size (and window.stale) must
+// not be told about keys they never set.
+func TestDerivedDefaultsFollowTheWindow(t *testing.T) {
+	for _, env := range [][2]string{{"58s", ""}, {"24h", "48h"}, {"10ms", ""}} {
+		t.Run(env[0], func(t *testing.T) {
+			t.Setenv("COMBO_WINDOW_SIZE", env[0])
+			if env[1] != "" {
+				t.Setenv("COMBO_WINDOW_STALE", env[1])
+			}
+			c, err := Load("")
+			if err != nil {
+				t.Fatalf("window.size %s: %v", env[0], err)
+			}
+			open := c.Window.Size + c.Window.Grace
+			if c.Worker.ClaimIdle <= open || c.Worker.ClaimIdle >= c.Window.Stale ||
+				c.Worker.ConsumerIdleDelete < c.Worker.ClaimIdle {
+				t.Fatalf("derived claim_idle %s, consumer_idle_delete %s for W + grace %s, stale %s",
+					c.Worker.ClaimIdle, c.Worker.ConsumerIdleDelete, open, c.Window.Stale)
+			}
+		})
+	}
+	c, err := Load("")
+	if err != nil || c.Worker.ClaimIdle != 5200*time.Millisecond || c.Worker.ConsumerIdleDelete != 24*time.Hour {
+		t.Fatalf("defaults: claim_idle %s, consumer_idle_delete %s, %v", c.Worker.ClaimIdle, c.Worker.ConsumerIdleDelete, err)
+	}
+}
+
 // The file is YAML whatever its name ends with.
 func TestLoadFileWithoutExtension(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config")
