@@ -216,8 +216,9 @@ func TestTimeRunsOnTheShardsMaster(t *testing.T) {
 	}
 }
 
-// On a Redis Cluster, one dead master fails only its own shards' reports:
-// the replica stays ready for the live masters' shards.
+// On a Redis Cluster, one dead master fails only its own shards' reports
+// when the others serve theirs (cluster-require-full-coverage no): the
+// replica stays ready for the live masters' shards.
 func TestReadyWithADeadMaster(t *testing.T) {
 	ctx := context.Background()
 	c := newClusterCase(t)
@@ -225,9 +226,20 @@ func TestReadyWithADeadMaster(t *testing.T) {
 		t.Fatalf("Ready on a healthy cluster: %v", err)
 	}
 	c.cluster.KillMaster(t, c.cc, c.deadAddr)
-	for range 3 { // whichever node a call would pick
-		if err := c.r.Ready(ctx); err != nil {
-			t.Fatalf("Ready with one of three masters dead: %v", err)
-		}
+	if err := c.r.Ready(ctx); err != nil {
+		t.Fatalf("Ready with one of three masters dead: %v", err)
+	}
+}
+
+// With Redis's default cluster-require-full-coverage, a lost master fails
+// the whole cluster: every node refuses every key (CLUSTERDOWN) though it
+// still answers PING. No report can succeed, so the replica is not ready.
+func TestReadyOnAFailedCluster(t *testing.T) {
+	ctx := context.Background()
+	c := newClusterCase(t)
+	c.cluster.FailMaster(t, c.deadAddr)
+	err := c.r.Ready(ctx)
+	if err == nil || !strings.Contains(err.Error(), "CLUSTERDOWN") {
+		t.Fatalf("Ready on a failed cluster: %v, want CLUSTERDOWN", err)
 	}
 }

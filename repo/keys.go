@@ -15,7 +15,7 @@ import (
 //	combo:{N}:w:<a>:<u>:<len>:<type>      STRING  the combo key's newest unpublished window
 //	combo:{N}:p:<stream id>               STRING  a window displaced (parked) by a newer one before its flush
 //	combo:{N}:s:<bucket>:<id mod 8192>    SET     ids counted in one dedupe bucket (window.dedupe of time)
-//	combo:{0}:probe                       (none)  never written: /readyz deletes it to see the node takes writes
+//	combo:{N}:probe                       (none)  never written: /readyz deletes it to see the node takes writes
 //
 // A stream entry names its window by the part of its key after ":w:"
 // (EntryComboKey).

@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -142,38 +140,51 @@ func (r *Repo) Time(ctx context.Context, shard int) (time.Time, error) {
 // Returns 0, the number of keys deleted.
 var writeProbeScript = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
 
-// Ready checks that Redis can take this replica's reports. On one node:
-// that it answers and takes writes; PING alone passes on a read-only
-// replica (stale DNS after a failover), where every report fails and no
-// window can be flushed. A Redis out of memory passes: its reports still
-// go out, degraded. On a Redis Cluster: that some master answers. The
-// client follows the masters by itself, and a dead master fails only its
-// own shards' reports, fast (UNAVAILABLE): it must not take every replica
-// out of rotation, and with it the live masters' shards.
+// Ready checks that Redis can take this replica's reports: that a shard's
+// node answers and takes writes. PING alone passes on a read-only replica
+// (stale DNS after a failover), where every report fails and no window can
+// be flushed, and on a Redis Cluster that refuses every key (CLUSTERDOWN,
+// with the default cluster-require-full-coverage once a master is lost).
+// A Redis out of memory passes: its reports still go out, degraded.
+//
+// On one node, shard 0's probe stands for all. On a Redis Cluster, one
+// shard per master is probed, each on its own (go-redis fails a whole
+// cluster pipeline when one node's part times out), and one that takes the
+// write is enough: a dead master fails only its own shards' reports, fast
+// (UNAVAILABLE), and must not take every replica out of rotation, and with
+// it the live masters' shards.
 func (r *Repo) Ready(ctx context.Context) error {
-	if cc, ok := r.rdb.(*redis.ClusterClient); ok {
-		var answered atomic.Int32
-		var mu sync.Mutex
-		var errs []error
-		_ = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			if err := m.Ping(ctx).Err(); err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("%s: %w", m.Options().Addr, err))
-				mu.Unlock()
-				return nil // the others are still asked
-			}
-			answered.Add(1)
-			return nil
-		})
-		if answered.Load() > 0 {
-			return nil
-		}
-		if len(errs) == 0 {
-			errs = append(errs, errors.New("no master known"))
-		}
-		return wrap("repo.Ready", errors.Join(errs...))
+	cc, ok := r.rdb.(*redis.ClusterClient)
+	if !ok {
+		return wrap("repo.Ready", writeProbeScript.Run(ctx, r.rdb, []string{r.keys.Probe(0)}).Err())
 	}
-	return wrap("repo.Ready", writeProbeScript.Run(ctx, r.rdb, []string{r.keys.Probe(0)}).Err())
+	byMaster := map[string]int{} // master address -> a shard it serves
+	var errs []error
+	for shard := range r.keys.Shards() {
+		m, err := cc.MasterForKey(ctx, r.keys.Probe(shard))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, seen := byMaster[m.Options().Addr]; !seen {
+			byMaster[m.Options().Addr] = shard
+		}
+	}
+	results := make(chan error, len(byMaster))
+	for _, shard := range byMaster {
+		go func() { results <- writeProbeScript.Run(ctx, cc, []string{r.keys.Probe(shard)}).Err() }()
+	}
+	for range byMaster {
+		err := <-results
+		if err == nil {
+			return nil // the other probes end by ctx, their results unread
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		errs = append(errs, errors.New("no master known"))
+	}
+	return wrap("repo.Ready", errors.Join(errs...))
 }
 
 // wrap names the operation and marks "Redis did not answer" failures with

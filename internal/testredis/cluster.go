@@ -87,6 +87,37 @@ func (c *Cluster) KillMaster(tb testing.TB, cc *redis.ClusterClient, addr string
 	tb.Fatalf("testredis: no node at %s", addr)
 }
 
+// FailMaster kills the master at addr with the cluster's settings as they
+// are (cluster-require-full-coverage yes, Redis's default) and waits until
+// the live nodes declare the cluster failed: they then refuse every key.
+func (c *Cluster) FailMaster(tb testing.TB, addr string) {
+	tb.Helper()
+	var live []string
+	for i, a := range c.Addrs {
+		if a == addr {
+			c.Nodes[i].Kill()
+		} else {
+			live = append(live, a)
+		}
+	}
+	if len(live) == len(c.Addrs) {
+		tb.Fatalf("testredis: no node at %s", addr)
+	}
+	cl := redis.NewClient(&redis.Options{Addr: live[0]})
+	defer cl.Close()
+	deadline := time.Now().Add(20 * time.Second) // a few cluster-node-timeouts
+	for {
+		info, _ := cl.ClusterInfo(context.Background()).Result()
+		if strings.Contains(info, "cluster_state:fail") {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("testredis: cluster still not failed 20 s after killing %s", addr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func (c *Cluster) waitOK(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
