@@ -55,12 +55,13 @@ func (h *Handler) ReportContribution(ctx context.Context, req *combo.ReportContr
 		return nil, h.fail(ctx, err, 1)
 	}
 	c := req.Contribution
-	h.observeAge(c)
+	arrived := time.Now()
 	res, err := h.store.Report(ctx, []*combo.Contribution{c})
 	if err != nil {
 		return nil, h.fail(ctx, err, 1, zap.Int64("activity", c.ActivityId), zap.Int64("user", c.UserId), zap.Int64("id", c.Id))
 	}
 	h.count(res)
+	h.observeAge(arrived, []*combo.Contribution{c}, res)
 	// Debug only: at info there is no line per report, whatever the load.
 	if ce := h.log.Check(zap.DebugLevel, "reported"); ce != nil {
 		ce.Write(zap.Int64("activity", c.ActivityId), zap.Int64("user", c.UserId), zap.Int64("id", c.Id),
@@ -82,7 +83,7 @@ func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportCont
 	if err := validate.Contributions(req.Contributions); err != nil {
 		return nil, h.fail(ctx, err, len(req.Contributions))
 	}
-	h.observeAge(req.Contributions...)
+	arrived := time.Now()
 	res, err := h.store.Report(ctx, req.Contributions)
 	if err != nil {
 		first := req.Contributions[0]
@@ -90,6 +91,7 @@ func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportCont
 			zap.Int64("activity", first.ActivityId), zap.Int64("user", first.UserId), zap.Int64("id", first.Id))
 	}
 	h.count(res)
+	h.observeAge(arrived, req.Contributions, res)
 	out := &combo.ReportContributionsResponse{Results: make([]*combo.ReportContributionResponse, len(res))}
 	for i, r := range res {
 		out.Results[i] = response(r)
@@ -134,13 +136,17 @@ func response(r repo.ReportResult) *combo.ReportContributionResponse {
 	}
 }
 
-// observeAge records how late valid reports arrive: a report that comes
-// after its window was pushed opens one of its own, so the live feed then
-// differs from MergeLatest; this says how often, and how late.
-func (h *Handler) observeAge(cs ...*combo.Contribution) {
-	now := time.Now().UnixMilli()
-	for _, c := range cs {
-		h.metrics.ReportAge.Observe(float64(max(now-c.CreatedAt, 0)) / 1000)
+// observeAge records how late counted reports arrived: a report that
+// comes after its window was pushed opens one of its own, so the live feed
+// then differs from MergeLatest; this says how often, and how late. Only
+// reports counted now: a refused attempt or a duplicate (a retry of one
+// counted before) would count one contribution again at each retry.
+func (h *Handler) observeAge(arrived time.Time, cs []*combo.Contribution, res []repo.ReportResult) {
+	now := arrived.UnixMilli()
+	for i, r := range res {
+		if r.Outcome != repo.Duplicate {
+			h.metrics.ReportAge.Observe(float64(max(now-cs[i].CreatedAt, 0)) / 1000)
+		}
 	}
 }
 

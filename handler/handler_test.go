@@ -47,11 +47,13 @@ func TestDegradedWarningNamesTheCause(t *testing.T) {
 	}
 }
 
-// How late reports arrive is observed for every valid one, single or in a
-// batch; an invalid call observes nothing.
+// How late reports arrive is observed for every report counted, single or
+// in a batch; an invalid call, a refused one and a duplicate observe
+// nothing (a retried contribution would otherwise count at each attempt).
 func TestReportAgeIsObserved(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	h := New(degradingStore{errors.New("x")}, 3*time.Second, metrics.New(reg), zap.NewNop())
+	st := &scriptedStore{}
+	h := New(st, 3*time.Second, metrics.New(reg), zap.NewNop())
 	now := time.Now().UnixMilli()
 	gift := func(id, ageMs int64) *combo.Contribution {
 		return &combo.Contribution{Id: id, ActivityId: 7, UserId: 42, ItemId: 3, ItemType: "rose", Quantity: 1, CreatedAt: now - ageMs}
@@ -67,6 +69,14 @@ func TestReportAgeIsObserved(t *testing.T) {
 	bad.Quantity = 0
 	if _, err := h.ReportContributions(ctx, &combo.ReportContributionsRequest{Contributions: []*combo.Contribution{gift(5, 0), bad}}); err == nil {
 		t.Fatal("an invalid batch was taken")
+	}
+	st.fail = repo.ErrUnavailable
+	if _, err := h.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: gift(6, 30_000)}); err == nil {
+		t.Fatal("a refused report was answered")
+	}
+	st.fail = nil
+	if _, err := h.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: gift(1, 20_000)}); err != nil {
+		t.Fatal(err) // id 1 again: a duplicate
 	}
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -84,4 +94,29 @@ func TestReportAgeIsObserved(t *testing.T) {
 		return
 	}
 	t.Fatal("no combo_report_age_seconds")
+}
+
+// scriptedStore counts each id once (later ones are duplicates), or fails
+// every call with fail.
+type scriptedStore struct {
+	fail error
+	seen map[int64]bool
+}
+
+func (s *scriptedStore) Report(_ context.Context, cs []*combo.Contribution) ([]repo.ReportResult, error) {
+	if s.fail != nil {
+		return nil, s.fail
+	}
+	if s.seen == nil {
+		s.seen = map[int64]bool{}
+	}
+	res := make([]repo.ReportResult, len(cs))
+	for i, c := range cs {
+		res[i] = repo.ReportResult{Outcome: repo.Opened, WindowID: c.Id, WindowQuantity: c.Quantity}
+		if s.seen[c.Id] {
+			res[i] = repo.ReportResult{Outcome: repo.Duplicate}
+		}
+		s.seen[c.Id] = true
+	}
+	return res, nil
 }

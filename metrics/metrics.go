@@ -105,7 +105,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "Publish time minus the window's due time (W + grace after its first report), by Redis's clock.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),
 		ReportAge: f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "report_age_seconds",
-			Help: "Arrival time of a valid report (this replica's clock) minus its created_at (the caller's clock; " +
+			Help: "Arrival time of a report counted (not refused, not a duplicate; this replica's clock) minus its created_at (the caller's clock; " +
 				"0 when ahead). One that arrives more than window.size + window.grace after its window's first report " +
 				"misses that window: it is pushed as an item of its own, where MergeLatest merges it.",
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 3, 5, 10, 30, 60, 300}}),
