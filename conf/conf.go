@@ -11,6 +11,7 @@ import (
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -363,32 +364,57 @@ func durationsAreStrings(from, to reflect.Type, data any) (any, error) {
 	return nil, fmt.Errorf("want a Go duration string such as \"500ms\", got %v (%s)", data, from.Kind())
 }
 
-// numbersAreExact refuses a YAML value that viper's weak decoding would
-// quietly change: a fraction or an out-of-range number where an integer
-// goes (shards: 2.7 became 2, and 1e20 a negative number), a boolean
-// where an integer goes (db: true became 1), and a number where a boolean
-// goes (pprof: 7 became true). Strings pass: environment
-// variables are strings, parsed by the weak decoding as before.
+// numbersAreExact refuses a value that viper's weak decoding would quietly
+// change:
+//   - a fraction or an out-of-range number where an integer goes (shards:
+//     2.7 became 2, and 1e20 a negative number), or a boolean (db: true
+//     became 1);
+//   - a number where a boolean goes (pprof: 7 became true);
+//   - a YAML number or boolean where a string goes: YAML reads
+//     password: 012345 as the octal number 5349 and 1.10 as 1.1, so such a
+//     value must be quoted.
+//
+// Environment variables are strings: booleans and strings pass as before,
+// and an integer is read in base 10 (the weak decoding read 010 as octal).
 func numbersAreExact(from, to reflect.Type, data any) (any, error) {
 	switch to.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		if to == durationType {
 			return data, nil // durationsAreStrings
 		}
-		if from.Kind() == reflect.Bool {
-			return nil, fmt.Errorf("want a whole number, got %v", data)
-		}
-		if f, ok := data.(float64); ok {
+		switch v := data.(type) {
+		case bool:
+			return nil, fmt.Errorf("want a whole number, got %v", v)
+		case float64:
 			lo, hi := math.Ldexp(-1, to.Bits()-1), math.Ldexp(1, to.Bits()-1)
-			if f != math.Trunc(f) || f < lo || f >= hi {
-				return nil, fmt.Errorf("want a whole number, got %v", f)
+			if v != math.Trunc(v) || v < lo || v >= hi {
+				return nil, fmt.Errorf("want a whole number, got %v", v)
 			}
+		case uint64:
+			if v > math.MaxInt64>>(64-to.Bits()) {
+				return nil, fmt.Errorf("want a whole number up to %d, got %d", uint64(math.MaxInt64>>(64-to.Bits())), v)
+			}
+		case string:
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, to.Bits())
+			if err != nil {
+				return nil, fmt.Errorf("want a whole number, got %q", v)
+			}
+			return n, nil
 		}
 	case reflect.Bool:
 		switch from.Kind() {
 		case reflect.Bool, reflect.String:
 		default:
 			return nil, fmt.Errorf("want true or false, got %v (%s)", data, from.Kind())
+		}
+	case reflect.String:
+		switch from.Kind() {
+		case reflect.String:
+		case reflect.Slice:
+			// a list where a string goes: the decoder names that itself
+		default:
+			// The value is not repeated: the key may be a password.
+			return nil, fmt.Errorf("want a string, got a YAML %s: quote it", from.Kind())
 		}
 	}
 	return data, nil

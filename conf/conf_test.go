@@ -122,7 +122,8 @@ func TestLoadRefusesNumberForDuration(t *testing.T) {
 // naming the key, not quietly changed (2.7 shards were 2).
 func TestLoadRefusesInexactNumbers(t *testing.T) {
 	for _, yaml := range []string{"redis:\n  shards: 2.7\n", "redis:\n  shards: 99999999999999999999\n",
-		"metrics:\n  pprof: 7\n", "worker:\n  read_count: 1e100\n", "redis:\n  db: true\n"} {
+		"metrics:\n  pprof: 7\n", "worker:\n  read_count: 1e100\n", "redis:\n  db: true\n",
+		"redis:\n  password: 012345\n", "worker:\n  consumer: 1e3\n", "redis:\n  stream_maxlen: 18446744073709551615\n"} {
 		path := filepath.Join(t.TempDir(), "combo.yaml")
 		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
@@ -133,13 +134,18 @@ func TestLoadRefusesInexactNumbers(t *testing.T) {
 		}
 	}
 	path := filepath.Join(t.TempDir(), "combo.yaml")
-	if err := os.WriteFile(path, []byte("redis:\n  shards: 4.0\nmetrics:\n  pprof: true\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("redis:\n  shards: 4.0\n  password: \"012345\"\nmetrics:\n  pprof: true\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("COMBO_WORKER_READ_COUNT", "64") // environment: strings, parsed
+	t.Setenv("COMBO_REDIS_DB", "010")         // in base 10, not octal
 	c, err := Load(path)
-	if err != nil || c.Redis.Shards != 4 || !c.Metrics.Pprof || c.Worker.ReadCount != 64 {
+	if err != nil || c.Redis.Shards != 4 || c.Redis.Password != "012345" || !c.Metrics.Pprof || c.Worker.ReadCount != 64 || c.Redis.DB != 10 {
 		t.Fatalf("exact values: %+v %v", c.Redis, err)
+	}
+	t.Setenv("COMBO_REDIS_DB", "ten")
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "redis.db") {
+		t.Fatalf("COMBO_REDIS_DB=ten: want an error naming redis.db, got %v", err)
 	}
 }
 
