@@ -147,7 +147,9 @@ func DefaultClaimIdle(w Window) time.Duration {
 	open := w.Size + w.Grace
 	d := open + 2*time.Second
 	if w.Stale > open && d >= w.Stale {
-		d = open + (w.Stale-open)/2
+		// Whole ms: XAUTOCLAIM's min-idle is in ms. window.stale exceeds
+		// W + grace by at least 2 ms (Validate), so this still does.
+		d = open + ((w.Stale - open) / 2).Truncate(time.Millisecond)
 	}
 	return d
 }
@@ -233,16 +235,19 @@ func (c Config) Validate() error {
 	if w.Dedupe < time.Second {
 		bad("window.dedupe", "must be >= 1s, got %s", w.Dedupe)
 	}
-	if w.Stale <= w.Size+w.Grace {
-		bad("window.stale", "must exceed window.size + window.grace (%s), got %s", w.Size+w.Grace, w.Stale)
+	staleOK := w.Stale >= w.Size+w.Grace+2*time.Millisecond
+	if !staleOK {
+		bad("window.stale", "must exceed window.size + window.grace (%s) by at least 2ms, got %s", w.Size+w.Grace, w.Stale)
 	}
 	if strings.TrimSpace(c.Worker.Consumer) == "" {
 		bad("worker.consumer", "must not be empty")
 	}
-	if c.Worker.ClaimIdle <= w.Size+w.Grace {
+	// Only against a valid window.stale: its own error says what to fix,
+	// and the default claim_idle derives from it.
+	if staleOK && c.Worker.ClaimIdle <= w.Size+w.Grace {
 		bad("worker.claim_idle", "must exceed window.size + window.grace (%s), got %s", w.Size+w.Grace, c.Worker.ClaimIdle)
 	}
-	if c.Worker.ClaimIdle >= w.Stale {
+	if staleOK && c.Worker.ClaimIdle >= w.Stale {
 		bad("worker.claim_idle", "must be below window.stale (%s), got %s: a claimed window would already be stale", w.Stale, c.Worker.ClaimIdle)
 	}
 	if c.Worker.ConsumerIdleDelete < c.Worker.ClaimIdle {

@@ -153,7 +153,7 @@ func TestLoadRefusesInexactNumbers(t *testing.T) {
 // invalid: an operator who set only window.size (and window.stale) must
 // not be told about keys they never set.
 func TestDerivedDefaultsFollowTheWindow(t *testing.T) {
-	for _, env := range [][2]string{{"58s", ""}, {"24h", "48h"}, {"10ms", ""}} {
+	for _, env := range [][2]string{{"58s", ""}, {"24h", "48h"}, {"10ms", ""}, {"59798ms", ""}} { // the last: stale = W + grace + 2ms
 		t.Run(env[0], func(t *testing.T) {
 			t.Setenv("COMBO_WINDOW_SIZE", env[0])
 			if env[1] != "" {
@@ -171,6 +171,13 @@ func TestDerivedDefaultsFollowTheWindow(t *testing.T) {
 			}
 		})
 	}
+	// An invalid window.stale is named, and no key derived from it.
+	t.Setenv("COMBO_WINDOW_SIZE", "24h")
+	_, err := Load("")
+	if err == nil || !strings.Contains(err.Error(), "window.stale") || strings.Contains(err.Error(), "worker.") {
+		t.Fatalf("window.size 24h with the default window.stale: %v", err)
+	}
+	os.Unsetenv("COMBO_WINDOW_SIZE")
 	c, err := Load("")
 	if err != nil || c.Worker.ClaimIdle != 5200*time.Millisecond || c.Worker.ConsumerIdleDelete != 24*time.Hour {
 		t.Fatalf("defaults: claim_idle %s, consumer_idle_delete %s, %v", c.Worker.ClaimIdle, c.Worker.ConsumerIdleDelete, err)

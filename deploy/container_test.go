@@ -699,9 +699,16 @@ func TestExampleConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("conf.Load(%s): %v", path, err)
 	}
-	if d := conf.Default(); c.Server != d.Server || c.Window != d.Window || c.Metrics != d.Metrics {
-		t.Errorf("the example's server, metrics and window sections should be the defaults:\n got %+v %+v %+v\nwant %+v %+v %+v",
-			c.Server, c.Metrics, c.Window, d.Server, d.Metrics, d.Window)
+	if d := conf.Default(); c.Server != d.Server || c.Window != d.Window || c.Metrics != d.Metrics || c.Worker != d.Worker || c.Log != d.Log {
+		t.Errorf("the example's server, metrics, window, worker and log sections should be the defaults:\n got %+v %+v %+v %+v %+v\nwant %+v %+v %+v %+v %+v",
+			c.Server, c.Metrics, c.Window, c.Worker, c.Log, d.Server, d.Metrics, d.Window, d.Worker, d.Log)
+	}
+	// The derived defaults stay derived: a day-long window (with its stale
+	// raised) must load with the example as it is.
+	t.Setenv("COMBO_WINDOW_SIZE", "24h")
+	t.Setenv("COMBO_WINDOW_STALE", "48h")
+	if _, err := conf.Load(path); err != nil {
+		t.Errorf("the example with a day-long window: %v", err)
 	}
 
 	var defaults map[string]any
