@@ -66,5 +66,5 @@ func inProcessBench(t *testing.T, cfg config) *bench {
 		t.Fatal(err)
 	}
 	t.Cleanup(col.close)
-	return &bench{cfg: cfg, rdb: rdb, col: col, cli: repoClient{r}, cpu: newCPUSampler(ctx, 0, 0, rdb)}
+	return &bench{cfg: cfg, rdb: rdb, col: col, cli: repoClient{r}, cpu: newCPUSampler(0, redisPID(ctx, rdb, 0))}
 }

@@ -92,12 +92,13 @@ func run(cfg config) error {
 	if err != nil {
 		return err
 	}
-	b := &bench{cfg: cfg, rdb: rdb, col: col, cli: cli, cpu: newCPUSampler(ctx, cfg.ServicePID, cfg.RedisPID, rdb)}
+	redisPid := redisPID(ctx, rdb, cfg.RedisPID)
+	b := &bench{cfg: cfg, rdb: rdb, col: col, cli: cli, cpu: newCPUSampler(cfg.ServicePID, redisPid)}
 	if cfg.Floor != "" {
 		if b.floor, err = newRPCClient(cfg.Floor, cfg.Concurrency); err != nil {
 			return fmt.Errorf("-floor: %w", err)
 		}
-		b.floorCPU = newCPUSampler(ctx, cfg.FloorPID, cfg.RedisPID, rdb)
+		b.floorCPU = newCPUSampler(cfg.FloorPID, redisPid)
 	}
 
 	var out printable

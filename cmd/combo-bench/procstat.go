@@ -52,6 +52,24 @@ type cpuUse struct {
 	ServiceCores   float64 `json:"service_cores,omitempty"` // average cores busy during the run
 	RedisCores     float64 `json:"redis_cores"`
 	BenchCores     float64 `json:"bench_cores"`
+	// RedisUnmeasured: Redis's pid here is unknown (see redisPID), so its
+	// figures above are 0 for no measurement, and print as n/a.
+	RedisUnmeasured bool `json:"redis_cpu_unmeasured,omitempty"`
+}
+
+// redisMsPer1k and redisCores print Redis's figures, or n/a.
+func (u cpuUse) redisMsPer1k() string {
+	if u.RedisUnmeasured {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", u.RedisMsPer1k)
+}
+
+func (u cpuUse) redisCores() string {
+	if u.RedisUnmeasured {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", u.RedisCores)
 }
 
 type cpuSampler struct {
@@ -60,10 +78,10 @@ type cpuSampler struct {
 	at    time.Time
 }
 
-// newCPUSampler samples the service (servicePID, 0: not measured), rdb's
-// Redis (redisPid, 0: found by redisPID) and this process.
-func newCPUSampler(ctx context.Context, servicePID, redisPid int, rdb *redis.Client) *cpuSampler {
-	s := &cpuSampler{pids: [3]int{servicePID, redisPID(ctx, rdb, redisPid), os.Getpid()}}
+// newCPUSampler samples the service (servicePID) and Redis (redisPid, from
+// redisPID), each not measured when 0, and this process.
+func newCPUSampler(servicePID, redisPid int) *cpuSampler {
+	s := &cpuSampler{pids: [3]int{servicePID, redisPid, os.Getpid()}}
 	s.reset()
 	return s
 }
@@ -92,6 +110,7 @@ func (s *cpuSampler) since(acked int64) cpuUse {
 	u := cpuUse{
 		RedisMsPer1k: per1k(d[1]), BenchMsPer1k: per1k(d[2]),
 		RedisCores: cores(d[1]), BenchCores: cores(d[2]),
+		RedisUnmeasured: s.pids[1] <= 0,
 	}
 	if s.pids[0] > 0 {
 		u.ServiceMsPer1k, u.ServiceCores = per1k(d[0]), cores(d[0])

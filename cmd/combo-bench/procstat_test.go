@@ -24,3 +24,15 @@ func TestRedisPIDIsARedisServerHere(t *testing.T) {
 		t.Fatalf("-redis-pid 4242 gave %d", got)
 	}
 }
+
+// A Redis whose pid is unknown here is reported as not measured, never as
+// a CPU of 0.
+func TestUnmeasuredRedisCPUIsNotZero(t *testing.T) {
+	u := newCPUSampler(0, 0).since(1000)
+	if !u.RedisUnmeasured || u.redisMsPer1k() != "n/a" || u.redisCores() != "n/a" {
+		t.Fatalf("%+v prints %s ms/1k, %s cores", u, u.redisMsPer1k(), u.redisCores())
+	}
+	if u := newCPUSampler(0, os.Getpid()).since(1000); u.RedisUnmeasured || u.redisMsPer1k() == "n/a" {
+		t.Fatalf("a known pid is reported unmeasured: %+v", u)
+	}
+}
