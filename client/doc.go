@@ -93,7 +93,10 @@
 //		logger.Warn("combo report not queued", zap.Int64("id", contribution.Id), zap.Error(err))
 //	}
 //
-//	// On shutdown:
+//	// On shutdown. Close waits for what is queued and for batches being
+//	// retried: during an outage, up to their retries (about 32 s with the
+//	// defaults). Give it what shutdown can afford; what is still held when
+//	// ctx ends is dropped (OnDrop).
 //	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 //	defer cancel()
 //	before := reporter.Stats().Dropped

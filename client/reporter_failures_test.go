@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 )
@@ -513,4 +514,22 @@ func TestDefaultRetriesRideOutAnOutage(t *testing.T) {
 	if s := r.Stats(); s.Sent != 2 || s.Retried == 0 {
 		t.Fatalf("stats %+v, want both sent after retrying through a %s outage", s, outage)
 	}
+}
+
+// The service warns when its window.dedupe is shorter than the default
+// retries can last (conf.ReporterRetryHorizon): each wait at most its full
+// backoff, each attempt at most RPCTimeout.
+func TestDefaultRetriesEndWithinTheServicesHorizon(t *testing.T) {
+	var o ReporterOptions
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	worst := time.Duration(o.MaxRetries+1) * o.RPCTimeout
+	for i, b := 0, o.InitialBackoff; i < o.MaxRetries; i, b = i+1, min(2*b, o.MaxBackoff) {
+		worst += b
+	}
+	if worst > conf.ReporterRetryHorizon {
+		t.Fatalf("default retries last up to %s, past conf.ReporterRetryHorizon (%s)", worst, conf.ReporterRetryHorizon)
+	}
+	t.Logf("default retries last up to %s", worst)
 }

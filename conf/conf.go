@@ -275,6 +275,11 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// ReporterRetryHorizon bounds how long client.Reporter, with its default
+// options, may send a batch again after its first attempt (backoffs plus
+// attempts, about 32 s; a client test holds it to this).
+const ReporterRetryHorizon = 35 * time.Second
+
 // Warnings names settings that are valid but probably not meant: each
 // costs something the operator should choose knowingly. main logs them at
 // start.
@@ -288,11 +293,15 @@ func (c Config) Warnings() []string {
 		ws = append(ws, fmt.Sprintf("server.shutdown_timeout (%s) is shorter than window.size + window.grace (%s): "+
 			"on SIGTERM, windows that come due later are left to other replicas", c.Server.ShutdownTimeout, open))
 	}
-	if c.Window.Dedupe < open {
+	switch {
+	case c.Window.Dedupe < open:
 		// A report's window closes at most W + grace after the report
 		// arrived; an id may be forgotten after window.dedupe.
 		ws = append(ws, fmt.Sprintf("window.dedupe (%s) is shorter than window.size + window.grace (%s): "+
 			"a report retried later than window.dedupe is counted twice, even in its own open window", c.Window.Dedupe, open))
+	case c.Window.Dedupe < ReporterRetryHorizon:
+		ws = append(ws, fmt.Sprintf("window.dedupe (%s) is shorter than client.Reporter's default retries (%s): "+
+			"a batch that got through but is retried that late is counted twice", c.Window.Dedupe, ReporterRetryHorizon))
 	}
 	return ws
 }

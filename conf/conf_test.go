@@ -263,4 +263,9 @@ func TestWarnings(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("a warned setting is still valid: %v", err)
 	}
+	c = Default()
+	c.Window.Dedupe = 20 * time.Second // above W + grace, below the Reporter's retries
+	if ws := c.Warnings(); len(ws) != 1 || !strings.Contains(ws[0], "client.Reporter") {
+		t.Fatalf("want a warning about the Reporter's retries, got %q", ws)
+	}
 }
