@@ -3,6 +3,7 @@ package repo_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -40,6 +41,10 @@ func TestFullStreamOpensNoWindow(t *testing.T) {
 			want := repo.Opened
 			if i >= 3 {
 				want = repo.Degraded
+				// The same cause on both backends, no Lua position first.
+				if c := fmt.Sprint(rr.Cause); !strings.HasPrefix(c, "report script: STREAMFULL ") {
+					t.Errorf("report %d: cause %q, want report script: STREAMFULL ...", i, c)
+				}
 			}
 			if rr.Outcome != want {
 				t.Errorf("report %d: outcome %d, want %d", i, rr.Outcome, want)
