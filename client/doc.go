@@ -93,10 +93,11 @@
 //		logger.Warn("combo report not queued", zap.Int64("id", contribution.Id), zap.Error(err))
 //	}
 //
-//	// On shutdown. Close waits for what is queued and for batches being
-//	// retried: during an outage, up to their retries (about 32 s with the
-//	// defaults). Give it what shutdown can afford; what is still held when
-//	// ctx ends is dropped (OnDrop).
+//	// On shutdown. Close sends what is queued and waits for batches being
+//	// retried: during an outage, each wave of Concurrency batches may
+//	// retry for about 32 s (the defaults), so Close can take far longer
+//	// than that with much queued. Give it what shutdown can afford; what is
+//	// still held when ctx ends is dropped (OnDrop).
 //	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 //	defer cancel()
 //	before := reporter.Stats().Dropped

@@ -183,12 +183,12 @@ func (c Config) Validate() error {
 	}
 	if c.Redis.Addr != "" {
 		if _, _, err := net.SplitHostPort(c.Redis.Addr); err != nil {
-			bad("redis.addr", "must be host:port or empty (embedded Redis), got %q", c.Redis.Addr)
+			bad("redis.addr", "must be host:port or empty (embedded Redis), got %q", redactUserinfo(c.Redis.Addr))
 		}
 	}
 	for i, a := range c.Redis.Addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			bad(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port, got %q", a)
+			bad(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port, got %q", redactUserinfo(a))
 		}
 	}
 	if c.Redis.Addr != "" && len(c.Redis.Addrs) > 0 {
@@ -306,6 +306,22 @@ func (c Config) Warnings() []string {
 	return ws
 }
 
+// redactUserinfo hides what precedes an '@' in an address written as a
+// URL (redis://:password@host:6379): an error message must not carry the
+// password into the logs.
+func redactUserinfo(addr string) string {
+	if i := strings.LastIndexByte(addr, '@'); i >= 0 {
+		scheme, _, ok := strings.Cut(addr[:i], "://")
+		if !ok {
+			scheme = ""
+		} else {
+			scheme += "://"
+		}
+		return scheme + "***@" + addr[i+1:]
+	}
+	return addr
+}
+
 // Load reads the optional YAML file at path (empty: none) and the COMBO_*
 // environment over Default(), and validates the result.
 func Load(path string) (Config, error) {
@@ -409,7 +425,13 @@ func numbersAreExact(from, to reflect.Type, data any) (any, error) {
 				return nil, fmt.Errorf("want a whole number up to %d, got %d", uint64(math.MaxInt64>>(64-to.Bits())), v)
 			}
 		case string:
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, to.Bits())
+			// Empty is 0, as the weak decoding read it (pool_size 0 is the
+			// go-redis default); 10_000_000 reads as in Go and YAML.
+			t := strings.ReplaceAll(strings.TrimSpace(v), "_", "")
+			if t == "" {
+				return int64(0), nil
+			}
+			n, err := strconv.ParseInt(t, 10, to.Bits())
 			if err != nil {
 				return nil, fmt.Errorf("want a whole number, got %q", v)
 			}

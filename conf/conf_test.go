@@ -129,8 +129,10 @@ func TestLoadRefusesInexactNumbers(t *testing.T) {
 			t.Fatal(err)
 		}
 		key := strings.Fields(strings.ReplaceAll(yaml, ":", " "))[1]
-		if _, err := Load(path); err == nil || !strings.Contains(err.Error(), key) {
-			t.Errorf("%q: want an error naming %s, got %v", yaml, key, err)
+		// Refused when decoding, by what it is, not by a bound the value
+		// happened to cross once quietly changed (2^64-1 became -1).
+		if _, err := Load(path); err == nil || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "want ") {
+			t.Errorf("%q: want an error naming %s and what it wants, got %v", yaml, key, err)
 		}
 	}
 	path := filepath.Join(t.TempDir(), "combo.yaml")
@@ -142,6 +144,11 @@ func TestLoadRefusesInexactNumbers(t *testing.T) {
 	c, err := Load(path)
 	if err != nil || c.Redis.Shards != 4 || c.Redis.Password != "012345" || !c.Metrics.Pprof || c.Worker.ReadCount != 64 || c.Redis.DB != 10 {
 		t.Fatalf("exact values: %+v %v", c.Redis, err)
+	}
+	t.Setenv("COMBO_REDIS_DB", "")                      // empty is 0, as before
+	t.Setenv("COMBO_REDIS_STREAM_MAXLEN", "20_000_000") // digits grouped as in Go
+	if c, err := Load(path); err != nil || c.Redis.DB != 0 || c.Redis.StreamMaxLen != 20_000_000 {
+		t.Fatalf("empty and grouped env integers: %+v %v", c.Redis, err)
 	}
 	t.Setenv("COMBO_REDIS_DB", "ten")
 	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "redis.db") {
@@ -171,6 +178,17 @@ func TestDerivedDefaultsFollowTheWindow(t *testing.T) {
 			}
 		})
 	}
+	// window.stale must leave W + grace 2 ms, and the derived claim_idle is
+	// whole ms strictly between them.
+	t.Setenv("COMBO_WINDOW_STALE", "3201ms")
+	if _, err := Load(""); err == nil || !strings.Contains(err.Error(), "window.stale") || strings.Contains(err.Error(), "worker.") {
+		t.Fatalf("window.stale W + grace + 1ms: %v", err)
+	}
+	t.Setenv("COMBO_WINDOW_STALE", "3203ms")
+	if c, err := Load(""); err != nil || c.Worker.ClaimIdle != 3201*time.Millisecond {
+		t.Fatalf("window.stale W + grace + 3ms: claim_idle %s, %v", c.Worker.ClaimIdle, err)
+	}
+	os.Unsetenv("COMBO_WINDOW_STALE")
 	// An invalid window.stale is named, and no key derived from it.
 	t.Setenv("COMBO_WINDOW_SIZE", "24h")
 	_, err := Load("")
@@ -267,5 +285,22 @@ func TestWarnings(t *testing.T) {
 	c.Window.Dedupe = 20 * time.Second // above W + grace, below the Reporter's retries
 	if ws := c.Warnings(); len(ws) != 1 || !strings.Contains(ws[0], "client.Reporter") {
 		t.Fatalf("want a warning about the Reporter's retries, got %q", ws)
+	}
+}
+
+// An address written as a URL with a password is refused without
+// repeating the password.
+func TestAddressErrorsHideThePassword(t *testing.T) {
+	c := Default()
+	c.Redis.Addr = "redis://:s3cret@redis:6379"
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "redis.addr") || strings.Contains(err.Error(), "s3cret") ||
+		!strings.Contains(err.Error(), "redis://***@redis:6379") {
+		t.Fatalf("got %v", err)
+	}
+	c = Default()
+	c.Redis.Addrs = []string{"user:s3cret@10.0.0.1:7000"}
+	if err := c.Validate(); err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("got %v", err)
 	}
 }

@@ -243,3 +243,24 @@ func TestReadyOnAFailedCluster(t *testing.T) {
 		t.Fatalf("Ready on a failed cluster: %v, want CLUSTERDOWN", err)
 	}
 }
+
+// A cluster no seed of which answers is not ready, within the caller's
+// bound, and says why once, not once per shard.
+func TestReadyWithNoClusterReachable(t *testing.T) {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{fmt.Sprintf("127.0.0.1:%d", testredis.FreePort(t))},
+		DialTimeout: 200 * time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer cc.Close()
+	s := settings()
+	s.Shards = 64
+	r := repo.New(cc, s)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	err := r.Ready(ctx)
+	if err == nil || time.Since(start) > 2*time.Second {
+		t.Fatalf("Ready = %v after %s", err, time.Since(start))
+	}
+	if n := strings.Count(err.Error(), "\n") + 1; n > 3 {
+		t.Fatalf("%d lines of error for one unreachable seed:\n%v", n, err)
+	}
+}

@@ -160,10 +160,20 @@ func (r *Repo) Ready(ctx context.Context) error {
 	}
 	byMaster := map[string]int{} // master address -> a shard it serves
 	var errs []error
+	seen := map[string]bool{} // one line per distinct failure
+	fail := func(err error) {
+		if !seen[err.Error()] {
+			seen[err.Error()] = true
+			errs = append(errs, err)
+		}
+	}
 	for shard := range r.keys.Shards() {
 		m, err := cc.MasterForKey(ctx, r.keys.Probe(shard))
 		if err != nil {
-			errs = append(errs, err)
+			fail(err) // without the cluster's state, each shard tries to load it again
+			if ctx.Err() != nil {
+				break
+			}
 			continue
 		}
 		if _, seen := byMaster[m.Options().Addr]; !seen {
@@ -179,7 +189,7 @@ func (r *Repo) Ready(ctx context.Context) error {
 		if err == nil {
 			return nil // the other probes end by ctx, their results unread
 		}
-		errs = append(errs, err)
+		fail(err)
 	}
 	if len(errs) == 0 {
 		errs = append(errs, errors.New("no master known"))
