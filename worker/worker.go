@@ -74,11 +74,6 @@ type Config struct {
 	ConsumerIdleDelete time.Duration
 	// SampleEvery is how often stream length and pending count are sampled.
 	SampleEvery time.Duration
-	// Stale is window.stale: a window whose flush panics is retried (by
-	// the claimer, every ClaimIdle) until it is older than this, then
-	// dropped from the stream, unpublished and counted, as the flush
-	// script drops any window that old. 0: retried for ever.
-	Stale time.Duration
 	// NodePerShard says shards may live on different Redis nodes, whose
 	// clocks may differ (a Redis Cluster): each shard's windows are then
 	// timed by its own estimate of its node's clock. Otherwise all shards
@@ -445,9 +440,8 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 			w.panicked(metrics.LoopFlush, p, zap.Strings("ids", ids))
 			w.metrics.BadEntries.Add(float64(len(batch)))
 			// Forget it locally; it stays pending and the claimer retries
-			// it after ClaimIdle, so nothing is lost, until it is stale.
+			// it after ClaimIdle, so nothing is lost.
 			q.done(batch...)
-			w.dropIfStale(q, batch[0].w)
 			ok = true
 		}
 		w.metrics.HeldWindows.Set(float64(w.Held()))
@@ -519,27 +513,6 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 	}
 	// A batch where every window failed is a failing Redis: back off.
 	return len(failed) < len(batch)
-}
-
-// dropIfStale drops win from its stream once it is older than Stale, by
-// the estimate of its Redis node's clock: its flush panicked, and the
-// flush script would drop it unpublished by now anyway. Without this it
-// would stay pending, retried and logged every ClaimIdle, for ever. Its
-// window key expires by its own TTL (window.stale plus a margin).
-func (w *Worker) dropIfStale(q *dueQueue, win repo.Window) {
-	opened, _ := splitID(win.ID)
-	age := time.Duration(q.clock.now()-int64(opened)) * time.Millisecond
-	if w.cfg.Stale <= 0 || age < w.cfg.Stale {
-		return
-	}
-	if err := w.op(w.flushCtx, func(ctx context.Context) error { return w.store.Drop(ctx, win.Shard, []string{win.ID}) }); err != nil {
-		w.redisError(metrics.OpDrop, err) // still pending: the claimer brings it back, and this is tried again
-		return
-	}
-	w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedStale).Inc()
-	w.log.Error("window dropped unpublished: its flush panicked until it was older than window.stale",
-		zap.Int("shard", win.Shard), zap.String("window", win.ID), zap.Int64("activity", win.ActivityID),
-		zap.Int64("user", win.UserID), zap.String("item_type", win.ItemType), zap.Duration("age", age))
 }
 
 // retryLater puts items back a little later, so a failing Redis is not

@@ -175,37 +175,6 @@ func TestPanickingWindowDoesNotHoldBackItsBatch(t *testing.T) {
 	}
 }
 
-// A window whose flush always panics is retried only until it is stale:
-// then it is dropped from the stream and counted stale, not retried and
-// logged every ClaimIdle for ever, nor left pending.
-func TestPanickingWindowIsDroppedOnceStale(t *testing.T) {
-	r, rdb, _, m := setup(t)
-	ctx := context.Background()
-	const stale = 800 * time.Millisecond
-	wk := worker.New(poisoned{r}, worker.Config{Consumer: "c1", ClaimIdle: 300 * time.Millisecond, Block: 50 * time.Millisecond, Stale: stale},
-		zaptest.NewLogger(t), m)
-	wk.Start()
-	defer wk.Shutdown(context.Background())
-	opened := time.Now()
-	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 666)}); err != nil {
-		t.Fatal(err)
-	}
-	stream := r.Keys().Stream(0)
-	waitFor(t, "the bad window to leave the stream", func() bool { return rdb.XLen(ctx, stream).Val() == 0 })
-	if age := time.Since(opened); age < stale {
-		t.Fatalf("dropped %s after its open, before window.stale (%s)", age, stale)
-	}
-	if n := testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(metrics.FlushedStale)); n != 1 {
-		t.Fatalf("stale windows %v, want 1", n)
-	}
-	if p := rdb.XPending(ctx, stream, repo.Group).Val(); p.Count != 0 {
-		t.Fatalf("%d entries still pending", p.Count)
-	}
-	if n := testutil.ToFloat64(m.BadEntries); n < 2 {
-		t.Fatalf("bad entries %v: want its flush to have panicked, and been retried, before it was dropped", n)
-	}
-}
-
 // A restarted consumer with the same name finds its own pending entries
 // (read with id 0) and publishes them; another consumer reclaims those of
 // a consumer that never comes back.
