@@ -39,6 +39,7 @@ const (
 	OpPrepare        = "prepare"
 	OpRead           = "read"
 	OpDrop           = "drop"
+	OpRetire         = "retire"
 	OpClaim          = "claim"
 	OpFlush          = "flush"
 	OpFlushScript    = "flush_script"
@@ -63,7 +64,7 @@ const (
 var (
 	reportOutcomes  = []string{OutcomeOK, OutcomeDuplicate, OutcomeDegraded, OutcomeInvalid, OutcomeUnavailable, OutcomeInternal, OutcomeCanceled, OutcomeDraining}
 	flushedStatuses = []string{FlushedPublished, FlushedStale, FlushedGone, FlushedLost}
-	redisOps        = []string{OpPrepare, OpRead, OpDrop, OpClaim, OpFlush, OpFlushScript, OpFinalRead, OpTime, OpStreamStats, OpPruneConsumers}
+	redisOps        = []string{OpPrepare, OpRead, OpDrop, OpRetire, OpClaim, OpFlush, OpFlushScript, OpFinalRead, OpTime, OpStreamStats, OpPruneConsumers}
 	loops           = []string{LoopRead, LoopClaim, LoopFlush, LoopHousekeeping}
 )
 

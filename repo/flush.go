@@ -38,6 +38,7 @@ const (
 	// Lost: the entry still waited but its data was gone before
 	// window.stale: evicted or deleted, never published.
 	Lost
+	Kept // Retire only: not stale yet; nothing changed
 )
 
 func (s FlushStatus) String() string {
@@ -52,6 +53,8 @@ func (s FlushStatus) String() string {
 		return "gone"
 	case Lost:
 		return "lost"
+	case Kept:
+		return "kept"
 	}
 	return "unknown"
 }
@@ -130,6 +133,27 @@ func (r *Repo) runFlushes(ctx context.Context, ws []Window, todo []int, eval boo
 	return cmds, nil
 }
 
+// Retire retires w without publishing it, if it is done with by Redis's
+// clock: older than window.stale (its data deleted, its entry acked and
+// deleted: Stale), already published (Gone) or its data lost (Lost), as
+// the flush script would. Otherwise nothing changes (Kept). It is the
+// flush script in its "retire" mode, without the push's arguments: the
+// worker's way out for a window whose flush keeps panicking.
+func (r *Repo) Retire(ctx context.Context, w Window) (FlushResult, error) {
+	cmd := flushScript.Run(ctx, r.rdb,
+		[]string{
+			r.keys.Stream(w.Shard),
+			r.keys.Current(w.Shard, w.ActivityID, w.UserID, w.ItemType),
+			r.keys.Parked(w.Shard, w.ID),
+		},
+		Group, w.ID, "", "", "", "", r.delayMs, r.staleMs, "retire")
+	res := parseFlush(cmd)
+	if res.Err != nil {
+		return FlushResult{}, wrap("repo.Retire", res.Err)
+	}
+	return res, nil
+}
+
 func parseFlush(cmd *redis.Cmd) FlushResult {
 	vals, err := cmd.Int64Slice()
 	if err != nil {
@@ -149,6 +173,8 @@ func parseFlush(cmd *redis.Cmd) FlushResult {
 		return FlushResult{Status: Gone}
 	case 4:
 		return FlushResult{Status: Lost, Age: time.Duration(vals[1]) * time.Millisecond}
+	case 5:
+		return FlushResult{Status: Kept, Age: time.Duration(vals[1]) * time.Millisecond}
 	}
 	return FlushResult{Err: fmt.Errorf("flush script: unknown status %d", vals[0])}
 }

@@ -15,6 +15,11 @@
 -- ARGV[6]  item_type    as a JSON string literal
 -- ARGV[7]  delay        W + grace, ms: the window is due at open + delay
 -- ARGV[8]  stale        ms after opening past which the window is dropped
+-- ARGV[9]  mode         absent: flush; "retire": retire the window only if
+--                       it is done with (stale, gone or lost, as below),
+--                       never publish it, and otherwise change nothing
+--                       (status 5). The worker retires so a window whose
+--                       flush keeps failing in Go (a panic) once it is stale.
 --
 -- Window value: see report.lua.
 --
@@ -29,6 +34,7 @@
 --                before window.stale, so it was never published and did not
 --                expire: evicted (maxmemory-policy is not noeviction) or
 --                deleted; acked and deleted
+--   5 kept       a = age ms: mode "retire" and not stale; nothing changed
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -73,6 +79,8 @@ if now - opened > tonumber(ARGV[8]) then
   retire()
   return {2, now - opened, w.q}
 end
+
+if ARGV[9] == 'retire' then return {5, now - opened, 0} end
 
 local due = opened + tonumber(ARGV[7])
 if now < due then return {1, due, now} end

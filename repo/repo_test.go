@@ -222,6 +222,60 @@ func TestFlushTellsExpiredFromPublished(t *testing.T) {
 	})
 }
 
+// Retire never publishes, and changes nothing until a window is stale;
+// then it retires it as a flush would: its data deleted with its entry, so
+// a later report of its combo key opens a new window rather than joining
+// one no entry would ever push.
+func TestRetireOnlyAStaleWindow(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s := settings()
+		s.Stale = 300 * time.Millisecond
+		r, sub := subscribedRepoWith(t, rdb, s)
+		if err := r.EnsureGroups(ctx); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now().UnixMilli()
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", now)}); err != nil {
+			t.Fatal(err)
+		}
+		ws, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
+		if err != nil || len(ws) != 1 {
+			t.Fatalf("read %v %v", ws, err)
+		}
+		cur := r.Keys().Current(0, 7, 42, "rose")
+		if res, err := r.Retire(ctx, ws[0]); err != nil || res.Status != repo.Kept {
+			t.Fatalf("retire of a fresh window: %+v %v, want kept", res, err)
+		}
+		if rdb.Exists(ctx, cur).Val() != 1 || rdb.XLen(ctx, r.Keys().Stream(0)).Val() != 1 {
+			t.Fatal("a kept window was changed")
+		}
+		time.Sleep(s.Stale + 50*time.Millisecond)
+		res, err := r.Retire(ctx, ws[0])
+		if err != nil || res.Status != repo.Stale || res.Quantity != 1 {
+			t.Fatalf("retire of a stale window: %+v %v", res, err)
+		}
+		if rdb.Exists(ctx, cur).Val() != 0 || rdb.XLen(ctx, r.Keys().Stream(0)).Val() != 0 {
+			t.Fatal("a retired window's data or entry is left")
+		}
+		if res, err := r.Retire(ctx, ws[0]); err != nil || res.Status != repo.Gone {
+			t.Fatalf("retire again: %+v %v, want gone", res, err)
+		}
+		// Same created_at: it would have joined the old window.
+		got, err := r.Report(ctx, []*combo.Contribution{contribution(2, "rose", now)})
+		if err != nil || got[0].Outcome != repo.Opened {
+			t.Fatalf("report after the retire: %+v %v, want a new window", got, err)
+		}
+		// Redis delivers in order: a push by a retire would come first.
+		if err := rdb.Publish(ctx, push.Channel(7), "marker").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "marker" {
+			t.Fatalf("retire published %v %v", msg, err)
+		}
+	})
+}
+
 // A window whose entry still waits but whose data is gone before
 // window.stale (evicted, or deleted by hand) was never published: it is
 // lost, not gone (already published elsewhere), and retired.

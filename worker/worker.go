@@ -51,6 +51,7 @@ type Store interface {
 	Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) (ws []repo.Window, bad, deleted []string, next string, err error)
 	Drop(ctx context.Context, shard int, ids []string) error
 	Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error)
+	Retire(ctx context.Context, w repo.Window) (repo.FlushResult, error)
 	Time(ctx context.Context, shard int) (time.Time, error)
 	StreamStats(ctx context.Context, shard int) (length, pending int64, err error)
 	PruneConsumers(ctx context.Context, shard int, self string, idle time.Duration) ([]string, error)
@@ -440,8 +441,9 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 			w.panicked(metrics.LoopFlush, p, zap.Strings("ids", ids))
 			w.metrics.BadEntries.Add(float64(len(batch)))
 			// Forget it locally; it stays pending and the claimer retries
-			// it after ClaimIdle, so nothing is lost.
+			// it after ClaimIdle, so nothing is lost, until it is stale.
 			q.done(batch...)
+			w.retireIfDone(batch[0].w)
 			ok = true
 		}
 		w.metrics.HeldWindows.Set(float64(w.Held()))
@@ -513,6 +515,45 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 	}
 	// A batch where every window failed is a failing Redis: back off.
 	return len(failed) < len(batch)
+}
+
+// retireIfDone asks Redis to retire win, whose flush just panicked, if it
+// is done with: older than window.stale by Redis's clock (then the flush
+// script deletes its data and its entry, as a flush would), or already
+// published or lost. Without this it would stay pending, taken back by the
+// claimer and panicking again every ClaimIdle, for ever. The script
+// decides, and Retire builds no push: a panic there too is recovered,
+// and the window stays pending as before.
+func (w *Worker) retireIfDone(win repo.Window) {
+	if w.flushCtx.Err() != nil {
+		return // Shutdown's deadline passed: it stays pending for another replica
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			w.panicked(metrics.LoopFlush, p, zap.Int("shard", win.Shard), zap.String("window", win.ID), zap.String("during", "retire"))
+		}
+	}()
+	var res repo.FlushResult
+	if err := w.op(w.flushCtx, func(ctx context.Context) error {
+		var err error
+		res, err = w.store.Retire(ctx, win)
+		return err
+	}); err != nil {
+		w.redisError(metrics.OpRetire, err) // still pending: tried again at the next panic
+		return
+	}
+	switch res.Status {
+	case repo.Stale:
+		w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedStale).Inc()
+		w.log.Error("window dropped unpublished: its flush panicked until it was older than window.stale",
+			zap.Int("shard", win.Shard), zap.String("window", win.ID), zap.Int64("activity", win.ActivityID),
+			zap.Int64("user", win.UserID), zap.String("item_type", win.ItemType),
+			zap.Duration("age", res.Age), zap.Int64("quantity", res.Quantity))
+	case repo.Gone:
+		w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedGone).Inc()
+	case repo.Lost:
+		w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedLost).Inc()
+	}
 }
 
 // retryLater puts items back a little later, so a failing Redis is not

@@ -120,6 +120,10 @@ func TestWorkerSurvivesBadEntryAndPanic(t *testing.T) {
 	if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 0 {
 		t.Fatalf("stream holds %d entries", n)
 	}
+	// A panic on a fresh window retires nothing: Redis keeps it.
+	if n := testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(metrics.FlushedStale)); n != 0 {
+		t.Fatalf("stale windows %v after one transient panic", n)
+	}
 }
 
 // poisoned wraps the real store and panics on every flush that holds a
@@ -172,6 +176,114 @@ func TestPanickingWindowDoesNotHoldBackItsBatch(t *testing.T) {
 	}
 	if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 1 {
 		t.Fatalf("stream holds %d entries, want the bad window's alone, still pending", n)
+	}
+}
+
+// switchable panics on every flush of a window of activity 666 while on,
+// and on every retire too while retireToo is.
+type switchable struct {
+	*repo.Repo
+	on, retireToo atomic.Bool
+}
+
+func (s *switchable) Retire(ctx context.Context, w repo.Window) (repo.FlushResult, error) {
+	if s.retireToo.Load() {
+		panic("retire " + w.ID)
+	}
+	return s.Repo.Retire(ctx, w)
+}
+
+func (s *switchable) Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error) {
+	for _, w := range ws {
+		if s.on.Load() && w.ActivityID == 666 {
+			panic("bad entry " + w.ID)
+		}
+	}
+	return s.Repo.Flush(ctx, ws)
+}
+
+// A window whose flush always panics is taken back and panics again every
+// ClaimIdle only until it is stale by Redis's clock: then Redis retires
+// it, its data with its entry, as a flush would, and it is counted stale.
+// A later report of its combo key opens a new window, which is pushed.
+func TestPanickingWindowIsRetiredOnceStale(t *testing.T) {
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	ctx := context.Background()
+	r := repo.New(rdb, repo.Settings{Window: w, Grace: 20 * time.Millisecond, Dedupe: time.Minute,
+		Stale: 800 * time.Millisecond, Timeout: time.Second, Shards: 1, StreamMaxLen: 100000})
+	if err := r.EnsureGroups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sub := rdb.PSubscribe(ctx, push.ChannelPattern)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New(prometheus.NewRegistry())
+	store := &switchable{Repo: r}
+	store.on.Store(true)
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: 300 * time.Millisecond, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	bad := contribution(1, 666)
+	if _, err := r.Report(ctx, []*combo.Contribution{bad}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the bad window to be retired stale", func() bool {
+		return testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(metrics.FlushedStale)) == 1
+	})
+	if n := testutil.ToFloat64(m.BadEntries); n < 2 {
+		t.Fatalf("bad entries %v: want its flush to have panicked, and been retried, before it was retired", n)
+	}
+	if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 0 {
+		t.Fatalf("stream holds %d entries after the retire", n)
+	}
+	if n := rdb.Exists(ctx, r.Keys().Current(0, 666, 1, "x")).Val(); n != 0 {
+		t.Fatal("the retired window's data is left for later reports to join")
+	}
+	store.on.Store(false)
+	late := contribution(2, 666)
+	late.CreatedAt = bad.CreatedAt // would have joined the old window
+	res, err := r.Report(ctx, []*combo.Contribution{late})
+	if err != nil || res[0].Outcome != repo.Opened {
+		t.Fatalf("report after the retire: %+v %v, want a new window", res, err)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := push.Decode([]byte(msg.Payload)); err != nil || p.Record.ID != 2 || p.Record.Quantity != 1 {
+		t.Fatalf("push %s, want the new window of report 2 alone", msg.Payload)
+	}
+}
+
+// A panic while retiring a window whose flush panicked is recovered too:
+// the loop goes on, the good windows are pushed, the bad one stays pending.
+func TestPanicWhileRetiringIsRecovered(t *testing.T) {
+	r, rdb, sub, m := setup(t)
+	ctx := context.Background()
+	store := &switchable{Repo: r}
+	store.on.Store(true)
+	store.retireToo.Store(true)
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: 300 * time.Millisecond, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 666), contribution(2, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := push.Decode([]byte(msg.Payload)); err != nil || p.ActivityID != 5 {
+		t.Fatalf("push %s, want activity 5's", msg.Payload)
+	}
+	// Batch, alone, retire; then again after the claim.
+	waitFor(t, "panics while retiring, recovered", func() bool { return testutil.ToFloat64(m.LoopPanics.WithLabelValues("flush")) >= 4 })
+	if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 1 {
+		t.Fatalf("stream holds %d entries, want the bad window's, pending", n)
 	}
 }
 
