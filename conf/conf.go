@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"reflect"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -182,13 +183,13 @@ func (c Config) Validate() error {
 		bad("server.shutdown_timeout", "must be > 0, got %s", c.Server.ShutdownTimeout)
 	}
 	if c.Redis.Addr != "" {
-		if _, _, err := net.SplitHostPort(c.Redis.Addr); err != nil {
-			bad("redis.addr", "must be host:port or empty (embedded Redis), got %q", redactUserinfo(c.Redis.Addr))
+		if msg := checkHostPort(c.Redis.Addr); msg != "" {
+			bad("redis.addr", "must be host:port or empty (embedded Redis), %s", msg)
 		}
 	}
 	for i, a := range c.Redis.Addrs {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			bad(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port, got %q", redactUserinfo(a))
+		if msg := checkHostPort(a); msg != "" {
+			bad(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port, %s", msg)
 		}
 	}
 	if c.Redis.Addr != "" && len(c.Redis.Addrs) > 0 {
@@ -306,20 +307,20 @@ func (c Config) Warnings() []string {
 	return ws
 }
 
-// redactUserinfo hides what precedes an '@' in an address written as a
-// URL (redis://:password@host:6379): an error message must not carry the
-// password into the logs.
-func redactUserinfo(addr string) string {
-	if i := strings.LastIndexByte(addr, '@'); i >= 0 {
-		scheme, _, ok := strings.Cut(addr[:i], "://")
-		if !ok {
-			scheme = ""
-		} else {
-			scheme += "://"
-		}
-		return scheme + "***@" + addr[i+1:]
+// checkHostPort says what is wrong with addr as a Redis address, or "" if
+// nothing. An address written as a URL or with userinfo
+// (redis://:pw@host:6379, pw@host:6379, host:6379/0?password=pw) is
+// refused without repeating it: it may carry a password, which must not
+// reach the logs (the started line logs the address, and so do go-redis's
+// dial errors). The password goes in redis.password.
+func checkHostPort(addr string) string {
+	if strings.ContainsAny(addr, "@/?") {
+		return "got a URL or userinfo, not repeated here (a password goes in redis.password)"
 	}
-	return addr
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Sprintf("got %q", addr)
+	}
+	return ""
 }
 
 // Load reads the optional YAML file at path (empty: none) and the COMBO_*
@@ -394,6 +395,9 @@ func durationsAreStrings(from, to reflect.Type, data any) (any, error) {
 	return nil, fmt.Errorf("want a Go duration string such as \"500ms\", got %v (%s)", data, from.Kind())
 }
 
+// envInteger is a base-10 integer, '_' allowed only between digits.
+var envInteger = regexp.MustCompile(`^[+-]?[0-9]+(_[0-9]+)*$`)
+
 // numbersAreExact refuses a value that viper's weak decoding would quietly
 // change:
 //   - a fraction or an out-of-range number where an integer goes (shards:
@@ -427,11 +431,14 @@ func numbersAreExact(from, to reflect.Type, data any) (any, error) {
 		case string:
 			// Empty is 0, as the weak decoding read it (pool_size 0 is the
 			// go-redis default); 10_000_000 reads as in Go and YAML.
-			t := strings.ReplaceAll(strings.TrimSpace(v), "_", "")
+			t := strings.TrimSpace(v)
 			if t == "" {
 				return int64(0), nil
 			}
-			n, err := strconv.ParseInt(t, 10, to.Bits())
+			if !envInteger.MatchString(t) {
+				return nil, fmt.Errorf("want a whole number, got %q", v)
+			}
+			n, err := strconv.ParseInt(strings.ReplaceAll(t, "_", ""), 10, to.Bits())
 			if err != nil {
 				return nil, fmt.Errorf("want a whole number, got %q", v)
 			}

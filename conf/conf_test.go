@@ -150,6 +150,12 @@ func TestLoadRefusesInexactNumbers(t *testing.T) {
 	if c, err := Load(path); err != nil || c.Redis.DB != 0 || c.Redis.StreamMaxLen != 20_000_000 {
 		t.Fatalf("empty and grouped env integers: %+v %v", c.Redis, err)
 	}
+	for _, bad := range []string{"_", "1_", "_1", "1__0", "0x10", "1e3"} {
+		t.Setenv("COMBO_REDIS_DB", bad)
+		if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "redis.db") {
+			t.Errorf("COMBO_REDIS_DB=%s: want an error naming redis.db, got %v", bad, err)
+		}
+	}
 	t.Setenv("COMBO_REDIS_DB", "ten")
 	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "redis.db") {
 		t.Fatalf("COMBO_REDIS_DB=ten: want an error naming redis.db, got %v", err)
@@ -288,19 +294,22 @@ func TestWarnings(t *testing.T) {
 	}
 }
 
-// An address written as a URL with a password is refused without
-// repeating the password.
+// An address written as a URL or with userinfo is refused without
+// repeating it, whatever form carries the password: one that SplitHostPort
+// takes would otherwise be logged raw at start and in dial errors.
 func TestAddressErrorsHideThePassword(t *testing.T) {
-	c := Default()
-	c.Redis.Addr = "redis://:s3cret@redis:6379"
-	err := c.Validate()
-	if err == nil || !strings.Contains(err.Error(), "redis.addr") || strings.Contains(err.Error(), "s3cret") ||
-		!strings.Contains(err.Error(), "redis://***@redis:6379") {
-		t.Fatalf("got %v", err)
-	}
-	c = Default()
-	c.Redis.Addrs = []string{"user:s3cret@10.0.0.1:7000"}
-	if err := c.Validate(); err == nil || strings.Contains(err.Error(), "s3cret") {
-		t.Fatalf("got %v", err)
+	for _, a := range []string{"redis://:s3cret@redis:6379", "s3cret@redis:6379", "[default:s3cret@redis]:6379",
+		"redis:6379/0?password=s3cret", "user:s3cret@10.0.0.1:7000"} {
+		c := Default()
+		c.Redis.Addr = a
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), "redis.addr") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("redis.addr %q: %v", a, err)
+		}
+		c = Default()
+		c.Redis.Addrs = []string{"10.0.0.1:7000", a}
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "redis.addrs[1]") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("redis.addrs %q: %v", a, err)
+		}
 	}
 }
