@@ -308,17 +308,22 @@ func (c Config) Warnings() []string {
 }
 
 // checkHostPort says what is wrong with addr as a Redis address, or "" if
-// nothing. An address written as a URL or with userinfo
-// (redis://:pw@host:6379, pw@host:6379, host:6379/0?password=pw) is
-// refused without repeating it: it may carry a password, which must not
-// reach the logs (the started line logs the address, and so do go-redis's
-// dial errors). The password goes in redis.password.
+// nothing. The value itself is never repeated: an address that is wrong
+// may be a password put in the wrong key, or carry one (redis://:pw@host,
+// pw@host:6379, host:6379,password=pw), and a refusal is logged. Nor does
+// such a value pass: the started line logs the address, and go-redis's
+// dial errors repeat it. The password goes in redis.password.
 func checkHostPort(addr string) string {
-	if strings.ContainsAny(addr, "@/?") {
-		return "got a URL or userinfo, not repeated here (a password goes in redis.password)"
+	const hidden = " (the value is not repeated: it may hold a password, which goes in redis.password)"
+	if strings.ContainsAny(addr, "@/?,=") {
+		return "got a URL, userinfo or options" + hidden
 	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return fmt.Sprintf("got %q", addr)
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return "got no host:port" + hidden
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return "got a port that is no number 1..65535" + hidden
 	}
 	return ""
 }

@@ -299,7 +299,8 @@ func TestWarnings(t *testing.T) {
 // takes would otherwise be logged raw at start and in dial errors.
 func TestAddressErrorsHideThePassword(t *testing.T) {
 	for _, a := range []string{"redis://:s3cret@redis:6379", "s3cret@redis:6379", "[default:s3cret@redis]:6379",
-		"redis:6379/0?password=s3cret", "user:s3cret@10.0.0.1:7000"} {
+		"redis:6379/0?password=s3cret", "user:s3cret@10.0.0.1:7000", "default:s3cret", "redis:6379,password=s3cret",
+		"s3cret", "default:s3cret:6379", ":6379s3cret"} {
 		c := Default()
 		c.Redis.Addr = a
 		err := c.Validate()
@@ -310,6 +311,13 @@ func TestAddressErrorsHideThePassword(t *testing.T) {
 		c.Redis.Addrs = []string{"10.0.0.1:7000", a}
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "redis.addrs[1]") || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("redis.addrs %q: %v", a, err)
+		}
+	}
+	for _, a := range []string{"redis:6379", "10.0.0.1:7000", "[::1]:6379", "[fe80::1%eth0]:6379", "redis.prod.example.com:6380"} {
+		c := Default()
+		c.Redis.Addr = a
+		if err := c.Validate(); err != nil {
+			t.Errorf("redis.addr %q refused: %v", a, err)
 		}
 	}
 }

@@ -231,9 +231,21 @@ func TestRetireOnlyAStaleWindow(t *testing.T) {
 		ctx := context.Background()
 		s := settings()
 		s.Stale = 300 * time.Millisecond
-		r, sub := subscribedRepoWith(t, rdb, s)
+		r := repo.New(rdb, s)
 		if err := r.EnsureGroups(ctx); err != nil {
 			t.Fatal(err)
+		}
+		// Every channel: "*" does not match the empty one, which Retire
+		// passes for the push's channel.
+		sub := rdb.PSubscribe(ctx, "*")
+		defer sub.Close()
+		if err := sub.Subscribe(ctx, ""); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if _, err := sub.Receive(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 		now := time.Now().UnixMilli()
 		if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", now)}); err != nil {

@@ -494,10 +494,7 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 			w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedGone).Inc()
 			q.done(it)
 		case repo.Lost:
-			w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedLost).Inc()
-			w.log.Error("window lost unpublished: its data was evicted or deleted (maxmemory-policy must be noeviction)",
-				zap.Int("shard", it.w.Shard), zap.String("window", it.w.ID), zap.Int64("activity", it.w.ActivityID),
-				zap.Int64("user", it.w.UserID), zap.String("item_type", it.w.ItemType), zap.Duration("age", r.Age))
+			w.lost(it.w, r.Age)
 			q.done(it)
 		}
 	}
@@ -552,8 +549,17 @@ func (w *Worker) retireIfDone(win repo.Window) {
 	case repo.Gone:
 		w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedGone).Inc()
 	case repo.Lost:
-		w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedLost).Inc()
+		w.lost(win, res.Age)
 	}
+}
+
+// lost counts and logs a window whose data vanished before it could be
+// published, found by a flush or a retire.
+func (w *Worker) lost(win repo.Window, age time.Duration) {
+	w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedLost).Inc()
+	w.log.Error("window lost unpublished: its data was evicted or deleted (maxmemory-policy must be noeviction)",
+		zap.Int("shard", win.Shard), zap.String("window", win.ID), zap.Int64("activity", win.ActivityID),
+		zap.Int64("user", win.UserID), zap.String("item_type", win.ItemType), zap.Duration("age", age))
 }
 
 // retryLater puts items back a little later, so a failing Redis is not
