@@ -105,8 +105,9 @@ type ReporterOptions struct {
 	// Registerer, if set, receives the Reporter's metrics:
 	// combo_reporter_queue_depth and
 	// combo_reporter_reports_total{outcome="sent|queue_full|dropped|invalid"}
-	// (one per Report call that returned an error, and one per
-	// contribution Report took, once it is sent or dropped),
+	// (queue_full or invalid once per Report call refused with that error,
+	// not ErrClosed, counted in Stats().Closed only; sent or dropped once
+	// per contribution Report took),
 	// combo_reporter_retries_total and
 	// combo_reporter_sent_answers_total{answer="duplicate|degraded"} (of sent).
 	// Registering a second Reporter on the same Registerer fails while the
