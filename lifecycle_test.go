@@ -9,6 +9,7 @@ import (
 	"time"
 
 	kclient "github.com/cloudwego/kitex/client"
+	"github.com/cloudwego/kitex/pkg/connpool"
 	"github.com/cloudwego/kitex/transport"
 	"github.com/redis/go-redis/v9"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/handler"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 	"github.com/combo-service/combo-service/repo"
 )
 
@@ -197,11 +199,14 @@ func TestShutdownWithBusyConnectionsAcknowledgesNothingUnread(t *testing.T) {
 
 func shutdownUnderBusyCallers(t *testing.T, ttheader bool) {
 	s := startService(t, options{})
-	var opts []kclient.Option
+	cli, err := client.NewClient([]string{s.addrs.RPCAddr})
 	if !ttheader {
-		opts = append(opts, kclient.WithTransportProtocol(transport.PurePayload))
+		// Framed without TTHeader: no connection-reset mark. (The service
+		// refuses unframed requests, and NewClient always adds TTHeader.)
+		cli, err = comboservice.NewClient(client.ServiceName, kclient.WithHostPorts(s.addrs.RPCAddr),
+			kclient.WithTransportProtocol(transport.Framed), kclient.WithRPCTimeout(client.DefaultClientRPCTimeout),
+			kclient.WithLongConnection(connpool.IdleConfig{MaxIdlePerAddress: 64, MaxIdleGlobal: 1024, MaxIdleTimeout: time.Minute}))
 	}
-	cli, err := client.NewClient([]string{s.addrs.RPCAddr}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

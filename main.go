@@ -154,7 +154,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	}
 	h := handler.New(store, cfg.Window.Size, m, logging.Sampled(log.Named("handler")))
 	svr := comboservice.NewServer(h,
-		append(rpcserver.Options(reg),
+		append(rpcserver.Options(reg, cfg.Server.MaxConnections),
 			server.WithListener(ln),
 			rpcserver.StopOn(ctx),
 			server.WithExitWaitTime(2*time.Second),

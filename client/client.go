@@ -37,9 +37,11 @@ const (
 // timeout of DefaultClientConnectTimeout. opts are applied after these
 // defaults, so a caller's client.WithRPCTimeout (or any other option)
 // overrides them, with one exception: Kitex ORs transport protocols
-// together, so only WithTransportProtocol(transport.PurePayload) turns the
-// TTHeader framing off (Framed alone still gives TTHeaderFramed). The
-// returned client satisfies BatchSender.
+// together, so TTHeader framing stays on (Framed alone still gives
+// TTHeaderFramed, and PurePayload, unframed, is refused by the service,
+// which takes framed requests only). A caller that must speak without
+// TTHeader builds its client with comboservice.NewClient and
+// transport.Framed. The returned client satisfies BatchSender.
 func NewClient(hostPorts []string, opts ...kclient.Option) (comboservice.Client, error) {
 	if len(hostPorts) == 0 {
 		return nil, errors.New("combo client: NewClient needs at least one host:port")

@@ -38,6 +38,10 @@ type Server struct {
 	// ShutdownTimeout bounds the drain on SIGTERM; windows still held after
 	// it stay pending in Redis and are reclaimed by another replica.
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
+	// MaxConnections bounds the RPC connections held at once: more are
+	// closed as they are accepted, so idle ones cannot use up the file
+	// descriptors that Redis and the metrics listener need too.
+	MaxConnections int `mapstructure:"max_connections"`
 }
 
 type Metrics struct {
@@ -117,7 +121,7 @@ func Default() Config {
 		host = "combo-worker"
 	}
 	c := Config{
-		Server:  Server{Addr: ":8888", ShutdownTimeout: 15 * time.Second},
+		Server:  Server{Addr: ":8888", ShutdownTimeout: 15 * time.Second, MaxConnections: 10_000},
 		Metrics: Metrics{Addr: ":9100"},
 		Redis: Redis{
 			EmbeddedAddr: "127.0.0.1:0",
@@ -181,6 +185,9 @@ func (c Config) Validate() error {
 	}
 	if c.Server.ShutdownTimeout <= 0 {
 		bad("server.shutdown_timeout", "must be > 0, got %s", c.Server.ShutdownTimeout)
+	}
+	if c.Server.MaxConnections < 1 {
+		bad("server.max_connections", "must be >= 1, got %d", c.Server.MaxConnections)
 	}
 	if c.Redis.Addr != "" {
 		if msg := checkHostPort(c.Redis.Addr); msg != "" {

@@ -21,6 +21,7 @@ import (
 	"github.com/cloudwego/kitex/server"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/handler"
 	"github.com/combo-service/combo-service/internal/rpcserver"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
@@ -51,7 +52,7 @@ func run(addr string) error {
 func serve(ctx context.Context, ln net.Listener) error {
 	svr := comboservice.NewServer(&floor{},
 		// The service's options, metrics included: they cost per RPC too.
-		append(rpcserver.Options(prometheus.NewRegistry()),
+		append(rpcserver.Options(prometheus.NewRegistry(), conf.Default().Server.MaxConnections),
 			server.WithListener(ln),
 			rpcserver.StopOn(ctx),
 		)...,

@@ -6,8 +6,10 @@ package rpcserver
 
 import (
 	"context"
+	"time"
 
 	"github.com/cloudwego/gopkg/concurrency/gopool"
+	"github.com/cloudwego/kitex/pkg/limiter"
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/pkg/stats"
 	"github.com/cloudwego/kitex/server"
@@ -44,11 +46,21 @@ func StopOn(ctx context.Context) server.Option {
 	})
 }
 
+// MaxConnIdle closes an RPC connection idle this long. Kitex's default is
+// ten minutes; client.NewClient's pool drops its idle connections after
+// one, so only connections no client reuses are closed.
+const MaxConnIdle = 2 * time.Minute
+
 // Options are the server options every combo-service RPC server shares;
 // the caller adds its listener and how it stops. RPCs are counted and
-// timed (kitex_server_throughput, kitex_server_latency_us) on reg.
-func Options(reg prometheus.Registerer) []server.Option {
+// timed (kitex_server_throughput, kitex_server_latency_us) on reg. At most
+// maxConns connections are held at once (server.max_connections), and a
+// request is bounded and checked before it is decoded (guardedCodec).
+func Options(reg prometheus.Registerer, maxConns int) []server.Option {
 	return []server.Option{
+		server.WithCodec(newGuardedCodec()),
+		server.WithConnectionLimiter(limiter.NewConnectionLimiter(maxConns)),
+		server.WithMaxConnIdleTime(MaxConnIdle),
 		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: client.ServiceName}),
 		server.WithTracer(metrics.NewRPCTracer(reg)),
 		// The tracer reads only the RPC's start and finish: recording

@@ -1,0 +1,162 @@
+package rpcserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cloudwego/gopkg/protocol/thrift"
+	"github.com/cloudwego/kitex/pkg/remote"
+	"github.com/cloudwego/kitex/pkg/remote/codec"
+	"github.com/cloudwego/kitex/pkg/remote/codec/perrors"
+)
+
+// Bounds on what a request may hold before Kitex decodes it.
+const (
+	// MaxRequestBytes bounds a request's payload. The largest valid one, a
+	// MergeLatest of 10,000 rows with every string at its bound, is about
+	// 47 MB; a ReportContributions of 1,000 such items about 5 MB.
+	MaxRequestBytes = 64 << 20
+	// MaxContainerItems bounds every list, set and map in a request: the
+	// IDL's largest valid list is MergeLatest's 10,000 records.
+	MaxContainerItems = 10_000
+	// maxDepth bounds nesting: the IDL nests three structs deep.
+	maxDepth = 16
+)
+
+// guardedCodec is Kitex's default codec with a payload size limit, and
+// with each request's bytes checked before Kitex's generated code decodes
+// them. That code sizes a list from its header alone: a 49-byte request
+// whose list claims 2^31 items made it allocate some 300 GB, a fatal
+// error no recover catches, and the process died. Here every length is
+// checked against the bytes actually there, and every container against
+// MaxContainerItems, without allocating; a request that fails is refused
+// as a protocol error, before anything is decoded.
+//
+// Only framed requests (TTHeader, as client.NewClient sends, or Framed)
+// are taken: an unframed one's size is known only once it has been read
+// whole, so it could be neither bounded nor checked first.
+type guardedCodec struct {
+	inner remote.Codec
+	meta  remote.MetaDecoder
+}
+
+// newGuardedCodec returns the guarded default codec.
+func newGuardedCodec() remote.Codec {
+	inner := codec.NewDefaultCodecWithSizeLimit(MaxRequestBytes)
+	return guardedCodec{inner: inner, meta: inner.(remote.MetaDecoder)}
+}
+
+var errUnframed = errors.New("combo-service takes framed requests only (TTHeader or Framed transport): " +
+	"an unframed request's size is known only once it is read")
+
+func (g guardedCodec) Encode(ctx context.Context, msg remote.Message, out remote.ByteBuffer) error {
+	return g.inner.Encode(ctx, msg, out)
+}
+
+func (g guardedCodec) Decode(ctx context.Context, msg remote.Message, in remote.ByteBuffer) error {
+	if err := g.DecodeMeta(ctx, msg, in); err != nil {
+		return err
+	}
+	return g.DecodePayload(ctx, msg, in)
+}
+
+func (g guardedCodec) Name() string { return "combo-guarded" }
+
+// DecodeMeta reads the transport's header (and the payload's size).
+func (g guardedCodec) DecodeMeta(ctx context.Context, msg remote.Message, in remote.ByteBuffer) error {
+	return g.meta.DecodeMeta(ctx, msg, in)
+}
+
+// DecodePayload checks the payload, then lets Kitex decode it.
+func (g guardedCodec) DecodePayload(ctx context.Context, msg remote.Message, in remote.ByteBuffer) error {
+	n := msg.PayloadLen()
+	if n <= 0 {
+		return perrors.NewProtocolErrorWithType(perrors.InvalidData, errUnframed.Error())
+	}
+	buf, err := in.Peek(n)
+	if err != nil {
+		return perrors.NewProtocolErrorWithErrMsg(err, "combo-service: read the request: "+err.Error())
+	}
+	if err := CheckRequest(buf); err != nil {
+		return perrors.NewProtocolErrorWithType(perrors.InvalidData, "combo-service: request refused before decoding: "+err.Error())
+	}
+	return g.meta.DecodePayload(ctx, msg, in)
+}
+
+// CheckRequest walks a Thrift binary message (its header and its
+// arguments struct) without decoding it: every length must fit in buf and
+// every container hold at most MaxContainerItems.
+func CheckRequest(buf []byte) error {
+	_, _, _, l, err := thrift.Binary.ReadMessageBegin(buf)
+	if err != nil {
+		return err
+	}
+	_, err = walk(buf[l:], thrift.STRUCT, maxDepth)
+	return err
+}
+
+// walk checks one value of type t at the start of b and returns its size.
+func walk(b []byte, t thrift.TType, depth int) (int, error) {
+	if depth == 0 {
+		return 0, errors.New("nested too deep")
+	}
+	switch t {
+	case thrift.STRUCT:
+		off := 0
+		for {
+			ft, _, l, err := thrift.Binary.ReadFieldBegin(b[off:])
+			if err != nil {
+				return 0, err
+			}
+			off += l
+			if ft == thrift.STOP {
+				return off, nil
+			}
+			n, err := walk(b[off:], ft, depth-1)
+			if err != nil {
+				return 0, err
+			}
+			off += n
+		}
+	case thrift.LIST, thrift.SET:
+		et, size, l, err := thrift.Binary.ReadListBegin(b) // a set's header is a list's
+		if err != nil {
+			return 0, err
+		}
+		if size > MaxContainerItems {
+			return 0, fmt.Errorf("a list of %d items: at most %d", size, MaxContainerItems)
+		}
+		off := l
+		for range size {
+			n, err := walk(b[off:], et, depth-1)
+			if err != nil {
+				return 0, err
+			}
+			off += n
+		}
+		return off, nil
+	case thrift.MAP:
+		kt, vt, size, l, err := thrift.Binary.ReadMapBegin(b)
+		if err != nil {
+			return 0, err
+		}
+		if size > MaxContainerItems {
+			return 0, fmt.Errorf("a map of %d entries: at most %d", size, MaxContainerItems)
+		}
+		off := l
+		for range size {
+			for _, tt := range []thrift.TType{kt, vt} {
+				n, err := walk(b[off:], tt, depth-1)
+				if err != nil {
+					return 0, err
+				}
+				off += n
+			}
+		}
+		return off, nil
+	default:
+		// Scalars and strings: Skip checks their length against b.
+		return thrift.Binary.Skip(b, t)
+	}
+}

@@ -1,0 +1,212 @@
+package rpcserver
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/gopkg/protocol/thrift"
+	kclient "github.com/cloudwego/kitex/client"
+	"github.com/cloudwego/kitex/server"
+	"github.com/cloudwego/kitex/transport"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/combo-service/combo-service/client"
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
+)
+
+// request is a Thrift binary CALL of method with args.
+func request(method string, args thrift.FastCodec) []byte {
+	b := make([]byte, thrift.Binary.MessageBeginLength(method)+args.BLength())
+	n := thrift.Binary.WriteMessageBegin(b, method, thrift.CALL, 1)
+	args.FastWriteNocopy(b[n:], nil)
+	return b
+}
+
+// listRequest is a CALL of method whose first argument's list field
+// (fieldID) claims size items of struct and holds have of them (empty).
+func listRequest(method string, fieldID int16, size int32, have int) []byte {
+	b := thrift.Binary.AppendMessageBegin(nil, method, thrift.CALL, 1)
+	b = append(b, byte(thrift.STRUCT), 0, 1)           // args field 1: the request struct
+	b = append(b, byte(thrift.LIST), 0, byte(fieldID)) // its list field
+	b = append(b, byte(thrift.STRUCT))
+	b = binary.BigEndian.AppendUint32(b, uint32(size))
+	for range have {
+		b = append(b, byte(thrift.STOP)) // an empty struct
+	}
+	return append(b, byte(thrift.STOP), byte(thrift.STOP))
+}
+
+func batch(n int) *combo.ComboServiceReportContributionsArgs {
+	req := &combo.ReportContributionsRequest{}
+	for i := range n {
+		req.Contributions = append(req.Contributions, &combo.Contribution{Id: int64(i + 1), ActivityId: 7, UserId: 42,
+			ItemId: 3, ItemType: "rose", ItemName: "烟花", Nickname: "小明", Quantity: 1, CreatedAt: 1732950000000})
+	}
+	return &combo.ComboServiceReportContributionsArgs{Req: req}
+}
+
+func TestCheckRequest(t *testing.T) {
+	valid := map[string][]byte{
+		"a batch of 1000":     request("ReportContributions", batch(1000)),
+		"a list of 10000":     listRequest("MergeLatest", 2, MaxContainerItems, MaxContainerItems),
+		"one report":          request("ReportContribution", &combo.ComboServiceReportContributionArgs{Req: &combo.ReportContributionRequest{Contribution: batch(1).Req.Contributions[0]}}),
+		"an empty merge":      request("MergeLatest", &combo.ComboServiceMergeLatestArgs{Req: &combo.MergeLatestRequest{ActivityId: 7}}),
+		"a list of none":      listRequest("ReportContributions", 1, 0, 0),
+		"no arguments at all": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1), byte(thrift.STOP)),
+	}
+	for name, b := range valid {
+		if err := CheckRequest(b); err != nil {
+			t.Errorf("%s: refused: %v", name, err)
+		}
+	}
+	refused := map[string][]byte{
+		// 49 bytes that made Kitex's generated code allocate some 300 GB.
+		"a list claiming 2^31-1 items":  listRequest("ReportContributions", 1, 1<<31-1, 0),
+		"records claiming 2^31-1 items": listRequest("MergeLatest", 2, 1<<31-1, 0),
+		"a list of 10001":               listRequest("MergeLatest", 2, MaxContainerItems+1, MaxContainerItems+1),
+		"a list short of its items":     listRequest("ReportContributions", 1, 5, 2),
+		"a negative size":               listRequest("ReportContributions", 1, -1, 0),
+		"a batch cut short":             request("ReportContributions", batch(3))[:100],
+		"a string longer than the bytes": append(thrift.Binary.AppendMessageBegin(nil, "ReportContribution", thrift.CALL, 1),
+			byte(thrift.STRUCT), 0, 1, byte(thrift.STRUCT), 0, 1, byte(thrift.STRING), 0, 9, 0x7f, 0xff, 0xff, 0xff),
+	}
+	for name, b := range refused {
+		if err := CheckRequest(b); err == nil {
+			t.Errorf("%s: passed", name)
+		}
+	}
+}
+
+// The guard runs on every request the service takes.
+func BenchmarkCheckRequest(b *testing.B) {
+	for _, n := range []int{1, 50} {
+		req := request("ReportContributions", batch(n))
+		b.Run(fmt.Sprintf("batch-of-%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(req)))
+			for b.Loop() {
+				if err := CheckRequest(req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// okService answers every call with an empty success.
+type okService struct{}
+
+func (okService) ReportContribution(context.Context, *combo.ReportContributionRequest) (*combo.ReportContributionResponse, error) {
+	return &combo.ReportContributionResponse{}, nil
+}
+
+func (okService) ReportContributions(_ context.Context, req *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
+	return &combo.ReportContributionsResponse{Results: make([]*combo.ReportContributionResponse, len(req.Contributions))}, nil
+}
+
+func (okService) MergeLatest(context.Context, *combo.MergeLatestRequest) (*combo.MergeLatestResponse, error) {
+	return &combo.MergeLatestResponse{}, nil
+}
+
+// serve runs a server with the service's options and returns its address.
+func serve(t *testing.T, maxConns int) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	svr := comboservice.NewServer(&okService{}, append(Options(prometheus.NewRegistry(), maxConns),
+		server.WithListener(ln), StopOn(ctx))...)
+	done := make(chan error, 1)
+	go func() { done <- svr.Run() }()
+	t.Cleanup(func() { stop(); <-done })
+	return ln.Addr().String()
+}
+
+func report(addr string, opts ...kclient.Option) error {
+	cli, err := comboservice.NewClient(client.ServiceName, append([]kclient.Option{kclient.WithHostPorts(addr),
+		kclient.WithTransportProtocol(transport.TTHeaderFramed), kclient.WithRPCTimeout(2 * time.Second)}, opts...)...)
+	if err != nil {
+		return err
+	}
+	_, err = cli.ReportContributions(context.Background(), batch(2).Req)
+	return err
+}
+
+// The 49-byte request that killed the process is refused, and the server
+// goes on; so is an unframed one. A framed client is served as before.
+func TestGuardedServer(t *testing.T) {
+	addr := serve(t, 100)
+	for name, payload := range map[string][]byte{
+		"framed, a list claiming 2^31-1 items": listRequest("ReportContributions", 1, 1<<31-1, 0),
+		"framed, records claiming 2^31-1":      listRequest("MergeLatest", 2, 1<<31-1, 0),
+	} {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frame := binary.BigEndian.AppendUint32(nil, uint32(len(payload)))
+		if _, err := conn.Write(append(frame, payload...)); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var one [1]byte
+		_, _ = conn.Read(one[:]) // an exception or the connection closed: either way, answered
+		conn.Close()
+		if err := report(addr); err != nil {
+			t.Fatalf("after %s: the server no longer serves: %v", name, err)
+		}
+	}
+	if err := report(addr, kclient.WithTransportProtocol(transport.PurePayload)); err == nil {
+		t.Error("an unframed request was taken")
+	}
+	if err := report(addr, kclient.WithTransportProtocol(transport.Framed)); err != nil {
+		t.Errorf("a Framed client: %v", err)
+	}
+}
+
+// Connections past max_connections are closed as they are accepted.
+func TestConnectionLimit(t *testing.T) {
+	addr := serve(t, 2)
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var one [1]byte
+	if _, err := c.Read(one[:]); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("a third connection over a limit of 2: read %v, want it closed", err)
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	deadline := time.Now().Add(5 * time.Second)
+	for err := report(addr); err != nil; err = report(addr) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no call served once the idle connections closed: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
