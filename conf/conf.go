@@ -186,8 +186,8 @@ func (c Config) Validate() error {
 	if c.Server.ShutdownTimeout <= 0 {
 		bad("server.shutdown_timeout", "must be > 0, got %s", c.Server.ShutdownTimeout)
 	}
-	if c.Server.MaxConnections < 1 {
-		bad("server.max_connections", "must be >= 1, got %d", c.Server.MaxConnections)
+	if c.Server.MaxConnections < 1 || c.Server.MaxConnections > math.MaxInt32 {
+		bad("server.max_connections", "must be 1..%d, got %d", math.MaxInt32, c.Server.MaxConnections)
 	}
 	if c.Redis.Addr != "" {
 		if msg := checkHostPort(c.Redis.Addr); msg != "" {

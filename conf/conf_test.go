@@ -249,6 +249,8 @@ func TestValidateNamesKey(t *testing.T) {
 		{"window.size", func(c *Config) { c.Window.Size = 0 }},
 		{"window.size", func(c *Config) { c.Window.Size = 25 * time.Hour }},
 		{"window.grace", func(c *Config) { c.Window.Grace = -time.Millisecond }},
+		{"server.max_connections", func(c *Config) { c.Server.MaxConnections = 0 }},
+		{"server.max_connections", func(c *Config) { c.Server.MaxConnections = 1 << 32 }}, // Kitex keeps an int32
 		{"window.dedupe", func(c *Config) { c.Window.Dedupe = 0 }},
 		{"window.stale", func(c *Config) { c.Window.Stale = c.Window.Size }},
 		{"worker.consumer", func(c *Config) { c.Worker.Consumer = " " }},

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +44,22 @@ func listRequest(method string, fieldID int16, size int32, have int) []byte {
 	return append(b, byte(thrift.STOP), byte(thrift.STOP))
 }
 
+// typeConfused is a ReportContributions whose list says it holds one
+// string of 0x000f0001 bytes (a review's bypass). The generated code reads
+// a Contribution there instead: the length's 00 is STOP, an empty struct;
+// then 0f 00 01 is the request's field 1, a list again, whose header is
+// the string's first bytes: 2^31-1 structs.
+func typeConfused() []byte {
+	const length = 0x000f0001
+	b := thrift.Binary.AppendMessageBegin(nil, "ReportContributions", thrift.CALL, 1)
+	b = append(b, byte(thrift.STRUCT), 0, 1, byte(thrift.LIST), 0, 1, byte(thrift.STRING), 0, 0, 0, 1)
+	b = binary.BigEndian.AppendUint32(b, length)
+	body := make([]byte, length)
+	copy(body, []byte{byte(thrift.STRUCT), 0x7f, 0xff, 0xff, 0xff})
+	b = append(b, body...)
+	return append(b, byte(thrift.STOP), byte(thrift.STOP))
+}
+
 func batch(n int) *combo.ComboServiceReportContributionsArgs {
 	req := &combo.ReportContributionsRequest{}
 	for i := range n {
@@ -75,6 +93,14 @@ func TestCheckRequest(t *testing.T) {
 		"a batch cut short":             request("ReportContributions", batch(3))[:100],
 		"a string longer than the bytes": append(thrift.Binary.AppendMessageBegin(nil, "ReportContribution", thrift.CALL, 1),
 			byte(thrift.STRUCT), 0, 1, byte(thrift.STRUCT), 0, 1, byte(thrift.STRING), 0, 9, 0x7f, 0xff, 0xff, 0xff),
+		// The generated code reads the IDL's list<Contribution> whatever
+		// the wire says: a list of one string would be read as structs,
+		// and a list header hidden in the string with them.
+		"a list of strings where the IDL has structs": typeConfused(),
+		"a set": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1),
+			byte(thrift.STRUCT), 0, 1, byte(thrift.SET), 0, 9, byte(thrift.I32), 0, 0, 0, 1, 0, 0, 0, 7, 0, 0),
+		"a map": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1),
+			byte(thrift.STRUCT), 0, 1, byte(thrift.MAP), 0, 9, byte(thrift.I32), byte(thrift.I32), 0, 0, 0, 0, 0, 0),
 	}
 	for name, b := range refused {
 		if err := CheckRequest(b); err == nil {
@@ -117,12 +143,18 @@ func (okService) MergeLatest(context.Context, *combo.MergeLatestRequest) (*combo
 // serve runs a server with the service's options and returns its address.
 func serve(t *testing.T, maxConns int) string {
 	t.Helper()
+	return serveIdle(t, maxConns, MaxConnIdle)
+}
+
+// serveIdle is serve with idle connections closed after idle.
+func serveIdle(t *testing.T, maxConns int, idle time.Duration) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	svr := comboservice.NewServer(&okService{}, append(Options(prometheus.NewRegistry(), maxConns),
+	svr := comboservice.NewServer(&okService{}, append(options(prometheus.NewRegistry(), maxConns, idle),
 		server.WithListener(ln), StopOn(ctx))...)
 	done := make(chan error, 1)
 	go func() { done <- svr.Run() }()
@@ -145,8 +177,9 @@ func report(addr string, opts ...kclient.Option) error {
 func TestGuardedServer(t *testing.T) {
 	addr := serve(t, 100)
 	for name, payload := range map[string][]byte{
-		"framed, a list claiming 2^31-1 items": listRequest("ReportContributions", 1, 1<<31-1, 0),
-		"framed, records claiming 2^31-1":      listRequest("MergeLatest", 2, 1<<31-1, 0),
+		"framed, a list claiming 2^31-1 items":      listRequest("ReportContributions", 1, 1<<31-1, 0),
+		"framed, records claiming 2^31-1":           listRequest("MergeLatest", 2, 1<<31-1, 0),
+		"framed, a list of strings read as structs": typeConfused(),
 	} {
 		conn, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -166,6 +199,11 @@ func TestGuardedServer(t *testing.T) {
 	}
 	if err := report(addr, kclient.WithTransportProtocol(transport.PurePayload)); err == nil {
 		t.Error("an unframed request was taken")
+	}
+	// HTTP/2 (gRPC) decodes with a codec of its own, past the check: the
+	// server does not speak it.
+	if err := report(addr, kclient.WithTransportProtocol(transport.GRPC)); err == nil {
+		t.Error("a gRPC request was taken")
 	}
 	if err := report(addr, kclient.WithTransportProtocol(transport.Framed)); err != nil {
 		t.Errorf("a Framed client: %v", err)
@@ -208,5 +246,65 @@ func TestConnectionLimit(t *testing.T) {
 			t.Fatalf("no call served once the idle connections closed: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A connection that sends nothing is closed after the idle time; one in
+// use, with calls closer together than that, is not.
+func TestIdleConnectionsAreClosed(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	addr := serveIdle(t, 100, idle)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	_ = conn.SetReadDeadline(start.Add(5 * time.Second))
+	var one [1]byte
+	if _, err := conn.Read(one[:]); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("a silent connection after %s: read %v, want it closed", time.Since(start), err)
+	}
+	if d := time.Since(start); d < idle {
+		t.Fatalf("closed after %s, before the idle time (%s)", d, idle)
+	}
+	cli, err := comboservice.NewClient(client.ServiceName, kclient.WithHostPorts(addr),
+		kclient.WithTransportProtocol(transport.TTHeaderFramed), kclient.WithRPCTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 8 {
+		if _, err := cli.ReportContributions(context.Background(), batch(1).Req); err != nil {
+			t.Fatalf("a call on a connection in use: %v", err)
+		}
+		time.Sleep(idle / 3)
+	}
+}
+
+// Every list in the IDL holds structs, and it has no set and no map: the
+// check refuses any other container, since the generated code would read
+// it by the IDL's type, not the wire's (guardedCodec). A new field with
+// another container type must change the check first.
+func TestIDLListsHoldStructs(t *testing.T) {
+	b, err := os.ReadFile("../../idl/combo.thrift")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idl := string(b)
+	if strings.Contains(idl, "set<") || strings.Contains(idl, "map<") {
+		t.Fatal("the IDL has a set or a map: walk refuses them")
+	}
+	structs := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*(?:struct|exception)\s+(\w+)`).FindAllStringSubmatch(idl, -1) {
+		structs[m[1]] = true
+	}
+	lists := regexp.MustCompile(`list<\s*(\w+)\s*>`).FindAllStringSubmatch(idl, -1)
+	if len(lists) == 0 {
+		t.Fatal("no list found: the pattern is wrong")
+	}
+	for _, m := range lists {
+		if !structs[m[1]] {
+			t.Errorf("list<%s>: not a struct of the IDL, and walk refuses lists of anything else", m[1])
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cloudwego/gopkg/concurrency/gopool"
 	"github.com/cloudwego/kitex/pkg/limiter"
+	knetpoll "github.com/cloudwego/kitex/pkg/remote/trans/netpoll"
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/pkg/stats"
 	"github.com/cloudwego/kitex/server"
@@ -46,21 +47,31 @@ func StopOn(ctx context.Context) server.Option {
 	})
 }
 
-// MaxConnIdle closes an RPC connection idle this long. Kitex's default is
-// ten minutes; client.NewClient's pool drops its idle connections after
-// one, so only connections no client reuses are closed.
+// MaxConnIdle closes an RPC connection that has sent nothing this long
+// (idleCloser). client.NewClient's pool drops its idle connections after
+// one minute, so only connections no client reuses are closed.
 const MaxConnIdle = 2 * time.Minute
 
 // Options are the server options every combo-service RPC server shares;
 // the caller adds its listener and how it stops. RPCs are counted and
 // timed (kitex_server_throughput, kitex_server_latency_us) on reg. At most
-// maxConns connections are held at once (server.max_connections), and a
-// request is bounded and checked before it is decoded (guardedCodec).
+// maxConns connections are held at once (server.max_connections), idle
+// ones are closed (MaxConnIdle), and a request is bounded and checked
+// before it is decoded (guardedCodec).
 func Options(reg prometheus.Registerer, maxConns int) []server.Option {
+	return options(reg, maxConns, MaxConnIdle)
+}
+
+func options(reg prometheus.Registerer, maxConns int, idle time.Duration) []server.Option {
 	return []server.Option{
+		// Only Kitex's netpoll transports (TTHeader, Framed): its default
+		// also takes HTTP/2 (gRPC) and TTHeader streaming connections,
+		// which decode with codecs of their own, past guardedCodec. A
+		// gRPC request claiming a 2^31-item list killed the process.
+		server.WithTransHandlerFactory(knetpoll.NewSvrTransHandlerFactory()),
 		server.WithCodec(newGuardedCodec()),
 		server.WithConnectionLimiter(limiter.NewConnectionLimiter(maxConns)),
-		server.WithMaxConnIdleTime(MaxConnIdle),
+		server.WithBoundHandler(newIdleCloser(idle)),
 		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: client.ServiceName}),
 		server.WithTracer(metrics.NewRPCTracer(reg)),
 		// The tracer reads only the RPC's start and finish: recording
