@@ -60,6 +60,21 @@ func typeConfused() []byte {
 	return append(b, byte(thrift.STOP), byte(thrift.STOP))
 }
 
+// repeatedList is a MergeLatest whose records field comes once per size
+// in sizes, each a list of that many empty structs.
+func repeatedList(sizes ...int) []byte {
+	b := thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1)
+	b = append(b, byte(thrift.STRUCT), 0, 1)
+	for _, n := range sizes {
+		b = append(b, byte(thrift.LIST), 0, 2, byte(thrift.STRUCT))
+		b = binary.BigEndian.AppendUint32(b, uint32(n))
+		for range n {
+			b = append(b, byte(thrift.STOP))
+		}
+	}
+	return append(b, byte(thrift.STOP), byte(thrift.STOP))
+}
+
 func batch(n int) *combo.ComboServiceReportContributionsArgs {
 	req := &combo.ReportContributionsRequest{}
 	for i := range n {
@@ -71,12 +86,13 @@ func batch(n int) *combo.ComboServiceReportContributionsArgs {
 
 func TestCheckRequest(t *testing.T) {
 	valid := map[string][]byte{
-		"a batch of 1000":     request("ReportContributions", batch(1000)),
-		"a list of 10000":     listRequest("MergeLatest", 2, MaxContainerItems, MaxContainerItems),
-		"one report":          request("ReportContribution", &combo.ComboServiceReportContributionArgs{Req: &combo.ReportContributionRequest{Contribution: batch(1).Req.Contributions[0]}}),
-		"an empty merge":      request("MergeLatest", &combo.ComboServiceMergeLatestArgs{Req: &combo.MergeLatestRequest{ActivityId: 7}}),
-		"a list of none":      listRequest("ReportContributions", 1, 0, 0),
-		"no arguments at all": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1), byte(thrift.STOP)),
+		"a batch of 1000":                  request("ReportContributions", batch(1000)),
+		"a list of 10000":                  listRequest("MergeLatest", 2, MaxContainerItems, MaxContainerItems),
+		"one report":                       request("ReportContribution", &combo.ComboServiceReportContributionArgs{Req: &combo.ReportContributionRequest{Contribution: batch(1).Req.Contributions[0]}}),
+		"an empty merge":                   request("MergeLatest", &combo.ComboServiceMergeLatestArgs{Req: &combo.MergeLatestRequest{ActivityId: 7}}),
+		"a list of none":                   listRequest("ReportContributions", 1, 0, 0),
+		"a list field twice, 10000 in all": repeatedList(MaxContainerItems/2, MaxContainerItems/2),
+		"no arguments at all":              append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1), byte(thrift.STOP)),
 	}
 	for name, b := range valid {
 		if err := CheckRequest(b); err != nil {
@@ -88,9 +104,11 @@ func TestCheckRequest(t *testing.T) {
 		"a list claiming 2^31-1 items":  listRequest("ReportContributions", 1, 1<<31-1, 0),
 		"records claiming 2^31-1 items": listRequest("MergeLatest", 2, 1<<31-1, 0),
 		"a list of 10001":               listRequest("MergeLatest", 2, MaxContainerItems+1, MaxContainerItems+1),
-		"a list short of its items":     listRequest("ReportContributions", 1, 5, 2),
-		"a negative size":               listRequest("ReportContributions", 1, -1, 0),
-		"a batch cut short":             request("ReportContributions", batch(3))[:100],
+		// The generated code allocates each copy of a repeated field.
+		"a list field twice, 10000 in all and one more": repeatedList(MaxContainerItems/2, MaxContainerItems/2+1),
+		"a list short of its items":                     listRequest("ReportContributions", 1, 5, 2),
+		"a negative size":                               listRequest("ReportContributions", 1, -1, 0),
+		"a batch cut short":                             request("ReportContributions", batch(3))[:100],
 		"a string longer than the bytes": append(thrift.Binary.AppendMessageBegin(nil, "ReportContribution", thrift.CALL, 1),
 			byte(thrift.STRUCT), 0, 1, byte(thrift.STRUCT), 0, 1, byte(thrift.STRING), 0, 9, 0x7f, 0xff, 0xff, 0xff),
 		// The generated code reads the IDL's list<Contribution> whatever
