@@ -183,17 +183,25 @@ func TestPruneConsumersKeepsPending(t *testing.T) {
 	}(t, testredis.Start(t, testredis.Options{}).Client())
 }
 
+// staleRepo is a repo whose windows are stale after 300 ms, with its
+// consumer groups created.
+func staleRepo(t *testing.T, rdb redis.UniversalClient) (repo.Settings, *repo.Repo) {
+	t.Helper()
+	s := settings()
+	s.Stale = 300 * time.Millisecond
+	r := repo.New(rdb, s)
+	if err := r.EnsureGroups(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s, r
+}
+
 // An entry whose window record expired unpublished is stale; an entry whose
 // window another consumer published is gone.
 func TestFlushTellsExpiredFromPublished(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		s := settings()
-		s.Stale = 300 * time.Millisecond
-		r := repo.New(rdb, s)
-		if err := r.EnsureGroups(ctx); err != nil {
-			t.Fatal(err)
-		}
+		s, r := staleRepo(t, rdb)
 		for _, id := range []int64{1, 2} {
 			if _, err := r.Report(ctx, []*combo.Contribution{contribution(id, fmt.Sprint("t", id), base)}); err != nil {
 				t.Fatal(err)
@@ -229,12 +237,7 @@ func TestFlushTellsExpiredFromPublished(t *testing.T) {
 func TestRetireOnlyAStaleWindow(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		s := settings()
-		s.Stale = 300 * time.Millisecond
-		r := repo.New(rdb, s)
-		if err := r.EnsureGroups(ctx); err != nil {
-			t.Fatal(err)
-		}
+		s, r := staleRepo(t, rdb)
 		// Every channel: "*" does not match the empty one, which Retire
 		// passes for the push's channel.
 		sub := rdb.PSubscribe(ctx, "*")
