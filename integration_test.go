@@ -446,6 +446,16 @@ func TestMergeLatestRPC(t *testing.T) {
 	if ce := comboErr(t, err); ce.Code != 1 || !strings.HasPrefix(ce.Message, "activity_id") {
 		t.Fatalf("bad activity: %+v", ce)
 	}
+	// Past the bound, over the wire: the handler's error naming the field,
+	// not a refusal by the request guard before it.
+	many := make([]*combo.ContributionRecord, 10001)
+	for i := range many {
+		many[i] = rec(int64(i+1), 1, "firework", t0, 1)
+	}
+	_, err = s.rpc.MergeLatest(context.Background(), &combo.MergeLatestRequest{ActivityId: 1, Records: many})
+	if ce := comboErr(t, err); ce.Code != 1 || !strings.HasPrefix(ce.Message, "records") {
+		t.Fatalf("10001 records: %+v", ce)
+	}
 	// The same rule as the window package, by construction.
 	rows := make([]window.Row, len(in))
 	for i, r := range in {

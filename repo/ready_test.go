@@ -50,3 +50,21 @@ func TestReadyRefusesAReplica(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // the replica may still be loading from its primary
 	}
 }
+
+// A Redis that answers but refuses writes for its own reasons leaves
+// reports degraded, not UNAVAILABLE, on every replica alike: each stays
+// ready (readiness-gated routing would otherwise drop them all at once).
+func TestReadyWhileWritesAreRefused(t *testing.T) {
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	ctx := context.Background()
+	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := repo.New(rdb, settings())
+	if err := rdb.Del(ctx, r.Keys().Probe(0)).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOREPLICAS") {
+		t.Fatalf("a write: %v, want NOREPLICAS", err)
+	}
+	if err := r.Ready(ctx); err != nil {
+		t.Fatalf("Ready while writes are refused: %v", err)
+	}
+}

@@ -145,7 +145,10 @@ var writeProbeScript = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
 // (stale DNS after a failover), where every report fails and no window can
 // be flushed, and on a Redis Cluster that refuses every key (CLUSTERDOWN,
 // with the default cluster-require-full-coverage once a master is lost).
-// A Redis out of memory passes: its reports still go out, degraded.
+// A Redis that answers but refuses writes for its own reasons (OOM,
+// MISCONF, NOREPLICAS) passes: its reports still go out, degraded, and
+// every replica would see the same. Not ready means what makes reports
+// UNAVAILABLE (isUnavailable), no more.
 //
 // On one node, shard 0's probe stands for all. On a Redis Cluster, one
 // shard per master is probed, each on its own (go-redis fails a whole
@@ -156,7 +159,7 @@ var writeProbeScript = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
 func (r *Repo) Ready(ctx context.Context) error {
 	cc, ok := r.rdb.(*redis.ClusterClient)
 	if !ok {
-		return wrap("repo.Ready", writeProbeScript.Run(ctx, r.rdb, []string{r.keys.Probe(0)}).Err())
+		return wrap("repo.Ready", unready(writeProbeScript.Run(ctx, r.rdb, []string{r.keys.Probe(0)}).Err()))
 	}
 	byMaster := map[string]int{} // master address -> a shard it serves
 	var errs []error
@@ -182,7 +185,7 @@ func (r *Repo) Ready(ctx context.Context) error {
 	}
 	results := make(chan error, len(byMaster))
 	for _, shard := range byMaster {
-		go func() { results <- writeProbeScript.Run(ctx, cc, []string{r.keys.Probe(shard)}).Err() }()
+		go func() { results <- unready(writeProbeScript.Run(ctx, cc, []string{r.keys.Probe(shard)}).Err()) }()
 	}
 	for range byMaster {
 		err := <-results
@@ -195,6 +198,15 @@ func (r *Repo) Ready(ctx context.Context) error {
 		errs = append(errs, errors.New("no master known"))
 	}
 	return wrap("repo.Ready", errors.Join(errs...))
+}
+
+// unready is err if it makes reports UNAVAILABLE, else nil: a write refused
+// while Redis answers leaves them degraded, and the replica ready.
+func unready(err error) error {
+	if err != nil && isUnavailable(err) {
+		return err
+	}
+	return nil
 }
 
 // wrap names the operation and marks "Redis did not answer" failures with

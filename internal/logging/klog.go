@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
+	"time"
 
 	"github.com/cloudwego/kitex/pkg/klog"
 	"go.uber.org/zap"
@@ -12,17 +14,67 @@ import (
 
 // Klog adapts a zap logger to Kitex's klog.FullLogger; install it with
 // klog.SetLogger(logging.Klog(l)).
+//
+// Kitex logs an error line for every refused connection and request, each
+// naming the peer, so zap's sampler (keyed by the whole message) would
+// thin none of them: a flood the service refuses would become a flood of
+// log lines. Lines at info and above are sampled here by Kitex's format
+// string instead: the first, then at most one a second, which says how
+// many were suppressed since.
 func Klog(l *zap.Logger) klog.FullLogger {
-	return &klogger{s: l.Named("kitex").WithOptions(zap.AddCallerSkip(3)).Sugar()}
+	return &klogger{s: l.Named("kitex").WithOptions(zap.AddCallerSkip(4)).Sugar(), seen: map[string]klogSample{}, now: time.Now}
 }
 
-type klogger struct{ s *zap.SugaredLogger }
+type klogger struct {
+	s    *zap.SugaredLogger
+	mu   sync.Mutex
+	seen map[string]klogSample // by format (Kitex's formats are a fixed set)
+	now  func() time.Time
+}
+
+type klogSample struct {
+	at         time.Time
+	suppressed int
+}
 
 var _ klog.FullLogger = (*klogger)(nil)
 
-func (k *klogger) log(lvl zapcore.Level, v ...any) { k.s.Log(lvl, fmt.Sprint(v...)) }
+// pass reports whether a line of key may be written now, and how many of
+// key's lines were suppressed before it.
+func (k *klogger) pass(lvl zapcore.Level, key string) (bool, int) {
+	if lvl < zapcore.InfoLevel {
+		return true, 0
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now, st := k.now(), k.seen[key]
+	if !st.at.IsZero() && now.Sub(st.at) < time.Second {
+		st.suppressed++
+		k.seen[key] = st
+		return false, 0
+	}
+	k.seen[key] = klogSample{at: now}
+	return true, st.suppressed
+}
+
+func (k *klogger) write(lvl zapcore.Level, key, msg string) {
+	ok, suppressed := k.pass(lvl, key)
+	switch {
+	case !ok:
+	case suppressed > 0:
+		k.s.Logw(lvl, msg, "suppressed_since_last", suppressed)
+	default:
+		k.s.Log(lvl, msg)
+	}
+}
+
+func (k *klogger) log(lvl zapcore.Level, v ...any) {
+	msg := fmt.Sprint(v...)
+	k.write(lvl, msg, msg)
+}
+
 func (k *klogger) logf(lvl zapcore.Level, format string, v ...any) {
-	k.s.Log(lvl, fmt.Sprintf(format, v...))
+	k.write(lvl, format, fmt.Sprintf(format, v...))
 }
 
 func (k *klogger) Trace(v ...any)  { k.log(zapcore.DebugLevel, v...) }

@@ -9,6 +9,8 @@ import (
 	"github.com/cloudwego/kitex/pkg/remote"
 	"github.com/cloudwego/kitex/pkg/remote/codec"
 	"github.com/cloudwego/kitex/pkg/remote/codec/perrors"
+
+	"github.com/combo-service/combo-service/validate"
 )
 
 // Bounds on what a request may hold before Kitex decodes it.
@@ -18,11 +20,14 @@ const (
 	// 47 MB; a ReportContributions of 1,000 such items about 5 MB.
 	MaxRequestBytes = 64 << 20
 	// MaxContainerItems bounds the items of all the lists in a request
-	// together: a valid request has one list, at most MergeLatest's 10,000
-	// records. Per list alone, a struct repeating its list field thousands
-	// of times made the generated code allocate each copy (an empty struct
-	// is a byte on the wire, 144 in memory): 9 GB for a 64 MB request.
-	MaxContainerItems = 10_000
+	// together. A valid request has one list, at most MergeLatest's 10,000
+	// records; twice that lets a request a little over its bound reach the
+	// handler, whose INVALID_ARGUMENT names the field (the contract's
+	// error), while the decoding stays small. Per list alone, a struct
+	// repeating its list field thousands of times made the generated code
+	// allocate each copy (an empty struct is a byte on the wire, 144 in
+	// memory): 9 GB for a 64 MB request.
+	MaxContainerItems = 2 * validate.MaxMergeRecords
 	// maxDepth bounds nesting: the IDL nests three structs deep.
 	maxDepth = 16
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"regexp"
@@ -20,6 +21,7 @@ import (
 	"github.com/combo-service/combo-service/client"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
+	"github.com/combo-service/combo-service/validate"
 )
 
 // request is a Thrift binary CALL of method with args.
@@ -86,13 +88,14 @@ func batch(n int) *combo.ComboServiceReportContributionsArgs {
 
 func TestCheckRequest(t *testing.T) {
 	valid := map[string][]byte{
-		"a batch of 1000":                  request("ReportContributions", batch(1000)),
-		"a list of 10000":                  listRequest("MergeLatest", 2, MaxContainerItems, MaxContainerItems),
-		"one report":                       request("ReportContribution", &combo.ComboServiceReportContributionArgs{Req: &combo.ReportContributionRequest{Contribution: batch(1).Req.Contributions[0]}}),
-		"an empty merge":                   request("MergeLatest", &combo.ComboServiceMergeLatestArgs{Req: &combo.MergeLatestRequest{ActivityId: 7}}),
-		"a list of none":                   listRequest("ReportContributions", 1, 0, 0),
-		"a list field twice, 10000 in all": repeatedList(MaxContainerItems/2, MaxContainerItems/2),
-		"no arguments at all":              append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1), byte(thrift.STOP)),
+		"a batch of 1000": request("ReportContributions", batch(1000)),
+		"a list of 10000": listRequest("MergeLatest", 2, MaxContainerItems, MaxContainerItems),
+		"one report":      request("ReportContribution", &combo.ComboServiceReportContributionArgs{Req: &combo.ReportContributionRequest{Contribution: batch(1).Req.Contributions[0]}}),
+		"an empty merge":  request("MergeLatest", &combo.ComboServiceMergeLatestArgs{Req: &combo.MergeLatestRequest{ActivityId: 7}}),
+		"a list of none":  listRequest("ReportContributions", 1, 0, 0),
+		"records just past the contract's bound, for the handler to refuse": listRequest("MergeLatest", 2, validate.MaxMergeRecords+1, validate.MaxMergeRecords+1),
+		"a list field twice, 10000 in all":                                  repeatedList(MaxContainerItems/2, MaxContainerItems/2),
+		"no arguments at all":                                               append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1), byte(thrift.STOP)),
 	}
 	for name, b := range valid {
 		if err := CheckRequest(b); err != nil {
@@ -286,14 +289,26 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	if d := time.Since(start); d < idle {
 		t.Fatalf("closed after %s, before the idle time (%s)", d, idle)
 	}
-	cli, err := comboservice.NewClient(client.ServiceName, kclient.WithHostPorts(addr),
-		kclient.WithTransportProtocol(transport.TTHeaderFramed), kclient.WithRPCTimeout(2*time.Second))
+	// Calls on one connection, closer together than the idle time, over
+	// more than it: the connection is kept (a Kitex client would redial in
+	// silence, so this speaks Framed Thrift itself).
+	busy, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 8 {
-		if _, err := cli.ReportContributions(context.Background(), batch(1).Req); err != nil {
-			t.Fatalf("a call on a connection in use: %v", err)
+	defer busy.Close()
+	call := request("ReportContributions", batch(1))
+	for i := range 8 {
+		_ = busy.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := busy.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(call))), call...)); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		var size [4]byte
+		if _, err := io.ReadFull(busy, size[:]); err != nil {
+			t.Fatalf("call %d on a connection in use: %v", i, err)
+		}
+		if _, err := io.ReadFull(busy, make([]byte, binary.BigEndian.Uint32(size[:]))); err != nil {
+			t.Fatalf("call %d: %v", i, err)
 		}
 		time.Sleep(idle / 3)
 	}

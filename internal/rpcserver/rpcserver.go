@@ -1,7 +1,10 @@
 // Package rpcserver is the Kitex server set-up combo-service runs with: its
-// netpoll runner, its identity, its per-RPC metrics. It lives apart from
-// main so that cmd/combo-floor, the same server with handlers that do no
-// work, measures exactly the RPC layer the service pays for.
+// netpoll runner, its identity, its per-RPC metrics, and its defences: only
+// framed netpoll transports, each request's bytes checked before Kitex
+// decodes them (guard.go), a connection limit and an idle-connection closer
+// (idle.go). It lives apart from main so that cmd/combo-floor, the same
+// server with handlers that do no work, measures exactly the RPC layer the
+// service pays for.
 package rpcserver
 
 import (

@@ -89,7 +89,7 @@ func (c *Cluster) KillMaster(tb testing.TB, cc *redis.ClusterClient, addr string
 
 // FailMaster kills the master at addr with the cluster's settings as they
 // are (cluster-require-full-coverage yes, Redis's default) and waits until
-// the live nodes declare the cluster failed: they then refuse every key.
+// every live node declares the cluster failed: they then refuse every key.
 func (c *Cluster) FailMaster(tb testing.TB, addr string) {
 	tb.Helper()
 	var live []string
@@ -103,18 +103,21 @@ func (c *Cluster) FailMaster(tb testing.TB, addr string) {
 	if len(live) == len(c.Addrs) {
 		tb.Fatalf("testredis: no node at %s", addr)
 	}
-	cl := redis.NewClient(&redis.Options{Addr: live[0]})
-	defer cl.Close()
 	deadline := time.Now().Add(20 * time.Second) // a few cluster-node-timeouts
-	for {
-		info, _ := cl.ClusterInfo(context.Background()).Result()
-		if strings.Contains(info, "cluster_state:fail") {
-			return
+	for _, a := range live {
+		cl := redis.NewClient(&redis.Options{Addr: a})
+		for {
+			info, _ := cl.ClusterInfo(context.Background()).Result()
+			if strings.Contains(info, "cluster_state:fail") {
+				break
+			}
+			if time.Now().After(deadline) {
+				cl.Close()
+				tb.Fatalf("testredis: %s still sees the cluster up 20 s after %s was killed", a, addr)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("testredis: cluster still not failed 20 s after killing %s", addr)
-		}
-		time.Sleep(100 * time.Millisecond)
+		cl.Close()
 	}
 }
 

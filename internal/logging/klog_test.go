@@ -1,0 +1,40 @@
+package logging
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// Kitex's line for each refused request names its peer; sampled by the
+// format, a flood of them is one line a second, which counts the rest.
+func TestKlogSamplesByFormat(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	k := Klog(zap.New(core)).(*klogger)
+	clock := time.Unix(1_700_000_000, 0)
+	k.now = func() time.Time { return clock }
+	const refused = "KITEX: processing request error, remoteAddr=%v, error=%s"
+	for i := range 100 {
+		k.CtxErrorf(context.Background(), refused, i, "refused")
+	}
+	k.Warnf("KITEX: another line %d", 1)
+	for range 3 {
+		k.Debugf("KITEX: debug %d", 2)
+	}
+	if n := logs.FilterMessageSnippet("processing request error").Len(); n != 1 {
+		t.Fatalf("%d lines for 100 refusals in one instant, want 1", n)
+	}
+	if logs.FilterMessageSnippet("another line").Len() != 1 || logs.FilterMessageSnippet("debug").Len() != 3 {
+		t.Fatalf("other formats or debug lines thinned: %v", logs.All())
+	}
+	clock = clock.Add(time.Second)
+	k.CtxErrorf(context.Background(), refused, 100, "refused")
+	lines := logs.FilterMessageSnippet("processing request error").All()
+	if len(lines) != 2 || lines[1].ContextMap()["suppressed_since_last"] != int64(99) {
+		t.Fatalf("a second later: %d lines, last %v; want 2, the second counting 99 suppressed", len(lines), lines[len(lines)-1].ContextMap())
+	}
+}
