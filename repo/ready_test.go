@@ -68,3 +68,30 @@ func TestReadyWhileWritesAreRefused(t *testing.T) {
 		t.Fatalf("Ready while writes are refused: %v", err)
 	}
 }
+
+// A replica whose password or ACL user Redis refuses fails every report,
+// degraded ones included: it is not ready (a rollout with a wrong
+// password must stop there).
+func TestReadyRefusesAWrongPasswordOrUser(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	admin := srv.Client()
+	ctx := context.Background()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "narrow", "on", ">pw", "~*", "+ping", "+get").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ConfigSet(ctx, "requirepass", "s3cret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for name, opts := range map[string]*redis.Options{
+		"no password":    {Addr: srv.Addr},
+		"wrong password": {Addr: srv.Addr, Password: "nope"},
+		"narrow user":    {Addr: srv.Addr, Username: "narrow", Password: "pw"},
+	} {
+		rdb := redis.NewClient(opts)
+		err := repo.New(rdb, settings()).Ready(ctx)
+		rdb.Close()
+		if err == nil {
+			t.Errorf("%s: ready", name)
+		}
+	}
+}

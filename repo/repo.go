@@ -145,10 +145,11 @@ var writeProbeScript = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
 // (stale DNS after a failover), where every report fails and no window can
 // be flushed, and on a Redis Cluster that refuses every key (CLUSTERDOWN,
 // with the default cluster-require-full-coverage once a master is lost).
-// A Redis that answers but refuses writes for its own reasons (OOM,
+// A Redis that answers but refuses writes for its own state (OOM,
 // MISCONF, NOREPLICAS) passes: its reports still go out, degraded, and
-// every replica would see the same. Not ready means what makes reports
-// UNAVAILABLE (isUnavailable), no more.
+// every replica would see the same. Any other refusal fails it: a wrong
+// password or a too-narrow ACL user (NOAUTH, WRONGPASS, NOPERM) fails
+// every report, degraded ones included.
 //
 // On one node, shard 0's probe stands for all. On a Redis Cluster, one
 // shard per master is probed, each on its own (go-redis fails a whole
@@ -200,14 +201,23 @@ func (r *Repo) Ready(ctx context.Context) error {
 	return wrap("repo.Ready", errors.Join(errs...))
 }
 
-// unready is err if it makes reports UNAVAILABLE, else nil: a write refused
-// while Redis answers leaves them degraded, and the replica ready.
+// unready is err unless it is a write refused for Redis's own state,
+// which leaves reports degraded and the replica ready.
 func unready(err error) error {
-	if err != nil && isUnavailable(err) {
+	if err == nil || isUnavailable(err) {
 		return err
 	}
-	return nil
+	for _, p := range degradingReplies {
+		if redis.HasErrorPrefix(err, p) {
+			return nil
+		}
+	}
+	return err
 }
+
+// degradingReplies refuse a write for Redis's state, not the caller's: the
+// report script fails, and its report is published on its own (degraded).
+var degradingReplies = []string{"OOM", "MISCONF", "NOREPLICAS"}
 
 // wrap names the operation and marks "Redis did not answer" failures with
 // ErrUnavailable; replies Redis did send (script errors, WRONGTYPE, OOM)

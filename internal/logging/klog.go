@@ -47,6 +47,9 @@ func (k *klogger) pass(lvl zapcore.Level, key string) (bool, int) {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if len(k.seen) >= 1024 { // Kitex's formats are far fewer; a bound all the same
+		clear(k.seen)
+	}
 	now, st := k.now(), k.seen[key]
 	if !st.at.IsZero() && now.Sub(st.at) < time.Second {
 		st.suppressed++
@@ -95,13 +98,25 @@ func (k *klogger) Warnf(f string, v ...any)   { k.logf(zapcore.WarnLevel, f, v..
 func (k *klogger) Errorf(f string, v ...any)  { k.logf(zapcore.ErrorLevel, f, v...) }
 func (k *klogger) Fatalf(f string, v ...any)  { k.logf(zapcore.ErrorLevel, f, v...) }
 
-func (k *klogger) CtxTracef(_ context.Context, f string, v ...any)  { k.Tracef(f, v...) }
-func (k *klogger) CtxDebugf(_ context.Context, f string, v ...any)  { k.Debugf(f, v...) }
-func (k *klogger) CtxInfof(_ context.Context, f string, v ...any)   { k.Infof(f, v...) }
-func (k *klogger) CtxNoticef(_ context.Context, f string, v ...any) { k.Noticef(f, v...) }
-func (k *klogger) CtxWarnf(_ context.Context, f string, v ...any)   { k.Warnf(f, v...) }
-func (k *klogger) CtxErrorf(_ context.Context, f string, v ...any)  { k.Errorf(f, v...) }
-func (k *klogger) CtxFatalf(_ context.Context, f string, v ...any)  { k.Fatalf(f, v...) }
+// The Ctx methods call logf themselves: every path is as deep, so one
+// caller skip points at Kitex's code for each.
+func (k *klogger) CtxTracef(_ context.Context, f string, v ...any) {
+	k.logf(zapcore.DebugLevel, f, v...)
+}
+func (k *klogger) CtxDebugf(_ context.Context, f string, v ...any) {
+	k.logf(zapcore.DebugLevel, f, v...)
+}
+func (k *klogger) CtxInfof(_ context.Context, f string, v ...any) { k.logf(zapcore.InfoLevel, f, v...) }
+func (k *klogger) CtxNoticef(_ context.Context, f string, v ...any) {
+	k.logf(zapcore.InfoLevel, f, v...)
+}
+func (k *klogger) CtxWarnf(_ context.Context, f string, v ...any) { k.logf(zapcore.WarnLevel, f, v...) }
+func (k *klogger) CtxErrorf(_ context.Context, f string, v ...any) {
+	k.logf(zapcore.ErrorLevel, f, v...)
+}
+func (k *klogger) CtxFatalf(_ context.Context, f string, v ...any) {
+	k.logf(zapcore.ErrorLevel, f, v...)
+}
 
 // SetLevel is ignored: the zap logger's level, from log.level, decides.
 func (k *klogger) SetLevel(klog.Level) {}

@@ -2,8 +2,11 @@ package logging
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/cloudwego/kitex/pkg/klog"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -36,5 +39,24 @@ func TestKlogSamplesByFormat(t *testing.T) {
 	lines := logs.FilterMessageSnippet("processing request error").All()
 	if len(lines) != 2 || lines[1].ContextMap()["suppressed_since_last"] != int64(99) {
 		t.Fatalf("a second later: %d lines, last %v; want 2, the second counting 99 suppressed", len(lines), lines[len(lines)-1].ContextMap())
+	}
+}
+
+// Kitex logs through klog's package functions; the caller each line names
+// is the Kitex code that logged, on every path.
+func TestKlogCallerIsTheLoggingCode(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	klog.SetLogger(Klog(zap.New(core, zap.AddCaller())))
+	t.Cleanup(func() { klog.SetLogger(klog.DefaultLogger()) })
+	klog.CtxErrorf(context.Background(), "ctx %d", 1)
+	klog.Errorf("formatted %d", 2)
+	klog.Error("plain")
+	for _, e := range logs.All() {
+		if !strings.HasSuffix(e.Caller.File, "klog_test.go") {
+			t.Errorf("%q: caller %s, want this test", e.Message, e.Caller)
+		}
+	}
+	if logs.Len() != 3 {
+		t.Fatalf("%d lines, want 3", logs.Len())
 	}
 }

@@ -88,14 +88,14 @@ func batch(n int) *combo.ComboServiceReportContributionsArgs {
 
 func TestCheckRequest(t *testing.T) {
 	valid := map[string][]byte{
-		"a batch of 1000": request("ReportContributions", batch(1000)),
-		"a list of 10000": listRequest("MergeLatest", 2, MaxContainerItems, MaxContainerItems),
-		"one report":      request("ReportContribution", &combo.ComboServiceReportContributionArgs{Req: &combo.ReportContributionRequest{Contribution: batch(1).Req.Contributions[0]}}),
-		"an empty merge":  request("MergeLatest", &combo.ComboServiceMergeLatestArgs{Req: &combo.MergeLatestRequest{ActivityId: 7}}),
-		"a list of none":  listRequest("ReportContributions", 1, 0, 0),
+		"a batch of 1000":             request("ReportContributions", batch(1000)),
+		"a list of MaxContainerItems": listRequest("MergeLatest", 2, MaxContainerItems, MaxContainerItems),
+		"one report":                  request("ReportContribution", &combo.ComboServiceReportContributionArgs{Req: &combo.ReportContributionRequest{Contribution: batch(1).Req.Contributions[0]}}),
+		"an empty merge":              request("MergeLatest", &combo.ComboServiceMergeLatestArgs{Req: &combo.MergeLatestRequest{ActivityId: 7}}),
+		"a list of none":              listRequest("ReportContributions", 1, 0, 0),
 		"records just past the contract's bound, for the handler to refuse": listRequest("MergeLatest", 2, validate.MaxMergeRecords+1, validate.MaxMergeRecords+1),
-		"a list field twice, 10000 in all":                                  repeatedList(MaxContainerItems/2, MaxContainerItems/2),
-		"no arguments at all":                                               append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1), byte(thrift.STOP)),
+		"a list field twice, MaxContainerItems in all":                      repeatedList(MaxContainerItems/2, MaxContainerItems/2),
+		"no arguments at all": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1), byte(thrift.STOP)),
 	}
 	for name, b := range valid {
 		if err := CheckRequest(b); err != nil {
@@ -106,12 +106,12 @@ func TestCheckRequest(t *testing.T) {
 		// 49 bytes that made Kitex's generated code allocate some 300 GB.
 		"a list claiming 2^31-1 items":  listRequest("ReportContributions", 1, 1<<31-1, 0),
 		"records claiming 2^31-1 items": listRequest("MergeLatest", 2, 1<<31-1, 0),
-		"a list of 10001":               listRequest("MergeLatest", 2, MaxContainerItems+1, MaxContainerItems+1),
+		"a list of MaxContainerItems+1": listRequest("MergeLatest", 2, MaxContainerItems+1, MaxContainerItems+1),
 		// The generated code allocates each copy of a repeated field.
-		"a list field twice, 10000 in all and one more": repeatedList(MaxContainerItems/2, MaxContainerItems/2+1),
-		"a list short of its items":                     listRequest("ReportContributions", 1, 5, 2),
-		"a negative size":                               listRequest("ReportContributions", 1, -1, 0),
-		"a batch cut short":                             request("ReportContributions", batch(3))[:100],
+		"a list field twice, MaxContainerItems in all and one more": repeatedList(MaxContainerItems/2, MaxContainerItems/2+1),
+		"a list short of its items":                                 listRequest("ReportContributions", 1, 5, 2),
+		"a negative size":                                           listRequest("ReportContributions", 1, -1, 0),
+		"a batch cut short":                                         request("ReportContributions", batch(3))[:100],
 		"a string longer than the bytes": append(thrift.Binary.AppendMessageBegin(nil, "ReportContribution", thrift.CALL, 1),
 			byte(thrift.STRUCT), 0, 1, byte(thrift.STRUCT), 0, 1, byte(thrift.STRING), 0, 9, 0x7f, 0xff, 0xff, 0xff),
 		// The generated code reads the IDL's list<Contribution> whatever
