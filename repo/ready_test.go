@@ -95,3 +95,22 @@ func TestReadyRefusesAWrongPasswordOrUser(t *testing.T) {
 		}
 	}
 }
+
+// A user allowed EVALSHA but not EVAL runs the reports from the scripts
+// LoadScripts cached; the probe is cached with them, so it is ready too.
+func TestReadyWithEvalshaOnly(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	ctx := context.Background()
+	if err := srv.Client().Do(ctx, "ACL", "SETUSER", "shaonly", "on", ">pw", "~*", "&*", "+@all", "-eval").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "shaonly", Password: "pw"})
+	defer rdb.Close()
+	r := repo.New(rdb, settings())
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Ready(ctx); err != nil {
+		t.Fatalf("Ready for a user without EVAL: %v", err)
+	}
+}

@@ -102,7 +102,9 @@ func (r *Repo) Keys() Keys { return r.keys }
 // only a warm-up: a node without them answers NOSCRIPT, and the commands
 // it refused are sent again with EVAL, which caches them on that node.
 func (r *Repo) LoadScripts(ctx context.Context) error {
-	for _, s := range []*redis.Script{reportScript, flushScript} {
+	// The readiness probe and the clock too: a user allowed EVALSHA but
+	// not EVAL could otherwise run the reports and not the probe.
+	for _, s := range []*redis.Script{reportScript, flushScript, writeProbeScript, timeScript} {
 		if err := s.Load(ctx, r.rdb).Err(); err != nil {
 			return wrap("repo.LoadScripts", err)
 		}

@@ -47,10 +47,12 @@ func (k *klogger) pass(lvl zapcore.Level, key string) (bool, int) {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if len(k.seen) >= 1024 { // Kitex's formats are far fewer; a bound all the same
-		clear(k.seen)
-	}
 	now, st := k.now(), k.seen[key]
+	if st.at.IsZero() && len(k.seen) >= 1024 {
+		// Kitex's formats are far fewer; a bound all the same. A new key
+		// past it is written, unsampled, and the others keep their counts.
+		return true, 0
+	}
 	if !st.at.IsZero() && now.Sub(st.at) < time.Second {
 		st.suppressed++
 		k.seen[key] = st

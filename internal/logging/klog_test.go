@@ -2,6 +2,7 @@ package logging
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -58,5 +59,30 @@ func TestKlogCallerIsTheLoggingCode(t *testing.T) {
 	}
 	if logs.Len() != 3 {
 		t.Fatalf("%d lines, want 3", logs.Len())
+	}
+}
+
+// Past the bound on sampled keys, a new key is written unsampled and the
+// others keep sampling, their counts intact.
+func TestKlogBoundKeepsCounts(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	k := Klog(zap.New(core)).(*klogger)
+	clock := time.Unix(1_700_000_000, 0)
+	k.now = func() time.Time { return clock }
+	const busy = "KITEX: busy %d"
+	for i := range 10 {
+		k.Errorf(busy, i)
+	}
+	for i := range 2000 {
+		k.Info(fmt.Sprint("distinct ", i))
+	}
+	clock = clock.Add(time.Second)
+	k.Errorf(busy, 10)
+	lines := logs.FilterMessageSnippet("busy").All()
+	if len(lines) != 2 || lines[1].ContextMap()["suppressed_since_last"] != int64(9) {
+		t.Fatalf("busy lines %d, last %v: want 2, counting 9 suppressed", len(lines), lines[len(lines)-1].ContextMap())
+	}
+	if n := logs.FilterMessageSnippet("distinct").Len(); n != 2000 {
+		t.Fatalf("%d of 2000 distinct lines written", n)
 	}
 }
