@@ -14,13 +14,20 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// Kitex's line for each refused request names its peer; sampled by the
-// format, a flood of them is one line a second, which counts the rest.
-func TestKlogSamplesByFormat(t *testing.T) {
-	core, logs := observer.New(zapcore.DebugLevel)
+// observedKlog is a Klog logger writing to an observer from lvl up, on a
+// clock the test moves.
+func observedKlog(lvl zapcore.Level) (*klogger, *observer.ObservedLogs, *time.Time) {
+	core, logs := observer.New(lvl)
 	k := Klog(zap.New(core)).(*klogger)
 	clock := time.Unix(1_700_000_000, 0)
 	k.now = func() time.Time { return clock }
+	return k, logs, &clock
+}
+
+// Kitex's line for each refused request names its peer; sampled by the
+// format, a flood of them is one line a second, which counts the rest.
+func TestKlogSamplesByFormat(t *testing.T) {
+	k, logs, clock := observedKlog(zapcore.DebugLevel)
 	const refused = "KITEX: processing request error, remoteAddr=%v, error=%s"
 	for i := range 100 {
 		k.CtxErrorf(context.Background(), refused, i, "refused")
@@ -35,7 +42,7 @@ func TestKlogSamplesByFormat(t *testing.T) {
 	if logs.FilterMessageSnippet("another line").Len() != 1 || logs.FilterMessageSnippet("debug").Len() != 3 {
 		t.Fatalf("other formats or debug lines thinned: %v", logs.All())
 	}
-	clock = clock.Add(time.Second)
+	*clock = clock.Add(time.Second)
 	k.CtxErrorf(context.Background(), refused, 100, "refused")
 	lines := logs.FilterMessageSnippet("processing request error").All()
 	if len(lines) != 2 || lines[1].ContextMap()["suppressed_since_last"] != int64(99) {
@@ -65,10 +72,7 @@ func TestKlogCallerIsTheLoggingCode(t *testing.T) {
 // Past the bound on sampled keys, a new key is written unsampled and the
 // others keep sampling, their counts intact.
 func TestKlogBoundKeepsCounts(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
-	k := Klog(zap.New(core)).(*klogger)
-	clock := time.Unix(1_700_000_000, 0)
-	k.now = func() time.Time { return clock }
+	k, logs, clock := observedKlog(zapcore.InfoLevel)
 	const busy = "KITEX: busy %d"
 	for i := range 10 {
 		k.Errorf(busy, i)
@@ -76,7 +80,7 @@ func TestKlogBoundKeepsCounts(t *testing.T) {
 	for i := range 2000 {
 		k.Info(fmt.Sprint("distinct ", i))
 	}
-	clock = clock.Add(time.Second)
+	*clock = clock.Add(time.Second)
 	k.Errorf(busy, 10)
 	lines := logs.FilterMessageSnippet("busy").All()
 	if len(lines) != 2 || lines[1].ContextMap()["suppressed_since_last"] != int64(9) {
