@@ -117,12 +117,7 @@ func (r *Repo) runFlushes(ctx context.Context, ws []Window, todo []int, eval boo
 	}
 	for k, i := range todo {
 		w := ws[i]
-		cmds[k] = run(ctx, pipe,
-			[]string{
-				r.keys.Stream(w.Shard),
-				r.keys.Current(w.Shard, w.ActivityID, w.UserID, w.ItemType),
-				r.keys.Parked(w.Shard, w.ID),
-			},
+		cmds[k] = run(ctx, pipe, r.flushKeys(w),
 			Group, w.ID, push.Channel(w.ActivityID), strconv.FormatInt(w.ActivityID, 10),
 			strconv.FormatInt(w.UserID, 10), push.JSONString(w.ItemType), r.delayMs, r.staleMs,
 		)
@@ -140,18 +135,22 @@ func (r *Repo) runFlushes(ctx context.Context, ws []Window, todo []int, eval boo
 // flush script in its "retire" mode, without the push's arguments: the
 // worker's way out for a window whose flush keeps panicking.
 func (r *Repo) Retire(ctx context.Context, w Window) (FlushResult, error) {
-	cmd := flushScript.Run(ctx, r.rdb,
-		[]string{
-			r.keys.Stream(w.Shard),
-			r.keys.Current(w.Shard, w.ActivityID, w.UserID, w.ItemType),
-			r.keys.Parked(w.Shard, w.ID),
-		},
-		Group, w.ID, "", "", "", "", r.delayMs, r.staleMs, "retire")
+	cmd := flushScript.Run(ctx, r.rdb, r.flushKeys(w), Group, w.ID, "", "", "", "", r.delayMs, r.staleMs, "retire")
 	res := parseFlush(cmd)
 	if res.Err != nil {
 		return FlushResult{}, wrap("repo.Retire", res.Err)
 	}
 	return res, nil
+}
+
+// flushKeys are the flush script's KEYS for w: its stream, its combo key's
+// current window and where w is if a newer one displaced it.
+func (r *Repo) flushKeys(w Window) []string {
+	return []string{
+		r.keys.Stream(w.Shard),
+		r.keys.Current(w.Shard, w.ActivityID, w.UserID, w.ItemType),
+		r.keys.Parked(w.Shard, w.ID),
+	}
 }
 
 func parseFlush(cmd *redis.Cmd) FlushResult {

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
@@ -484,11 +485,7 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 			it.due = r.Due
 			retry = append(retry, it)
 		case repo.Stale:
-			w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedStale).Inc()
-			w.log.Warn("window dropped unpublished: older than window.stale",
-				zap.Int("shard", it.w.Shard), zap.String("window", it.w.ID), zap.Int64("activity", it.w.ActivityID),
-				zap.Int64("user", it.w.UserID), zap.String("item_type", it.w.ItemType),
-				zap.Duration("age", r.Age), zap.Int64("quantity", r.Quantity))
+			w.stale(it.w, r, zapcore.WarnLevel, "window dropped unpublished: older than window.stale")
 			q.done(it)
 		case repo.Gone:
 			w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedGone).Inc()
@@ -541,16 +538,21 @@ func (w *Worker) retireIfDone(win repo.Window) {
 	}
 	switch res.Status {
 	case repo.Stale:
-		w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedStale).Inc()
-		w.log.Error("window dropped unpublished: its flush panicked until it was older than window.stale",
-			zap.Int("shard", win.Shard), zap.String("window", win.ID), zap.Int64("activity", win.ActivityID),
-			zap.Int64("user", win.UserID), zap.String("item_type", win.ItemType),
-			zap.Duration("age", res.Age), zap.Int64("quantity", res.Quantity))
+		w.stale(win, res, zapcore.ErrorLevel, "window dropped unpublished: its flush panicked until it was older than window.stale")
 	case repo.Gone:
 		w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedGone).Inc()
 	case repo.Lost:
 		w.lost(win, res.Age)
 	}
+}
+
+// stale counts and logs a window the flush script dropped unpublished,
+// older than window.stale, found by a flush or a retire.
+func (w *Worker) stale(win repo.Window, r repo.FlushResult, lvl zapcore.Level, msg string) {
+	w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedStale).Inc()
+	w.log.Log(lvl, msg, zap.Int("shard", win.Shard), zap.String("window", win.ID), zap.Int64("activity", win.ActivityID),
+		zap.Int64("user", win.UserID), zap.String("item_type", win.ItemType),
+		zap.Duration("age", r.Age), zap.Int64("quantity", r.Quantity))
 }
 
 // lost counts and logs a window whose data vanished before it could be

@@ -62,8 +62,8 @@ func newGuardedCodec() remote.Codec {
 	return guardedCodec{inner: inner, meta: inner.(remote.MetaDecoder)}
 }
 
-var errUnframed = errors.New("combo-service takes framed requests only (TTHeader or Framed transport): " +
-	"an unframed request's size is known only once it is read")
+const errUnframed = "combo-service takes framed requests only (TTHeader or Framed transport): " +
+	"an unframed request's size is known only once it is read"
 
 func (g guardedCodec) Encode(ctx context.Context, msg remote.Message, out remote.ByteBuffer) error {
 	return g.inner.Encode(ctx, msg, out)
@@ -87,7 +87,7 @@ func (g guardedCodec) DecodeMeta(ctx context.Context, msg remote.Message, in rem
 func (g guardedCodec) DecodePayload(ctx context.Context, msg remote.Message, in remote.ByteBuffer) error {
 	n := msg.PayloadLen()
 	if n <= 0 {
-		return perrors.NewProtocolErrorWithType(perrors.InvalidData, errUnframed.Error())
+		return perrors.NewProtocolErrorWithType(perrors.InvalidData, errUnframed)
 	}
 	buf, err := in.Peek(n)
 	if err != nil {
@@ -100,8 +100,9 @@ func (g guardedCodec) DecodePayload(ctx context.Context, msg remote.Message, in 
 }
 
 // CheckRequest walks a Thrift binary message (its header and its
-// arguments struct) without decoding it: every length must fit in buf and
-// every container hold at most MaxContainerItems.
+// arguments struct) without decoding it: every length must fit in buf,
+// lists must hold structs and at most MaxContainerItems items in all, and
+// there must be no set and no map.
 func CheckRequest(buf []byte) error {
 	_, _, _, l, err := thrift.Binary.ReadMessageBegin(buf)
 	if err != nil {
