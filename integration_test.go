@@ -14,6 +14,7 @@ import (
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/push"
 	"github.com/combo-service/combo-service/repo"
+	"github.com/combo-service/combo-service/validate"
 	"github.com/combo-service/combo-service/window"
 )
 
@@ -463,5 +464,112 @@ func TestMergeLatestRPC(t *testing.T) {
 	}
 	if n := len(window.Merge(rows, testWindow)); n != 4 {
 		t.Fatalf("window.Merge gives %d records", n)
+	}
+}
+
+// The window rule's edges through both paths (CONTRACT.md §2-3): for reports
+// of each key sent in created_at order, every pushed record equals
+// MergeLatest's for the same rows in all 12 members, on the right channel,
+// and nothing else is pushed. Boundaries at anchor + W - 1, W and W + 1 ms;
+// created_at ties sent highest id first; ids, user and item ids at the int64
+// limits (and the largest activity id's channel); empty strings and strings
+// at their byte limits full of what JSON must escape.
+func TestPushAndMergeLatestAgreeOnTheEdges(t *testing.T) {
+	s := startService(t, options{})
+	w := testWindow.Milliseconds()
+	t0 := time.Now().UnixMilli()
+	row := func(a, id, user int64, at int64, q int32) *combo.Contribution {
+		return &combo.Contribution{Id: id, ActivityId: a, UserId: user, StarId: id % 7, ItemId: id%5 + 1, ItemType: "rose",
+			ItemName: fmt.Sprint("name-", id), ItemIcon: fmt.Sprint("icon-", id), Nickname: fmt.Sprint("nick-", id),
+			AvatarUrl: fmt.Sprint("avatar-", id), Quantity: q, CreatedAt: at}
+	}
+	// 13 bytes: JSON escapes (quote, backslash, HTML, U+2028, controls,
+	// the fragment separator) and CJK.
+	const escapes = "\"\\<>&\u2028\x01\x1f烟"
+	name, url := strings.Repeat(escapes, validate.MaxName/len(escapes)), strings.Repeat(escapes, validate.MaxURL/len(escapes))
+	cases := []struct {
+		name     string
+		activity int64 // 0: a fresh one
+		windows  int   // how many records the rule makes of the rows
+		rows     func(a int64) []*combo.Contribution
+	}{
+		{"anchor+W-1 joins", 0, 2, func(a int64) []*combo.Contribution {
+			return []*combo.Contribution{row(a, newID(), 1, t0, 1), row(a, newID(), 1, t0+w-1, 2), row(a, newID(), 1, t0+2*w-1, 4)}
+		}},
+		{"anchor+W opens the next", 0, 2, func(a int64) []*combo.Contribution {
+			return []*combo.Contribution{row(a, newID(), 1, t0, 1), row(a, newID(), 1, t0+w, 2), row(a, newID(), 1, t0+2*w-1, 4)}
+		}},
+		{"anchor+W+1 opens the next", 0, 2, func(a int64) []*combo.Contribution {
+			return []*combo.Contribution{row(a, newID(), 1, t0, 1), row(a, newID(), 1, t0+w+1, 2)}
+		}},
+		{"created_at ties sent highest id first", 0, 2, func(a int64) []*combo.Contribution {
+			id := newID() + 10
+			newID()
+			return []*combo.Contribution{row(a, id+3, 1, t0, 1), row(a, id+2, 1, t0, 2), row(a, id+1, 1, t0+w-1, 3),
+				row(a, id, 1, t0+w-1, 5), row(a, id-1, 1, t0+w, 7), row(a, id-2, 1, t0+w, 11)}
+		}},
+		{"ids of different lengths", 0, 1, func(a int64) []*combo.Contribution {
+			return []*combo.Contribution{row(a, 100, 1, t0, 1), row(a, 99, 1, t0+1, 2), row(a, 1000, 1, t0+2, 4), row(a, 9, 1, t0+3, 8)}
+		}},
+		{"int64 limits", math.MaxInt64, 2, func(a int64) []*combo.Contribution {
+			hi := row(a, math.MaxInt64, math.MaxInt64, validate.MaxCreatedAt-1, validate.MaxQuantity)
+			hi.StarId, hi.ItemId = math.MaxInt64, math.MaxInt64
+			next := row(a, math.MaxInt64-1, math.MaxInt64, validate.MaxCreatedAt, 1)
+			next.StarId = 0
+			return []*combo.Contribution{hi, next, row(a, 1, 1, validate.MinCreatedAt, 1)}
+		}},
+		{"empty and full strings, item types that need escaping", 0, 2, func(a int64) []*combo.Contribution {
+			typ := "a:{b} \"c\\d\" 烟花 %s \u2028"
+			empty := row(a, newID(), 1, t0, 1)
+			empty.ItemType, empty.Nickname, empty.ItemName, empty.ItemIcon, empty.AvatarUrl = typ, "", "", "", ""
+			full := row(a, newID(), 1, t0+1, 1)
+			full.ItemType, full.Nickname, full.ItemName, full.ItemIcon, full.AvatarUrl = typ, name, name, url, url
+			alone := row(a, newID(), 2, t0+2, 1)
+			alone.ItemType, alone.Nickname, alone.ItemName, alone.ItemIcon, alone.AvatarUrl = strings.Repeat("烟", 21), name, name, url, url
+			return []*combo.Contribution{full, empty, alone} // the smaller id, with the empty strings, second
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := tc.activity
+			if a == 0 {
+				a = newActivity()
+			}
+			rows := tc.rows(a)
+			records := make([]*combo.ContributionRecord, len(rows))
+			for i, c := range rows {
+				if err := validate.Contribution(c, "row"); err != nil {
+					t.Fatal(err)
+				}
+				s.report(c)
+				records[i] = &combo.ContributionRecord{Id: c.Id, UserId: c.UserId, Nickname: c.Nickname, AvatarUrl: c.AvatarUrl,
+					StarId: c.StarId, ItemId: c.ItemId, ItemType: c.ItemType, ItemName: c.ItemName, ItemIcon: c.ItemIcon,
+					Quantity: c.Quantity, CreatedAt: c.CreatedAt}
+			}
+			merged, err := s.rpc.MergeLatest(context.Background(), &combo.MergeLatestRequest{ActivityId: a, Records: records})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(merged.Records) != tc.windows {
+				t.Fatalf("MergeLatest made %d records, want %d: %+v", len(merged.Records), tc.windows, merged.Records)
+			}
+			got := s.pushes.waitFor(len(merged.Records), wait, forActivity(a))
+			pushed := map[int64]push.Record{}
+			for _, g := range got {
+				if g.channel != push.Channel(a) {
+					t.Errorf("window %d pushed on %q, want %q", g.msg.Record.ID, g.channel, push.Channel(a))
+				}
+				pushed[g.msg.Record.ID] = g.msg.Record
+			}
+			for _, m := range merged.Records {
+				want := push.Record{ID: m.Id, UserID: m.UserId, Nickname: m.Nickname, AvatarURL: m.AvatarUrl, StarID: m.StarId,
+					ItemID: m.ItemId, ItemType: m.ItemType, ItemName: m.ItemName, ItemIcon: m.ItemIcon, Quantity: m.Quantity,
+					ComboCount: m.ComboCount, CreatedAt: m.CreatedAt}
+				if p := pushed[m.Id]; p != want {
+					t.Errorf("window %d:\npushed %+v\nmerged %+v", m.Id, p, want)
+				}
+			}
+			s.pushes.quiet(testWindow+testGrace, len(merged.Records), forActivity(a))
+		})
 	}
 }
