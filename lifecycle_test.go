@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -167,7 +168,7 @@ func TestEmbeddedRedisExpiresKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeAll()
-	rdb := newClient()
+	rdb := newClient(0)
 	ctx := context.Background()
 	if err := rdb.Set(ctx, "combo-test:ttl", "x", 200*time.Millisecond).Err(); err != nil {
 		t.Fatalf("SET on the embedded Redis at %s: %v", addr, err)
@@ -278,4 +279,49 @@ func shutdownUnderBusyCallers(t *testing.T, ttheader bool) {
 		t.Errorf("%d reports refused as draining: client.NewClient's connections outlived the server's exit wait", draining)
 	}
 	t.Logf("%d reports acknowledged, none left unread, %d refused as draining; first error %v", len(acked), draining, firstErr)
+}
+
+// The worker holds a connection per shard in its blocking read of the
+// stream (XREADGROUP BLOCK, worker.block). With more shards than its pool
+// has connections (redis.pool_size, or go-redis's 10 per CPU), the readers
+// of idle shards held them all while the others waited out redis.timeout
+// for one and backed off: windows were read, and pushed, seconds late,
+// and the claimer starved too.
+func TestWorkerHasAConnectionPerShard(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		shards, poolSz int
+	}{
+		{"pool_size below the shards", 4, 2},
+		{"default pool below the shards", 10*runtime.GOMAXPROCS(0) + 4, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startService(t, options{mutate: func(c *conf.Config) {
+				c.Redis.Shards, c.Redis.PoolSize = tc.shards, tc.poolSz
+				c.Worker.Block = time.Second // the default: a reader holds its connection that long when idle
+			}})
+			a := newActivity()
+			// A new window every 150 ms, all on shard 0, while the other
+			// shards stay idle: their readers block for worker.block.
+			const n = 15
+			keys := repo.NewKeys(tc.shards)
+			sent := map[int64]time.Time{}
+			for user := int64(1); len(sent) < n; user++ {
+				if keys.Shard(a, user, "firework") != 0 {
+					continue
+				}
+				sent[user] = time.Now()
+				s.report(gift(a, user, "firework", 1))
+				time.Sleep(150 * time.Millisecond)
+			}
+			got := s.pushes.waitFor(n, 10*time.Second, forActivity(a))
+			var worst time.Duration
+			for _, r := range got {
+				worst = max(worst, r.at.Sub(sent[r.msg.Record.UserID])-testWindow-testGrace)
+			}
+			if worst > 500*time.Millisecond {
+				t.Errorf("a window was pushed %s past W + grace after its report; want well under 500ms", worst)
+			}
+		})
+	}
 }

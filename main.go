@@ -13,6 +13,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -116,11 +117,12 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		m.PipelineReports.Observe(float64(reports))
 		m.PipelineSeconds.Observe(took.Seconds())
 	}
-	store := repo.New(newClient(), reportSettings)
+	store := repo.New(newClient(0), reportSettings)
 	// The worker has its own connections: under a flood of reports its
 	// flushes must not queue behind the request path's pipelines for a
-	// pooled connection, or windows close late.
-	workerStore := repo.New(newClient(), settings)
+	// pooled connection, or windows close late. Its pool fits its shards:
+	// each shard's reader holds a connection in a blocking read.
+	workerStore := repo.New(newClient(worker.Conns(cfg.Redis.Shards)), settings)
 	// Scripts are loaded now so pipelines can use EVALSHA at once; a node
 	// that lacks them later (down now, restarted, failed over) gets them
 	// by EVAL on its first NOSCRIPT.
@@ -211,7 +213,9 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 
 // openRedis starts the embedded Redis if none is configured and returns its
 // address, a constructor of clients for it, and a closer of all of them.
-func openRedis(cfg conf.Config, log *zap.Logger) (string, func() redis.UniversalClient, func(), error) {
+// A client's pool holds redis.pool_size connections (0: go-redis's 10 per
+// CPU) per node, or minConns if that is more.
+func openRedis(cfg conf.Config, log *zap.Logger) (string, func(minConns int) redis.UniversalClient, func(), error) {
 	opts := &redis.UniversalOptions{
 		Addrs: cfg.Redis.Addrs, Password: cfg.Redis.Password, DB: cfg.Redis.DB, PoolSize: cfg.Redis.PoolSize,
 		// Fail fast: a caller must get UNAVAILABLE within about a second,
@@ -246,8 +250,14 @@ func openRedis(cfg conf.Config, log *zap.Logger) (string, func() redis.Universal
 		opts.Addrs = []string{addr}
 	}
 	var clients []redis.UniversalClient
-	newClient := func() redis.UniversalClient {
-		c := redis.NewUniversalClient(opts)
+	newClient := func(minConns int) redis.UniversalClient {
+		o := *opts
+		pool := o.PoolSize
+		if pool == 0 {
+			pool = 10 * runtime.GOMAXPROCS(0) // go-redis's default
+		}
+		o.PoolSize = max(pool, minConns)
+		c := redis.NewUniversalClient(&o)
 		clients = append(clients, c)
 		return c
 	}

@@ -110,6 +110,17 @@ func (c *Config) defaults() {
 	}
 }
 
+// Conns is how many Redis connections a worker over shards may hold at
+// once on one node, the least its client's pool must have: per shard, one
+// held by its reader's blocking read for up to Block, one for its flusher
+// (past the client's own pipeline pool) and one for a reading of its
+// node's clock (read for all shards at once on a cluster); and one each
+// for the claimer and the housekeeper. With fewer, the readers of idle
+// shards hold every connection while the others wait for one and fail:
+// windows are read and published late, and dead replicas' windows are not
+// taken over.
+func Conns(shards int) int { return 3*max(shards, 1) + 2 }
+
 // Worker is one replica's consumer of the window streams.
 type Worker struct {
 	cfg     Config
