@@ -87,6 +87,12 @@ func (k Keys) ParkedPrefix(shard int) string { return k.tags[shard] + "p:" }
 // Parked is the key of a displaced window, by its stream entry id.
 func (k Keys) Parked(shard int, streamID string) string { return k.ParkedPrefix(shard) + streamID }
 
+// WindowPatterns are KEYS/SCAN patterns that match every window key of
+// every shard, current and parked: for inspection only (tests, an
+// operator's redis-cli), since no request or flush path may use KEYS or
+// SCAN. After every window is published or dropped, none matches.
+func WindowPatterns() []string { return []string{prefix + "{*}:w:*", prefix + "{*}:p:*"} }
+
 // Probe is a key of shard that is never written: deleting it changes
 // nothing, and is refused by a node that takes no writes.
 func (k Keys) Probe(shard int) string { return k.tags[shard] + "probe" }
