@@ -106,6 +106,19 @@ func (r *Repo) Claim(ctx context.Context, shard int, consumer string, minIdle ti
 	return ws, bad, deleted, next, nil
 }
 
+// LastID is the id of the newest entry in shard's stream, "" when it holds
+// none (or does not exist): every entry added later has a larger id.
+func (r *Repo) LastID(ctx context.Context, shard int) (string, error) {
+	msgs, err := r.rdb.XRevRangeN(ctx, r.keys.Stream(shard), "+", "-", 1).Result()
+	if err != nil {
+		return "", wrap("repo.LastID", err)
+	}
+	if len(msgs) == 0 {
+		return "", nil
+	}
+	return msgs[0].ID, nil
+}
+
 // Drop acknowledges and deletes entries that can never be flushed.
 func (r *Repo) Drop(ctx context.Context, shard int, ids []string) error {
 	if len(ids) == 0 {

@@ -111,3 +111,59 @@ func TestShutdownFinalReadOfDeadShardSparesTheOthers(t *testing.T) {
 		t.Fatal("the live shard's window was not published: the dead shard's retries starved it")
 	}
 }
+
+// busyFinalRead wraps the real store: before each of Shutdown's final
+// reads of new entries, another replica's RPC opens a window, as under a
+// load that opens windows faster than one read takes (10,000 a second
+// with 1 ms reads).
+type busyFinalRead struct {
+	*repo.Repo
+	other atomic.Int64 // the other replica's last contribution id
+	reads atomic.Int32 // final reads of new entries
+}
+
+func (s *busyFinalRead) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, error) {
+	if block < 0 && start == ">" {
+		s.reads.Add(1)
+		id := s.other.Add(1)
+		if _, err := s.Repo.Report(ctx, []*combo.Contribution{contribution(id, id)}); err != nil {
+			return nil, nil, err
+		}
+	}
+	return s.Repo.Read(ctx, shard, consumer, start, count, block)
+}
+
+// Shutdown's final read takes what this replica's last RPCs enqueued, not
+// the traffic other replicas keep taking: it read new entries until a read
+// found none, which under load never came, so the stop ran into its bound,
+// returned an error (exit 1), and left every window it held, its own
+// acknowledged ones included, to wait claim_idle for another replica.
+func TestShutdownFinalReadEndsUnderOthersLoad(t *testing.T) {
+	r, _, sub, m := setup(t)
+	ctx := context.Background()
+	store := &busyFinalRead{Repo: r}
+	store.other.Store(1000)
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	own := contribution(1, 1)
+	if _, err := r.Report(ctx, []*combo.Contribution{own}); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := wk.Shutdown(sctx); err != nil {
+		t.Fatalf("Shutdown after %s and %d final reads: %v", time.Since(start).Round(time.Millisecond), store.reads.Load(), err)
+	}
+	for {
+		select {
+		case msg := <-sub.Channel():
+			if strings.Contains(msg.Payload, `"activity_id":1,`) {
+				return
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("this replica's own window was not published before Shutdown returned")
+		}
+	}
+}

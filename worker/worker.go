@@ -19,7 +19,8 @@
 //
 // Shutdown order: stop the readers, the claimer and the housekeeper (nothing new is taken),
 // read once more this replica's own pending entries it does not hold and
-// what its last RPCs enqueued, let the flushers
+// what its last RPCs enqueued (new entries up to the newest one at that
+// moment), let the flushers
 // publish every held window as it comes due, then stop the flushers. What
 // is still held when the deadline passes stays pending in Redis for another
 // replica (or this one, restarted) to publish.
@@ -49,6 +50,7 @@ import (
 type Store interface {
 	EnsureGroup(ctx context.Context, shard int) error
 	Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, error)
+	LastID(ctx context.Context, shard int) (string, error)
 	Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) (ws []repo.Window, bad, deleted []string, next string, err error)
 	Drop(ctx context.Context, shard int, ids []string) error
 	Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error)
@@ -682,8 +684,21 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 }
 
 // finalRead takes what is left of shard for this replica at shutdown: its
-// own pending entries that it does not hold, then new ones, until none.
+// own pending entries that it does not hold, then new ones up to the
+// newest entry in the stream when it began. This replica's RPCs have
+// stopped, so every window they opened is at or before that entry; later
+// ones are the other replicas' traffic, theirs to read: under their load a
+// read that finds nothing new might never come, and the drain would run
+// into its bound and leave every window held here to wait claim_idle.
 func (w *Worker) finalRead(ctx context.Context, shard int) error {
+	var last string
+	if err := w.op(ctx, func(ctx context.Context) error {
+		var err error
+		last, err = w.store.LastID(ctx, shard)
+		return err
+	}); err != nil {
+		return err
+	}
 	for start := "0"; ctx.Err() == nil; {
 		n, err := w.readOnce(ctx, shard, start, -1)
 		if errors.Is(err, repo.ErrNoStream) {
@@ -700,7 +715,9 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 			}
 			continue
 		}
-		if n.count == 0 {
+		// ">" reads in id order: past last, everything up to it was
+		// delivered, to this replica or to another.
+		if n.count == 0 || last == "" || compareIDs(n.last, last) >= 0 {
 			return nil
 		}
 	}
