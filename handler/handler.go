@@ -62,11 +62,7 @@ func (h *Handler) ReportContribution(ctx context.Context, req *combo.ReportContr
 	}
 	h.count(res)
 	h.observeAge(arrived, []*combo.Contribution{c}, res)
-	// Debug only: at info there is no line per report, whatever the load.
-	if ce := h.log.Check(zap.DebugLevel, "reported"); ce != nil {
-		ce.Write(zap.Int64("activity", c.ActivityId), zap.Int64("user", c.UserId), zap.Int64("id", c.Id),
-			zap.Int64("window", res[0].WindowID), zap.Int32("window_quantity", res[0].WindowQuantity))
-	}
+	h.logReported([]*combo.Contribution{c}, res)
 	return response(res[0]), nil
 }
 
@@ -92,6 +88,7 @@ func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportCont
 	}
 	h.count(res)
 	h.observeAge(arrived, req.Contributions, res)
+	h.logReported(req.Contributions, res)
 	out := &combo.ReportContributionsResponse{Results: make([]*combo.ReportContributionResponse, len(res))}
 	for i, r := range res {
 		out.Results[i] = response(r)
@@ -146,6 +143,23 @@ func (h *Handler) observeAge(arrived time.Time, cs []*combo.Contribution, res []
 	for i, r := range res {
 		if r.Outcome != repo.Duplicate {
 			h.metrics.ReportAge.Observe(float64(max(now-cs[i].CreatedAt, 0)) / 1000)
+		}
+	}
+}
+
+// logReported writes one debug line per report, single or in a batch:
+// client.Reporter sends every report in a batch, so an operator who turns
+// debug on to follow an id must see those too. At info there is no line
+// per report, whatever the load, and the check costs no allocation.
+func (h *Handler) logReported(cs []*combo.Contribution, res []repo.ReportResult) {
+	if !h.log.Core().Enabled(zap.DebugLevel) {
+		return
+	}
+	for i, r := range res {
+		c := cs[i]
+		if ce := h.log.Check(zap.DebugLevel, "reported"); ce != nil {
+			ce.Write(zap.Int64("activity", c.ActivityId), zap.Int64("user", c.UserId), zap.Int64("id", c.Id),
+				zap.Int64("window", r.WindowID), zap.Int32("window_quantity", r.WindowQuantity))
 		}
 	}
 }

@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/combo-service/combo-service/internal/logging"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
@@ -119,4 +121,49 @@ func (s *scriptedStore) Report(_ context.Context, cs []*combo.Contribution) ([]r
 		s.seen[c.Id] = true
 	}
 	return res, nil
+}
+
+// At debug each report gets its line, in a batch too (client.Reporter
+// sends every report in one); at info no report gets one.
+func TestDebugLogsEachReport(t *testing.T) {
+	gift := func(id int64) *combo.Contribution {
+		return &combo.Contribution{Id: id, ActivityId: 7, UserId: 42, ItemId: 3, ItemType: "rose", Quantity: 1, CreatedAt: 1732950000000}
+	}
+	for _, tc := range []struct {
+		name  string
+		level zapcore.Level
+		batch bool
+		want  []int64 // ids with a "reported" line
+	}{
+		{"single at debug", zapcore.DebugLevel, false, []int64{1}},
+		{"batch at debug", zapcore.DebugLevel, true, []int64{1, 2, 3}},
+		{"single at info", zapcore.InfoLevel, false, nil},
+		{"batch at info", zapcore.InfoLevel, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			core, logs := observer.New(tc.level)
+			// Sampled, as main builds the handler's logger.
+			h := New(&scriptedStore{}, 3*time.Second, metrics.New(prometheus.NewRegistry()), logging.Sampled(zap.New(core)))
+			ctx := context.Background()
+			if tc.batch {
+				req := &combo.ReportContributionsRequest{Contributions: []*combo.Contribution{gift(1), gift(2), gift(3)}}
+				if _, err := h.ReportContributions(ctx, req); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := h.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: gift(1)}); err != nil {
+				t.Fatal(err)
+			}
+			var got []int64
+			for _, e := range logs.FilterMessage("reported").All() {
+				f := e.ContextMap()
+				if f["activity"] != int64(7) || f["user"] != int64(42) || f["window"] != f["id"] {
+					t.Errorf("line fields %v, want activity 7, user 42 and its window", f)
+				}
+				got = append(got, f["id"].(int64))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("reported lines for ids %v, want %v", got, tc.want)
+			}
+		})
+	}
 }
