@@ -122,7 +122,8 @@ func (r *Repo) runFlushes(ctx context.Context, ws []Window, todo []int, eval boo
 			strconv.FormatInt(w.UserID, 10), push.JSONString(w.ItemType), r.delayMs, r.staleMs,
 		)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && isUnavailable(err) {
+	sent, err := pipe.Exec(ctx)
+	if err := pipelineError(sent, err); err != nil {
 		return nil, err
 	}
 	return cmds, nil

@@ -278,4 +278,37 @@ func isUnavailable(err error) bool {
 	return false
 }
 
-var unavailableReplies = []string{"LOADING ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "READONLY ", "BUSY "}
+// NOAUTH, WRONGPASS and Redis's refusal of a long request before AUTH
+// ("ERR Protocol error: unauthenticated ...") say the command was refused
+// unrun: this replica's credentials are wrong (its /readyz fails too), and
+// another replica may take the report.
+var unavailableReplies = []string{"LOADING ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "READONLY ", "BUSY ",
+	"NOAUTH ", "WRONGPASS ", "ERR Protocol error: unauthenticated "}
+
+// pipelineError is the error of a pipeline as a whole, or nil when Exec's
+// error is only one of its commands' own (which stays on that command).
+// Redis not answering is the pipeline's. So is a connection whose set-up
+// Redis refused (HELLO or AUTH: WRONGPASS; SELECT of a missing db):
+// go-redis returns that from Exec and leaves every command with neither an
+// error nor a reply, none of them sent, which read one by one looked like
+// scripts that answered nothing ("want 3 values, got 0").
+func pipelineError(cmds []redis.Cmder, err error) error {
+	if err == nil || isUnavailable(err) {
+		return err
+	}
+	for _, c := range cmds {
+		if c.Err() != nil {
+			return nil
+		}
+	}
+	return notSentError{err}
+}
+
+// notSentError: Redis refused the connection before a pipeline's commands
+// were sent. Nothing was written, so it is Redis unavailable to this
+// replica (isUnavailable: it is no command's reply), named for what it is.
+type notSentError struct{ err error }
+
+func (e notSentError) Error() string {
+	return "connection refused by Redis, nothing sent: " + e.err.Error()
+}

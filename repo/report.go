@@ -213,9 +213,9 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 
 // runReports pipelines the report scripts for cs[todo...], grouped by
 // shard (a script's keys must share a slot) in input order, and returns
-// each script call's indices into cs. Only a transport failure of the
-// whole pipeline is returned as an error; script errors stay on their
-// commands. With eval it sends the script itself (EVAL) rather than its
+// each script call's indices into cs. Only a failure of the whole
+// pipeline (pipelineError) is returned as an error; script errors stay on
+// their commands. With eval it sends the script itself (EVAL) rather than its
 // hash, for a node whose script cache was flushed: EVAL caches it there
 // again, on that node alone, so a dead node elsewhere in a cluster
 // (which makes loading on every node fail) does not matter.
@@ -262,8 +262,8 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 			cmds = append(cmds, run(ctx, pipe, keys, args...))
 		}
 	}
-	_, err := pipe.Exec(ctx)
-	if err != nil && isUnavailable(err) {
+	sent, err := pipe.Exec(ctx)
+	if err := pipelineError(sent, err); err != nil {
 		return nil, nil, err
 	}
 	return groups, cmds, nil
