@@ -17,6 +17,7 @@ import (
 	"github.com/combo-service/combo-service/client"
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/handler"
+	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 	"github.com/combo-service/combo-service/repo"
@@ -323,5 +324,35 @@ func TestWorkerHasAConnectionPerShard(t *testing.T) {
 				t.Errorf("a window was pushed %s past W + grace after its report; want well under 500ms", worst)
 			}
 		})
+	}
+}
+
+// redis.username reaches Redis: with the default user off, only the ACL
+// user configured can log in.
+func TestRedisUsername(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	ctx := context.Background()
+	admin := srv.Client()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "combo", "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "default", "off").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		user string
+		ok   bool
+	}{{"combo", true}, {"", false}} {
+		cfg := conf.Default()
+		cfg.Redis.Addr, cfg.Redis.Username, cfg.Redis.Password = srv.Addr, tc.user, "pw"
+		_, newClient, closeAll, err := openRedis(cfg, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = newClient(0).Ping(ctx).Err()
+		closeAll()
+		if (err == nil) != tc.ok {
+			t.Errorf("username %q: PING %v", tc.user, err)
+		}
 	}
 }

@@ -217,7 +217,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 // CPU) per node, or minConns if that is more.
 func openRedis(cfg conf.Config, log *zap.Logger) (string, func(minConns int) redis.UniversalClient, func(), error) {
 	opts := &redis.UniversalOptions{
-		Addrs: cfg.Redis.Addrs, Password: cfg.Redis.Password, DB: cfg.Redis.DB, PoolSize: cfg.Redis.PoolSize,
+		Addrs: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password, DB: cfg.Redis.DB, PoolSize: cfg.Redis.PoolSize,
 		// Fail fast: a caller must get UNAVAILABLE within about a second,
 		// not after retries pile up behind a dead Redis.
 		DialTimeout: cfg.Redis.Timeout, ReadTimeout: cfg.Redis.Timeout, WriteTimeout: cfg.Redis.Timeout,

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
@@ -59,8 +60,11 @@ type Redis struct {
 	Addrs []string `mapstructure:"addrs"`
 	// EmbeddedAddr is where the embedded Redis listens (port 0 = free port).
 	EmbeddedAddr string `mapstructure:"embedded_addr"`
-	Password     string `mapstructure:"password"`
-	DB           int    `mapstructure:"db"`
+	// Username is the Redis 6+ ACL user; empty is the default user, the
+	// only one a password alone can log in as.
+	Username string `mapstructure:"username"`
+	Password string `mapstructure:"password"`
+	DB       int    `mapstructure:"db"`
 	// Timeout bounds one request path's Redis work, so callers get
 	// UNAVAILABLE quickly instead of waiting out retries.
 	Timeout time.Duration `mapstructure:"timeout"`
@@ -325,6 +329,9 @@ func checkHostPort(addr string) string {
 	if strings.ContainsAny(addr, "@/?,=") {
 		return "got a URL, userinfo or options" + hidden
 	}
+	if strings.ContainsFunc(addr, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		return "got a space or a control character in it" + hidden
+	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host == "" {
 		return "got no host:port" + hidden
@@ -381,6 +388,11 @@ func Load(path string) (Config, error) {
 	// start the service on its embedded, volatile Redis.
 	if err := v.UnmarshalExact(&c, viper.DecodeHook(hook)); err != nil {
 		return Config{}, fmt.Errorf("conf.Load: %w", err)
+	}
+	// A seed list written "a:6379, b:6379" is read as meant; a space
+	// inside an address is still refused (checkHostPort).
+	for i, a := range c.Redis.Addrs {
+		c.Redis.Addrs[i] = strings.TrimSpace(a)
 	}
 	if c.Worker.ClaimIdle == 0 {
 		c.Worker.ClaimIdle = DefaultClaimIdle(c.Window)

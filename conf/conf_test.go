@@ -3,6 +3,7 @@ package conf
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -321,5 +322,31 @@ func TestAddressErrorsHideThePassword(t *testing.T) {
 		if err := c.Validate(); err != nil {
 			t.Errorf("redis.addr %q refused: %v", a, err)
 		}
+	}
+}
+
+// A seed list written with spaces after its commas is read as meant, a
+// space inside an address is refused naming its key, and the ACL user is
+// read from COMBO_REDIS_USERNAME. Before, " b:6379" passed validation and
+// failed only at the dial.
+func TestRedisAddressesAndUser(t *testing.T) {
+	t.Setenv("COMBO_REDIS_ADDRS", "a:6379, b:6379 ,c:6379")
+	t.Setenv("COMBO_REDIS_USERNAME", "combo")
+	c, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a:6379", "b:6379", "c:6379"}; !slices.Equal(c.Redis.Addrs, want) || c.Redis.Username != "combo" {
+		t.Fatalf("addrs %q, username %q; want %q, combo", c.Redis.Addrs, c.Redis.Username, want)
+	}
+	for key, val := range map[string]string{"COMBO_REDIS_ADDRS": "a:6379,b :6379", "COMBO_REDIS_ADDR": " redis:6379"} {
+		t.Run(key, func(t *testing.T) {
+			t.Setenv("COMBO_REDIS_ADDRS", "")
+			t.Setenv(key, val)
+			_, err := Load("")
+			if err == nil || !strings.Contains(err.Error(), "a space") {
+				t.Errorf("%s=%q: %v; want a refusal naming the space", key, val, err)
+			}
+		})
 	}
 }
