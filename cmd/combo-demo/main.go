@@ -8,8 +8,11 @@
 // every tap's quantity is in exactly one push, every window is pushed once,
 // and MergeLatest (the poll path) merges the same taps into the same records.
 //
-//	go run . &                                   # the service; note embedded_redis_addr in its log
-//	go run ./cmd/combo-demo -redis 127.0.0.1:43219
+//	go run .                                     # the service; note embedded_redis_addr in its log
+//	go run ./cmd/combo-demo -redis 127.0.0.1:43219  # in a second terminal
+//
+// (Stop the service with Ctrl-C. Sent to the pid of `go run` alone, a
+// SIGTERM stops only the go tool and leaves the service running.)
 //
 // It exits 1 if a check fails, 2 on bad flags or when it cannot reach the
 // service or Redis.
