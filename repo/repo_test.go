@@ -99,14 +99,20 @@ func TestReportThenFlush(t *testing.T) {
 		if err != nil || len(bad) != 0 || len(ws) != 1 {
 			t.Fatalf("read: %v %v %v", ws, bad, err)
 		}
-		fr, err := r.Flush(ctx, ws)
+		// Before due the flush is early and changes nothing. Flushed by a
+		// repo whose W is an hour, it is surely before due: with r's
+		// 250 ms, a busy CI host that stalled this test for longer between
+		// the report and the flush made it published.
+		s := settings()
+		s.Window, s.Stale = time.Hour, 2*time.Hour
+		fr, err := repo.New(rdb, s).Flush(ctx, ws)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fr[0].Status != repo.Early {
+		if fr[0].Status != repo.Early || fr[0].Due != ws[0].Due+(s.Window-settings().Window).Milliseconds() || fr[0].Now >= fr[0].Due {
 			t.Fatalf("flush before due must be early, got %+v", fr[0])
 		}
-		time.Sleep(time.Duration(fr[0].Due-fr[0].Now)*time.Millisecond + 5*time.Millisecond)
+		untilDue(t, r, ws)
 		fr, err = r.Flush(ctx, ws)
 		if err != nil || fr[0].Status != repo.Published || fr[0].Quantity != 2 {
 			t.Fatalf("flush: %+v %v", fr, err)
@@ -259,7 +265,12 @@ func TestRetireOnlyAStaleWindow(t *testing.T) {
 			t.Fatalf("read %v %v", ws, err)
 		}
 		cur := r.Keys().Current(0, 7, 42, "rose")
-		if res, err := r.Retire(ctx, ws[0]); err != nil || res.Status != repo.Kept {
+		// Retired by a repo whose window.stale is an hour, it is surely
+		// fresh: with r's 300 ms, a CI host that stalled this test for
+		// longer since the report made it stale.
+		fresh := s
+		fresh.Stale = time.Hour
+		if res, err := repo.New(rdb, fresh).Retire(ctx, ws[0]); err != nil || res.Status != repo.Kept {
 			t.Fatalf("retire of a fresh window: %+v %v, want kept", res, err)
 		}
 		if rdb.Exists(ctx, cur).Val() != 1 || rdb.XLen(ctx, r.Keys().Stream(0)).Val() != 1 {
@@ -682,7 +693,7 @@ func TestFlushReloadsLostScripts(t *testing.T) {
 }
 
 // dueWindow reports one contribution, reads its window as consumer c1 and
-// returns it once it is due (its first flush answered early).
+// returns it once it is due, unflushed.
 func dueWindow(t *testing.T, r *repo.Repo) []repo.Window {
 	t.Helper()
 	ctx := context.Background()
@@ -693,12 +704,26 @@ func dueWindow(t *testing.T, r *repo.Repo) []repo.Window {
 	if err != nil || len(ws) != 1 {
 		t.Fatalf("read %v %v", ws, err)
 	}
-	fr, err := r.Flush(ctx, ws)
-	if err != nil || fr[0].Status != repo.Early {
-		t.Fatalf("first flush %+v %v, want early", fr, err)
-	}
-	time.Sleep(time.Duration(fr[0].Due-fr[0].Now)*time.Millisecond + 5*time.Millisecond)
+	untilDue(t, r, ws)
 	return ws
+}
+
+// untilDue waits until Redis's clock says ws[0] is due. It asks Redis
+// rather than flushing early first: a flush meant to be early, sent W +
+// grace after the report on a stalled CI host, published the window.
+func untilDue(t *testing.T, r *repo.Repo, ws []repo.Window) {
+	t.Helper()
+	for {
+		now, err := r.Time(context.Background(), ws[0].Shard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait := ws[0].Due - now.UnixMilli()
+		if wait < 0 {
+			return
+		}
+		time.Sleep(time.Duration(wait+1) * time.Millisecond)
+	}
 }
 
 // A replica (a demoted master, after a failover) refuses the report
