@@ -235,10 +235,14 @@ func TestEachShardRunsOnItsNodesClock(t *testing.T) {
 		t.Errorf("%d early flushes for 800 windows (shard 0: %d, shard 1: %d): a flusher timed windows by the other node's clock",
 			early, store.early[0].Load(), store.early[1].Load())
 	}
-	for s := range 2 {
-		if mean := store.lagMs[s].Load() / store.pub[s].Load(); mean > 20 {
-			t.Errorf("shard %d: mean publish lag %d ms (the nodes are 120 ms apart): its windows were timed by the other node's clock", s, mean)
-		}
+	// Load delays both shards' flushes alike; a flusher timed by the other
+	// node's clock is late on the node ahead (with one estimate for both:
+	// shard 1's mean lag 62 ms, shard 0's 0). A bound on each mean alone
+	// (20 ms) failed on a busy CI host, where both reached 73-80 ms.
+	mean := func(s int) int64 { return store.lagMs[s].Load() / store.pub[s].Load() }
+	if d := mean(1) - mean(0); d > store.skew/3 || d < -store.skew/3 {
+		t.Errorf("mean publish lag %d ms on shard 0, %d ms on shard 1 (the nodes are %d ms apart): one shard's windows were timed by the other node's clock",
+			mean(0), mean(1), store.skew)
 	}
 }
 
