@@ -162,6 +162,22 @@ func (c *coalescer) take() []*reportCall {
 
 // run executes one shared pipeline and answers every call in it.
 func (c *coalescer) run(batch []*reportCall) {
+	// A panic (a bug, a hook of the Redis client) fails the calls of this
+	// pipeline only. Unwinding on, it left them unanswered and the running
+	// slot of its goroutine taken: every later call on the shard waited,
+	// unsent, until its caller gave up, for as long as the process lived;
+	// and in drain, which no one recovers, it ended the process.
+	defer func() {
+		if p := recover(); p != nil {
+			err := fmt.Errorf("repo.Report: panic in a shared pipeline: %v", p)
+			for _, call := range batch {
+				if !answered(call) {
+					call.err = err
+					close(call.done)
+				}
+			}
+		}
+	}()
 	live := batch[:0:0]
 	var all []*combo.Contribution
 	for _, call := range batch {

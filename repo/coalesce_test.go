@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -308,5 +309,105 @@ func TestDegradedCallsOfOnePipelinePublishTogether(t *testing.T) {
 	// The held pipeline's one call, then the 199 queued behind it.
 	if count.alone.Load() != 0 || count.pipelines.Load() != 2 || count.inPipelines.Load() != calls {
 		t.Fatalf("PUBLISH: %d alone, %d in %d pipelines; want %d in 2", count.alone.Load(), count.inPipelines.Load(), count.pipelines.Load(), calls)
+	}
+}
+
+// A panic in a shared pipeline (a bug, or a hook of the Redis client)
+// fails the calls it carried, and the shard's reports go on. It used to
+// unwind the goroutine running the pipeline with its running slot still
+// taken: every later report on the shard then waited, unsent, until its
+// caller gave up, for as long as the process lived; and in the goroutine
+// that carries on for queued calls (drain), it ended the process.
+func TestPanicInAPipelineFailsOnlyItsCalls(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		panicAt int64 // the pipeline that panics, counting from 1
+		queued  int   // calls queued behind the first pipeline
+		failed  int   // calls the panicking pipeline carried
+	}{
+		{"a caller's own pipeline", 1, 0, 1},
+		{"a caller's pipeline, calls queued behind it", 1, 3, 1},
+		{"the pipeline run for queued calls", 2, 3, 3}, // last: unrecovered, it ends the test binary
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var pipelines atomic.Int64
+			release := make(chan struct{})
+			rdb := testredis.Start(t, testredis.Options{}).Client()
+			r := repo.New(rdb, settings())
+			if err := r.LoadScripts(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			rdb.AddHook(scriptPipelineHook{before: func() {
+				n := pipelines.Add(1)
+				if n == 1 {
+					<-release // the first pipeline waits until the rest are queued
+				}
+				if n == tc.panicAt {
+					panic("injected")
+				}
+			}})
+			answers := make(chan error, 1+tc.queued)
+			report := func(id int64) {
+				defer func() {
+					if p := recover(); p != nil { // as Kitex recovers a handler's panic
+						answers <- fmt.Errorf("panicked: %v", p)
+					}
+				}()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_, err := r.Report(ctx, []*combo.Contribution{contribution(id, fmt.Sprint("t", id), base)})
+				answers <- err
+			}
+			go report(1)
+			for pipelines.Load() == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			for i := range tc.queued {
+				go report(int64(i + 2))
+			}
+			waitPending(t, r, tc.queued)
+			close(release)
+			failed := 0
+			for range 1 + tc.queued {
+				select {
+				case err := <-answers:
+					if err == nil {
+						continue
+					}
+					failed++
+					if errors.Is(err, repo.ErrCallerGone) || errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "repo.Report") {
+						t.Errorf("a call of a panicking pipeline: %v, want it failed by repo.Report, not as Redis down or its caller gone", err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("a report never returned")
+				}
+			}
+			if failed != tc.failed {
+				t.Errorf("%d calls failed, want the %d the panicking pipeline carried", failed, tc.failed)
+			}
+			// The shard goes on: a later report is sent and counted.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			res, err := r.Report(ctx, []*combo.Contribution{contribution(100, "later", base)})
+			if err != nil || res[0].Outcome != repo.Opened {
+				t.Fatalf("report after a pipeline panicked: %+v %v, want a window opened", res, err)
+			}
+		})
+	}
+}
+
+// scriptPipelineHook runs before each pipeline of scripts, the reports'
+// (not before those go-redis sends to set up a new connection).
+type scriptPipelineHook struct{ before func() }
+
+func (h scriptPipelineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h scriptPipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h scriptPipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if name := cmds[0].Name(); name == "evalsha" || name == "eval" {
+			h.before()
+		}
+		return next(ctx, cmds)
 	}
 }
