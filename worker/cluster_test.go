@@ -15,6 +15,7 @@ import (
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/push"
 	"github.com/combo-service/combo-service/repo"
 	"github.com/combo-service/combo-service/worker"
 )
@@ -108,7 +109,32 @@ func newClusterCase(t *testing.T) *clusterCase {
 	if len(c.liveShards) == 0 {
 		t.Fatal("every shard on one master")
 	}
+	// Watch the pushes on a master that lives: PUBLISH reaches every node.
+	// prepare's subscriber is on the master of the pattern's slot, which
+	// here is the one about to die: go-redis then moved it to another
+	// node, and pushes published meanwhile were lost (on a busy CI host,
+	// all of them: "0 of 4 live shards' windows published").
+	for _, addr := range c.cluster.Addrs {
+		if addr != c.deadAddr {
+			c.sub = subscribeAt(t, addr)
+			break
+		}
+	}
 	return c
+}
+
+// subscribeAt subscribes to every push channel on the node at addr alone,
+// and returns once Redis has confirmed it.
+func subscribeAt(t *testing.T, addr string) *redis.PubSub {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	sub := rdb.PSubscribe(context.Background(), push.ChannelPattern)
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return sub
 }
 
 // report reports one contribution of a combo key on shard.
