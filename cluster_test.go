@@ -26,11 +26,13 @@ func TestRedisCluster(t *testing.T) {
 	s := startService(t, options{cluster: cluster, mutate: func(c *conf.Config) { c.Redis.Shards = shards }})
 
 	t.Run("same item 3 times: one push, quantity 3, first id", func(t *testing.T) {
-		a := newActivity()
-		first := gift(a, 1, "firework", 1)
-		s.report(first)
-		s.report(gift(a, 1, "firework", 1))
-		s.report(gift(a, 1, "firework", 1))
+		var first *combo.Contribution
+		a := inOneWindow(t, func(a int64) {
+			first = gift(a, 1, "firework", 1)
+			s.report(first)
+			s.report(gift(a, 1, "firework", 1))
+			s.report(gift(a, 1, "firework", 1))
+		})
 		got := s.pushes.waitFor(1, wait, forActivity(a))
 		if r := got[0].msg.Record; r.ID != first.Id || r.Quantity != 3 {
 			t.Fatalf("record %+v", r)

@@ -56,13 +56,15 @@ func TestPushScenarios(t *testing.T) {
 	})
 
 	t.Run("same item 3 times within 1s: one push, quantity 3, first id", func(t *testing.T) {
-		a := newActivity()
-		first := gift(a, 1, "firework", 1)
-		s.report(first)
+		var first *combo.Contribution
 		var last *combo.ReportContributionResponse
-		for range 2 {
-			last = s.report(gift(a, 1, "firework", 1))
-		}
+		a := inOneWindow(t, func(a int64) {
+			first = gift(a, 1, "firework", 1)
+			s.report(first)
+			for range 2 {
+				last = s.report(gift(a, 1, "firework", 1))
+			}
+		})
 		if last.WindowId != first.Id || last.WindowQuantity != 3 {
 			t.Fatalf("last response %+v, want window %d quantity 3", last, first.Id)
 		}
