@@ -55,14 +55,15 @@ func (h *Handler) ReportContribution(ctx context.Context, req *combo.ReportContr
 		return nil, h.fail(ctx, err, 1)
 	}
 	c := req.Contribution
+	cs := []*combo.Contribution{c}
 	arrived := time.Now()
-	res, err := h.store.Report(ctx, []*combo.Contribution{c})
+	res, err := h.store.Report(ctx, cs)
 	if err != nil {
 		return nil, h.fail(ctx, err, 1, zap.Int64("activity", c.ActivityId), zap.Int64("user", c.UserId), zap.Int64("id", c.Id))
 	}
 	h.count(res)
-	h.observeAge(arrived, []*combo.Contribution{c}, res)
-	h.logReported([]*combo.Contribution{c}, res)
+	h.observeAge(arrived, cs, res)
+	h.logReported(cs, res)
 	return response(res[0]), nil
 }
 
