@@ -11,6 +11,7 @@ import (
 
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/push"
 	"github.com/combo-service/combo-service/repo"
 )
 
@@ -78,5 +79,74 @@ func TestWrongCredentialsAreUnavailable(t *testing.T) {
 		if rr.Outcome == repo.Duplicate {
 			t.Errorf("report %d: a duplicate: the wrong client's attempt was counted", i+2)
 		}
+	}
+}
+
+// An ACL user denied the push channels (Redis 7 gives a new user none
+// unless told: acl-pubsub-default resetchannels) cannot publish. Its
+// flush must then change nothing: the window stays pending with its data,
+// and is published once the channel is granted. Before, the script
+// deleted the window and its entry and only then failed at PUBLISH: every
+// window of acknowledged reports was lost, and counted "gone" (already
+// published elsewhere) at its retry.
+func TestFlushDeniedTheChannelKeepsTheWindow(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	ctx := context.Background()
+	admin := srv.Client()
+	t.Cleanup(func() { admin.Close() })
+	if err := admin.Do(ctx, "ACL", "SETUSER", "combo", "on", ">pw", "~*", "resetchannels", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "combo", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	sub := admin.Subscribe(ctx, push.Channel(7))
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := repo.New(rdb, settings())
+	if err := r.EnsureGroups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", time.Now().UnixMilli())}); err != nil {
+		t.Fatal(err)
+	}
+	ws, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
+	if err != nil || len(ws) != 1 {
+		t.Fatalf("read %d windows, %v", len(ws), err)
+	}
+	untilDue(t, r, ws)
+	res, err := r.Flush(ctx, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Err == nil {
+		t.Fatalf("flush denied the channel: %+v; want an error", res[0])
+	}
+	stream := r.Keys().Stream(0)
+	if n := admin.XLen(ctx, stream).Val(); n != 1 {
+		t.Fatalf("the denied flush left %d stream entries, want the window's 1", n)
+	}
+	if p := admin.XPending(ctx, stream, repo.Group).Val(); p == nil || p.Count != 1 {
+		t.Fatalf("the denied flush left pending %+v, want the window's entry", p)
+	}
+	if !strings.Contains(res[0].Err.Error(), "NOPERM") || !strings.Contains(res[0].Err.Error(), push.Channel(7)) {
+		t.Errorf("the denied flush's error %q does not name NOPERM and the channel", res[0].Err)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "combo", "allchannels").Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err = r.Flush(ctx, ws)
+	if err != nil || res[0].Err != nil || res[0].Status != repo.Published || res[0].Quantity != 1 {
+		t.Fatalf("flush once the channel is granted: %+v %v; want published, quantity 1", res, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	msg, err := sub.ReceiveMessage(rctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != 1 || m.Record.Quantity != 1 {
+		t.Fatalf("push %s: %+v %v", msg.Payload, m, err)
 	}
 }

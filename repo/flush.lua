@@ -35,6 +35,8 @@
 --                expire: evicted (maxmemory-policy is not noeviction) or
 --                deleted; acked and deleted
 --   5 kept       a = age ms: mode "retire" and not stale; nothing changed
+-- or an error reply NOPERM when the user may not PUBLISH on the channel:
+-- nothing changed, the window stays pending.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -91,7 +93,15 @@ if now < due then return {1, due, now} end
 -- first, a refused DEL would leave the window pending and every retry would
 -- publish it again. Once a script has written, those checks pass for the
 -- rest of it, so PUBLISH can then fail only on an ACL that denies the
--- channel: the window is retired unpublished and the error is returned.
+-- channel, after the window is retired. That is checked first, so such a
+-- flush changes nothing: the window stays pending, retried until the
+-- channel is granted or it is stale. (Redis 7 gives a new ACL user no
+-- channel, acl-pubsub-default resetchannels: every window would be lost.
+-- redis.acl_check_cmd is Redis 7's; the embedded Redis has no ACLs.)
+if redis.acl_check_cmd and not redis.acl_check_cmd('PUBLISH', ARGV[3], '') then
+  return redis.error_reply('NOPERM this Redis user may not PUBLISH on ' .. ARGV[3] ..
+    ' (grant it with ACL SETUSER <user> &act:*); the window stays pending')
+end
 redis.call('DEL', key)
 retire()
 local star, item, nick, avatar, name, icon = string.match(w.f, '^([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31(.*)$')
