@@ -114,3 +114,32 @@ func TestReadyWithEvalshaOnly(t *testing.T) {
 		t.Fatalf("Ready for a user without EVAL: %v", err)
 	}
 }
+
+// A user that may write the service's keys but not PUBLISH on the push
+// channels (Redis 7 gives a new ACL user no channel unless told) takes
+// every report and pushes no window: it is not ready, and the error says
+// why. Granted the channels, it is.
+func TestReadyRefusesAUserDeniedTheChannels(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	ctx := context.Background()
+	admin := srv.Client()
+	t.Cleanup(func() { admin.Close() })
+	if err := admin.Do(ctx, "ACL", "SETUSER", "combo", "on", ">pw", "~*", "resetchannels", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "combo", Password: "pw"})
+	t.Cleanup(func() { rdb.Close() })
+	r := repo.New(rdb, settings())
+	if err := r.Ready(ctx); err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "PUBLISH") {
+		t.Fatalf("Ready for a user denied the channels: %v; want NOPERM naming PUBLISH", err)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "combo", "&act:*").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Ready(ctx); err != nil {
+		t.Fatalf("Ready once granted &act:*: %v", err)
+	}
+	if n := admin.DBSize(ctx).Val(); n != 0 {
+		t.Fatalf("the probe wrote %d keys", n)
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/push"
 )
 
 // ErrUnavailable wraps every failure where Redis did not answer (refused,
@@ -136,11 +138,24 @@ func (r *Repo) Time(ctx context.Context, shard int) (time.Time, error) {
 
 // writeProbeScript deletes a key that is never written: nothing changes
 // (and nothing is replicated), but a read-only replica refuses it
-// (READONLY), as it refuses every report.
+// (READONLY), as it refuses every report. First it asks Redis whether this
+// user may PUBLISH on the push channels: a user denied them (Redis 7 gives
+// a new ACL user none: acl-pubsub-default resetchannels) takes every
+// report and can push no window. redis.acl_check_cmd is Redis 7's and
+// publishes nothing; before 7, and on the embedded Redis, it is skipped.
 //
 // KEYS[1]  the shard's probe key (Keys.Probe), never written
-// Returns 0, the number of keys deleted.
-var writeProbeScript = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
+// ARGV[1]  a push channel (act:1:contributions)
+// Returns 0, the number of keys deleted, or NOPERM.
+var writeProbeScript = redis.NewScript(`
+if redis.acl_check_cmd and not redis.acl_check_cmd('PUBLISH', ARGV[1], '') then
+  return redis.error_reply('NOPERM this Redis user may not PUBLISH on ' .. ARGV[1] ..
+    ' (grant it with ACL SETUSER <user> &act:*): no window could be pushed')
+end
+return redis.call('DEL', KEYS[1])`)
+
+// probeChannel stands for every push channel in the readiness probe.
+var probeChannel = push.Channel(1)
 
 // Ready checks that Redis can take this replica's reports: that a shard's
 // node answers and takes writes. PING alone passes on a read-only replica
@@ -151,7 +166,8 @@ var writeProbeScript = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
 // MISCONF, NOREPLICAS) passes: its reports still go out, degraded, and
 // every replica would see the same. Any other refusal fails it: a wrong
 // password or a too-narrow ACL user (NOAUTH, WRONGPASS, NOPERM) fails
-// every report, degraded ones included.
+// every report, degraded ones included; so does a user denied the push
+// channels, whose windows would all stay unpublished.
 //
 // On one node, shard 0's probe stands for all. On a Redis Cluster, one
 // shard per master is probed, each on its own (go-redis fails a whole
@@ -162,7 +178,7 @@ var writeProbeScript = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
 func (r *Repo) Ready(ctx context.Context) error {
 	cc, ok := r.rdb.(*redis.ClusterClient)
 	if !ok {
-		return wrap("repo.Ready", unready(writeProbeScript.Run(ctx, r.rdb, []string{r.keys.Probe(0)}).Err()))
+		return wrap("repo.Ready", unready(writeProbeScript.Run(ctx, r.rdb, []string{r.keys.Probe(0)}, probeChannel).Err()))
 	}
 	byMaster := map[string]int{} // master address -> a shard it serves
 	var errs []error
@@ -188,7 +204,9 @@ func (r *Repo) Ready(ctx context.Context) error {
 	}
 	results := make(chan error, len(byMaster))
 	for _, shard := range byMaster {
-		go func() { results <- unready(writeProbeScript.Run(ctx, cc, []string{r.keys.Probe(shard)}).Err()) }()
+		go func() {
+			results <- unready(writeProbeScript.Run(ctx, cc, []string{r.keys.Probe(shard)}, probeChannel).Err())
+		}()
 	}
 	for range byMaster {
 		err := <-results
