@@ -211,6 +211,13 @@ func (c Config) Validate() error {
 			bad("redis.embedded_addr", "must be host:port, got %q", c.Redis.EmbeddedAddr)
 		}
 	}
+	// go-redis logs in only with a password: a user named without one is
+	// never sent, and the service would run as the default user (an ACL
+	// user with nopass takes any password, so give it one).
+	if c.Redis.Username != "" && c.Redis.Password == "" {
+		bad("redis.username", "needs redis.password: without one the client never logs in as %q and runs as the default user "+
+			"(a nopass user takes any password)", c.Redis.Username)
+	}
 	if c.Redis.DB < 0 {
 		bad("redis.db", "must be >= 0, got %d", c.Redis.DB)
 	}

@@ -247,6 +247,8 @@ func TestValidateNamesKey(t *testing.T) {
 		{"redis.timeout", func(c *Config) { c.Redis.Timeout = 0 }},
 		{"redis.shards", func(c *Config) { c.Redis.Shards = 0 }},
 		{"redis.addrs", func(c *Config) { c.Redis.Addr, c.Redis.Addrs = "a:1", []string{"b:2"} }},
+		// go-redis sends no AUTH without a password: the user would be ignored.
+		{"redis.username", func(c *Config) { c.Redis.Username = "combo" }},
 		{"window.size", func(c *Config) { c.Window.Size = 0 }},
 		{"window.size", func(c *Config) { c.Window.Size = 25 * time.Hour }},
 		{"window.grace", func(c *Config) { c.Window.Grace = -time.Millisecond }},
@@ -332,6 +334,7 @@ func TestAddressErrorsHideThePassword(t *testing.T) {
 func TestRedisAddressesAndUser(t *testing.T) {
 	t.Setenv("COMBO_REDIS_ADDRS", "a:6379, b:6379 ,c:6379")
 	t.Setenv("COMBO_REDIS_USERNAME", "combo")
+	t.Setenv("COMBO_REDIS_PASSWORD", "pw") // a user needs one (Validate)
 	c, err := Load("")
 	if err != nil {
 		t.Fatal(err)
