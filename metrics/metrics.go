@@ -77,12 +77,15 @@ type Metrics struct {
 	ReportAge      prometheus.Histogram   // arrival time minus created_at
 	Reclaimed      prometheus.Counter
 	ClaimDeleted   prometheus.Counter
-	BadEntries     prometheus.Counter
-	RedisErrors    *prometheus.CounterVec // by op
-	LoopPanics     *prometheus.CounterVec // by loop
-	HeldWindows    prometheus.Gauge
-	StreamLength   *prometheus.GaugeVec // by shard, sampled
-	StreamPending  *prometheus.GaugeVec // by shard, sampled
+	// GroupsRecreated counts consumer groups found missing and created
+	// again: Redis lost a stream with its waiting windows.
+	GroupsRecreated prometheus.Counter
+	BadEntries      prometheus.Counter
+	RedisErrors     *prometheus.CounterVec // by op
+	LoopPanics      *prometheus.CounterVec // by loop
+	HeldWindows     prometheus.Gauge
+	StreamLength    *prometheus.GaugeVec // by shard, sampled
+	StreamPending   *prometheus.GaugeVec // by shard, sampled
 	// StreamMaxLength is redis.stream_maxlen, so an alert can compare
 	// StreamLength with the bound past which this replica opens no window.
 	StreamMaxLength prometheus.Gauge
@@ -114,6 +117,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Stream entries taken over from another consumer (XAUTOCLAIM)."}),
 		ClaimDeleted: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "claim_deleted_entries_total",
 			Help: "Pending entries XAUTOCLAIM reported as deleted from the stream: their windows cannot be published."}),
+		GroupsRecreated: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "stream_groups_recreated_total",
+			Help: "Consumer groups found missing (NOGROUP) and created again: Redis lost the stream and the windows waiting in it (FLUSHALL, restart without persistence, eviction), whose flushes then count as gone."}),
 		BadEntries: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "bad_entries_total",
 			Help: "Stream entries that could not be parsed or whose processing panicked."}),
 		RedisErrors: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "redis_errors_total",

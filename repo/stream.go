@@ -52,6 +52,15 @@ func (r *Repo) EnsureGroup(ctx context.Context, shard int) error {
 	return wrap("repo.EnsureGroup", fmt.Errorf("shard %d: %w", shard, err))
 }
 
+// ErrGroupRecreated is Read's and Claim's error when shard's consumer
+// group was missing (NOGROUP) and has just been created again: Redis lost
+// the stream, and with it every window waiting in it and its pending
+// entries (FLUSHALL, a restart without persistence, eviction under a
+// maxmemory-policy other than noeviction). Nothing was read; the next read
+// works. Those windows can no longer be told from ones published
+// elsewhere (their flushes answer Gone), so this is the one sign of the loss.
+var ErrGroupRecreated = errors.New("consumer group was missing and has been created again: Redis lost the stream and the windows waiting in it")
+
 // Read reads up to count entries of shard's stream for consumer. start "0"
 // re-reads the consumer's own pending entries (after a restart), ">" reads
 // new ones, waiting up to block (block must be > 0 or < 0 for no wait: 0
@@ -75,7 +84,7 @@ func (r *Repo) Read(ctx context.Context, shard int, consumer, start string, coun
 			if gerr := r.EnsureGroup(ctx, shard); gerr != nil {
 				return nil, nil, gerr
 			}
-			return nil, nil, nil
+			return nil, nil, fmt.Errorf("repo.Read: shard %d: %w (%w)", shard, ErrGroupRecreated, err)
 		}
 		return nil, nil, wrap("repo.Read", err)
 	}
@@ -98,7 +107,10 @@ func (r *Repo) Claim(ctx context.Context, shard int, consumer string, minIdle ti
 	}).Result()
 	if err != nil {
 		if redis.HasErrorPrefix(err, "NOGROUP") {
-			return nil, nil, nil, "0-0", r.EnsureGroup(ctx, shard)
+			if gerr := r.EnsureGroup(ctx, shard); gerr != nil {
+				return nil, nil, nil, "0-0", gerr
+			}
+			return nil, nil, nil, "0-0", fmt.Errorf("repo.Claim: shard %d: %w (%w)", shard, ErrGroupRecreated, err)
 		}
 		return nil, nil, nil, "", wrap("repo.Claim", err)
 	}

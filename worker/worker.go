@@ -37,6 +37,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -131,6 +132,9 @@ type Worker struct {
 	metrics *metrics.Metrics
 
 	qs []*dueQueue // one per shard, each drained by its own flusher, on its node's clock
+	// prepared[shard] is set once the shard's group was created or found
+	// at start: a group missing after that was lost with Redis's data.
+	prepared []atomic.Bool
 
 	takeCtx    context.Context // readers and claimer
 	stopTaking context.CancelFunc
@@ -158,7 +162,7 @@ func New(store Store, cfg Config, log *zap.Logger, m *metrics.Metrics) *Worker {
 		}
 	}
 	return &Worker{
-		cfg: cfg, store: store, log: log, metrics: m, qs: qs,
+		cfg: cfg, store: store, log: log, metrics: m, qs: qs, prepared: make([]atomic.Bool, cfg.Shards),
 		draining: make(chan struct{}), flushCtx: flushCtx, stopFlush: stopFlush, flushDone: make(chan struct{}),
 	}
 }
@@ -212,6 +216,7 @@ func (w *Worker) prepare(ctx context.Context, shard int) bool {
 	for ctx.Err() == nil {
 		err := w.op(ctx, func(ctx context.Context) error { return w.store.EnsureGroup(ctx, shard) })
 		if err == nil {
+			w.prepared[shard].Store(true)
 			return true
 		}
 		if ctx.Err() == nil {
@@ -238,6 +243,12 @@ func (w *Worker) readLoop(ctx context.Context, shard int) {
 			continue
 		}
 		n, err := w.readOnce(ctx, shard, start, w.cfg.Block)
+		if errors.Is(err, repo.ErrGroupRecreated) {
+			w.groupLost(shard, err) // recreated: read it from the start
+			start = "0"
+			bo.wait(ctx)
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -364,6 +375,14 @@ func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
 			ws, bad, deleted, next, err = w.store.Claim(ctx, shard, w.cfg.Consumer, w.cfg.ClaimIdle, cursor, min(w.cfg.ReadCount, room))
 			return err
 		})
+		if errors.Is(err, repo.ErrGroupRecreated) {
+			// Before the shard's reader prepared it, a missing group is
+			// a new Redis's, not a loss.
+			if w.prepared[shard].Load() {
+				w.groupLost(shard, err)
+			}
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -704,6 +723,11 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 		if errors.Is(err, repo.ErrNoStream) {
 			return nil // never written to, and Redis refuses to create it: nothing to read
 		}
+		if errors.Is(err, repo.ErrGroupRecreated) {
+			w.groupLost(shard, err)
+			start = "0"
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -722,6 +746,18 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// groupLost counts and logs a consumer group found missing after this
+// replica prepared it, and created again: Redis lost the stream with its
+// waiting windows. Their flushes find neither data nor entry and count
+// as gone, like windows another replica published, so this is the loss's
+// only sign.
+func (w *Worker) groupLost(shard int, err error) {
+	w.metrics.GroupsRecreated.Inc()
+	w.log.Error("consumer group missing, created again: Redis lost the stream and the windows waiting in it "+
+		"(FLUSHALL, a restart without persistence, or eviction: maxmemory-policy must be noeviction)",
+		zap.Int("shard", shard), zap.Error(err))
 }
 
 func (w *Worker) redisError(op string, err error) {
