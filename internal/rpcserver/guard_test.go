@@ -278,12 +278,15 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	// under it (with 300 ms and calls 100 ms apart, a loaded CI host did).
 	const idle = time.Second
 	addr := serveIdle(t, 100, idle)
+	// Timed from before the dial: the server's idle time starts when it
+	// accepts, which may be before Dial returns here (a test that started
+	// after it saw the close at 999.6 ms).
+	start := time.Now()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	start := time.Now()
 	_ = conn.SetReadDeadline(start.Add(5 * time.Second))
 	var one [1]byte
 	if _, err := conn.Read(one[:]); err == nil || strings.Contains(err.Error(), "timeout") {
