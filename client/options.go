@@ -97,7 +97,9 @@ type ReporterOptions struct {
 	// waits for every OnDrop call, and OnDrop must not call Close. The slice and the contributions in it
 	// are copies, the caller's to keep and change.
 	OnDrop func(batch []*combo.Contribution, err error)
-	// Logger logs every drop at error level (in addition to OnDrop). If
+	// Logger logs every drop at error level (in addition to OnDrop), one
+	// line per dropped batch naming the id of each contribution in it
+	// ("ids"), with the reason. If
 	// neither Logger nor OnDrop is set, NewReporter uses a default logger
 	// that writes drops as JSON lines to stderr, so no drop goes unseen;
 	// set OnDrop (or a Logger of your own) to handle them instead.

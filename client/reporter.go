@@ -772,10 +772,18 @@ func (r *Reporter) drop(items []*combo.Contribution, err error) {
 		items = own
 	}
 	if l := r.opts.Logger; l != nil {
+		// Every id: a batch mixes the reports of concurrent callers, so
+		// the ids between its first and last are no range of the dropped
+		// ones, and without OnDrop this line is all that names them.
+		ids := make([]int64, len(items))
+		for i, c := range items {
+			ids[i] = c.Id
+		}
 		l.Error("combo client: contributions dropped",
 			zap.Int("count", len(items)),
 			zap.Int64("first_id", items[0].Id),
 			zap.Int64("last_id", items[len(items)-1].Id),
+			zap.Int64s("ids", ids),
 			zap.Error(err))
 	}
 	if r.opts.OnDrop != nil {

@@ -145,30 +145,35 @@ func TestDefaultLoggerReportsDrops(t *testing.T) {
 	f := newFake(func(context.Context, int, []*combo.Contribution) error { return errTransport })
 	// No OnDrop, no Logger; no retries, whose default budget is seconds.
 	r := newTestReporter(t, f, ReporterOptions{MaxRetries: -1})
-	mustReport(t, r, 1, 2)
+	// Concurrent callers interleave: the batch's ids are no range.
+	mustReport(t, r, 1, 5, 2)
 	closeWithin(t, r) // flushes, retries, drops
 
-	if s := r.Stats(); s.Dropped != 2 {
-		t.Fatalf("stats %+v, want 2 dropped", s)
+	if s := r.Stats(); s.Dropped != 3 {
+		t.Fatalf("stats %+v, want 3 dropped", s)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 1 || lines[0] == "" {
 		t.Fatalf("default logger wrote %q, want one line for the one dropped batch", out.String())
 	}
 	var entry struct {
-		Level string `json:"level"`
-		Msg   string `json:"msg"`
-		Count int    `json:"count"`
-		First int64  `json:"first_id"`
-		Last  int64  `json:"last_id"`
-		Error string `json:"error"`
+		Level string  `json:"level"`
+		Msg   string  `json:"msg"`
+		Count int     `json:"count"`
+		First int64   `json:"first_id"`
+		Last  int64   `json:"last_id"`
+		IDs   []int64 `json:"ids"`
+		Error string  `json:"error"`
 	}
 	if err := json.Unmarshal([]byte(lines[0]), &entry); err != nil {
 		t.Fatalf("log line %q: %v", lines[0], err)
 	}
-	if entry.Level != "error" || entry.Count != 2 || entry.First != 1 || entry.Last != 2 ||
+	// Without OnDrop, this line is all that names the dropped
+	// contributions: it must name each, not only the first and last.
+	if entry.Level != "error" || entry.Count != 3 || entry.First != 1 || entry.Last != 2 ||
+		!slices.Equal(entry.IDs, []int64{1, 5, 2}) ||
 		!strings.Contains(entry.Error, errTransport.Error()) || !strings.Contains(entry.Msg, "dropped") {
-		t.Fatalf("log entry %+v, want an error-level drop of ids 1..2 naming the transport error", entry)
+		t.Fatalf("log entry %+v, want an error-level drop naming ids 1, 5, 2 and the transport error", entry)
 	}
 }
 
