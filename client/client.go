@@ -1,11 +1,18 @@
 package client
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	kclient "github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/pkg/connpool"
+	"github.com/cloudwego/kitex/pkg/discovery"
+	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/transport"
 
 	"github.com/combo-service/combo-service/internal/connreset"
@@ -33,8 +40,11 @@ const (
 )
 
 // NewClient builds a Kitex client for combo-service talking to hostPorts
-// ("host:port"), with an RPC timeout of DefaultClientRPCTimeout and a connect
-// timeout of DefaultClientConnectTimeout. opts are applied after these
+// ("host:port" over TCP), with an RPC timeout of DefaultClientRPCTimeout
+// and a connect timeout of DefaultClientConnectTimeout. A host name is
+// looked up at each dial, so one not in DNS yet when the client is built
+// works once it is; an entry that is no host:port with a numeric port is
+// refused with an error naming it. opts are applied after these
 // defaults, so a caller's client.WithRPCTimeout (or any other option)
 // overrides them, with one exception: Kitex ORs transport protocols
 // together, so TTHeader framing stays on (Framed alone still gives
@@ -46,9 +56,13 @@ func NewClient(hostPorts []string, opts ...kclient.Option) (comboservice.Client,
 	if len(hostPorts) == 0 {
 		return nil, errors.New("combo client: NewClient needs at least one host:port")
 	}
+	resolver, err := staticResolver(hostPorts)
+	if err != nil {
+		return nil, err
+	}
 	all := make([]kclient.Option, 0, 4+len(opts))
 	all = append(all,
-		kclient.WithHostPorts(hostPorts...),
+		kclient.WithResolver(resolver),
 		kclient.WithRPCTimeout(DefaultClientRPCTimeout),
 		kclient.WithConnectTimeout(DefaultClientConnectTimeout),
 		// Kitex keeps 10 idle connections per address by default: a caller
@@ -64,6 +78,38 @@ func NewClient(hostPorts []string, opts ...kclient.Option) (comboservice.Client,
 	)
 	all = append(all, opts...)
 	return comboservice.NewClient(ServiceName, all...)
+}
+
+// staticResolver is the fixed list of TCP addresses hostPorts, each
+// "host:port" with a numeric port. Kitex's own WithHostPorts resolves each
+// host once, when the client is built, and takes one that does not resolve
+// then for a Unix socket path: a service name not yet in DNS when the
+// caller starts (a pod not ready yet, a DNS hiccup) or an address missing
+// its port made a client that could never reach combo-service, with no
+// error. combo-service listens on TCP only; a host here is looked up at
+// each dial, so a name that resolves later works then.
+func staticResolver(hostPorts []string) (discovery.Resolver, error) {
+	ins := make([]discovery.Instance, len(hostPorts))
+	for i, hp := range hostPorts {
+		_, port, err := net.SplitHostPort(hp)
+		if err == nil {
+			if n, perr := strconv.ParseUint(port, 10, 16); perr != nil || n == 0 {
+				err = fmt.Errorf("port must be 1..65535, got %q", port)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("combo client: NewClient hostPorts[%d] must be host:port, got %q: %w", i, hp, err)
+		}
+		ins[i] = discovery.NewInstance("tcp", hp, discovery.DefaultWeight, nil)
+	}
+	targets := strings.Join(hostPorts, ",")
+	return &discovery.SynthesizedResolver{
+		ResolveFunc: func(context.Context, string) (discovery.Result, error) {
+			return discovery.Result{Cacheable: true, CacheKey: "fixed", Instances: ins}, nil
+		},
+		NameFunc:   func() string { return targets },
+		TargetFunc: func(context.Context, rpcinfo.EndpointInfo) string { return targets },
+	}, nil
 }
 
 // IsComboError reports whether err is, or wraps, the ComboError exception

@@ -1,9 +1,13 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+
+	kclient "github.com/cloudwego/kitex/client"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
@@ -33,4 +37,45 @@ func TestNewClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	var _ BatchSender = cli
+}
+
+// An address that is no host:port is refused when the client is built,
+// naming it: Kitex took it for a Unix socket path and the client could
+// never reach the service, with no error anywhere but each call's.
+func TestNewClientRefusesBadAddresses(t *testing.T) {
+	for _, hp := range []string{"127.0.0.1", "combo-service", "", "combo-service:", "combo-service:0", "combo-service:65536", "combo-service:http"} {
+		_, err := NewClient([]string{"127.0.0.1:8888", hp})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("hostPorts[1] must be host:port, got %q", hp)) {
+			t.Errorf("NewClient(%q) = %v, want an error naming hostPorts[1]", hp, err)
+		}
+	}
+	for _, hp := range []string{"localhost:8888", "[::1]:8888", ":8888", "combo-service.example:65535"} {
+		if _, err := NewClient([]string{hp}); err != nil {
+			t.Errorf("NewClient(%q) = %v, want a client", hp, err)
+		}
+	}
+}
+
+// A host name that does not resolve when the client is built (a service
+// not in DNS yet: its pods not ready, a DNS hiccup at start-up) is still
+// dialed over TCP, looked up at each dial, so the client works once the
+// name resolves. Kitex's WithHostPorts took it for a Unix socket path for
+// good.
+func TestNewClientDoesNotResolveAtBuild(t *testing.T) {
+	const unresolved = "combo-service.invalid:8888"
+	cli, err := NewClient([]string{unresolved}, kclient.WithRPCTimeout(waitFor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cli.ReportContributions(context.Background(), &combo.ReportContributionsRequest{
+		Contributions: []*combo.Contribution{contribution(1)},
+	})
+	if err == nil {
+		t.Fatal("a call to an unresolvable host succeeded")
+	}
+	// The dial looks the name up (and would connect once it resolves); a
+	// Unix socket dial never would.
+	if msg := err.Error(); strings.Contains(msg, "unix") || !strings.Contains(msg, "lookup combo-service.invalid") {
+		t.Fatalf("call error %q, want the TCP dial's lookup of %s", msg, unresolved)
+	}
 }
