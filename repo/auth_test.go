@@ -31,16 +31,7 @@ func TestWrongCredentialsAreUnavailable(t *testing.T) {
 	t.Cleanup(func() { good.Close() })
 	// An open window, for a flush by the wrong client.
 	r := repo.New(good, settings())
-	if err := r.EnsureGroups(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", time.Now().UnixMilli())}); err != nil {
-		t.Fatal(err)
-	}
-	ws, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
-	if err != nil || len(ws) != 1 {
-		t.Fatalf("read %d windows, %v", len(ws), err)
-	}
+	ws := openWindow(t, r)
 	for _, tc := range []struct{ name, password, refusal string }{
 		{"wrong password", "nope", "WRONGPASS"},
 		{"no password", "", "unauthenticated"},
@@ -90,31 +81,15 @@ func TestWrongCredentialsAreUnavailable(t *testing.T) {
 // window of acknowledged reports was lost, and counted "gone" (already
 // published elsewhere) at its retry.
 func TestFlushDeniedTheChannelKeepsTheWindow(t *testing.T) {
-	srv := testredis.Start(t, testredis.Options{})
 	ctx := context.Background()
-	admin := srv.Client()
-	t.Cleanup(func() { admin.Close() })
-	if err := admin.Do(ctx, "ACL", "SETUSER", "combo", "on", ">pw", "~*", "resetchannels", "+@all").Err(); err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "combo", Password: "pw", MaxRetries: -1})
-	t.Cleanup(func() { rdb.Close() })
+	admin, rdb := userDeniedChannels(t)
 	sub := admin.Subscribe(ctx, push.Channel(7))
 	t.Cleanup(func() { sub.Close() })
 	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
 	r := repo.New(rdb, settings())
-	if err := r.EnsureGroups(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", time.Now().UnixMilli())}); err != nil {
-		t.Fatal(err)
-	}
-	ws, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
-	if err != nil || len(ws) != 1 {
-		t.Fatalf("read %d windows, %v", len(ws), err)
-	}
+	ws := openWindow(t, r)
 	untilDue(t, r, ws)
 	res, err := r.Flush(ctx, ws)
 	if err != nil {
@@ -149,4 +124,39 @@ func TestFlushDeniedTheChannelKeepsTheWindow(t *testing.T) {
 	if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != 1 || m.Record.Quantity != 1 {
 		t.Fatalf("push %s: %+v %v", msg.Payload, m, err)
 	}
+}
+
+// userDeniedChannels starts a Redis with an ACL user "combo" (password
+// "pw") that may run every command on every key but PUBLISH on no channel,
+// as Redis 7 makes a new user unless told (acl-pubsub-default
+// resetchannels). It returns the default user's client and combo's.
+func userDeniedChannels(t *testing.T) (admin, user *redis.Client) {
+	t.Helper()
+	srv := testredis.Start(t, testredis.Options{})
+	admin = srv.Client()
+	t.Cleanup(func() { admin.Close() })
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", "combo", "on", ">pw", "~*", "resetchannels", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	user = redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "combo", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { user.Close() })
+	return admin, user
+}
+
+// openWindow reports one contribution (id 1) through r and reads its new
+// window from shard 0's stream as consumer "c1".
+func openWindow(t *testing.T, r *repo.Repo) []repo.Window {
+	t.Helper()
+	ctx := context.Background()
+	if err := r.EnsureGroups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", time.Now().UnixMilli())}); err != nil {
+		t.Fatal(err)
+	}
+	ws, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
+	if err != nil || len(ws) != 1 {
+		t.Fatalf("read %d windows, %v", len(ws), err)
+	}
+	return ws
 }

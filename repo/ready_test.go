@@ -120,15 +120,8 @@ func TestReadyWithEvalshaOnly(t *testing.T) {
 // every report and pushes no window: it is not ready, and the error says
 // why. Granted the channels, it is.
 func TestReadyRefusesAUserDeniedTheChannels(t *testing.T) {
-	srv := testredis.Start(t, testredis.Options{})
 	ctx := context.Background()
-	admin := srv.Client()
-	t.Cleanup(func() { admin.Close() })
-	if err := admin.Do(ctx, "ACL", "SETUSER", "combo", "on", ">pw", "~*", "resetchannels", "+@all").Err(); err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "combo", Password: "pw"})
-	t.Cleanup(func() { rdb.Close() })
+	admin, rdb := userDeniedChannels(t)
 	r := repo.New(rdb, settings())
 	if err := r.Ready(ctx); err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "PUBLISH") {
 		t.Fatalf("Ready for a user denied the channels: %v; want NOPERM naming PUBLISH", err)
