@@ -103,11 +103,17 @@ func staticResolver(hostPorts []string) (discovery.Resolver, error) {
 		ins[i] = discovery.NewInstance("tcp", hp, discovery.DefaultWeight, nil)
 	}
 	targets := strings.Join(hostPorts, ",")
+	// Kitex shares one balancer factory, resolver included, among the
+	// clients of a process whose resolvers have the same name: named
+	// targets alone, as WithHostPorts names its own, a client of these
+	// addresses built with WithHostPorts while the name did not resolve
+	// (a Unix socket path) would lend this one its resolver.
+	name := "combo-client tcp " + targets
 	return &discovery.SynthesizedResolver{
 		ResolveFunc: func(context.Context, string) (discovery.Result, error) {
 			return discovery.Result{Cacheable: true, CacheKey: "fixed", Instances: ins}, nil
 		},
-		NameFunc:   func() string { return targets },
+		NameFunc:   func() string { return name },
 		TargetFunc: func(context.Context, rpcinfo.EndpointInfo) string { return targets },
 	}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/cloudwego/kitex/client/callopt"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 )
 
 // fakeDNS answers every A query with 127.0.0.1 once resolves is set, and
@@ -166,5 +167,41 @@ func TestNewClientDialsIPv6Literals(t *testing.T) {
 	case <-conns:
 	case <-time.After(waitFor):
 		t.Fatalf("no TCP connection to %s within %s", ln.Addr(), waitFor)
+	}
+}
+
+// Kitex shares one balancer factory, resolver included, among all the
+// clients of a process whose resolvers have the same name. A client built
+// with Kitex's WithHostPorts while the name did not resolve (a Unix
+// socket path for good) must not lend NewClient's client its resolver.
+func TestNewClientSharesNoResolverWithWithHostPorts(t *testing.T) {
+	dns := startFakeDNS(t)
+	dns.useResolver(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := accepted(t, ln)
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	hp := net.JoinHostPort("combo-shared.test", port)
+
+	other, err := comboservice.NewClient(ServiceName, kclient.WithHostPorts(hp), kclient.WithRPCTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = report(other) // its balancer factory is built, keyed by its resolver's name
+	dns.resolves.Store(true)
+
+	cli, err := NewClient([]string{hp}, kclient.WithRPCTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := report(cli); err != nil && strings.Contains(err.Error(), "unix") {
+		t.Fatalf("NewClient's client dialed a Unix socket: %v", err)
+	}
+	select {
+	case <-conns:
+	case <-time.After(waitFor):
+		t.Fatalf("no TCP connection to %s within %s", hp, waitFor)
 	}
 }
