@@ -370,6 +370,9 @@ func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
 		var ws []repo.Window
 		var bad, deleted []string
 		var next string
+		// Read before the claim: the reader may prepare the shard while
+		// the claim finds a new Redis's group missing and creates it.
+		prepared := w.prepared[shard].Load()
 		err := w.op(ctx, func(ctx context.Context) error {
 			var err error
 			ws, bad, deleted, next, err = w.store.Claim(ctx, shard, w.cfg.Consumer, w.cfg.ClaimIdle, cursor, min(w.cfg.ReadCount, room))
@@ -378,7 +381,7 @@ func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
 		if errors.Is(err, repo.ErrGroupRecreated) {
 			// Before the shard's reader prepared it, a missing group is
 			// a new Redis's, not a loss.
-			if w.prepared[shard].Load() {
+			if prepared {
 				w.groupLost(shard, err)
 			}
 			return nil
@@ -724,7 +727,11 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 			return nil // never written to, and Redis refuses to create it: nothing to read
 		}
 		if errors.Is(err, repo.ErrGroupRecreated) {
-			w.groupLost(shard, err)
+			// A shard whose reader never prepared it (Redis was down
+			// since the start) finds a new Redis's group missing: no loss.
+			if w.prepared[shard].Load() {
+				w.groupLost(shard, err)
+			}
 			start = "0"
 			continue
 		}
