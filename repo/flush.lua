@@ -100,7 +100,7 @@ if now < due then return {1, due, now} end
 -- redis.acl_check_cmd is Redis 7's; the embedded Redis has no ACLs.)
 if redis.acl_check_cmd and not redis.acl_check_cmd('PUBLISH', ARGV[3], '') then
   return redis.error_reply('NOPERM this Redis user may not PUBLISH on ' .. ARGV[3] ..
-    ' (grant it with ACL SETUSER <user> &act:*); the window stays pending')
+    ' (it needs the command and the channels: ACL SETUSER <user> +publish &act:*); the window stays pending')
 end
 redis.call('DEL', key)
 retire()

@@ -136,3 +136,29 @@ func TestReadyRefusesAUserDeniedTheChannels(t *testing.T) {
 		t.Fatalf("the probe wrote %d keys", n)
 	}
 }
+
+// A user granted the push channels but not the PUBLISH command (one built
+// from @read, @write, @stream and @scripting: PUBLISH is in @pubsub) is
+// refused as well, and the error names both grants: told only "&act:*",
+// which it has, the operator could not fix it.
+func TestReadyNamesThePublishCommand(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	ctx := context.Background()
+	admin := srv.Client()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "combo", "on", ">pw", "~combo:*", "&act:*",
+		"+@read", "+@write", "+@stream", "+@scripting", "+@connection", "+time").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "combo", Password: "pw"})
+	t.Cleanup(func() { rdb.Close() })
+	r := repo.New(rdb, settings())
+	if err := r.Ready(ctx); err == nil || !strings.Contains(err.Error(), "+publish") {
+		t.Fatalf("Ready for a user without PUBLISH: %v; want NOPERM naming +publish", err)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "combo", "+publish").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Ready(ctx); err != nil {
+		t.Fatalf("Ready once granted +publish: %v", err)
+	}
+}

@@ -150,7 +150,7 @@ func (r *Repo) Time(ctx context.Context, shard int) (time.Time, error) {
 var writeProbeScript = redis.NewScript(`
 if redis.acl_check_cmd and not redis.acl_check_cmd('PUBLISH', ARGV[1], '') then
   return redis.error_reply('NOPERM this Redis user may not PUBLISH on ' .. ARGV[1] ..
-    ' (grant it with ACL SETUSER <user> &act:*): no window could be pushed')
+    ' (it needs the command and the channels: ACL SETUSER <user> +publish &act:*): no window could be pushed')
 end
 return redis.call('DEL', KEYS[1])`)
 
