@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/combo-service/combo-service/client"
+	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
 
@@ -210,7 +211,14 @@ func TestReporterServiceDown(t *testing.T) {
 // Redis down: the service answers UNAVAILABLE and the Reporter retries
 // (the default policy), so the reports get through once Redis is back.
 func TestReporterRidesOutARedisOutage(t *testing.T) {
-	s := startService(t, options{})
+	// The test can subscribe only once Redis is back, when the Reporter's
+	// retries may land too: a window of a second leaves the subscription
+	// that long to be in place before the first push (with 200 ms, a
+	// stalled host could push before it).
+	s := startService(t, options{mutate: func(c *conf.Config) {
+		c.Window.Size, c.Window.Grace = time.Second, 100*time.Millisecond
+		c.Worker.ClaimIdle = conf.DefaultClaimIdle(c.Window)
+	}})
 	cli, err := client.NewClient([]string{s.addrs.RPCAddr})
 	if err != nil {
 		t.Fatal(err)
