@@ -98,8 +98,9 @@ type ReporterOptions struct {
 	// are copies, the caller's to keep and change.
 	OnDrop func(batch []*combo.Contribution, err error)
 	// Logger logs every drop at error level (in addition to OnDrop), one
-	// line per dropped batch naming the id of each contribution in it
-	// ("ids"), with the reason. If
+	// line per dropped batch (per 256 of its contributions, to keep lines
+	// short) naming the id of each contribution in it ("ids", "count" of
+	// them), with the reason. If
 	// neither Logger nor OnDrop is set, NewReporter uses a default logger
 	// that writes drops as JSON lines to stderr, so no drop goes unseen;
 	// set OnDrop (or a Logger of your own) to handle them instead.

@@ -758,6 +758,10 @@ func (r *Reporter) resolve(b *batch, ans answers, err error) {
 	r.drop(b.items, err)
 }
 
+// dropLogIDs is the most ids one drop line names: 256 ids of 19 digits
+// keep a line near 5 KB.
+const dropLogIDs = 256
+
 // drop logs items and hands OnDrop copies of them: the originals may still
 // be read by an RPC that its ctx abandoned (Kitex returns at the deadline
 // while its pooled goroutine goes on encoding the request), and the caller
@@ -774,17 +778,23 @@ func (r *Reporter) drop(items []*combo.Contribution, err error) {
 	if l := r.opts.Logger; l != nil {
 		// Every id: a batch mixes the reports of concurrent callers, so
 		// the ids between its first and last are no range of the dropped
-		// ones, and without OnDrop this line is all that names them.
-		ids := make([]int64, len(items))
-		for i, c := range items {
-			ids[i] = c.Id
+		// ones, and without OnDrop these lines are all that names them.
+		// At most dropLogIDs a line: a batch of 1000 long ids made a line
+		// of about 20 KB, and container runtimes split lines over 16 KB,
+		// which a log shipper may then not parse as JSON.
+		for start := 0; start < len(items); start += dropLogIDs {
+			chunk := items[start:min(start+dropLogIDs, len(items))]
+			ids := make([]int64, len(chunk)) // a core may keep the field
+			for i, c := range chunk {
+				ids[i] = c.Id
+			}
+			l.Error("combo client: contributions dropped",
+				zap.Int("count", len(chunk)),
+				zap.Int64("first_id", chunk[0].Id),
+				zap.Int64("last_id", chunk[len(chunk)-1].Id),
+				zap.Int64s("ids", ids),
+				zap.Error(err))
 		}
-		l.Error("combo client: contributions dropped",
-			zap.Int("count", len(items)),
-			zap.Int64("first_id", items[0].Id),
-			zap.Int64("last_id", items[len(items)-1].Id),
-			zap.Int64s("ids", ids),
-			zap.Error(err))
 	}
 	if r.opts.OnDrop != nil {
 		r.opts.OnDrop(items, err)

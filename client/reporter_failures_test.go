@@ -177,6 +177,46 @@ func TestDefaultLoggerReportsDrops(t *testing.T) {
 	}
 }
 
+// A dropped batch of 600 long ids is logged in lines of at most 256 ids,
+// each well under the 16 KB at which container runtimes split a line,
+// and together naming every id once.
+func TestDropLinesStayShort(t *testing.T) {
+	var out syncBuffer
+	old := defaultDropLogOutput
+	defaultDropLogOutput = &out
+	t.Cleanup(func() { defaultDropLogOutput = old })
+
+	f := newFake(func(context.Context, int, []*combo.Contribution) error { return errTransport })
+	r := newTestReporter(t, f, ReporterOptions{MaxRetries: -1, BatchSize: 600, QueueSize: 600, Linger: time.Hour})
+	const base = int64(1_000_000_000_000_000_000) // 19 digits
+	var want []int64
+	for i := range int64(600) {
+		c := contribution(base + i)
+		c.CreatedAt = 1_732_950_000_000 + i
+		mustReportPtr(t, r, c)
+		want = append(want, c.Id)
+	}
+	closeWithin(t, r) // one batch of 600, dropped
+
+	var got []int64
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var entry struct {
+			Count int     `json:"count"`
+			IDs   []int64 `json:"ids"`
+		}
+		if err := json.Unmarshal([]byte(line), &entry); err != nil {
+			t.Fatalf("log line of %d bytes: %v", len(line), err)
+		}
+		if len(entry.IDs) > 256 || entry.Count != len(entry.IDs) || len(line) > 8<<10 {
+			t.Errorf("a drop line of %d bytes names %d ids (count %d), want at most 256 and a few KB", len(line), len(entry.IDs), entry.Count)
+		}
+		got = append(got, entry.IDs...)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("drop lines named %d ids, want the 600 reported, each once, in order", len(got))
+	}
+}
+
 // The fallback applies only when nothing else would see a drop: a caller's
 // Logger or OnDrop is used as given.
 func TestDefaultLoggerOnlyWhenUnobserved(t *testing.T) {
