@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"runtime"
 	"strings"
 	"sync"
@@ -121,6 +123,35 @@ func TestShutdownPublishesHeldWindows(t *testing.T) {
 	}
 	if pending := s.rdb.XPending(context.Background(), repo.NewKeys(1).Stream(0), repo.Group).Val(); pending.Count != 0 {
 		t.Fatalf("%d entries still pending after shutdown", pending.Count)
+	}
+}
+
+// From SIGTERM on, /readyz fails at once, while the service still
+// publishes its held windows: before, it answered ok until Kitex's exit
+// wait (up to 2 s) ended and the worker stopped, with the RPC listener
+// already closed.
+func TestReadyFailsOnceStopping(t *testing.T) {
+	s := startService(t, options{mutate: func(c *conf.Config) {
+		c.Window.Size = 2 * time.Second // held windows keep the service stopping a while
+		c.Worker.ClaimIdle = conf.DefaultClaimIdle(c.Window)
+	}})
+	ready := func() (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/readyz")
+		if err != nil {
+			t.Fatalf("/readyz: %v", err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := ready(); code != http.StatusOK {
+		t.Fatalf("/readyz before stopping: %d %s", code, body)
+	}
+	s.report(gift(newActivity(), 1, "firework", 1)) // a held window
+	s.cancel()                                      // SIGTERM; s.stop waits for run in the cleanup
+	if code, body := ready(); code != http.StatusServiceUnavailable || !strings.Contains(body, "stopping") {
+		t.Fatalf("/readyz once stopping: %d %q, want 503 naming stopping", code, body)
 	}
 }
 

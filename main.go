@@ -163,7 +163,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		)...,
 	)
 
-	metricsSrv, metricsAddr, err := serveMetrics(cfg.Metrics, reg, store, w, log)
+	metricsSrv, metricsAddr, err := serveMetrics(cfg.Metrics, reg, store, w, ctx.Done(), log)
 	if err != nil {
 		ln.Close()
 		stopWorker()
@@ -279,8 +279,9 @@ func portOf(addr string) string {
 }
 
 // serveMetrics serves /metrics, /healthz (the process is alive) and
-// /readyz (Redis answers and takes writes, and the worker runs).
-func serveMetrics(cfg conf.Metrics, reg *prometheus.Registry, store *repo.Repo, w *worker.Worker, log *zap.Logger) (*http.Server, string, error) {
+// /readyz (Redis answers and takes writes, and the worker runs; not once
+// stopping is closed, when the service has begun to shut down).
+func serveMetrics(cfg conf.Metrics, reg *prometheus.Registry, store *repo.Repo, w *worker.Worker, stopping <-chan struct{}, log *zap.Logger) (*http.Server, string, error) {
 	addr := cfg.Addr
 	if addr == "" {
 		return nil, "", nil
@@ -296,6 +297,16 @@ func serveMetrics(cfg conf.Metrics, reg *prometheus.Registry, store *repo.Repo, 
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, r *http.Request) {
+		// From SIGTERM on: the RPC listener is closed (or closing) while
+		// this server still answers, for as long as the held windows take
+		// to come due; a load balancer or a caller's discovery that reads
+		// ready then sends reports that cannot land here.
+		select {
+		case <-stopping:
+			http.Error(rw, "stopping: shutting down, taking no new reports", http.StatusServiceUnavailable)
+			return
+		default:
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		defer cancel()
 		if err := store.Ready(ctx); err != nil {
