@@ -59,6 +59,7 @@ type options struct {
 	redis   *testredis.Server  // share a Redis between services
 	cluster *testredis.Cluster // run on a Redis Cluster instead
 	mutate  func(c *conf.Config)
+	log     *zap.Logger // the service's; testLogger(t) if nil
 }
 
 func startService(t *testing.T, o options) *service {
@@ -95,7 +96,11 @@ func startService(t *testing.T, o options) *service {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	ready := make(chan started, 1)
-	go func() { s.done <- run(ctx, cfg, testLogger(t), ready) }()
+	log := o.log
+	if log == nil {
+		log = testLogger(t)
+	}
+	go func() { s.done <- run(ctx, cfg, log, ready) }()
 	select {
 	case s.addrs = <-ready:
 	case err := <-s.done:

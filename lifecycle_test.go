@@ -15,6 +15,8 @@ import (
 	"github.com/cloudwego/kitex/pkg/connpool"
 	"github.com/cloudwego/kitex/transport"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/combo-service/combo-service/client"
 	"github.com/combo-service/combo-service/conf"
@@ -123,6 +125,19 @@ func TestShutdownPublishesHeldWindows(t *testing.T) {
 	}
 	if pending := s.rdb.XPending(context.Background(), repo.NewKeys(1).Stream(0), repo.Group).Val(); pending.Count != 0 {
 		t.Fatalf("%d entries still pending after shutdown", pending.Count)
+	}
+}
+
+// A Redis that may evict the service's keys is named in a warning at
+// start: README requires noeviction, and a platform's default policy is
+// easy to miss until gifts go missing.
+func TestWarnsOfAnEvictingRedis(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	rs := testredis.Start(t, testredis.Options{Args: []string{"--maxmemory-policy", "allkeys-lru"}})
+	startService(t, options{redis: rs, log: zap.New(core)})
+	warned := logs.FilterMessageSnippet("maxmemory-policy must be noeviction").FilterField(zap.String("maxmemory_policy", "allkeys-lru"))
+	if warned.Len() != 1 || warned.All()[0].ContextMap()["node"] != rs.Addr {
+		t.Fatalf("warnings %v, want one naming %s and allkeys-lru", logs.All(), rs.Addr)
 	}
 }
 

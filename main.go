@@ -130,6 +130,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	if err := store.LoadScripts(loadCtx); err != nil {
 		log.Warn("could not load Lua scripts yet; will send them on first use", zap.Error(err))
 	}
+	warnEvicting(loadCtx, cfg, store, log)
 	cancel()
 
 	w := worker.New(workerStore, worker.Config{
@@ -209,6 +210,26 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	}
 	log.Info("combo-service stopped cleanly")
 	return nil
+}
+
+// warnEvicting logs, once at start, each Redis node whose maxmemory-policy
+// may evict the service's keys: an evicted window, dedupe set or stream
+// loses gifts silently or counts them twice, and a policy set by a
+// platform's default is easy to miss. The embedded Redis has no policy.
+func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *zap.Logger) {
+	if cfg.Embedded() {
+		return
+	}
+	nodes, err := store.Evicting(ctx)
+	if err != nil {
+		log.Warn("could not read Redis's maxmemory-policy; it must be noeviction", zap.Error(err))
+		return
+	}
+	for addr, policy := range nodes {
+		log.Warn("Redis may evict this service's keys: maxmemory-policy must be noeviction, "+
+			"or windows, dedupe ids and the stream can be lost under memory pressure",
+			zap.String("node", addr), zap.String("maxmemory_policy", policy))
+	}
 }
 
 // openRedis starts the embedded Redis if none is configured and returns its

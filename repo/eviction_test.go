@@ -1,0 +1,52 @@
+package repo_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/repo"
+)
+
+// Evicting names a node whose maxmemory-policy could evict the service's
+// keys, and none on Redis's default, noeviction.
+func TestEvictingNamesANodeThatMayEvict(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	ctx := context.Background()
+	rdb := srv.Client()
+	t.Cleanup(func() { rdb.Close() })
+	r := repo.New(rdb, settings())
+	got, err := r.Evicting(ctx)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("on noeviction: %v %v, want none", got, err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err = r.Evicting(ctx)
+	if err != nil || len(got) != 1 || got[srv.Addr] != "allkeys-lru" {
+		t.Fatalf("on allkeys-lru: %v %v, want %s: allkeys-lru", got, err, srv.Addr)
+	}
+}
+
+// On a Redis Cluster every master is asked.
+func TestEvictingAsksEveryMaster(t *testing.T) {
+	c := testredis.StartCluster(t, 3)
+	ctx := context.Background()
+	cc := c.Client(t)
+	r := repo.New(cc, settings())
+	if got, err := r.Evicting(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("on noeviction: %v %v, want none", got, err)
+	}
+	if err := cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+		return n.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Evicting(ctx)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("on volatile-lru: %v %v, want the 3 masters", got, err)
+	}
+}
