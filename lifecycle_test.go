@@ -141,6 +141,35 @@ func TestWarnsOfAnEvictingRedis(t *testing.T) {
 	}
 }
 
+// On a Redis Cluster with a master down at start, the live masters that
+// may evict are still named, next to the warning that names the one whose
+// policy could not be read.
+func TestWarnsOfEvictingMastersWithOneDown(t *testing.T) {
+	c := testredis.StartCluster(t, 3)
+	ctx := context.Background()
+	cc := c.Client(t)
+	if err := cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+		return n.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.KillMaster(t, cc, c.Addrs[0])
+	cfg := conf.Default()
+	cfg.Redis.Addrs = c.Addrs
+	core, logs := observer.New(zap.WarnLevel)
+	warnEvicting(ctx, cfg, repo.New(cc, repo.Settings{Shards: 1}), zap.New(core))
+	if logs.FilterMessageSnippet("could not read").FilterFieldKey("error").Len() != 1 {
+		t.Errorf("warnings %v, want one that the down master's policy was unread", logs.All())
+	}
+	named := map[any]bool{}
+	for _, e := range logs.FilterMessageSnippet("maxmemory-policy must be noeviction").All() {
+		named[e.ContextMap()["node"]] = true
+	}
+	if len(named) != 2 || !named[c.Addrs[1]] || !named[c.Addrs[2]] {
+		t.Fatalf("warnings %v, want the live masters %v named", logs.All(), c.Addrs[1:])
+	}
+}
+
 // From SIGTERM on, /readyz fails at once, while the service still
 // publishes its held windows: before, it answered ok until Kitex's exit
 // wait (up to 2 s) ended and the worker stopped, with the RPC listener

@@ -221,9 +221,8 @@ func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *z
 		return
 	}
 	nodes, err := store.Evicting(ctx)
-	if err != nil {
+	if err != nil { // of some nodes: the others' policies are still named
 		log.Warn("could not read Redis's maxmemory-policy; it must be noeviction", zap.Error(err))
-		return
 	}
 	for addr, policy := range nodes {
 		log.Warn("Redis may evict this service's keys: maxmemory-policy must be noeviction, "+

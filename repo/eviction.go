@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -14,39 +15,46 @@ import (
 // dedupe set or the stream itself, and those gifts are never pushed (or
 // counted twice), which README requires noeviction to prevent. On a Redis
 // Cluster every master is asked. It reads INFO memory, which managed Redis
-// services allow where they refuse CONFIG GET.
+// services allow where they refuse CONFIG GET. A node that does not
+// answer (down at start, or its user denied INFO) is named in the error,
+// and the nodes that did answer are returned all the same: one master
+// down must not hide the policy of the others.
 func (r *Repo) Evicting(ctx context.Context) (map[string]string, error) {
 	var mu sync.Mutex // ForEachMaster asks the masters at once
 	out := map[string]string{}
+	var errs []error // of every node, where ForEachMaster returns one
 	ask := func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "memory").Result()
+		policy, err := func() (string, error) {
+			info, err := c.Info(ctx, "memory").Result()
+			if err != nil {
+				return "", err
+			}
+			if p := infoField(info, "maxmemory_policy"); p != "" {
+				return p, nil
+			}
+			return "", errors.New("INFO memory names no maxmemory_policy")
+		}()
+		mu.Lock()
+		defer mu.Unlock()
 		if err != nil {
-			return fmt.Errorf("%s: %w", c.Options().Addr, err)
-		}
-		policy := infoField(info, "maxmemory_policy")
-		if policy == "" {
-			return fmt.Errorf("%s: INFO memory names no maxmemory_policy", c.Options().Addr)
-		}
-		if policy != "noeviction" {
-			mu.Lock()
+			errs = append(errs, fmt.Errorf("%s: %w", c.Options().Addr, err))
+		} else if policy != "noeviction" {
 			out[c.Options().Addr] = policy
-			mu.Unlock()
 		}
 		return nil
 	}
-	var err error
 	switch c := r.rdb.(type) {
 	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, ask)
+		// An error here is the cluster's state, before any node was asked.
+		if err := c.ForEachMaster(ctx, ask); err != nil {
+			errs = append(errs, err)
+		}
 	case *redis.Client:
-		err = ask(ctx, c)
+		_ = ask(ctx, c)
 	default:
 		return nil, fmt.Errorf("repo.Evicting: a %T cannot be asked node by node", r.rdb)
 	}
-	if err != nil {
-		return nil, wrap("repo.Evicting", err)
-	}
-	return out, nil
+	return out, wrap("repo.Evicting", errors.Join(errs...))
 }
 
 // infoField is the value of name in an INFO reply ("name:value" lines).

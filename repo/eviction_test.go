@@ -2,6 +2,7 @@ package repo_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -48,5 +49,29 @@ func TestEvictingAsksEveryMaster(t *testing.T) {
 	got, err := r.Evicting(ctx)
 	if err != nil || len(got) != 3 {
 		t.Fatalf("on volatile-lru: %v %v, want the 3 masters", got, err)
+	}
+}
+
+// A master down at start leaves its own policy unread, not the others':
+// each live master on an evicting policy is still named, with the error
+// naming the one that did not answer.
+func TestEvictingNamesTheLiveMastersWhenOneIsDown(t *testing.T) {
+	c := testredis.StartCluster(t, 3)
+	ctx := context.Background()
+	cc := c.Client(t)
+	if err := cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+		return n.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	down := c.Addrs[0]
+	c.KillMaster(t, cc, down)
+	r := repo.New(cc, settings())
+	got, err := r.Evicting(ctx)
+	if err == nil || !strings.Contains(err.Error(), down) {
+		t.Errorf("with %s down: error %v, want one naming it", down, err)
+	}
+	if len(got) != 2 || got[c.Addrs[1]] != "allkeys-lru" || got[c.Addrs[2]] != "allkeys-lru" {
+		t.Fatalf("with %s down: %v, want the two live masters %v on allkeys-lru", down, got, c.Addrs[1:])
 	}
 }
