@@ -148,11 +148,7 @@ func TestWarnsOfEvictingMastersWithOneDown(t *testing.T) {
 	c := testredis.StartCluster(t, 3)
 	ctx := context.Background()
 	cc := c.Client(t)
-	if err := cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
-		return n.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	c.ConfigSet(t, cc, "maxmemory-policy", "allkeys-lru")
 	c.KillMaster(t, cc, c.Addrs[0])
 	cfg := conf.Default()
 	cfg.Redis.Addrs = c.Addrs

@@ -88,6 +88,21 @@ func (d *fakeDNS) useResolver(t *testing.T) {
 	t.Cleanup(func() { net.DefaultResolver = saved })
 }
 
+// lateName serves TCP on a local port under host name, which does not
+// resolve (the process's resolver asks dns alone) until dns.resolves is
+// set; it returns dns, name:port, and each connection accepted there.
+func lateName(t *testing.T, name string) (dns *fakeDNS, hostPort string, conns <-chan struct{}) {
+	t.Helper()
+	dns = startFakeDNS(t)
+	dns.useResolver(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return dns, net.JoinHostPort(name, port), accepted(t, ln)
+}
+
 // accepted reports each connection ln accepts.
 func accepted(t *testing.T, ln net.Listener) <-chan struct{} {
 	t.Helper()
@@ -119,15 +134,7 @@ func report(cli interface {
 // first call, is dialed over TCP once it resolves: the same client, no
 // rebuild.
 func TestNewClientDialsANameOnceItResolves(t *testing.T) {
-	dns := startFakeDNS(t)
-	dns.useResolver(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns := accepted(t, ln)
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	hp := net.JoinHostPort("combo-later.test", port)
+	dns, hp, conns := lateName(t, "combo-later.test")
 
 	cli, err := NewClient([]string{hp}, kclient.WithRPCTimeout(300*time.Millisecond))
 	if err != nil {
@@ -175,15 +182,7 @@ func TestNewClientDialsIPv6Literals(t *testing.T) {
 // with Kitex's WithHostPorts while the name did not resolve (a Unix
 // socket path for good) must not lend NewClient's client its resolver.
 func TestNewClientSharesNoResolverWithWithHostPorts(t *testing.T) {
-	dns := startFakeDNS(t)
-	dns.useResolver(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns := accepted(t, ln)
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	hp := net.JoinHostPort("combo-shared.test", port)
+	dns, hp, conns := lateName(t, "combo-shared.test")
 
 	other, err := comboservice.NewClient(ServiceName, kclient.WithHostPorts(hp), kclient.WithRPCTimeout(300*time.Millisecond))
 	if err != nil {

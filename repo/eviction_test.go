@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/repo"
 )
@@ -41,11 +39,7 @@ func TestEvictingAsksEveryMaster(t *testing.T) {
 	if got, err := r.Evicting(ctx); err != nil || len(got) != 0 {
 		t.Fatalf("on noeviction: %v %v, want none", got, err)
 	}
-	if err := cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
-		return n.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	c.ConfigSet(t, cc, "maxmemory-policy", "volatile-lru")
 	got, err := r.Evicting(ctx)
 	if err != nil || len(got) != 3 {
 		t.Fatalf("on volatile-lru: %v %v, want the 3 masters", got, err)
@@ -59,11 +53,7 @@ func TestEvictingNamesTheLiveMastersWhenOneIsDown(t *testing.T) {
 	c := testredis.StartCluster(t, 3)
 	ctx := context.Background()
 	cc := c.Client(t)
-	if err := cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
-		return n.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	c.ConfigSet(t, cc, "maxmemory-policy", "allkeys-lru")
 	down := c.Addrs[0]
 	c.KillMaster(t, cc, down)
 	r := repo.New(cc, settings())

@@ -58,6 +58,17 @@ func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	return cc
 }
 
+// ConfigSet sets a parameter on every node (CONFIG SET on a cluster
+// client reaches one node only).
+func (c *Cluster) ConfigSet(tb testing.TB, cc *redis.ClusterClient, param, value string) {
+	tb.Helper()
+	if err := cc.ForEachShard(context.Background(), func(ctx context.Context, n *redis.Client) error {
+		return n.ConfigSet(ctx, param, value).Err()
+	}); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // MasterAddr is the address of the master that serves key.
 func (c *Cluster) MasterAddr(tb testing.TB, cc *redis.ClusterClient, key string) string {
 	tb.Helper()
