@@ -1,6 +1,7 @@
 package repo_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -262,5 +263,34 @@ func TestReadyWithNoClusterReachable(t *testing.T) {
 	}
 	if n := strings.Count(err.Error(), "\n") + 1; n > 3 {
 		t.Fatalf("%d lines of error for one unreachable seed:\n%v", n, err)
+	}
+}
+
+// A batch spanning a dead master's shard and live ones fails whole
+// (UNAVAILABLE), yet the live shards' reports in it were counted: go-redis
+// sends each node its part of the pipeline. So a caller's retry of the
+// batch (client.Reporter's) is answered duplicate for them and counts
+// nothing twice, and their windows are pushed meanwhile.
+func TestBatchSpanningADeadMasterCountsTheLiveShards(t *testing.T) {
+	ctx := context.Background()
+	c := newClusterCase(t)
+	keys := c.r.Keys()
+	c.cluster.KillMaster(t, c.cc, c.deadAddr)
+	var onLive, onDead *combo.Contribution
+	for n := int64(1); onLive == nil || onDead == nil; n++ {
+		x := &combo.Contribution{Id: n, ActivityId: 7, UserId: n, ItemId: 1, ItemType: "rose", Quantity: 1,
+			CreatedAt: time.Now().UnixMilli()}
+		if c.live[keys.Shard(7, n, "rose")] {
+			onLive = cmp.Or(onLive, x)
+		} else {
+			onDead = cmp.Or(onDead, x)
+		}
+	}
+	if _, err := c.r.Report(ctx, []*combo.Contribution{onLive, onDead}); !errors.Is(err, repo.ErrUnavailable) {
+		t.Fatalf("batch spanning a dead master: %v, want ErrUnavailable", err)
+	}
+	res, err := c.r.Report(ctx, []*combo.Contribution{onLive})
+	if err != nil || res[0].Outcome != repo.Duplicate {
+		t.Fatalf("the live shard's report sent again: %+v %v, want a duplicate (counted by the failed batch)", res, err)
 	}
 }
