@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -25,11 +24,11 @@ func (r *Repo) Evicting(ctx context.Context) (map[string]string, error) {
 	var errs []error // of every node, where ForEachMaster returns one
 	ask := func(ctx context.Context, c *redis.Client) error {
 		policy, err := func() (string, error) {
-			info, err := c.Info(ctx, "memory").Result()
-			if err != nil {
+			info := c.InfoMap(ctx, "memory")
+			if err := info.Err(); err != nil {
 				return "", err
 			}
-			if p := infoField(info, "maxmemory_policy"); p != "" {
+			if p := info.Item("Memory", "maxmemory_policy"); p != "" {
 				return p, nil
 			}
 			return "", errors.New("INFO memory names no maxmemory_policy")
@@ -55,14 +54,4 @@ func (r *Repo) Evicting(ctx context.Context) (map[string]string, error) {
 		return nil, fmt.Errorf("repo.Evicting: a %T cannot be asked node by node", r.rdb)
 	}
 	return out, wrap("repo.Evicting", errors.Join(errs...))
-}
-
-// infoField is the value of name in an INFO reply ("name:value" lines).
-func infoField(info, name string) string {
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return v
-		}
-	}
-	return ""
 }
