@@ -62,8 +62,8 @@ func TestDegradedWhenScriptFails(t *testing.T) {
 	s.pushes.waitFor(2, wait, forActivity(a)) // and the healthy one's window, later
 }
 
-// When Redis does not answer, reports fail fast with UNAVAILABLE; when it
-// is back, windows flow again without a restart.
+// When Redis does not answer, reports fail fast with UNAVAILABLE and say
+// why; when it is back, windows flow again without a restart.
 func TestRedisDownFailsFastThenRecovers(t *testing.T) {
 	s := startService(t, options{mutate: func(c *conf.Config) { c.Redis.Timeout = 300 * time.Millisecond }})
 	a := newActivity()
@@ -71,8 +71,9 @@ func TestRedisDownFailsFastThenRecovers(t *testing.T) {
 	for range 3 {
 		start := time.Now()
 		_, err := s.rpc.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: gift(a, 1, "firework", 1)})
-		if ce := comboErr(t, err); ce.Code != 2 {
-			t.Fatalf("code %d %q, want 2 (UNAVAILABLE)", ce.Code, ce.Message)
+		// The message says why, not only that time ran out.
+		if ce := comboErr(t, err); ce.Code != 2 || !strings.Contains(ce.Message, "connection refused") {
+			t.Fatalf("code %d %q, want 2 (UNAVAILABLE) naming the refused connection", ce.Code, ce.Message)
 		}
 		if d := time.Since(start); d > time.Second {
 			t.Fatalf("UNAVAILABLE took %s, want within about a second", d)

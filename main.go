@@ -242,6 +242,11 @@ func openRedis(cfg conf.Config, log *zap.Logger) (string, func(minConns int) red
 		// not after retries pile up behind a dead Redis.
 		DialTimeout: cfg.Redis.Timeout, ReadTimeout: cfg.Redis.Timeout, WriteTimeout: cfg.Redis.Timeout,
 		PoolTimeout: cfg.Redis.Timeout, MaxRetries: -1, ContextTimeoutEnabled: true,
+		// One dial per attempt: go-redis's default of 5, 100 ms apart,
+		// outlasts redis.timeout, so a caller got "context deadline
+		// exceeded" instead of why the dial failed (refused, a certificate
+		// not trusted). The next request dials again.
+		DialerRetries: 1,
 		IsClusterMode: len(cfg.Redis.Addrs) > 0,
 	}
 	closeEmbedded := func() {}
