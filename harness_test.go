@@ -74,9 +74,11 @@ func startService(t *testing.T, o options) *service {
 	if o.cluster != nil {
 		cfg.Redis.Addrs = o.cluster.Addrs
 		rdb = o.cluster.Client(t)
+		dialTLS(&cfg, o.cluster.TLS)
 	} else {
 		cfg.Redis.Addr = o.redis.Addr
 		rdb = o.redis.Client()
+		dialTLS(&cfg, o.redis.TLS)
 	}
 	cfg.Window.Size, cfg.Window.Grace = testWindow, testGrace
 	cfg.Window.Dedupe, cfg.Window.Stale = 30*time.Second, 20*time.Second
@@ -111,6 +113,15 @@ func startService(t *testing.T, o options) *service {
 	s.rpc = newRPC(t, s.addrs.RPCAddr)
 	t.Cleanup(func() { s.stop() })
 	return s
+}
+
+// dialTLS sets the service to dial a Redis that takes only TLS, with a
+// client certificate of its CA (pki nil: plain TCP).
+func dialTLS(cfg *conf.Config, pki *testredis.TLSFiles) {
+	if pki != nil {
+		cfg.Redis.TLS = true
+		cfg.Redis.TLSCAFile, cfg.Redis.TLSCertFile, cfg.Redis.TLSKeyFile = pki.CA, pki.ClientCert, pki.ClientKey
+	}
 }
 
 // stop cancels the service as SIGTERM would and returns run's error.

@@ -172,7 +172,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	}
 
 	log.Info("combo-service started",
-		zap.String("rpc_addr", ln.Addr().String()), zap.String("redis", redisAddr),
+		zap.String("rpc_addr", ln.Addr().String()), zap.String("redis", redisAddr), zap.Bool("redis_tls", cfg.Redis.TLS),
 		zap.String("metrics_addr", metricsAddr), zap.String("consumer", cfg.Worker.Consumer),
 		zap.Duration("window", cfg.Window.Size), zap.Duration("grace", cfg.Window.Grace), zap.Int("shards", cfg.Redis.Shards))
 	for _, w := range cfg.Warnings() {
@@ -236,6 +236,10 @@ func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *z
 // A client's pool holds redis.pool_size connections (0: go-redis's 10 per
 // CPU) per node, or minConns if that is more.
 func openRedis(cfg conf.Config, log *zap.Logger) (string, func(minConns int) redis.UniversalClient, func(), error) {
+	tlsConfig, err := cfg.Redis.TLSConfig() // nil: plain TCP
+	if err != nil {
+		return "", nil, nil, err
+	}
 	opts := &redis.UniversalOptions{
 		Addrs: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password, DB: cfg.Redis.DB, PoolSize: cfg.Redis.PoolSize,
 		// Fail fast: a caller must get UNAVAILABLE within about a second,
@@ -248,6 +252,7 @@ func openRedis(cfg conf.Config, log *zap.Logger) (string, func(minConns int) red
 		// not trusted). The next request dials again.
 		DialerRetries: 1,
 		IsClusterMode: len(cfg.Redis.Addrs) > 0,
+		TLSConfig:     tlsConfig,
 	}
 	closeEmbedded := func() {}
 	addr := cfg.Redis.Addr

@@ -77,6 +77,17 @@ type Redis struct {
 	// only open windows.
 	StreamMaxLen int64 `mapstructure:"stream_maxlen"`
 	PoolSize     int   `mapstructure:"pool_size"`
+	// TLS dials Redis over TLS, as managed Redis services with in-transit
+	// encryption require. The certificate is verified against TLSCAFile
+	// (empty: the system's roots) for the host of each address, or for
+	// TLSServerName when set (cluster nodes are announced by IP).
+	TLS           bool   `mapstructure:"tls"`
+	TLSCAFile     string `mapstructure:"tls_ca_file"`
+	TLSServerName string `mapstructure:"tls_server_name"`
+	// TLSCertFile and TLSKeyFile are this service's certificate, for a
+	// Redis that asks for one (tls-auth-clients yes): both or neither.
+	TLSCertFile string `mapstructure:"tls_cert_file"`
+	TLSKeyFile  string `mapstructure:"tls_key_file"`
 }
 
 type Window struct {
@@ -218,6 +229,7 @@ func (c Config) Validate() error {
 		bad("redis.username", "needs redis.password: without one the client never logs in as %q and runs as the default user "+
 			"(a nopass user takes any password)", c.Redis.Username)
 	}
+	validateTLS(c, bad)
 	if c.Redis.DB < 0 {
 		bad("redis.db", "must be >= 0, got %d", c.Redis.DB)
 	}

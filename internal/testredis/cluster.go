@@ -17,6 +17,8 @@ import (
 type Cluster struct {
 	Nodes []*Server
 	Addrs []string
+	// TLS is the PKI of a cluster from StartTLSCluster (nil: plain TCP).
+	TLS *TLSFiles
 }
 
 // StartCluster starts n cluster-enabled redis-servers on free ports, joins
@@ -24,13 +26,28 @@ type Cluster struct {
 // and waits until the cluster reports ok.
 func StartCluster(tb testing.TB, n int) *Cluster {
 	tb.Helper()
+	return startCluster(tb, n, nil)
+}
+
+// StartTLSCluster is StartCluster with every node serving only TLS, the
+// cluster bus too, with certificates of one new CA for 127.0.0.1.
+func StartTLSCluster(tb testing.TB, n int) *Cluster {
+	tb.Helper()
+	pki := NewTLSFiles(tb, tb.TempDir())
+	return startCluster(tb, n, &pki)
+}
+
+func startCluster(tb testing.TB, n int, pki *TLSFiles) *Cluster {
+	tb.Helper()
 	require(tb, "redis-server")
 	require(tb, "redis-cli")
-	c := &Cluster{}
+	c := &Cluster{TLS: pki}
+	args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}
+	if pki != nil {
+		args = append(args, "--tls-cluster", "yes")
+	}
 	for range n {
-		s := &Server{Dir: tb.TempDir(), tb: tb, opts: Options{Args: []string{
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
-		}}}
+		s := &Server{Dir: tb.TempDir(), tb: tb, TLS: pki, opts: Options{Args: args}}
 		// The cluster bus listens on port+10000: pick a port that leaves room.
 		s.Port = clusterPort(tb)
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
@@ -39,9 +56,18 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 		c.Nodes = append(c.Nodes, s)
 		c.Addrs = append(c.Addrs, s.Addr)
 	}
-	args := append([]string{"--cluster", "create"}, c.Addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	var cli []string
+	if pki != nil {
+		cli = []string{"--tls", "--cacert", pki.CA, "--cert", pki.ClientCert, "--key", pki.ClientKey}
+	}
+	cli = append(cli, "--cluster", "create")
+	cli = append(cli, c.Addrs...)
+	cli = append(cli, "--cluster-replicas", "0", "--cluster-yes")
+	// It waits for the nodes to join with no bound of its own: a cluster
+	// that cannot join (its bus refused) would hang the test binary.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "redis-cli", cli...).CombinedOutput()
 	if err != nil {
 		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -53,7 +79,11 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 
 // Client returns a cluster client, closed when the test ends.
 func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
+	o := &redis.ClusterOptions{Addrs: c.Addrs}
+	if c.TLS != nil {
+		o.TLSConfig = c.TLS.ClientConfig(tb)
+	}
+	cc := redis.NewClusterClient(o)
 	tb.Cleanup(func() { _ = cc.Close() })
 	return cc
 }
@@ -137,7 +167,7 @@ func (c *Cluster) waitOK(timeout time.Duration) error {
 	for {
 		ok := true
 		for _, n := range c.Nodes {
-			cl := redis.NewClient(&redis.Options{Addr: n.Addr})
+			cl := redis.NewClient(n.options())
 			info, err := cl.ClusterInfo(context.Background()).Result()
 			_ = cl.Close()
 			if err != nil || !strings.Contains(info, "cluster_state:ok") {

@@ -25,6 +25,9 @@ type Options struct {
 	AppendOnly bool
 	// Args are extra redis-server arguments (e.g. "--cluster-enabled", "yes").
 	Args []string
+	// TLS serves only TLS, with a new CA (Server.TLS), and asks every
+	// client for a certificate it signed (tls-auth-clients yes).
+	TLS bool
 }
 
 // Server is one running redis-server.
@@ -32,6 +35,8 @@ type Server struct {
 	Addr string
 	Port int
 	Dir  string
+	// TLS is the PKI the server uses when Options.TLS is set.
+	TLS  *TLSFiles
 	opts Options
 	cmd  *exec.Cmd
 	tb   testing.TB
@@ -56,6 +61,10 @@ func Start(tb testing.TB, opts Options) *Server {
 	tb.Helper()
 	require(tb, "redis-server")
 	s := &Server{Dir: tb.TempDir(), opts: opts, tb: tb}
+	if opts.TLS {
+		f := NewTLSFiles(tb, s.Dir)
+		s.TLS = &f
+	}
 	s.Port = FreePort(tb)
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
 	s.start()
@@ -65,9 +74,18 @@ func Start(tb testing.TB, opts Options) *Server {
 
 func (s *Server) start() {
 	s.tb.Helper()
+	port := strconv.Itoa(s.Port)
+	if s.TLS != nil {
+		port = "0" // TLS only
+	}
 	args := []string{
-		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--dir", s.Dir,
+		"--port", port, "--bind", "127.0.0.1", "--dir", s.Dir,
 		"--save", "", "--daemonize", "no", "--logfile", filepath.Join(s.Dir, "redis.log"),
+	}
+	if s.TLS != nil {
+		args = append(args, "--tls-port", strconv.Itoa(s.Port),
+			"--tls-cert-file", s.TLS.ServerCert, "--tls-key-file", s.TLS.ServerKey,
+			"--tls-ca-cert-file", s.TLS.CA, "--tls-auth-clients", "yes")
 	}
 	if s.opts.AppendOnly {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
@@ -80,7 +98,7 @@ func (s *Server) start() {
 		s.tb.Fatalf("testredis: start redis-server: %v", err)
 	}
 	s.cmd = cmd
-	if err := WaitReady(s.Addr, 10*time.Second); err != nil {
+	if err := waitReady(s.options(), 10*time.Second); err != nil {
 		log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
 		s.tb.Fatalf("testredis: %v\n%s", err, log)
 	}
@@ -88,9 +106,19 @@ func (s *Server) start() {
 
 // Client returns a client for this server, closed when the test ends.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(s.options())
 	s.tb.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// options are a client's for this server: over TLS with the client
+// certificate when it serves TLS.
+func (s *Server) options() *redis.Options {
+	o := &redis.Options{Addr: s.Addr}
+	if s.TLS != nil {
+		o.TLSConfig = s.TLS.ClientConfig(s.tb)
+	}
+	return o
 }
 
 // Kill stops the server with SIGKILL, as a crash would.
@@ -131,7 +159,13 @@ func (s *Server) Start() {
 
 // WaitReady polls addr with PING until it answers or timeout passes.
 func WaitReady(addr string, timeout time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	return waitReady(&redis.Options{Addr: addr}, timeout)
+}
+
+func waitReady(o *redis.Options, timeout time.Duration) error {
+	addr := o.Addr
+	o.MaxRetries, o.DialTimeout = -1, 200*time.Millisecond
+	c := redis.NewClient(o)
 	defer c.Close()
 	deadline := time.Now().Add(timeout)
 	for {

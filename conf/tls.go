@@ -1,0 +1,74 @@
+package conf
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+)
+
+// TLSConfig returns how to dial Redis over TLS, or nil when redis.tls is
+// off. It reads the files redis.tls_* name; an error names the key.
+func (r Redis) TLSConfig() (*tls.Config, error) {
+	cfg, key, err := r.tlsConfig()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	return cfg, nil
+}
+
+func (r Redis) tlsConfig() (cfg *tls.Config, key string, err error) {
+	if !r.TLS {
+		return nil, "", nil
+	}
+	// tls.Dial fills in ServerName from each address when it is empty, so
+	// each node of a cluster is checked against its own host.
+	cfg = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: r.TLSServerName}
+	if r.TLSCAFile != "" {
+		pem, err := os.ReadFile(r.TLSCAFile)
+		if err != nil {
+			return nil, "redis.tls_ca_file", err
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, "redis.tls_ca_file", fmt.Errorf("%s holds no PEM certificate", r.TLSCAFile)
+		}
+	}
+	if r.TLSCertFile != "" || r.TLSKeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(r.TLSCertFile, r.TLSKeyFile)
+		if err != nil {
+			return nil, "redis.tls_cert_file", fmt.Errorf("with redis.tls_key_file: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, "", nil
+}
+
+// validateTLS refuses redis.tls_* settings that would be ignored or could
+// not be used, and loads the files so a wrong one is named at start, not
+// on the first dial.
+func validateTLS(c Config, bad func(key, format string, args ...any)) {
+	r := c.Redis
+	if !r.TLS {
+		for _, s := range []struct{ key, value string }{
+			{"redis.tls_ca_file", r.TLSCAFile}, {"redis.tls_server_name", r.TLSServerName},
+			{"redis.tls_cert_file", r.TLSCertFile}, {"redis.tls_key_file", r.TLSKeyFile},
+		} {
+			if s.value != "" {
+				bad(s.key, "is set but redis.tls is false: set redis.tls to dial Redis over TLS")
+			}
+		}
+		return
+	}
+	if c.Embedded() {
+		bad("redis.tls", "needs redis.addr or redis.addrs: the embedded Redis speaks plain TCP")
+		return
+	}
+	if (r.TLSCertFile == "") != (r.TLSKeyFile == "") {
+		bad("redis.tls_cert_file", "and redis.tls_key_file go together: set both (a client certificate) or neither")
+		return
+	}
+	if _, key, err := r.tlsConfig(); err != nil {
+		bad(key, "%v", err)
+	}
+}

@@ -1,0 +1,108 @@
+package conf
+
+import (
+	"crypto/tls"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/combo-service/combo-service/internal/testredis"
+)
+
+func TestTLSOffByDefault(t *testing.T) {
+	c := Default()
+	c.Redis.Addr = "10.0.0.1:6379"
+	got, err := c.Redis.TLSConfig()
+	if err != nil || got != nil {
+		t.Fatalf("TLSConfig() = %v, %v; want plain TCP", got, err)
+	}
+}
+
+func TestTLSFromEnvironment(t *testing.T) {
+	pki := testredis.NewTLSFiles(t, t.TempDir())
+	t.Setenv("COMBO_REDIS_ADDR", "redis.example.internal:6380")
+	t.Setenv("COMBO_REDIS_TLS", "true")
+	t.Setenv("COMBO_REDIS_TLS_CA_FILE", pki.CA)
+	t.Setenv("COMBO_REDIS_TLS_CERT_FILE", pki.ClientCert)
+	t.Setenv("COMBO_REDIS_TLS_KEY_FILE", pki.ClientKey)
+	t.Setenv("COMBO_REDIS_TLS_SERVER_NAME", "localhost")
+	c, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Redis.TLSConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ServerName != "localhost" || got.RootCAs == nil || len(got.Certificates) != 1 || got.MinVersion != tls.VersionTLS12 {
+		t.Fatalf("TLSConfig() = %+v", got)
+	}
+	if names := UnknownEnv(os.Environ()); len(names) != 0 {
+		t.Fatalf("redis.tls_* variables reported unknown: %v", names)
+	}
+}
+
+// A system CA (a managed Redis's public certificate) needs no file.
+func TestTLSWithSystemRoots(t *testing.T) {
+	c := Default()
+	c.Redis.Addr, c.Redis.TLS = "redis.example.internal:6380", true
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Redis.TLSConfig()
+	if err != nil || got == nil || got.RootCAs != nil || got.ServerName != "" {
+		t.Fatalf("TLSConfig() = %+v, %v; want system roots, the host of each address", got, err)
+	}
+}
+
+func TestTLSSettingsAreChecked(t *testing.T) {
+	pki := testredis.NewTLSFiles(t, t.TempDir())
+	other := testredis.NewTLSFiles(t, t.TempDir())
+	notPEM := filepath.Join(t.TempDir(), "ca.txt")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "missing.crt")
+	for _, tc := range []struct {
+		name   string
+		mutate func(r *Redis)
+		want   []string // each in the error
+	}{
+		{"a file without redis.tls", func(r *Redis) { r.TLS, r.TLSCAFile = false, pki.CA },
+			[]string{"redis.tls_ca_file: is set but redis.tls is false"}},
+		{"a server name without redis.tls", func(r *Redis) { r.TLS, r.TLSServerName = false, "localhost" },
+			[]string{"redis.tls_server_name: is set but redis.tls is false"}},
+		{"the embedded Redis", func(r *Redis) { r.Addr = "" },
+			[]string{"redis.tls: needs redis.addr or redis.addrs"}},
+		{"a certificate without its key", func(r *Redis) { r.TLSKeyFile = "" },
+			[]string{"redis.tls_cert_file: and redis.tls_key_file go together"}},
+		{"a key without its certificate", func(r *Redis) { r.TLSCertFile = "" },
+			[]string{"redis.tls_cert_file: and redis.tls_key_file go together"}},
+		{"a CA file that is missing", func(r *Redis) { r.TLSCAFile = missing },
+			[]string{"redis.tls_ca_file: open " + missing}},
+		{"a CA file that holds no certificate", func(r *Redis) { r.TLSCAFile = notPEM },
+			[]string{"redis.tls_ca_file: " + notPEM + " holds no PEM certificate"}},
+		{"a key of another certificate", func(r *Redis) { r.TLSKeyFile = other.ClientKey },
+			[]string{"redis.tls_cert_file: with redis.tls_key_file: ", "private key does not match public key"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			c.Redis.Addr, c.Redis.TLS = "10.0.0.1:6380", true
+			c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile = pki.CA, pki.ClientCert, pki.ClientKey
+			if err := c.Validate(); err != nil {
+				t.Fatalf("the unchanged settings must be valid: %v", err)
+			}
+			tc.mutate(&c.Redis)
+			err := c.Validate()
+			if err == nil {
+				t.Fatal("Validate() = nil")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("Validate() = %q, want it to say %q", err, w)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/handler"
+	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+)
+
+// readyz returns /readyz's status and body.
+func readyz(t *testing.T, s *service) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/readyz")
+	if err != nil {
+		t.Fatalf("/readyz: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// On a Redis that takes only TLS and asks for a client certificate (as
+// managed Redis services with in-transit encryption do), reports merge
+// and the window is pushed as on plain TCP: the request path, the worker
+// and the readiness probe all dial with redis.tls_*.
+func TestServiceOverTLS(t *testing.T) {
+	r := testredis.Start(t, testredis.Options{TLS: true})
+	s := startService(t, options{redis: r})
+	if code, body := readyz(t, s); code != http.StatusOK {
+		t.Fatalf("/readyz: %d %s", code, body)
+	}
+	var first *combo.Contribution
+	a := inOneWindow(t, func(a int64) {
+		first = gift(a, 1, "firework", 1)
+		s.report(first)
+		s.report(gift(a, 1, "firework", 2))
+	})
+	got := s.pushes.waitFor(1, wait, forActivity(a))
+	if rec := got[0].msg.Record; rec.ID != first.Id || rec.Quantity != 3 || rec.ComboCount != 3 {
+		t.Fatalf("record %+v, want window %d of quantity (and combo_count) 3 from 2 reports", rec, first.Id)
+	}
+}
+
+// A Redis certificate that redis.tls_ca_file does not vouch for is never
+// trusted: a report fails fast with UNAVAILABLE, nothing is written, and
+// /readyz says why.
+func TestTLSRefusesAnUntrustedRedis(t *testing.T) {
+	r := testredis.Start(t, testredis.Options{TLS: true})
+	stranger := testredis.NewTLSFiles(t, t.TempDir()) // another CA, and a client certificate it signed
+	s := startService(t, options{redis: r, mutate: func(c *conf.Config) {
+		c.Redis.TLSCAFile = stranger.CA
+		c.Redis.Timeout = 300 * time.Millisecond
+		c.Server.ShutdownTimeout = time.Second // the worker retries its final read until then
+	}})
+	start := time.Now()
+	_, err := s.rpc.ReportContribution(context.Background(),
+		&combo.ReportContributionRequest{Contribution: gift(newActivity(), 1, "firework", 1)})
+	if ce := comboErr(t, err); ce.Code != handler.CodeUnavailable || !strings.Contains(ce.Message, "certificate") {
+		t.Fatalf("report: %+v, want UNAVAILABLE naming the certificate", ce)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("report failed after %s, want about redis.timeout", took)
+	}
+	code, body := readyz(t, s)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "certificate") {
+		t.Fatalf("/readyz: %d %q, want 503 naming the certificate", code, body)
+	}
+	if n, err := s.rdb.DBSize(context.Background()).Result(); err != nil || n != 0 {
+		t.Fatalf("DBSIZE = %d, %v; want nothing written", n, err)
+	}
+}
+
+// A Redis Cluster over TLS (the cluster bus too) announces its nodes by
+// IP: each is dialed with TLS and its certificate checked against that
+// address, and windows spread over the shards (and so the masters) are
+// pushed.
+func TestRedisClusterOverTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	cluster := testredis.StartTLSCluster(t, 3)
+	const shards = 6
+	s := startService(t, options{cluster: cluster, mutate: func(c *conf.Config) { c.Redis.Shards = shards }})
+	if code, body := readyz(t, s); code != http.StatusOK {
+		t.Fatalf("/readyz: %d %s", code, body)
+	}
+	want := map[int64]int32{} // activity -> quantity; users spread keys over the shards
+	for range 12 {
+		a := newActivity()
+		for u := int64(1); u <= 3; u++ {
+			s.report(gift(a, u, "firework", 2))
+		}
+		want[a] = 6
+	}
+	for a, q := range want {
+		got := s.pushes.waitFor(3, wait, forActivity(a))
+		var sum int32
+		for _, r := range got {
+			sum += r.msg.Record.Quantity
+		}
+		if sum != q {
+			t.Fatalf("activity %d: pushed %d, want %d", a, sum, q)
+		}
+	}
+}
