@@ -118,21 +118,6 @@ func (s *cpuSampler) since(acked int64) cpuUse {
 	return u
 }
 
-// info reads one INFO section as key -> value.
-func info(ctx context.Context, rdb *redis.Client, section string) (map[string]string, error) {
-	s, err := rdb.Info(ctx, section).Result()
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]string)
-	for _, line := range strings.Split(s, "\r\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(line, "#") {
-			out[k] = v
-		}
-	}
-	return out, nil
-}
-
 // redisPID is the pid of rdb's redis-server as this host numbers it: given
 // when set (-redis-pid), else INFO's process_id, but only when that pid
 // here is a redis-server. A Redis in a container, or on another host,
@@ -143,14 +128,15 @@ func redisPID(ctx context.Context, rdb *redis.Client, given int) int {
 	if given > 0 {
 		return given
 	}
-	m, err := info(ctx, rdb, "server")
-	if err != nil {
+	m := rdb.InfoMap(ctx, "server")
+	if m.Err() != nil {
 		return 0
 	}
-	pid, _ := strconv.Atoi(m["process_id"])
+	reported := m.Item("Server", "process_id")
+	pid, _ := strconv.Atoi(reported)
 	if !isRedisServer(pid) {
 		fmt.Fprintf(os.Stderr, "combo-bench: Redis reports process_id %s, which is no redis-server on this host (a container?): "+
-			"Redis CPU is not measured; pass -redis-pid\n", m["process_id"])
+			"Redis CPU is not measured; pass -redis-pid\n", reported)
 		return 0
 	}
 	return pid
@@ -166,20 +152,20 @@ func isRedisServer(pid int) bool {
 }
 
 func usedMemory(ctx context.Context, rdb *redis.Client) (int64, error) {
-	m, err := info(ctx, rdb, "memory")
-	if err != nil {
+	m := rdb.InfoMap(ctx, "memory")
+	if err := m.Err(); err != nil {
 		return 0, err
 	}
-	return strconv.ParseInt(m["used_memory"], 10, 64)
+	return strconv.ParseInt(m.Item("Memory", "used_memory"), 10, 64)
 }
 
 // scriptStats is INFO commandstats' evalsha line: calls and total µs.
 func scriptStats(ctx context.Context, rdb *redis.Client) (calls, usec int64, err error) {
-	m, err := info(ctx, rdb, "commandstats")
-	if err != nil {
+	m := rdb.InfoMap(ctx, "commandstats")
+	if err := m.Err(); err != nil {
 		return 0, 0, err
 	}
-	for _, f := range strings.Split(m["cmdstat_evalsha"], ",") {
+	for _, f := range strings.Split(m.Item("Commandstats", "cmdstat_evalsha"), ",") {
 		k, v, _ := strings.Cut(f, "=")
 		switch k {
 		case "calls":
