@@ -101,8 +101,8 @@
 //	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 //	defer cancel()
 //	before := reporter.Stats().Dropped
-//	err := reporter.Close(ctx) // nil even if batches were dropped while it flushed
-//	if dropped := reporter.Stats().Dropped - before; err != nil || dropped > 0 {
-//		logger.Error("combo reporter: not everything was flushed", zap.Uint64("dropped", dropped), zap.Error(err))
+//	closeErr := reporter.Close(ctx) // nil even if batches were dropped while it flushed
+//	if dropped := reporter.Stats().Dropped - before; closeErr != nil || dropped > 0 {
+//		logger.Error("combo reporter: not everything was flushed", zap.Uint64("dropped", dropped), zap.Error(closeErr))
 //	}
 package client
