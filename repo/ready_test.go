@@ -2,6 +2,7 @@ package repo_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/repo"
 )
 
@@ -160,5 +162,144 @@ func TestReadyNamesThePublishCommand(t *testing.T) {
 	}
 	if err := r.Ready(ctx); err != nil {
 		t.Fatalf("Ready once granted +publish: %v", err)
+	}
+}
+
+// A user denied any one command the service runs on its keys is not
+// ready, and the error names the command: before, a user denied (say)
+// XREADGROUP took every report and flushed no window, ready all along.
+// Granted it again, the user is ready.
+func TestReadyNamesADeniedCommand(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	ctx := context.Background()
+	admin := srv.Client()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "combo", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	r := repo.New(rdb, settings())
+	for _, tc := range []struct{ deny, grant, named string }{
+		{"-xreadgroup", "+xreadgroup", "XREADGROUP"},
+		{"-xautoclaim", "+xautoclaim", "XAUTOCLAIM"},
+		{"-setrange", "+setrange", "SETRANGE"},
+		{"-rename", "+rename", "RENAME"},
+		{"-xgroup|create", "+xgroup|create", "XGROUP CREATE"},
+		{"-xinfo|consumers", "+xinfo|consumers", "XINFO CONSUMERS"},
+		{"-@stream", "+@stream", "X"},
+	} {
+		if err := admin.Do(ctx, "ACL", "SETUSER", "combo", "reset", "on", ">pw", "~combo:*", "&act:*", "+@all", tc.deny).Err(); err != nil {
+			t.Fatal(err)
+		}
+		err := r.Ready(ctx)
+		if err == nil || !strings.Contains(err.Error(), "NOPERM this Redis user may not run "+tc.named) {
+			t.Errorf("Ready for a user with %s: %v; want NOPERM naming %s", tc.deny, err, tc.named)
+		}
+		if err := admin.Do(ctx, "ACL", "SETUSER", "combo", tc.grant).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Ready(ctx); err != nil {
+			t.Errorf("Ready once granted %s again: %v", tc.grant, err)
+		}
+	}
+}
+
+// The probe checks every command the service runs on its keys: each
+// repository method runs here (opens, joins, a rewrite, a parked window,
+// a duplicate, reads, claims, flushes, retires, drops, stream stats,
+// pruning), and every command Redis counted meanwhile, from the scripts
+// too, is one the probe asks about (or needs no check: the scripting
+// commands that run the probe itself). A command added to a script or to
+// the worker without the probe fails here.
+func TestReadyChecksEveryCommandTheServiceRuns(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	ctx := context.Background()
+	rdb := srv.Client()
+	r := repo.New(rdb, settings())
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	must("LoadScripts", r.LoadScripts(ctx))
+	must("Ready", r.Ready(ctx))
+	_, err := r.Time(ctx, 0)
+	must("Time", err)
+	must("EnsureGroups", r.EnsureGroups(ctx))
+	now := time.Now().UnixMilli()
+	w := settings().Window.Milliseconds()
+	_, err = r.Report(ctx, []*combo.Contribution{
+		contribution(10, "rose", now),       // opens
+		contribution(11, "rose", now),       // joins
+		contribution(9, "rose", now),        // a smaller id: rewrites
+		contribution(10, "rose", now),       // a duplicate
+		contribution(12, "rose", now+w+1),   // past W: parks the window, opens another
+		contribution(13, "rocket", now+w+1), // another key
+	})
+	must("Report", err)
+	ws, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
+	must("Read", err)
+	if len(ws) != 3 {
+		t.Fatalf("read %d windows, want 3", len(ws))
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; { // Early until due, W + grace after it opened
+		res, err := r.Flush(ctx, ws[:1])
+		must("Flush", err)
+		if res[0].Status == repo.Published {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("flush: %+v 5 s after the window opened", res[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	claimed, _, _, _, err := r.Claim(ctx, 0, "c2", time.Millisecond, "0-0", 10) // idle since the read
+	must("Claim", err)
+	if len(claimed) != 2 {
+		t.Fatalf("claimed %d windows, want the 2 not flushed", len(claimed))
+	}
+	_, err = r.Retire(ctx, ws[1])
+	must("Retire", err)
+	must("Drop", r.Drop(ctx, 0, []string{ws[2].ID}))
+	_, err = r.LastID(ctx, 0)
+	must("LastID", err)
+	_, _, err = r.StreamStats(ctx, 0)
+	must("StreamStats", err)
+	pruned, err := r.PruneConsumers(ctx, 0, "c2", 0) // c1: nothing pending since c2 claimed it
+	must("PruneConsumers", err)
+	if !slices.Equal(pruned, []string{"c1"}) {
+		t.Fatalf("pruned %v, want [c1]", pruned)
+	}
+
+	stats, err := rdb.InfoMap(ctx, "commandstats").Result()
+	must("INFO commandstats", err)
+	unchecked := map[string]bool{ // they run the probe, or are this test's own
+		"evalsha": true, "eval": true, "script|load": true, "config|resetstat": true,
+		"info": true, "hello": true, "client|setinfo": true, "ping": true,
+	}
+	var seen []string
+	for name := range stats["Commandstats"] {
+		cmd := strings.TrimPrefix(name, "cmdstat_")
+		seen = append(seen, cmd)
+		if unchecked[cmd] {
+			continue
+		}
+		main, sub, isSub := strings.Cut(strings.ToUpper(cmd), "|")
+		want := "{'" + main + "'"
+		if isSub {
+			want = "{'" + main + "', '" + sub + "'"
+		}
+		if main == "PUBLISH" {
+			want = "redis.acl_check_cmd('PUBLISH'"
+		}
+		if !strings.Contains(repo.WriteProbeLua, want) {
+			t.Errorf("the service ran %s, which the readiness probe does not check (want %q in it)", cmd, want)
+		}
+	}
+	for _, must := range []string{"xadd", "setrange", "rename", "xreadgroup", "xautoclaim", "xgroup|delconsumer", "publish"} {
+		if !slices.Contains(seen, must) {
+			t.Errorf("the flows here never ran %s (ran %v): the check misses a path", must, seen)
+		}
 	}
 }

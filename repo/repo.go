@@ -141,18 +141,45 @@ func (r *Repo) Time(ctx context.Context, shard int) (time.Time, error) {
 // (READONLY), as it refuses every report. First it asks Redis whether this
 // user may PUBLISH on the push channels: a user denied them (Redis 7 gives
 // a new ACL user none: acl-pubsub-default resetchannels) takes every
-// report and can push no window. redis.acl_check_cmd is Redis 7's and
-// publishes nothing; before 7, and on the embedded Redis, it is skipped.
+// report and can push no window. Then whether it may run, on the service's
+// keys, every command the scripts and the worker send: a user denied one
+// (say XREADGROUP, or a subcommand such as XGROUP CREATE) may take every
+// report and never flush a window, each loop failing in its log while the
+// replica looked ready. redis.acl_check_cmd is Redis 7's and runs nothing;
+// before 7, and on the embedded Redis, these checks are skipped.
 //
 // KEYS[1]  the shard's probe key (Keys.Probe), never written
 // ARGV[1]  a push channel (act:1:contributions)
-// Returns 0, the number of keys deleted, or NOPERM.
-var writeProbeScript = redis.NewScript(`
-if redis.acl_check_cmd and not redis.acl_check_cmd('PUBLISH', ARGV[1], '') then
-  return redis.error_reply('NOPERM this Redis user may not PUBLISH on ' .. ARGV[1] ..
-    ' (it needs the command and the channels: ACL SETUSER <user> +publish &act:*): no window could be pushed')
+// Returns 0, the number of keys deleted, or NOPERM naming what is denied.
+var writeProbeScript = redis.NewScript(writeProbeLua)
+
+const writeProbeLua = `
+if redis.acl_check_cmd then
+  if not redis.acl_check_cmd('PUBLISH', ARGV[1], '') then
+    return redis.error_reply('NOPERM this Redis user may not PUBLISH on ' .. ARGV[1] ..
+      ' (it needs the command and the channels: ACL SETUSER <user> +publish &act:*): no window could be pushed')
+  end
+  local k = KEYS[1]
+  -- Every command of report.lua, flush.lua, prune.lua and the worker, on
+  -- one of the service's keys; a subcommand's name is its second word.
+  for _, c in ipairs({
+    {'TIME'}, {'XADD', k, '*', 'k', 'v'}, {'XLEN', k}, {'SET', k, 'v'}, {'GET', k}, {'GETRANGE', k, '0', '63'},
+    {'SETRANGE', k, '0', 'v'}, {'RENAME', k, k}, {'SADD', k, 'm'}, {'SREM', k, 'm'}, {'SISMEMBER', k, 'm'},
+    {'EXPIREAT', k, '1'}, {'DEL', k}, {'XRANGE', k, '-', '+'}, {'XREVRANGE', k, '+', '-'},
+    {'XACK', k, 'g', '0-1'}, {'XDEL', k, '0-1'}, {'XPENDING', k, 'g'},
+    {'XREADGROUP', 'GROUP', 'g', 'c', 'STREAMS', k, '>'}, {'XAUTOCLAIM', k, 'g', 'c', '0', '0'},
+    {'XGROUP', 'CREATE', k, 'g', '$', 'MKSTREAM'}, {'XGROUP', 'DELCONSUMER', k, 'g', 'c'},
+    {'XINFO', 'GROUPS', k}, {'XINFO', 'CONSUMERS', k, 'g'},
+  }) do
+    if not redis.acl_check_cmd(unpack(c)) then
+      local name = c[1]
+      if name == 'XGROUP' or name == 'XINFO' then name = name .. ' ' .. c[2] end
+      return redis.error_reply('NOPERM this Redis user may not run ' .. name .. ' on ' .. k ..
+        ', which the service runs on its keys: windows could not be counted or pushed')
+    end
+  end
 end
-return redis.call('DEL', KEYS[1])`)
+return redis.call('DEL', KEYS[1])`
 
 // probeChannel stands for every push channel in the readiness probe.
 var probeChannel = push.Channel(1)
