@@ -394,6 +394,9 @@ func Load(path string) (Config, error) {
 		if err := v.ReadInConfig(); err != nil {
 			return Config{}, fmt.Errorf("conf.Load: read %s: %w", path, err)
 		}
+		if err := refuseNulls(path); err != nil {
+			return Config{}, fmt.Errorf("conf.Load: invalid configuration:\n%w", err)
+		}
 	}
 	var c Config
 	hook := mapstructure.ComposeDecodeHookFunc(

@@ -353,3 +353,35 @@ func TestRedisAddressesAndUser(t *testing.T) {
 		})
 	}
 }
+
+// A key written with no value is refused, naming it: viper kept its
+// default, so "addr:" meant as "empty = off" left metrics on at :9100.
+// An empty string is a value, and a section without keys is no key.
+func TestLoadRefusesKeysWithoutValue(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "combo.yaml")
+	yaml := "metrics:\n  addr:\nredis:\n  timeout: ~\n  password: \"\"\nworker:\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if err == nil {
+		t.Fatal("Load accepted keys without a value")
+	}
+	for _, want := range []string{"metrics.addr: has no value (YAML null)", "redis.timeout: has no value"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Load: %v; want %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "password") || strings.Contains(err.Error(), "worker") {
+		t.Errorf("Load: %v; an empty string is a value, and an empty section no key", err)
+	}
+	yaml = "metrics:\n  addr: \"\"\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil || c.Metrics.Addr != "" {
+		t.Fatalf("metrics.addr \"\": %q, %v; want metrics off", c.Metrics.Addr, err)
+	}
+}

@@ -1,0 +1,47 @@
+package conf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// refuseNulls names each key the YAML file at path leaves without a value
+// ("addr:" and nothing after it, or "~"). viper reads such a key as unset
+// and keeps its default, so "metrics: {addr: }", written to turn metrics
+// off as README's "empty = off" says, left them on at :9100.
+func refuseNulls(path string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	var keys []string
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			key := prefix + k
+			switch v := v.(type) {
+			case nil:
+				if prefix != "" { // a section left empty ("worker:") sets nothing
+					keys = append(keys, key)
+				}
+			case map[string]any:
+				walk(key+".", v)
+			}
+		}
+	}
+	walk("", doc)
+	sort.Strings(keys)
+	var errs []error
+	for _, key := range keys {
+		errs = append(errs, fmt.Errorf("%s: has no value (YAML null): write \"\" for empty, or leave the key out for its default", key))
+	}
+	return errors.Join(errs...)
+}
