@@ -253,12 +253,20 @@ func openRedis(cfg conf.Config, log *zap.Logger) (string, func(minConns int) red
 		DialerRetries: 1,
 		IsClusterMode: len(cfg.Redis.Addrs) > 0,
 		TLSConfig:     tlsConfig,
+		// With a master name the client asks the Sentinels at Addrs where
+		// the master is, and follows their failovers.
+		MasterName: cfg.Redis.SentinelMaster, SentinelUsername: cfg.Redis.SentinelUsername, SentinelPassword: cfg.Redis.SentinelPassword,
+	}
+	if cfg.Redis.Sentinel() {
+		opts.Addrs = cfg.Redis.SentinelAddrs
 	}
 	closeEmbedded := func() {}
 	addr := cfg.Redis.Addr
 	switch {
 	case len(cfg.Redis.Addrs) > 0:
 		addr = fmt.Sprint(cfg.Redis.Addrs)
+	case cfg.Redis.Sentinel():
+		addr = fmt.Sprintf("%s via sentinels %v", cfg.Redis.SentinelMaster, cfg.Redis.SentinelAddrs)
 	case addr == "":
 		mr := miniredis.NewMiniRedis()
 		// miniredis counts TTLs down only when told to; without this no

@@ -58,6 +58,15 @@ type Redis struct {
 	Addr string `mapstructure:"addr"`
 	// Addrs of Redis Cluster seed nodes; non-empty turns on cluster mode.
 	Addrs []string `mapstructure:"addrs"`
+	// SentinelAddrs of the Redis Sentinels that watch SentinelMaster, the
+	// name of one Redis and its replicas: the service asks them which node
+	// is the master, and follows it when they fail it over.
+	SentinelAddrs  []string `mapstructure:"sentinel_addrs"`
+	SentinelMaster string   `mapstructure:"sentinel_master"`
+	// SentinelUsername and SentinelPassword log in to the Sentinels (they
+	// have users of their own); Username and Password, to the Redis.
+	SentinelUsername string `mapstructure:"sentinel_username"`
+	SentinelPassword string `mapstructure:"sentinel_password"`
 	// EmbeddedAddr is where the embedded Redis listens (port 0 = free port).
 	EmbeddedAddr string `mapstructure:"embedded_addr"`
 	// Username is the Redis 6+ ACL user; empty is the default user, the
@@ -182,7 +191,9 @@ func defaultConsumerIdleDelete(claimIdle time.Duration) time.Duration {
 }
 
 // Embedded reports whether the service runs on its embedded Redis.
-func (c Config) Embedded() bool { return c.Redis.Addr == "" && len(c.Redis.Addrs) == 0 }
+func (c Config) Embedded() bool {
+	return c.Redis.Addr == "" && len(c.Redis.Addrs) == 0 && len(c.Redis.SentinelAddrs) == 0
+}
 
 // Validate refuses settings the service cannot honour, naming the key.
 func (c Config) Validate() error {
@@ -217,6 +228,7 @@ func (c Config) Validate() error {
 	if c.Redis.Addr != "" && len(c.Redis.Addrs) > 0 {
 		bad("redis.addrs", "set either redis.addr (one Redis) or redis.addrs (a cluster), not both")
 	}
+	validateSentinel(c.Redis, bad)
 	if c.Embedded() {
 		if _, _, err := net.SplitHostPort(c.Redis.EmbeddedAddr); err != nil {
 			bad("redis.embedded_addr", "must be host:port, got %q", c.Redis.EmbeddedAddr)
@@ -415,6 +427,9 @@ func Load(path string) (Config, error) {
 	// inside an address is still refused (checkHostPort).
 	for i, a := range c.Redis.Addrs {
 		c.Redis.Addrs[i] = strings.TrimSpace(a)
+	}
+	for i, a := range c.Redis.SentinelAddrs {
+		c.Redis.SentinelAddrs[i] = strings.TrimSpace(a)
 	}
 	if c.Worker.ClaimIdle == 0 {
 		c.Worker.ClaimIdle = DefaultClaimIdle(c.Window)

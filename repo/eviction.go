@@ -9,6 +9,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// failoverClientAddr is the Addr go-redis gives a client that finds its
+// master through Sentinels (NewFailoverClient): it names no node.
+const failoverClientAddr = "FailoverClient"
+
 // Evicting returns the nodes (address -> maxmemory-policy) whose policy is
 // not noeviction: under memory pressure they may evict an open window, a
 // dedupe set or the stream itself, and those gifts are never pushed (or
@@ -33,12 +37,16 @@ func (r *Repo) Evicting(ctx context.Context) (map[string]string, error) {
 			}
 			return "", errors.New("INFO memory names no maxmemory_policy")
 		}()
+		node := c.Options().Addr
+		if node == failoverClientAddr {
+			node = "the master found by Sentinel"
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", c.Options().Addr, err))
+			errs = append(errs, fmt.Errorf("%s: %w", node, err))
 		} else if policy != "noeviction" {
-			out[c.Options().Addr] = policy
+			out[node] = policy
 		}
 		return nil
 	}

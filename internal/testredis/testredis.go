@@ -38,8 +38,11 @@ type Server struct {
 	// TLS is the PKI the server uses when Options.TLS is set.
 	TLS  *TLSFiles
 	opts Options
-	cmd  *exec.Cmd
-	tb   testing.TB
+	// sentinel is the configuration of a Redis Sentinel (StartSentinel);
+	// empty for a Redis.
+	sentinel string
+	cmd      *exec.Cmd
+	tb       testing.TB
 }
 
 // require skips the test when a Redis program is not installed and CI is
@@ -74,6 +77,10 @@ func Start(tb testing.TB, opts Options) *Server {
 
 func (s *Server) start() {
 	s.tb.Helper()
+	if s.sentinel != "" {
+		s.startSentinel()
+		return
+	}
 	port := strconv.Itoa(s.Port)
 	if s.TLS != nil {
 		port = "0" // TLS only
@@ -93,6 +100,12 @@ func (s *Server) start() {
 		args = append(args, "--appendonly", "no")
 	}
 	args = append(args, s.opts.Args...)
+	s.run(args)
+}
+
+// run starts redis-server with args and waits until it answers.
+func (s *Server) run(args []string) {
+	s.tb.Helper()
 	cmd := exec.Command("redis-server", args...)
 	if err := cmd.Start(); err != nil {
 		s.tb.Fatalf("testredis: start redis-server: %v", err)

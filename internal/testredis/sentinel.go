@@ -1,0 +1,63 @@
+package testredis
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// StartReplica starts a Redis replicating master and waits until its link
+// to the master is up.
+func StartReplica(tb testing.TB, master *Server) *Server {
+	tb.Helper()
+	r := Start(tb, Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)}})
+	c := r.Client()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, _ := c.Info(context.Background(), "replication").Result()
+		if strings.Contains(info, "master_link_status:up") {
+			return r
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("testredis: replica of %s not linked after 10 s:\n%s", master.Addr, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// StartSentinel starts a Redis Sentinel on a free port that watches master
+// under name alone (quorum 1) and fails it over quickly: down after 500 ms
+// without an answer.
+func StartSentinel(tb testing.TB, name string, master *Server) *Server {
+	tb.Helper()
+	require(tb, "redis-server")
+	s := &Server{Dir: tb.TempDir(), tb: tb, sentinel: fmt.Sprintf(
+		"sentinel monitor %[1]s 127.0.0.1 %[2]d 1\n"+
+			"sentinel down-after-milliseconds %[1]s 500\n"+
+			"sentinel failover-timeout %[1]s 5000\n", name, master.Port)}
+	s.Port = FreePort(tb)
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+	s.start()
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// startSentinel runs redis-server in sentinel mode on a configuration file
+// of its own: a Sentinel rewrites it with what it learns.
+func (s *Server) startSentinel() {
+	s.tb.Helper()
+	conf := filepath.Join(s.Dir, "sentinel.conf")
+	if _, err := os.Stat(conf); err != nil { // a restart keeps what it learned
+		if err := os.WriteFile(conf, []byte(s.sentinel), 0o600); err != nil {
+			s.tb.Fatalf("testredis: %v", err)
+		}
+	}
+	s.run([]string{conf, "--sentinel", "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--dir", s.Dir,
+		"--daemonize", "no", "--logfile", filepath.Join(s.Dir, "redis.log")})
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+)
+
+// sentinelMaster is the name the tests' Sentinel watches.
+const sentinelMaster = "combo"
+
+// Found through a Sentinel, the service reports and pushes as on one
+// Redis; when the Sentinel fails the master over to its replica, reports
+// fail with UNAVAILABLE for a moment and then land on the new master, and
+// the windows open at the failover (replicated before it) are pushed from
+// there, each once.
+func TestRedisViaSentinelFailsOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fails a master over")
+	}
+	master := testredis.Start(t, testredis.Options{})
+	replica := testredis.StartReplica(t, master)
+	sentinel := testredis.StartSentinel(t, sentinelMaster, master)
+	s := startService(t, options{redis: master, mutate: func(c *conf.Config) {
+		c.Redis.Addr = ""
+		c.Redis.SentinelAddrs, c.Redis.SentinelMaster = []string{sentinel.Addr}, sentinelMaster
+		c.Redis.Timeout = 300 * time.Millisecond
+		c.Window.Size = 2 * time.Second // windows stay open across the failover
+		c.Worker.ClaimIdle = conf.DefaultClaimIdle(c.Window)
+	}})
+	// Published on the master, pushes reach the replica's subscribers too,
+	// and this connection outlives the failover: the replica becomes the
+	// master.
+	pushes := subscribe(t, replica.Client())
+	if code, body := readyz(t, s); code != http.StatusOK {
+		t.Fatalf("/readyz: %d %s", code, body)
+	}
+
+	before := newActivity()
+	first := gift(before, 1, "firework", 1)
+	s.report(first)
+	s.report(gift(before, 1, "firework", 2))
+	// Asynchronous replication loses what the replica has not received;
+	// here it has everything before the master dies.
+	if n, err := master.Client().Do(context.Background(), "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1: %d replicas, %v", n, err)
+	}
+	master.Kill()
+	promoted := time.Now()
+	for {
+		addr, err := sentinel.Client().Do(context.Background(), "SENTINEL", "get-master-addr-by-name", sentinelMaster).StringSlice()
+		if err == nil && len(addr) == 2 && addr[0]+":"+addr[1] == replica.Addr {
+			break
+		}
+		if time.Since(promoted) > 20*time.Second {
+			t.Fatalf("the Sentinel did not promote the replica within 20 s: %v %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	after := newActivity()
+	var c *combo.Contribution
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		c = gift(after, 1, "rocket", 1)
+		_, err := s.rpc.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: c})
+		if err == nil {
+			break
+		}
+		if ce := comboErr(t, err); ce.Code != 2 {
+			t.Fatalf("report during the failover: %+v, want UNAVAILABLE", ce)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reports still fail 10 s after the Sentinel promoted the replica: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := pushes.waitFor(1, 15*time.Second, forActivity(before))
+	if r := got[0].msg.Record; r.ID != first.Id || r.Quantity != 3 {
+		t.Fatalf("window open at the failover: %+v, want id %d quantity 3", r, first.Id)
+	}
+	got = pushes.waitFor(1, 15*time.Second, forActivity(after))
+	if r := got[0].msg.Record; r.ID != c.Id || r.Quantity != 1 {
+		t.Fatalf("window after the failover: %+v, want id %d", r, c.Id)
+	}
+	pushes.quiet(time.Second, 1, forActivity(before))
+	if code, body := readyz(t, s); code != http.StatusOK {
+		t.Fatalf("/readyz after the failover: %d %s", code, body)
+	}
+}
+
+// A master found through Sentinels that may evict is warned of at start,
+// named as such: go-redis gives such a client no node address.
+func TestWarnsOfAnEvictingMasterFoundBySentinel(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	master := testredis.Start(t, testredis.Options{Args: []string{"--maxmemory-policy", "allkeys-lru"}})
+	sentinel := testredis.StartSentinel(t, sentinelMaster, master)
+	startService(t, options{redis: master, log: zap.New(core), mutate: func(c *conf.Config) {
+		c.Redis.Addr = ""
+		c.Redis.SentinelAddrs, c.Redis.SentinelMaster = []string{sentinel.Addr}, sentinelMaster
+	}})
+	warned := logs.FilterMessageSnippet("maxmemory-policy must be noeviction").FilterField(zap.String("maxmemory_policy", "allkeys-lru"))
+	if warned.Len() != 1 || warned.All()[0].ContextMap()["node"] != "the master found by Sentinel" {
+		t.Fatalf("warnings %v, want one naming the master found by Sentinel and allkeys-lru", logs.All())
+	}
+}
