@@ -111,3 +111,23 @@ func TestWarnsOfAnEvictingMasterFoundBySentinel(t *testing.T) {
 		t.Fatalf("warnings %v, want one naming the master found by Sentinel and allkeys-lru", logs.All())
 	}
 }
+
+// With redis.tls, the Sentinels are dialed over TLS as well as the master
+// they name, with the same CA and client certificate.
+func TestRedisViaSentinelOverTLS(t *testing.T) {
+	master := testredis.Start(t, testredis.Options{TLS: true})
+	sentinel := testredis.StartSentinel(t, sentinelMaster, master)
+	s := startService(t, options{redis: master, mutate: func(c *conf.Config) {
+		c.Redis.Addr = ""
+		c.Redis.SentinelAddrs, c.Redis.SentinelMaster = []string{sentinel.Addr}, sentinelMaster
+	}})
+	if code, body := readyz(t, s); code != http.StatusOK {
+		t.Fatalf("/readyz: %d %s", code, body)
+	}
+	a := newActivity()
+	c := gift(a, 1, "firework", 2)
+	s.report(c)
+	if r := s.pushes.waitFor(1, wait, forActivity(a))[0].msg.Record; r.ID != c.Id || r.Quantity != 2 {
+		t.Fatalf("record %+v, want id %d quantity 2", r, c.Id)
+	}
+}

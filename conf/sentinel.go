@@ -27,11 +27,6 @@ func validateSentinel(r Redis, bad func(key, format string, args ...any)) {
 		bad("redis.sentinel_addrs", "set one of redis.addr (one Redis), redis.addrs (a cluster) "+
 			"or redis.sentinel_addrs (a Redis the Sentinels fail over)")
 	}
-	// go-redis (v9.23) dials the Sentinels without the TLS settings: their
-	// password and the master's address would cross the network in clear.
-	if r.TLS {
-		bad("redis.tls", "cannot be used with redis.sentinel_addrs: the Redis client dials Sentinels without TLS")
-	}
 	// As for redis.username: go-redis logs in only with a password.
 	if r.SentinelUsername != "" && r.SentinelPassword == "" {
 		bad("redis.sentinel_username", "needs redis.sentinel_password: without one the client never logs in as %q",

@@ -34,7 +34,6 @@ func TestSentinelSettingsAreChecked(t *testing.T) {
 			"redis.sentinel_addrs[0]: must be host:port"},
 		{"a Sentinel user without a password", func(r *Redis) { r.SentinelUsername = "watcher" },
 			"redis.sentinel_username: needs redis.sentinel_password"},
-		{"TLS", func(r *Redis) { r.TLS = true }, "redis.tls: cannot be used with redis.sentinel_addrs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()

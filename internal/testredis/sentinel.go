@@ -33,11 +33,12 @@ func StartReplica(tb testing.TB, master *Server) *Server {
 
 // StartSentinel starts a Redis Sentinel on a free port that watches master
 // under name alone (quorum 1) and fails it over quickly: down after 500 ms
-// without an answer.
+// without an answer. For a master that serves TLS it serves TLS too, with
+// the master's certificates, and talks TLS to the master.
 func StartSentinel(tb testing.TB, name string, master *Server) *Server {
 	tb.Helper()
 	require(tb, "redis-server")
-	s := &Server{Dir: tb.TempDir(), tb: tb, sentinel: fmt.Sprintf(
+	s := &Server{Dir: tb.TempDir(), tb: tb, TLS: master.TLS, sentinel: fmt.Sprintf(
 		"sentinel monitor %[1]s 127.0.0.1 %[2]d 1\n"+
 			"sentinel down-after-milliseconds %[1]s 500\n"+
 			"sentinel failover-timeout %[1]s 5000\n", name, master.Port)}
@@ -58,6 +59,12 @@ func (s *Server) startSentinel() {
 			s.tb.Fatalf("testredis: %v", err)
 		}
 	}
-	s.run([]string{conf, "--sentinel", "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--dir", s.Dir,
-		"--daemonize", "no", "--logfile", filepath.Join(s.Dir, "redis.log")})
+	args := []string{conf, "--sentinel", "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--dir", s.Dir,
+		"--daemonize", "no", "--logfile", filepath.Join(s.Dir, "redis.log")}
+	if s.TLS != nil {
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.Port), "--tls-replication", "yes",
+			"--tls-cert-file", s.TLS.ServerCert, "--tls-key-file", s.TLS.ServerKey,
+			"--tls-ca-cert-file", s.TLS.CA, "--tls-auth-clients", "yes")
+	}
+	s.run(args)
 }
