@@ -202,9 +202,9 @@ func TestReadyNamesADeniedCommand(t *testing.T) {
 }
 
 // The probe checks every command the service runs on its keys: each
-// repository method runs here (opens, joins, a rewrite, a parked window,
-// a duplicate, reads, claims, flushes, retires, drops, stream stats,
-// pruning), and every command Redis counted meanwhile, from the scripts
+// repository method runs here (runEveryFlow: opens, joins, a rewrite, a
+// parked window, a duplicate, reads, claims, flushes, retires, drops,
+// stream stats, pruning, a degraded publish), and every command Redis counted meanwhile, from the scripts
 // too, is one the probe asks about (or needs no check: the scripting
 // commands that run the probe itself). A command added to a script or to
 // the worker without the probe fails here.
@@ -216,6 +216,50 @@ func TestReadyChecksEveryCommandTheServiceRuns(t *testing.T) {
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
+	runEveryFlow(t, rdb, r)
+
+	stats, err := rdb.InfoMap(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	unchecked := map[string]bool{ // they run the probe, or are this test's own
+		"evalsha": true, "eval": true, "script|load": true, "config|resetstat": true,
+		"info": true, "hello": true, "client|setinfo": true, "ping": true,
+	}
+	var seen []string
+	for name := range stats["Commandstats"] {
+		cmd := strings.TrimPrefix(name, "cmdstat_")
+		seen = append(seen, cmd)
+		if unchecked[cmd] {
+			continue
+		}
+		main, sub, isSub := strings.Cut(strings.ToUpper(cmd), "|")
+		want := "{'" + main + "'"
+		if isSub {
+			want = "{'" + main + "', '" + sub + "'"
+		}
+		if main == "PUBLISH" {
+			want = "redis.acl_check_cmd('PUBLISH'"
+		}
+		if !strings.Contains(repo.WriteProbeLua, want) {
+			t.Errorf("the service ran %s, which the readiness probe does not check (want %q in it)", cmd, want)
+		}
+	}
+	for _, must := range []string{"xadd", "setrange", "rename", "xreadgroup", "xautoclaim", "xgroup|delconsumer", "publish"} {
+		if !slices.Contains(seen, must) {
+			t.Errorf("the flows here never ran %s (ran %v): the check misses a path", must, seen)
+		}
+	}
+}
+
+// runEveryFlow runs each repository method the service calls on rdb, as r
+// (settings()): loading the scripts, the eviction check, the probe, the
+// clock, the group, reports that open, join, rewrite, park and repeat a
+// window, reads, a flush, claims, a retire, a drop, stream stats, pruning,
+// and a report published on its own (degraded: the stream full).
+func runEveryFlow(t *testing.T, rdb redis.UniversalClient, r *repo.Repo) {
+	t.Helper()
+	ctx := context.Background()
 	must := func(what string, err error) {
 		t.Helper()
 		if err != nil {
@@ -223,8 +267,10 @@ func TestReadyChecksEveryCommandTheServiceRuns(t *testing.T) {
 		}
 	}
 	must("LoadScripts", r.LoadScripts(ctx))
+	_, err := r.Evicting(ctx)
+	must("Evicting", err)
 	must("Ready", r.Ready(ctx))
-	_, err := r.Time(ctx, 0)
+	_, err = r.Time(ctx, 0)
 	must("Time", err)
 	must("EnsureGroups", r.EnsureGroups(ctx))
 	now := time.Now().UnixMilli()
@@ -266,40 +312,16 @@ func TestReadyChecksEveryCommandTheServiceRuns(t *testing.T) {
 	must("LastID", err)
 	_, _, err = r.StreamStats(ctx, 0)
 	must("StreamStats", err)
+	full := settings()
+	full.StreamMaxLen = 1 // it holds ws[1], kept by the retire
+	res, err := repo.New(rdb, full).Report(ctx, []*combo.Contribution{contribution(14, "lily", now)})
+	must("degraded Report", err)
+	if res[0].Outcome != repo.Degraded {
+		t.Fatalf("a report with the stream full: %+v, want degraded", res[0])
+	}
 	pruned, err := r.PruneConsumers(ctx, 0, "c2", 0) // c1: nothing pending since c2 claimed it
 	must("PruneConsumers", err)
 	if !slices.Equal(pruned, []string{"c1"}) {
 		t.Fatalf("pruned %v, want [c1]", pruned)
-	}
-
-	stats, err := rdb.InfoMap(ctx, "commandstats").Result()
-	must("INFO commandstats", err)
-	unchecked := map[string]bool{ // they run the probe, or are this test's own
-		"evalsha": true, "eval": true, "script|load": true, "config|resetstat": true,
-		"info": true, "hello": true, "client|setinfo": true, "ping": true,
-	}
-	var seen []string
-	for name := range stats["Commandstats"] {
-		cmd := strings.TrimPrefix(name, "cmdstat_")
-		seen = append(seen, cmd)
-		if unchecked[cmd] {
-			continue
-		}
-		main, sub, isSub := strings.Cut(strings.ToUpper(cmd), "|")
-		want := "{'" + main + "'"
-		if isSub {
-			want = "{'" + main + "', '" + sub + "'"
-		}
-		if main == "PUBLISH" {
-			want = "redis.acl_check_cmd('PUBLISH'"
-		}
-		if !strings.Contains(repo.WriteProbeLua, want) {
-			t.Errorf("the service ran %s, which the readiness probe does not check (want %q in it)", cmd, want)
-		}
-	}
-	for _, must := range []string{"xadd", "setrange", "rename", "xreadgroup", "xautoclaim", "xgroup|delconsumer", "publish"} {
-		if !slices.Contains(seen, must) {
-			t.Errorf("the flows here never ran %s (ran %v): the check misses a path", must, seen)
-		}
 	}
 }
