@@ -385,3 +385,26 @@ func TestLoadRefusesKeysWithoutValue(t *testing.T) {
 		t.Fatalf("metrics.addr \"\": %q, %v; want metrics off", c.Metrics.Addr, err)
 	}
 }
+
+// The environment wins over the file, a key the file leaves without a
+// value too: a template that says "password:" and gets the secret from
+// COMBO_REDIS_PASSWORD loads, as it did before nulls were refused. Without
+// its variable, the same key is still refused.
+func TestLoadTakesTheEnvironmentOverAKeyWithoutValue(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	yaml := "redis:\n  addr: \"127.0.0.1:6379\"\n  password:\nmetrics:\n  addr:\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("COMBO_REDIS_PASSWORD", "s3cret")
+	t.Setenv("COMBO_METRICS_ADDR", "") // empty is a value: metrics off
+	c, err := Load(path)
+	if err != nil || c.Redis.Password != "s3cret" || c.Metrics.Addr != "" {
+		t.Fatalf("Load: password %q, metrics.addr %q, %v; want the environment's", c.Redis.Password, c.Metrics.Addr, err)
+	}
+	os.Unsetenv("COMBO_METRICS_ADDR")
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "metrics.addr: has no value") ||
+		strings.Contains(err.Error(), "password") {
+		t.Fatalf("Load without COMBO_METRICS_ADDR: %v; want metrics.addr alone refused", err)
+	}
+}

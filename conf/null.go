@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -12,7 +13,9 @@ import (
 // refuseNulls names each key the YAML file at path leaves without a value
 // ("addr:" and nothing after it, or "~"). viper reads such a key as unset
 // and keeps its default, so "metrics: {addr: }", written to turn metrics
-// off as README's "empty = off" says, left them on at :9100.
+// off as README's "empty = off" says, left them on at :9100. A key whose
+// COMBO_* variable is set passes: the environment wins over the file, so
+// its null changes nothing (a template's "password:" filled from a secret).
 func refuseNulls(path string) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -29,7 +32,8 @@ func refuseNulls(path string) error {
 			key := prefix + k
 			switch v := v.(type) {
 			case nil:
-				if prefix != "" { // a section left empty ("worker:") sets nothing
+				// A section left empty ("worker:") sets nothing.
+				if prefix != "" && !envSet(key) {
 					keys = append(keys, key)
 				}
 			case map[string]any:
@@ -44,4 +48,11 @@ func refuseNulls(path string) error {
 		errs = append(errs, fmt.Errorf("%s: has no value (YAML null): write \"\" for empty, or leave the key out for its default", key))
 	}
 	return errors.Join(errs...)
+}
+
+// envSet reports whether key's COMBO_* variable is set, empty included
+// (Load's AllowEmptyEnv: "" is a value), as Load's viper names it.
+func envSet(key string) bool {
+	_, ok := os.LookupEnv("COMBO_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_")))
+	return ok
 }
