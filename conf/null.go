@@ -45,7 +45,7 @@ func refuseNulls(path string) error {
 	sort.Strings(keys)
 	var errs []error
 	for _, key := range keys {
-		errs = append(errs, fmt.Errorf("%s: has no value (YAML null): write \"\" for empty, or leave the key out for its default", key))
+		errs = append(errs, fmt.Errorf("%s: has no value (YAML null): give it one (\"\" for an empty string), or leave the key out for its default", key))
 	}
 	return errors.Join(errs...)
 }
