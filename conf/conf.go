@@ -464,13 +464,15 @@ var envInteger = regexp.MustCompile(`^[+-]?[0-9]+(_[0-9]+)*$`)
 //   - a fraction or an out-of-range number where an integer goes (shards:
 //     2.7 became 2, and 1e20 a negative number), or a boolean (db: true
 //     became 1);
-//   - a number where a boolean goes (pprof: 7 became true);
+//   - a number where a boolean goes (pprof: 7 became true), or an empty
+//     string (COMBO_REDIS_TLS= turned TLS off);
 //   - a YAML number or boolean where a string goes: YAML reads
 //     password: 012345 as the octal number 5349 and 1.10 as 1.1, so such a
 //     value must be quoted.
 //
-// Environment variables are strings: booleans and strings pass as before,
-// and an integer is read in base 10 (the weak decoding read 010 as octal).
+// Environment variables are strings: booleans (but an empty one) and
+// strings pass as before, and an integer is read in base 10 (the weak
+// decoding read 010 as octal).
 func numbersAreExact(from, to reflect.Type, data any) (any, error) {
 	switch to.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
@@ -507,7 +509,15 @@ func numbersAreExact(from, to reflect.Type, data any) (any, error) {
 		}
 	case reflect.Bool:
 		switch from.Kind() {
-		case reflect.Bool, reflect.String:
+		case reflect.Bool:
+		case reflect.String:
+			// The weak decoding reads "" as false: COMBO_REDIS_TLS= (a
+			// template's unset variable) turned off a file's tls: true
+			// and dialed plain TCP, the password in clear. Empty is no
+			// choice; " true" and "yes" are refused by the decoder.
+			if strings.TrimSpace(data.(string)) == "" {
+				return nil, fmt.Errorf("want true or false, got %q", data)
+			}
 		default:
 			return nil, fmt.Errorf("want true or false, got %v (%s)", data, from.Kind())
 		}

@@ -106,3 +106,27 @@ func TestTLSSettingsAreChecked(t *testing.T) {
 		})
 	}
 }
+
+// COMBO_REDIS_TLS= (an orchestrator's unset template variable) is no
+// choice between TLS and plain TCP: it must not quietly turn off the
+// file's tls: true, and dial plain TCP, sending the password in clear.
+func TestTLSEmptyVariableIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	if err := os.WriteFile(path, []byte("redis:\n  addr: redis.example.internal:6380\n  tls: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := Load(path); err != nil || !c.Redis.TLS {
+		t.Fatalf("tls: true: %+v %v", c.Redis, err)
+	}
+	for _, v := range []string{"", " "} {
+		t.Setenv("COMBO_REDIS_TLS", v)
+		c, err := Load(path)
+		if err == nil || !strings.Contains(err.Error(), "redis.tls") || !strings.Contains(err.Error(), "want true or false") {
+			t.Errorf("COMBO_REDIS_TLS=%q: Load() = tls %v, %v; want an error naming redis.tls", v, c.Redis.TLS, err)
+		}
+	}
+	t.Setenv("COMBO_REDIS_TLS", "false") // a choice: honoured
+	if c, err := Load(path); err != nil || c.Redis.TLS {
+		t.Fatalf("COMBO_REDIS_TLS=false: %+v %v", c.Redis, err)
+	}
+}
