@@ -4,7 +4,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"os"
+	"strings"
 )
 
 // TLSConfig returns how to dial Redis over TLS, or nil when redis.tls is
@@ -64,6 +66,10 @@ func validateTLS(c Config, bad func(key, format string, args ...any)) {
 		bad("redis.tls", "needs redis.addr or redis.addrs: the embedded Redis speaks plain TCP")
 		return
 	}
+	if n := r.TLSServerName; n != "" && !validServerName(n) {
+		bad("redis.tls_server_name", "must be a host name or an IP address, without port, scheme or spaces, got %q: "+
+			"no certificate carries it, and every dial would fail", n)
+	}
 	if (r.TLSCertFile == "") != (r.TLSKeyFile == "") {
 		bad("redis.tls_cert_file", "and redis.tls_key_file go together: set both (a client certificate) or neither")
 		return
@@ -71,4 +77,20 @@ func validateTLS(c Config, bad func(key, format string, args ...any)) {
 	if _, key, err := r.tlsConfig(); err != nil {
 		bad(key, "%v", err)
 	}
+}
+
+// validServerName reports whether name can be matched against a
+// certificate: an IP address (bracketed or not), or a host name of
+// letters, digits, '-', '_' and '.'. A port or a URL ("host:6380",
+// "rediss://host") passed the start and failed each dial.
+func validServerName(name string) bool {
+	if net.ParseIP(strings.TrimSuffix(strings.TrimPrefix(name, "["), "]")) != nil {
+		return true
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }

@@ -56,6 +56,18 @@ func TestTLSWithSystemRoots(t *testing.T) {
 	}
 }
 
+// A server name that no certificate can carry (a port, a URL) passed the
+// start and failed every dial; the names Go's verification takes pass.
+func TestTLSServerNames(t *testing.T) {
+	for _, name := range []string{"redis.example.internal", "localhost", "10.0.0.1", "::1", "[::1]", "redis-0.redis_svc.local."} {
+		c := Default()
+		c.Redis.Addr, c.Redis.TLS, c.Redis.TLSServerName = "10.0.0.1:6380", true, name
+		if err := c.Validate(); err != nil {
+			t.Errorf("tls_server_name %q: %v", name, err)
+		}
+	}
+}
+
 func TestTLSSettingsAreChecked(t *testing.T) {
 	pki := testredis.NewTLSFiles(t, t.TempDir())
 	other := testredis.NewTLSFiles(t, t.TempDir())
@@ -83,6 +95,12 @@ func TestTLSSettingsAreChecked(t *testing.T) {
 			[]string{"redis.tls_ca_file: open " + missing}},
 		{"a CA file that holds no certificate", func(r *Redis) { r.TLSCAFile = notPEM },
 			[]string{"redis.tls_ca_file: " + notPEM + " holds no PEM certificate"}},
+		{"a server name with a port", func(r *Redis) { r.TLSServerName = "redis.example.internal:6380" },
+			[]string{"redis.tls_server_name: must be a host name or an IP address"}},
+		{"a server name given as a URL", func(r *Redis) { r.TLSServerName = "rediss://redis.example.internal" },
+			[]string{"redis.tls_server_name: must be a host name or an IP address"}},
+		{"a server name with a space", func(r *Redis) { r.TLSServerName = " redis.example.internal" },
+			[]string{"redis.tls_server_name: must be a host name or an IP address"}},
 		{"a key of another certificate", func(r *Redis) { r.TLSKeyFile = other.ClientKey },
 			[]string{"redis.tls_cert_file: with redis.tls_key_file: ", "private key does not match public key"}},
 	} {
