@@ -133,20 +133,21 @@ func (c *Cluster) KillMaster(tb testing.TB, cc *redis.ClusterClient, addr string
 // every live node declares the cluster failed: they then refuse every key.
 func (c *Cluster) FailMaster(tb testing.TB, addr string) {
 	tb.Helper()
-	var live []string
+	var live []*Server
 	for i, a := range c.Addrs {
 		if a == addr {
 			c.Nodes[i].Kill()
 		} else {
-			live = append(live, a)
+			live = append(live, c.Nodes[i])
 		}
 	}
 	if len(live) == len(c.Addrs) {
 		tb.Fatalf("testredis: no node at %s", addr)
 	}
 	deadline := time.Now().Add(20 * time.Second) // a few cluster-node-timeouts
-	for _, a := range live {
-		cl := redis.NewClient(&redis.Options{Addr: a})
+	for _, n := range live {
+		a := n.Addr
+		cl := redis.NewClient(n.options()) // over TLS on a TLS cluster
 		for {
 			info, _ := cl.ClusterInfo(context.Background()).Result()
 			if strings.Contains(info, "cluster_state:fail") {
