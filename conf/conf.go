@@ -216,12 +216,12 @@ func (c Config) Validate() error {
 		bad("server.max_connections", "must be 1..%d, got %d", math.MaxInt32, c.Server.MaxConnections)
 	}
 	if c.Redis.Addr != "" {
-		if msg := checkHostPort(c.Redis.Addr); msg != "" {
+		if msg := checkHostPort(c.Redis.Addr, "redis.password"); msg != "" {
 			bad("redis.addr", "must be host:port or empty (embedded Redis), %s", msg)
 		}
 	}
 	for i, a := range c.Redis.Addrs {
-		if msg := checkHostPort(a); msg != "" {
+		if msg := checkHostPort(a, "redis.password"); msg != "" {
 			bad(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port, %s", msg)
 		}
 	}
@@ -354,9 +354,10 @@ func (c Config) Warnings() []string {
 // may be a password put in the wrong key, or carry one (redis://:pw@host,
 // pw@host:6379, host:6379,password=pw), and a refusal is logged. Nor does
 // such a value pass: the started line logs the address, and go-redis's
-// dial errors repeat it. The password goes in redis.password.
-func checkHostPort(addr string) string {
-	const hidden = " (the value is not repeated: it may hold a password, which goes in redis.password)"
+// dial errors repeat it. The password goes in passwordKey: redis.password
+// for a Redis, redis.sentinel_password for a Sentinel.
+func checkHostPort(addr, passwordKey string) string {
+	hidden := " (the value is not repeated: it may hold a password, which goes in " + passwordKey + ")"
 	if strings.ContainsAny(addr, "@/?,=") {
 		return "got a URL, userinfo or options" + hidden
 	}

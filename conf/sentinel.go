@@ -16,7 +16,7 @@ func validateSentinel(r Redis, bad func(key, format string, args ...any)) {
 		return
 	}
 	for i, a := range r.SentinelAddrs {
-		if msg := checkHostPort(a); msg != "" {
+		if msg := checkHostPort(a, "redis.sentinel_password"); msg != "" {
 			bad(fmt.Sprintf("redis.sentinel_addrs[%d]", i), "must be host:port, %s", msg)
 		}
 	}

@@ -30,8 +30,11 @@ func TestSentinelSettingsAreChecked(t *testing.T) {
 		{"Sentinels without a master name", func(r *Redis) { r.SentinelMaster = "" }, "redis.sentinel_master: must name the master"},
 		{"Sentinels and redis.addr", func(r *Redis) { r.Addr = "10.0.0.1:6379" }, "redis.sentinel_addrs: set one of redis.addr"},
 		{"Sentinels and a cluster", func(r *Redis) { r.Addrs = []string{"10.0.0.1:6379"} }, "redis.sentinel_addrs: set one of redis.addr"},
+		// The hint names the Sentinels' password key: redis.password is
+		// the Redis's, and a Sentinel password put there is never sent.
 		{"a Sentinel address with a password in it", func(r *Redis) { r.SentinelAddrs = []string{"redis://:pw@s1:26379"} },
-			"redis.sentinel_addrs[0]: must be host:port"},
+			"redis.sentinel_addrs[0]: must be host:port, got a URL, userinfo or options (the value is not repeated: " +
+				"it may hold a password, which goes in redis.sentinel_password)"},
 		{"a Sentinel user without a password", func(r *Redis) { r.SentinelUsername = "watcher" },
 			"redis.sentinel_username: needs redis.sentinel_password"},
 	} {
