@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -113,6 +115,18 @@ func startService(t *testing.T, o options) *service {
 	s.rpc = newRPC(t, s.addrs.RPCAddr)
 	t.Cleanup(func() { s.stop() })
 	return s
+}
+
+// readyz returns /readyz's status and body.
+func readyz(t *testing.T, s *service) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/readyz")
+	if err != nil {
+		t.Fatalf("/readyz: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 // dialTLS sets the service to dial a Redis that takes only TLS, with a

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"runtime"
 	"strings"
@@ -176,22 +175,12 @@ func TestReadyFailsOnceStopping(t *testing.T) {
 		c.Window.Size = 2 * time.Second // held windows keep the service stopping a while
 		c.Worker.ClaimIdle = conf.DefaultClaimIdle(c.Window)
 	}})
-	ready := func() (int, string) {
-		t.Helper()
-		resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/readyz")
-		if err != nil {
-			t.Fatalf("/readyz: %v", err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
-	if code, body := ready(); code != http.StatusOK {
+	if code, body := readyz(t, s); code != http.StatusOK {
 		t.Fatalf("/readyz before stopping: %d %s", code, body)
 	}
 	s.report(gift(newActivity(), 1, "firework", 1)) // a held window
 	s.cancel()                                      // SIGTERM; s.stop waits for run in the cleanup
-	if code, body := ready(); code != http.StatusServiceUnavailable || !strings.Contains(body, "stopping") {
+	if code, body := readyz(t, s); code != http.StatusServiceUnavailable || !strings.Contains(body, "stopping") {
 		t.Fatalf("/readyz once stopping: %d %q, want 503 naming stopping", code, body)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,18 +12,6 @@ import (
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
-
-// readyz returns /readyz's status and body.
-func readyz(t *testing.T, s *service) (int, string) {
-	t.Helper()
-	resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/readyz")
-	if err != nil {
-		t.Fatalf("/readyz: %v", err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
 
 // On a Redis that takes only TLS and asks for a client certificate (as
 // managed Redis services with in-transit encryption do), reports merge

@@ -49,10 +49,7 @@ func startCluster(tb testing.TB, n int, pki *TLSFiles) *Cluster {
 	for range n {
 		s := &Server{Dir: tb.TempDir(), tb: tb, TLS: pki, opts: Options{Args: args}}
 		// The cluster bus listens on port+10000: pick a port that leaves room.
-		s.Port = clusterPort(tb)
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-		s.start()
-		tb.Cleanup(s.Stop)
+		s.launch(clusterPort(tb))
 		c.Nodes = append(c.Nodes, s)
 		c.Addrs = append(c.Addrs, s.Addr)
 	}

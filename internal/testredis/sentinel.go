@@ -3,7 +3,6 @@ package testredis
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -42,10 +41,7 @@ func StartSentinel(tb testing.TB, name string, master *Server) *Server {
 		"sentinel monitor %[1]s 127.0.0.1 %[2]d 1\n"+
 			"sentinel down-after-milliseconds %[1]s 500\n"+
 			"sentinel failover-timeout %[1]s 5000\n", name, master.Port)}
-	s.Port = FreePort(tb)
-	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-	s.start()
-	tb.Cleanup(s.Stop)
+	s.launch(FreePort(tb))
 	return s
 }
 

@@ -68,11 +68,17 @@ func Start(tb testing.TB, opts Options) *Server {
 		f := NewTLSFiles(tb, s.Dir)
 		s.TLS = &f
 	}
-	s.Port = FreePort(tb)
-	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-	s.start()
-	tb.Cleanup(s.Stop)
+	s.launch(FreePort(tb))
 	return s
+}
+
+// launch starts s on port of loopback and stops it when the test ends.
+func (s *Server) launch(port int) {
+	s.tb.Helper()
+	s.Port = port
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	s.start()
+	s.tb.Cleanup(s.Stop)
 }
 
 func (s *Server) start() {
