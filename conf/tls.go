@@ -63,7 +63,7 @@ func validateTLS(c Config, bad func(key, format string, args ...any)) {
 		return
 	}
 	if c.Embedded() {
-		bad("redis.tls", "needs redis.addr or redis.addrs: the embedded Redis speaks plain TCP")
+		bad("redis.tls", "needs redis.addr, redis.addrs or redis.sentinel_addrs: the embedded Redis speaks plain TCP")
 		return
 	}
 	if n := r.TLSServerName; n != "" && !validServerName(n) {

@@ -86,7 +86,7 @@ func TestTLSSettingsAreChecked(t *testing.T) {
 		{"a server name without redis.tls", func(r *Redis) { r.TLS, r.TLSServerName = false, "localhost" },
 			[]string{"redis.tls_server_name: is set but redis.tls is false"}},
 		{"the embedded Redis", func(r *Redis) { r.Addr = "" },
-			[]string{"redis.tls: needs redis.addr or redis.addrs"}},
+			[]string{"redis.tls: needs redis.addr, redis.addrs or redis.sentinel_addrs"}},
 		{"a certificate without its key", func(r *Redis) { r.TLSKeyFile = "" },
 			[]string{"redis.tls_cert_file: and redis.tls_key_file go together"}},
 		{"a key without its certificate", func(r *Redis) { r.TLSCertFile = "" },
