@@ -216,6 +216,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 // may evict the service's keys: an evicted window, dedupe set or stream
 // loses gifts silently or counts them twice, and a policy set by a
 // platform's default is easy to miss. The embedded Redis has no policy.
+// Found through Sentinels, the replicas they list are asked too.
 func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *zap.Logger) {
 	if cfg.Embedded() {
 		return
@@ -227,6 +228,24 @@ func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *z
 	for addr, policy := range nodes {
 		log.Warn("Redis may evict this service's keys: maxmemory-policy must be noeviction, "+
 			"or windows, dedupe ids and the stream can be lost under memory pressure",
+			zap.String("node", addr), zap.String("maxmemory_policy", policy))
+	}
+	if !cfg.Redis.Sentinel() {
+		return
+	}
+	tlsConfig, err := cfg.Redis.TLSConfig() // read and checked by Validate already
+	if err != nil {
+		log.Warn("could not read the Redis replicas' maxmemory-policy; it must be noeviction", zap.Error(err))
+		return
+	}
+	replicas, err := evictingReplicas(ctx, cfg.Redis, tlsConfig)
+	if err != nil {
+		log.Warn("could not read the Redis replicas' maxmemory-policy; it must be noeviction: "+
+			"a failover makes a replica the master with its own", zap.Error(err))
+	}
+	for addr, policy := range replicas {
+		log.Warn("a Redis replica may evict this service's keys once a failover makes it the master: "+
+			"maxmemory-policy must be noeviction on every node",
 			zap.String("node", addr), zap.String("maxmemory_policy", policy))
 	}
 }

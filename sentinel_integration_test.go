@@ -131,3 +131,33 @@ func TestRedisViaSentinelOverTLS(t *testing.T) {
 		t.Fatalf("record %+v, want id %d quantity 2", r, c.Id)
 	}
 }
+
+// A replica the Sentinels list that may evict is warned of at start too:
+// a failover makes it the master with its own policy, and the master's
+// check alone passed.
+func TestWarnsOfAnEvictingReplicaOfTheSentinels(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	master := testredis.Start(t, testredis.Options{})
+	replica := testredis.StartReplica(t, master, "--maxmemory-policy", "allkeys-lru")
+	sentinel := testredis.StartSentinel(t, sentinelMaster, master)
+	// The Sentinel learns of the replica from the master's INFO, within a
+	// second or so of starting: wait for it, as the service would find it.
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		rs, err := sentinel.Client().Do(context.Background(), "SENTINEL", "replicas", sentinelMaster).Slice()
+		if err == nil && len(rs) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Sentinel lists %v (%v) 15 s after start, want the replica", rs, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	startService(t, options{redis: master, log: zap.New(core), mutate: func(c *conf.Config) {
+		c.Redis.Addr = ""
+		c.Redis.SentinelAddrs, c.Redis.SentinelMaster = []string{sentinel.Addr}, sentinelMaster
+	}})
+	warned := logs.FilterMessageSnippet("maxmemory-policy must be noeviction").All()
+	if len(warned) != 1 || warned[0].ContextMap()["node"] != replica.Addr || warned[0].ContextMap()["maxmemory_policy"] != "allkeys-lru" {
+		t.Fatalf("warnings %v, want one naming the replica %s and allkeys-lru", logs.All(), replica.Addr)
+	}
+}

@@ -27,16 +27,7 @@ func (r *Repo) Evicting(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
 	var errs []error // of every node, where ForEachMaster returns one
 	ask := func(ctx context.Context, c *redis.Client) error {
-		policy, err := func() (string, error) {
-			info := c.InfoMap(ctx, "memory")
-			if err := info.Err(); err != nil {
-				return "", err
-			}
-			if p := info.Item("Memory", "maxmemory_policy"); p != "" {
-				return p, nil
-			}
-			return "", errors.New("INFO memory names no maxmemory_policy")
-		}()
+		policy, err := MaxmemoryPolicy(ctx, c)
 		node := c.Options().Addr
 		if node == failoverClientAddr {
 			node = "the master found by Sentinel"
@@ -62,4 +53,16 @@ func (r *Repo) Evicting(ctx context.Context) (map[string]string, error) {
 		return nil, fmt.Errorf("repo.Evicting: a %T cannot be asked node by node", r.rdb)
 	}
 	return out, wrap("repo.Evicting", errors.Join(errs...))
+}
+
+// MaxmemoryPolicy reads c's node's maxmemory-policy from INFO memory.
+func MaxmemoryPolicy(ctx context.Context, c *redis.Client) (string, error) {
+	info := c.InfoMap(ctx, "memory")
+	if err := info.Err(); err != nil {
+		return "", err
+	}
+	if p := info.Item("Memory", "maxmemory_policy"); p != "" {
+		return p, nil
+	}
+	return "", errors.New("INFO memory names no maxmemory_policy")
 }

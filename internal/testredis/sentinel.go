@@ -11,11 +11,11 @@ import (
 	"time"
 )
 
-// StartReplica starts a Redis replicating master and waits until its link
-// to the master is up.
-func StartReplica(tb testing.TB, master *Server) *Server {
+// StartReplica starts a Redis replicating master, with args as extra
+// redis-server arguments, and waits until its link to the master is up.
+func StartReplica(tb testing.TB, master *Server, args ...string) *Server {
 	tb.Helper()
-	r := Start(tb, Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)}})
+	r := Start(tb, Options{Args: append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)}, args...)})
 	c := r.Client()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
