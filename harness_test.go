@@ -113,8 +113,30 @@ func startService(t *testing.T, o options) *service {
 		t.Fatal("service did not start within 10s")
 	}
 	s.rpc = newRPC(t, s.addrs.RPCAddr)
+	s.waitServing()
 	t.Cleanup(func() { s.stop() })
 	return s
+}
+
+// waitServing returns once the RPC server has answered a call, whatever
+// its answer. run signals ready before Kitex's Run, whose server starts
+// serving on a goroutine of its own; a test that stopped the service at
+// once raced Kitex's Shutdown against that start (a data race inside
+// kitex v0.16.3's netpoll transServer, seen under -race).
+func (s *service) waitServing() {
+	s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := s.rpc.MergeLatest(context.Background(), &combo.MergeLatestRequest{ActivityId: 1, Limit: 1})
+		var ce *combo.ComboError
+		if err == nil || errors.As(err, &ce) {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the RPC server answered no call within 10 s: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // readyz returns /readyz's status and body.

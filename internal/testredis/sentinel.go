@@ -55,12 +55,9 @@ func (s *Server) startSentinel() {
 			s.tb.Fatalf("testredis: %v", err)
 		}
 	}
-	args := []string{conf, "--sentinel", "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--dir", s.Dir,
-		"--daemonize", "no", "--logfile", filepath.Join(s.Dir, "redis.log")}
+	args := append([]string{conf, "--sentinel"}, s.listenArgs()...)
 	if s.TLS != nil {
-		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.Port), "--tls-replication", "yes",
-			"--tls-cert-file", s.TLS.ServerCert, "--tls-key-file", s.TLS.ServerKey,
-			"--tls-ca-cert-file", s.TLS.CA, "--tls-auth-clients", "yes")
+		args = append(args, "--tls-replication", "yes") // to the master
 	}
 	s.run(args)
 }

@@ -87,19 +87,7 @@ func (s *Server) start() {
 		s.startSentinel()
 		return
 	}
-	port := strconv.Itoa(s.Port)
-	if s.TLS != nil {
-		port = "0" // TLS only
-	}
-	args := []string{
-		"--port", port, "--bind", "127.0.0.1", "--dir", s.Dir,
-		"--save", "", "--daemonize", "no", "--logfile", filepath.Join(s.Dir, "redis.log"),
-	}
-	if s.TLS != nil {
-		args = append(args, "--tls-port", strconv.Itoa(s.Port),
-			"--tls-cert-file", s.TLS.ServerCert, "--tls-key-file", s.TLS.ServerKey,
-			"--tls-ca-cert-file", s.TLS.CA, "--tls-auth-clients", "yes")
-	}
+	args := append(s.listenArgs(), "--save", "")
 	if s.opts.AppendOnly {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
@@ -107,6 +95,26 @@ func (s *Server) start() {
 	}
 	args = append(args, s.opts.Args...)
 	s.run(args)
+}
+
+// listenArgs are the redis-server arguments every server and Sentinel
+// shares: where it listens and logs, and with a PKI, TLS only, asking each
+// client (and, with tls-replication, its master) for a certificate.
+func (s *Server) listenArgs() []string {
+	port := strconv.Itoa(s.Port)
+	if s.TLS != nil {
+		port = "0" // TLS only
+	}
+	args := []string{
+		"--port", port, "--bind", "127.0.0.1", "--dir", s.Dir,
+		"--daemonize", "no", "--logfile", filepath.Join(s.Dir, "redis.log"),
+	}
+	if s.TLS != nil {
+		args = append(args, "--tls-port", strconv.Itoa(s.Port),
+			"--tls-cert-file", s.TLS.ServerCert, "--tls-key-file", s.TLS.ServerKey,
+			"--tls-ca-cert-file", s.TLS.CA, "--tls-auth-clients", "yes")
+	}
+	return args
 }
 
 // run starts redis-server with args and waits until it answers.
