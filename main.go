@@ -276,6 +276,16 @@ func openRedis(cfg conf.Config, log *zap.Logger) (string, func(minConns int) red
 		// the master is, and follows their failovers.
 		MasterName: cfg.Redis.SentinelMaster, SentinelUsername: cfg.Redis.SentinelUsername, SentinelPassword: cfg.Redis.SentinelPassword,
 	}
+	if tlsConfig != nil {
+		// Each new connection reads the files again: a certificate rotated
+		// in place is used without a restart. TLSConfig stays set: go-redis
+		// reads from it that the connections are TLS.
+		d, err := newRedisTLSDialer(cfg.Redis.TLSConfig, cfg.Redis.Timeout, log)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		opts.Dialer = d.Dial
+	}
 	if cfg.Redis.Sentinel() {
 		opts.Addrs = cfg.Redis.SentinelAddrs
 	}

@@ -2,10 +2,16 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/handler"
@@ -95,5 +101,70 @@ func TestRedisClusterOverTLS(t *testing.T) {
 		if sum != q {
 			t.Fatalf("activity %d: pushed %d, want %d", a, sum, q)
 		}
+	}
+}
+
+// Certificates are rotated in place while the service runs: here Redis
+// moves to a new CA, which also signs the client certificates it now asks
+// for, and the files redis.tls_* name are rewritten with the new ones. The
+// service's next connections read them, so reports go on without a
+// restart; read once at start, every dial failed until one.
+func TestRotatedTLSFilesNeedNoRestart(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	r := testredis.Start(t, testredis.Options{TLS: true})
+	s := startService(t, options{redis: r, log: zap.New(core)})
+	a := newActivity()
+	s.report(gift(a, 1, "firework", 1))
+
+	testredis.NewTLSFiles(t, r.Dir) // a new CA over the files Redis and the service read
+	r.Restart()
+	// The pooled connections died with the old Redis; a report or a probe
+	// may still fail on one of them (README: the costs of TLS), so retry as
+	// the Reporter and Kubernetes would.
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, err = s.rpc.ReportContribution(context.Background(),
+			&combo.ReportContributionRequest{Contribution: gift(a, 2, "firework", 1)}); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("reports still fail 10 s after the rotation: %v", err)
+	}
+	code, body := readyz(t, s)
+	for deadline := time.Now().Add(10 * time.Second); code != http.StatusOK && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		code, body = readyz(t, s)
+	}
+	if code != http.StatusOK {
+		t.Fatalf("/readyz 10 s after the rotation: %d %s", code, body)
+	}
+	if logs.FilterMessageSnippet("the redis.tls_* files changed").Len() == 0 {
+		t.Fatalf("logs %v, want the change of files noted", logs.All())
+	}
+}
+
+// A rotation half written (the certificate file being replaced, or a new
+// certificate beside the old key) does not stop the service from dialing:
+// it keeps the files it last read whole, and warns, naming the file.
+func TestRedisTLSDialerKeepsTheFilesLastReadWhole(t *testing.T) {
+	r := testredis.Start(t, testredis.Options{TLS: true})
+	cfg := conf.Redis{TLS: true, TLSCAFile: r.TLS.CA, TLSCertFile: r.TLS.ClientCert, TLSKeyFile: r.TLS.ClientKey}
+	core, logs := observer.New(zap.WarnLevel)
+	d, err := newRedisTLSDialer(cfg.TLSConfig, time.Second, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(r.TLS.ClientCert, []byte("-----BEGIN CERTIFICATE-----\nMIIB"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, Dialer: d.Dial})
+	defer c.Close()
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING with the certificate file half written: %v, want the files read before", err)
+	}
+	warned := logs.FilterMessageSnippet("could not read the redis.tls_* files again")
+	if warned.Len() != 1 || !strings.Contains(fmt.Sprint(warned.All()[0].ContextMap()["error"]), "redis.tls_cert_file") {
+		t.Fatalf("warnings %v, want one naming redis.tls_cert_file", logs.All())
 	}
 }
