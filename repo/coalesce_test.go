@@ -201,6 +201,22 @@ func blackhole(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// A report to a Redis that does not answer fails UNAVAILABLE saying it
+// timed out and which setting bounds the wait, not only "context deadline
+// exceeded", which names neither Redis nor the setting.
+func TestUnansweredReportSaysItTimedOut(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	rdb := redis.NewClient(&redis.Options{Addr: blackhole(t), DialTimeout: timeout, ReadTimeout: timeout,
+		WriteTimeout: timeout, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	s := settings()
+	s.Timeout = timeout
+	_, err := repo.New(rdb, s).Report(context.Background(), []*combo.Contribution{contribution(1, "rose", base)})
+	if !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "no answer in time (redis.timeout)") {
+		t.Fatalf("report to a Redis that does not answer: %v, want ErrUnavailable saying it timed out", err)
+	}
+}
+
 // When Redis does not answer (a partition, a dead host), a queued call
 // fails unsent once it has waited Timeout for a pipeline: no call waits
 // much more than two Timeouts, however deep the queue, where each pipeline

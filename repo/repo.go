@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -286,10 +287,23 @@ type opError struct {
 }
 
 func (e *opError) Error() string {
+	if e.unavailable && timedOut(e.err) {
+		// Alone, "context deadline exceeded" or "i/o timeout" names
+		// neither Redis nor the setting that bounds the wait.
+		return e.op + ": " + ErrUnavailable.Error() + ": no answer in time (redis.timeout): " + e.err.Error()
+	}
 	if e.unavailable {
 		return e.op + ": " + ErrUnavailable.Error() + ": " + e.err.Error()
 	}
 	return e.op + ": " + e.err.Error()
+}
+
+// timedOut: Redis (or the dial to it) did not answer before the deadline
+// redis.timeout sets on every call: a partition, a host gone without a
+// reset, a Redis stalled.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 func (e *opError) Unwrap() []error {
