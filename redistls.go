@@ -50,7 +50,11 @@ func (d *redisTLSDialer) Dial(ctx context.Context, network, addr string) (net.Co
 		NetDialer: &net.Dialer{Timeout: d.timeout, KeepAliveConfig: redisKeepAlive},
 		Config:    d.config(),
 	}
-	return td.DialContext(ctx, network, addr)
+	conn, err := td.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return checkable(conn.(*tls.Conn)), nil
 }
 
 // config reads the files again. While they do not read whole (a rotation
