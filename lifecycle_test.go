@@ -13,6 +13,7 @@ import (
 	kclient "github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/pkg/connpool"
 	"github.com/cloudwego/kitex/transport"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -225,7 +226,7 @@ func TestEmbeddedRedis(t *testing.T) {
 // windows rely on it to stay bounded.
 func TestEmbeddedRedisExpiresKeys(t *testing.T) {
 	cfg := conf.Default()
-	addr, newClient, closeAll, err := openRedis(cfg, testLogger(t))
+	addr, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +407,7 @@ func TestRedisUsername(t *testing.T) {
 	}{{"combo", true}, {"", false}} {
 		cfg := conf.Default()
 		cfg.Redis.Addr, cfg.Redis.Username, cfg.Redis.Password = srv.Addr, tc.user, "pw"
-		_, newClient, closeAll, err := openRedis(cfg, testLogger(t))
+		_, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -102,7 +102,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	m := metrics.New(reg)
 	m.StreamMaxLength.Set(float64(cfg.Redis.StreamMaxLen))
 
-	redisAddr, newClient, closeRedis, err := openRedis(cfg, log)
+	redisAddr, newClient, closeRedis, err := openRedis(cfg, log, reg)
 	if err != nil {
 		return err
 	}
@@ -251,10 +251,11 @@ func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *z
 }
 
 // openRedis starts the embedded Redis if none is configured and returns its
-// address, a constructor of clients for it, and a closer of all of them.
+// address, a constructor of clients for it, and a closer of all of them. It
+// registers on reg the expiry of the client certificate, if one is set.
 // A client's pool holds redis.pool_size connections (0: go-redis's 10 per
 // CPU) per node, or minConns if that is more.
-func openRedis(cfg conf.Config, log *zap.Logger) (string, func(minConns int) redis.UniversalClient, func(), error) {
+func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer) (string, func(minConns int) redis.UniversalClient, func(), error) {
 	tlsConfig, err := cfg.Redis.TLSConfig() // nil: plain TCP
 	if err != nil {
 		return "", nil, nil, err
@@ -285,6 +286,9 @@ func openRedis(cfg conf.Config, log *zap.Logger) (string, func(minConns int) red
 			return "", nil, nil, err
 		}
 		opts.Dialer = d.Dial
+		if cfg.Redis.TLSCertFile != "" {
+			metrics.RegisterClientCertificateExpiry(reg, d.clientCertificateExpiry)
+		}
 	}
 	if cfg.Redis.Sentinel() {
 		opts.Addrs = cfg.Redis.SentinelAddrs

@@ -18,8 +18,9 @@ import (
 // with the files read once at start, every dial after Redis took the new
 // ones failed until the service was restarted. Connections are pooled, so
 // dials are few (a pool filling up, a dead connection replaced), and reading
-// three small files is little beside a TLS handshake. A connection already
-// open keeps what it was made with.
+// three small files is little beside a TLS handshake; each metrics scrape
+// reads them too (clientCertificateExpiry). A connection already open keeps
+// what it was made with.
 type redisTLSDialer struct {
 	load    func() (*tls.Config, error) // conf.Redis.TLSConfig: reads the files
 	timeout time.Duration               // redis.timeout: TCP connect and handshake
@@ -55,6 +56,19 @@ func (d *redisTLSDialer) Dial(ctx context.Context, network, addr string) (net.Co
 		return nil, err
 	}
 	return checkable(conn.(*tls.Conn)), nil
+}
+
+// clientCertificateExpiry reads the files again and returns when the
+// client certificate they hold expires, in unix seconds (0: none). Each
+// metrics scrape calls it, so a renewal (or a rotation that keeps failing
+// to read) shows within a scrape, however long the pool goes without a
+// dial.
+func (d *redisTLSDialer) clientCertificateExpiry() float64 {
+	cfg := d.config()
+	if len(cfg.Certificates) == 0 || cfg.Certificates[0].Leaf == nil {
+		return 0
+	}
+	return float64(cfg.Certificates[0].Leaf.NotAfter.Unix())
 }
 
 // config reads the files again. While they do not read whole (a rotation

@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -116,7 +121,29 @@ func TestRotatedTLSFilesNeedNoRestart(t *testing.T) {
 	a := newActivity()
 	s.report(gift(a, 1, "firework", 1))
 
-	testredis.NewTLSFiles(t, r.Dir) // a new CA over the files Redis and the service read
+	expiry := func() int64 { // the client certificate's, as /metrics tells it
+		t.Helper()
+		m := regexp.MustCompile(`(?m)^combo_redis_tls_client_certificate_expiry_timestamp_seconds (\S+)$`).FindStringSubmatch(scrape(t, s))
+		if m == nil {
+			t.Fatal("/metrics lacks combo_redis_tls_client_certificate_expiry_timestamp_seconds")
+		}
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int64(v)
+	}
+	if got, want := expiry(), leafExpiry(t, r.TLS.ClientCert); got != want {
+		t.Fatalf("client certificate expiry %d, want %d", got, want)
+	}
+
+	// A new CA over the files Redis and the service read; the new client
+	// certificate lasts a day longer.
+	renewed := time.Now().Add(48 * time.Hour)
+	testredis.NewTLSFilesUntil(t, r.Dir, renewed)
+	if got, want := expiry(), renewed.Unix(); got != want {
+		t.Fatalf("client certificate expiry %d after renewal, want %d: a scrape reads the files", got, want)
+	}
 	r.Restart()
 	s.report(gift(a, 2, "firework", 1)) // on a new connection, with the new files
 	if code, body := readyz(t, s); code != http.StatusOK {
@@ -150,6 +177,39 @@ func TestRedisTLSDialerKeepsTheFilesLastReadWhole(t *testing.T) {
 	if warned.Len() != 1 || !strings.Contains(fmt.Sprint(warned.All()[0].ContextMap()["error"]), "redis.tls_cert_file") {
 		t.Fatalf("warnings %v, want one naming redis.tls_cert_file", logs.All())
 	}
+}
+
+// scrape returns the service's /metrics text.
+func scrape(t *testing.T, s *service) string {
+	t.Helper()
+	resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
+// leafExpiry is the unix second the first certificate in file expires.
+func leafExpiry(t *testing.T, file string) int64 {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(raw)
+	if block == nil {
+		t.Fatalf("%s holds no PEM block", file)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert.NotAfter.Unix()
 }
 
 // After a Redis over TLS restarts, no report fails on a pooled connection

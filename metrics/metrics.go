@@ -156,3 +156,15 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	return m
 }
+
+// RegisterClientCertificateExpiry exports when the client certificate new
+// connections to Redis present (redis.tls_cert_file) expires, as notAfter
+// reads it at each scrape. Registered only when one is configured: a
+// series at 0 would read as long expired.
+func RegisterClientCertificateExpiry(reg prometheus.Registerer, notAfter func() float64) {
+	promauto.With(reg).NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace,
+		Name: "redis_tls_client_certificate_expiry_timestamp_seconds",
+		Help: "When the client certificate new connections to Redis present (redis.tls_cert_file, as last read whole) expires, in unix seconds. " +
+			"The file is read again at each new connection and each scrape, so a certificate renewed in place shows here at once."},
+		notAfter)
+}

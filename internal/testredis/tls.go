@@ -25,8 +25,15 @@ type TLSFiles struct {
 	ClientCert, ClientKey string
 }
 
-// NewTLSFiles writes a new CA and the certificates it signs into dir.
+// NewTLSFiles writes a new CA and the certificates it signs into dir, all
+// valid for a day.
 func NewTLSFiles(tb testing.TB, dir string) TLSFiles {
+	tb.Helper()
+	return NewTLSFilesUntil(tb, dir, time.Now().Add(24*time.Hour))
+}
+
+// NewTLSFilesUntil is NewTLSFiles with certificates that expire at notAfter.
+func NewTLSFilesUntil(tb testing.TB, dir string, notAfter time.Time) TLSFiles {
 	tb.Helper()
 	f := TLSFiles{
 		CA:         filepath.Join(dir, "ca.crt"),
@@ -37,7 +44,7 @@ func NewTLSFiles(tb testing.TB, dir string) TLSFiles {
 	caKey := newKey(tb)
 	caTmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "testredis CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		NotBefore: now.Add(-time.Hour), NotAfter: notAfter,
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
@@ -53,7 +60,7 @@ func NewTLSFiles(tb testing.TB, dir string) TLSFiles {
 		key := newKey(tb)
 		tmpl := &x509.Certificate{
 			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+			NotBefore: now.Add(-time.Hour), NotAfter: notAfter,
 			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage,
 			DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
 		}
