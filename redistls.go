@@ -24,7 +24,8 @@ import (
 type redisTLSDialer struct {
 	load    func() (*tls.Config, error) // conf.Redis.TLSConfig: reads the files
 	timeout time.Duration               // redis.timeout: TCP connect and handshake
-	log     *zap.Logger                 // sampled: a broken file is seen at every dial
+	log     *zap.Logger                 // each change of the files: few, and none a repeat
+	warn    *zap.Logger                 // sampled: a broken file is seen at every dial
 
 	mu   sync.Mutex
 	last *tls.Config // the files as last read whole
@@ -40,7 +41,7 @@ func newRedisTLSDialer(load func() (*tls.Config, error), timeout time.Duration, 
 	if err != nil {
 		return nil, err
 	}
-	return &redisTLSDialer{load: load, timeout: timeout, log: logging.Sampled(log), last: cfg}, nil
+	return &redisTLSDialer{load: load, timeout: timeout, log: log, warn: logging.Sampled(log), last: cfg}, nil
 }
 
 // Dial is a go-redis Options.Dialer. Like go-redis's own TLS dial, the
@@ -79,7 +80,7 @@ func (d *redisTLSDialer) config() *tls.Config {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err != nil {
-		d.log.Warn("could not read the redis.tls_* files again: dialing Redis with those read before", zap.Error(err))
+		d.warn.Warn("could not read the redis.tls_* files again: dialing Redis with those read before", zap.Error(err))
 		return d.last
 	}
 	if !sameTLSFiles(d.last, cfg) {
