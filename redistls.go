@@ -27,7 +27,7 @@ type redisTLSDialer struct {
 	log     *zap.Logger                 // each change of the files: few, and none a repeat
 	warn    *zap.Logger                 // sampled: a broken file is seen at every dial
 
-	mu   sync.Mutex
+	mu   sync.Mutex  // held while the files are read
 	last *tls.Config // the files as last read whole
 }
 
@@ -75,10 +75,15 @@ func (d *redisTLSDialer) clientCertificateExpiry() float64 {
 // config reads the files again. While they do not read whole (a rotation
 // half written: the new certificate beside the old key), it keeps dialing
 // with the last ones that did, and warns.
+//
+// The files are read under mu: two dials reading at once, one before a
+// rotation and one after, could otherwise compare in the other order, and
+// the change be noted twice more, with last back to the old files.
+// Reading three small files is short beside the handshake that follows.
 func (d *redisTLSDialer) config() *tls.Config {
-	cfg, err := d.load()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	cfg, err := d.load()
 	if err != nil {
 		d.warn.Warn("could not read the redis.tls_* files again: dialing Redis with those read before", zap.Error(err))
 		return d.last

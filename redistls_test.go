@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/tls"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,5 +60,60 @@ func TestRedisTLSDialerNotesEachChangeOfTheFiles(t *testing.T) {
 	}
 	if got, _ := changed[1].ContextMap()["client_certificate_expires"].(time.Time); !got.Equal(cert.Leaf.NotAfter) {
 		t.Fatalf("the last note says the client certificate expires %v, want the new one's %v", got, cert.Leaf.NotAfter)
+	}
+}
+
+// Two dials read the files at once, the first before a rotation and the
+// second after it, and the first to read is the last to compare: the
+// change is noted once, not once per dial, and the files kept (those a
+// later half-written rotation falls back to) are the new ones, not the
+// old ones again.
+func TestRedisTLSDialerKeepsTheNewerOfTwoReadsAtOnce(t *testing.T) {
+	loadFiles := func(f testredis.TLSFiles) *tls.Config {
+		cfg, err := conf.Redis{TLS: true, TLSCAFile: f.CA, TLSCertFile: f.ClientCert, TLSKeyFile: f.ClientKey}.TLSConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	old, rotated := loadFiles(testredis.NewTLSFiles(t, t.TempDir())), loadFiles(testredis.NewTLSFiles(t, t.TempDir()))
+	var reads atomic.Int32
+	inFirst, release := make(chan struct{}), make(chan struct{})
+	load := func() (*tls.Config, error) {
+		switch reads.Add(1) {
+		case 1: // newRedisTLSDialer's
+			return old, nil
+		case 2: // a dial reads before the rotation, and is slow to go on
+			close(inFirst)
+			<-release
+			return old, nil
+		default: // after it
+			return rotated, nil
+		}
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	d, err := newRedisTLSDialer(load, time.Second, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := make(chan struct{}), make(chan struct{})
+	go func() { d.config(); close(first) }()
+	<-inFirst
+	go func() { d.config(); close(second) }()
+	select {
+	case <-second: // the second dial read the rotated files, and went on
+	case <-time.After(200 * time.Millisecond): // it waits for the first
+	}
+	close(release)
+	<-first
+	<-second
+	d.config()
+	if n := logs.FilterMessageSnippet("the redis.tls_* files changed").Len(); n != 1 {
+		t.Fatalf("logs %v, want the one change noted once", logs.All())
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.last != rotated {
+		t.Fatal("the dialer keeps the files read before the rotation as those last read whole")
 	}
 }
