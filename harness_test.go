@@ -151,6 +151,21 @@ func readyz(t *testing.T, s *service) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// scrape returns the service's /metrics text.
+func scrape(t *testing.T, s *service) string {
+	t.Helper()
+	resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
 // dialTLS sets the service to dial a Redis that takes only TLS, with a
 // client certificate of its CA (pki nil: plain TCP).
 func dialTLS(cfg *conf.Config, pki *testredis.TLSFiles) {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"io"
-	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -22,16 +20,7 @@ func TestMetricsCountRPCsAndReports(t *testing.T) {
 	s.report(dup)
 	s.report(dup)
 
-	resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(body)
+	text := scrape(t, s)
 	for _, want := range []string{
 		`combo_reports_total{outcome="ok"} 4`,
 		`combo_reports_total{outcome="duplicate"} 1`,

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
+	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -115,5 +119,30 @@ func TestRedisTLSDialerKeepsTheNewerOfTwoReadsAtOnce(t *testing.T) {
 	defer d.mu.Unlock()
 	if d.last != rotated {
 		t.Fatal("the dialer keeps the files read before the rotation as those last read whole")
+	}
+}
+
+// A rotation half written (the certificate file being replaced, or a new
+// certificate beside the old key) does not stop the service from dialing:
+// it keeps the files it last read whole, and warns, naming the file.
+func TestRedisTLSDialerKeepsTheFilesLastReadWhole(t *testing.T) {
+	r := testredis.Start(t, testredis.Options{TLS: true})
+	cfg := conf.Redis{TLS: true, TLSCAFile: r.TLS.CA, TLSCertFile: r.TLS.ClientCert, TLSKeyFile: r.TLS.ClientKey}
+	core, logs := observer.New(zap.WarnLevel)
+	d, err := newRedisTLSDialer(cfg.TLSConfig, time.Second, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(r.TLS.ClientCert, []byte("-----BEGIN CERTIFICATE-----\nMIIB"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, Dialer: d.Dial})
+	defer c.Close()
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING with the certificate file half written: %v, want the files read before", err)
+	}
+	warned := logs.FilterMessageSnippet("could not read the redis.tls_* files again")
+	if warned.Len() != 1 || !strings.Contains(fmt.Sprint(warned.All()[0].ContextMap()["error"]), "redis.tls_cert_file") {
+		t.Fatalf("warnings %v, want one naming redis.tls_cert_file", logs.All())
 	}
 }

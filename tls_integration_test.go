@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
-	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"regexp"
@@ -14,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -152,46 +149,6 @@ func TestRotatedTLSFilesNeedNoRestart(t *testing.T) {
 	if logs.FilterMessageSnippet("the redis.tls_* files changed").Len() == 0 {
 		t.Fatalf("logs %v, want the change of files noted", logs.All())
 	}
-}
-
-// A rotation half written (the certificate file being replaced, or a new
-// certificate beside the old key) does not stop the service from dialing:
-// it keeps the files it last read whole, and warns, naming the file.
-func TestRedisTLSDialerKeepsTheFilesLastReadWhole(t *testing.T) {
-	r := testredis.Start(t, testredis.Options{TLS: true})
-	cfg := conf.Redis{TLS: true, TLSCAFile: r.TLS.CA, TLSCertFile: r.TLS.ClientCert, TLSKeyFile: r.TLS.ClientKey}
-	core, logs := observer.New(zap.WarnLevel)
-	d, err := newRedisTLSDialer(cfg.TLSConfig, time.Second, zap.New(core))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(r.TLS.ClientCert, []byte("-----BEGIN CERTIFICATE-----\nMIIB"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: r.Addr, Dialer: d.Dial})
-	defer c.Close()
-	if err := c.Ping(context.Background()).Err(); err != nil {
-		t.Fatalf("PING with the certificate file half written: %v, want the files read before", err)
-	}
-	warned := logs.FilterMessageSnippet("could not read the redis.tls_* files again")
-	if warned.Len() != 1 || !strings.Contains(fmt.Sprint(warned.All()[0].ContextMap()["error"]), "redis.tls_cert_file") {
-		t.Fatalf("warnings %v, want one naming redis.tls_cert_file", logs.All())
-	}
-}
-
-// scrape returns the service's /metrics text.
-func scrape(t *testing.T, s *service) string {
-	t.Helper()
-	resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(body)
 }
 
 // leafExpiry is the unix second the first certificate in file expires.
