@@ -217,6 +217,38 @@ func TestUnansweredReportSaysItTimedOut(t *testing.T) {
 	}
 }
 
+// A blocking read Redis does not answer (the worker's XREADGROUP on a
+// pooled connection, Redis stalled) waits out its caller's deadline, not
+// redis.timeout: go-redis gives such a read BLOCK + 10 s. Its error says it
+// timed out, and does not send the operator to redis.timeout.
+func TestUnansweredBlockingReadDoesNotNameRedisTimeout(t *testing.T) {
+	const timeout, callerTimeout = 100 * time.Millisecond, 600 * time.Millisecond
+	srv := testredis.Start(t, testredis.Options{})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DialTimeout: timeout, ReadTimeout: timeout,
+		WriteTimeout: timeout, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 1})
+	t.Cleanup(func() { rdb.Close() })
+	s := settings()
+	s.Timeout = timeout
+	r := repo.New(rdb, s)
+	ctx := context.Background()
+	if err := r.EnsureGroup(ctx, 0); err != nil { // the one connection, pooled
+		t.Fatal(err)
+	}
+	if err := srv.Client().Do(ctx, "CLIENT", "PAUSE", "3000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, callerTimeout)
+	defer cancel()
+	start := time.Now()
+	_, _, err := r.Read(rctx, 0, "c", ">", 10, 50*time.Millisecond)
+	if waited := time.Since(start); waited < callerTimeout-50*time.Millisecond {
+		t.Fatalf("the read failed after %v (%v), want its caller's %v: the test no longer shows what it means to", waited, err, callerTimeout)
+	}
+	if !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "no answer in time") || strings.Contains(err.Error(), "redis.timeout") {
+		t.Fatalf("blocking read to a Redis that does not answer: %v, want ErrUnavailable saying it timed out, not naming redis.timeout", err)
+	}
+}
+
 // When Redis does not answer (a partition, a dead host), a queued call
 // fails unsent once it has waited Timeout for a pipeline: no call waits
 // much more than two Timeouts, however deep the queue, where each pipeline

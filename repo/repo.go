@@ -270,27 +270,42 @@ var degradingReplies = []string{"OOM", "MISCONF", "NOREPLICAS"}
 // wrap names the operation and marks "Redis did not answer" failures with
 // ErrUnavailable; replies Redis did send (script errors, WRONGTYPE, OOM)
 // stay as they are.
-func wrap(op string, err error) error {
+func wrap(op string, err error) error { return wrapWithin(op, err, "") }
+
+// wrapWithin is wrap for an operation whose every wait the setting within
+// bounds, which its timeout then names. Only the report path's are known
+// to be: its own ctx is redis.timeout. Elsewhere the caller's deadline
+// may come first (/readyz's second, the worker's op timeout) or be all
+// there is (a blocking XREADGROUP, which go-redis gives BLOCK + 10 s).
+func wrapWithin(op string, err error, within string) error {
 	if err == nil {
 		return nil
 	}
 	if isUnavailable(err) {
-		return &opError{op: op, err: err, unavailable: true}
+		return &opError{op: op, err: err, unavailable: true, within: within}
 	}
 	return &opError{op: op, err: err}
 }
+
+// reportTimeout is the setting that bounds the report path's waits.
+const reportTimeout = "redis.timeout"
 
 type opError struct {
 	op          string
 	err         error
 	unavailable bool
+	within      string // the setting that bounds the wait, if known
 }
 
 func (e *opError) Error() string {
 	if e.unavailable && timedOut(e.err) {
 		// Alone, "context deadline exceeded" or "i/o timeout" names
 		// neither Redis nor the setting that bounds the wait.
-		return e.op + ": " + ErrUnavailable.Error() + ": no answer in time (redis.timeout): " + e.err.Error()
+		wait := "no answer in time"
+		if e.within != "" {
+			wait += " (" + e.within + ")"
+		}
+		return e.op + ": " + ErrUnavailable.Error() + ": " + wait + ": " + e.err.Error()
 	}
 	if e.unavailable {
 		return e.op + ": " + ErrUnavailable.Error() + ": " + e.err.Error()
@@ -298,9 +313,8 @@ func (e *opError) Error() string {
 	return e.op + ": " + e.err.Error()
 }
 
-// timedOut: Redis (or the dial to it) did not answer before the deadline
-// redis.timeout sets on every call: a partition, a host gone without a
-// reset, a Redis stalled.
+// timedOut: Redis (or the dial to it) did not answer before a deadline: a
+// partition, a host gone without a reset, a Redis stalled.
 func timedOut(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()

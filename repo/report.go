@@ -97,7 +97,7 @@ func (r *Repo) execute(ctx context.Context, cs []*combo.Contribution) ([]reportR
 	for attempt := 0; ; attempt++ {
 		groups, cmds, err := r.runReports(ctx, cs, todo, attempt > 0)
 		if err != nil {
-			return nil, wrap("repo.Report", err)
+			return nil, wrapWithin("repo.Report", err, reportTimeout)
 		}
 		var retry []int
 		for g, cmd := range cmds {
@@ -172,7 +172,7 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 			case perr == nil:
 				res[i-off] = rr
 			case isUnavailable(perr):
-				err = wrap("repo.Report", perr)
+				err = wrapWithin("repo.Report", perr, reportTimeout)
 			default:
 				// The script failed but Redis answered: fall back to the
 				// pre-aggregation behaviour for this contribution.
@@ -304,5 +304,5 @@ func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution) err
 		pipe.Publish(ctx, push.Channel(c.ActivityId), payload)
 	}
 	_, err := pipe.Exec(ctx)
-	return wrap("repo.publishSingles", err)
+	return wrapWithin("repo.publishSingles", err, reportTimeout)
 }
