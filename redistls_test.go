@@ -146,3 +146,33 @@ func TestRedisTLSDialerKeepsTheFilesLastReadWhole(t *testing.T) {
 		t.Fatalf("warnings %v, want one naming redis.tls_cert_file", logs.All())
 	}
 }
+
+// The exported expiry reads the files at each call (each scrape), however
+// long the pool goes without a dial: a certificate renewed in place shows
+// at once, and while a renewal does not read whole, the one new
+// connections still present (the last read whole) shows.
+func TestRedisTLSDialerExpiryReadsTheFilesAtEachScrape(t *testing.T) {
+	old := testredis.NewTLSFiles(t, t.TempDir())
+	cfg := conf.Redis{TLS: true, TLSCAFile: old.CA, TLSCertFile: old.ClientCert, TLSKeyFile: old.ClientKey}
+	d, err := newRedisTLSDialer(cfg.TLSConfig, time.Second, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := int64(d.clientCertificateExpiry()), leafExpiry(t, old.ClientCert); got != want {
+		t.Fatalf("client certificate expiry %d, want %d", got, want)
+	}
+	renewed := testredis.NewTLSFilesUntil(t, t.TempDir(), time.Now().Add(48*time.Hour))
+	copyFile(t, old.CA, renewed.CA)
+	copyFile(t, old.ClientCert, renewed.ClientCert)
+	copyFile(t, old.ClientKey, renewed.ClientKey)
+	want := leafExpiry(t, renewed.ClientCert)
+	if got := int64(d.clientCertificateExpiry()); got != want {
+		t.Fatalf("client certificate expiry %d after a renewal with no dial, want the new one's %d", got, want)
+	}
+	if err := os.WriteFile(old.ClientCert, []byte("-----BEGIN CERTIFICATE-----\nMIIB"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := int64(d.clientCertificateExpiry()); got != want {
+		t.Fatalf("client certificate expiry %d with the file half written, want the last read whole's %d", got, want)
+	}
+}
