@@ -41,6 +41,11 @@ func (r Redis) tlsConfig() (cfg *tls.Config, key string, err error) {
 		if err != nil {
 			return nil, "redis.tls_cert_file", fmt.Errorf("with redis.tls_key_file: %w", err)
 		}
+		if cert.Leaf == nil { // GODEBUG=x509keypairleaf=0: the expiry metric and logs read it
+			if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+				return nil, "redis.tls_cert_file", err
+			}
+		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	return cfg, "", nil

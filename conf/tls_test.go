@@ -148,3 +148,18 @@ func TestTLSEmptyVariableIsRefused(t *testing.T) {
 		t.Fatalf("COMBO_REDIS_TLS=false: %+v %v", c.Redis, err)
 	}
 }
+
+// The client certificate's leaf is parsed even where tls.LoadX509KeyPair
+// leaves it out (GODEBUG=x509keypairleaf=0): without it the expiry metric
+// read 0, long expired, and its alert fired at once.
+func TestTLSClientCertificateLeafIsParsed(t *testing.T) {
+	t.Setenv("GODEBUG", "x509keypairleaf=0")
+	pki := testredis.NewTLSFiles(t, t.TempDir())
+	cfg, err := Redis{TLS: true, TLSCertFile: pki.ClientCert, TLSKeyFile: pki.ClientKey}.TLSConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaf := cfg.Certificates[0].Leaf; leaf == nil || leaf.Subject.CommonName != "testredis client" {
+		t.Fatalf("client certificate leaf %v, want the parsed testredis client certificate", leaf)
+	}
+}
