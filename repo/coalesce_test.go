@@ -201,17 +201,24 @@ func blackhole(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// A report to a Redis that does not answer fails UNAVAILABLE saying it
-// timed out and which setting bounds the wait, not only "context deadline
-// exceeded", which names neither Redis nor the setting.
-func TestUnansweredReportSaysItTimedOut(t *testing.T) {
-	const timeout = 200 * time.Millisecond
+// blackholeRepo is a Repo on a Redis that never answers, its client set
+// as the service sets its own: timeout bounds every call, no retries.
+func blackholeRepo(t *testing.T, timeout time.Duration) (*repo.Repo, *redis.Client) {
+	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: blackhole(t), DialTimeout: timeout, ReadTimeout: timeout,
 		WriteTimeout: timeout, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
 	s := settings()
 	s.Timeout = timeout
-	_, err := repo.New(rdb, s).Report(context.Background(), []*combo.Contribution{contribution(1, "rose", base)})
+	return repo.New(rdb, s), rdb
+}
+
+// A report to a Redis that does not answer fails UNAVAILABLE saying it
+// timed out and which setting bounds the wait, not only "context deadline
+// exceeded", which names neither Redis nor the setting.
+func TestUnansweredReportSaysItTimedOut(t *testing.T) {
+	r, _ := blackholeRepo(t, 200*time.Millisecond)
+	_, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, "rose", base)})
 	if !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "no answer in time (redis.timeout)") {
 		t.Fatalf("report to a Redis that does not answer: %v, want ErrUnavailable saying it timed out", err)
 	}
@@ -255,12 +262,7 @@ func TestUnansweredBlockingReadDoesNotNameRedisTimeout(t *testing.T) {
 // of up to 1000 used to wait out a Timeout of its own in turn.
 func TestQueuedCallsWaitAtMostTwoTimeouts(t *testing.T) {
 	const timeout = 200 * time.Millisecond
-	rdb := redis.NewClient(&redis.Options{Addr: blackhole(t), DialTimeout: timeout, ReadTimeout: timeout,
-		WriteTimeout: timeout, MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rdb.Close() })
-	s := settings()
-	s.Timeout = timeout
-	r := repo.New(rdb, s)
+	r, rdb := blackholeRepo(t, timeout)
 	var pipelines atomic.Int64
 	release := make(chan struct{})
 	rdb.AddHook(pipelineHook{before: func() {
