@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"net"
+	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,16 +22,24 @@ import (
 // ones failed until the service was restarted. Connections are pooled, so
 // dials are few (a pool filling up, a dead connection replaced), and reading
 // three small files is little beside a TLS handshake; each metrics scrape
-// reads them too (clientCertificateExpiry). A connection already open keeps
-// what it was made with.
+// reads them too (clientCertificateExpiry). They are parsed again only when
+// their bytes changed. A connection already open keeps what it was made
+// with.
 type redisTLSDialer struct {
 	load    func() (*tls.Config, error) // conf.Redis.TLSConfig: reads the files
+	files   []string                    // the paths load reads (conf.Redis.TLSFiles)
 	timeout time.Duration               // redis.timeout: TCP connect and handshake
 	log     *zap.Logger                 // each change of the files: few, and none a repeat
 	warn    *zap.Logger                 // sampled: a broken file is seen at every dial
 
 	mu   sync.Mutex  // held while the files are read
 	last *tls.Config // the files as last read whole
+	// lastBytes are the files' bytes as read just before last was loaded
+	// from them: while the files still hold these, last is what load would
+	// give, and parsing them again is spared. A CA file that is a system
+	// bundle (ca-certificates.crt, 140 certificates) takes about 5 ms to
+	// parse, under mu, at every dial and scrape; reading it, 0.05 ms.
+	lastBytes [][]byte
 }
 
 // go-redis's own dialer's keep-alives (its defaultKeepAliveConfig): a dead
@@ -36,12 +47,17 @@ type redisTLSDialer struct {
 var redisKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3}
 
 // newRedisTLSDialer reads the files once; their errors are the caller's.
-func newRedisTLSDialer(load func() (*tls.Config, error), timeout time.Duration, log *zap.Logger) (*redisTLSDialer, error) {
+// files are the paths load reads; with none given, every dial and scrape
+// loads the files again.
+func newRedisTLSDialer(load func() (*tls.Config, error), files []string, timeout time.Duration, log *zap.Logger) (*redisTLSDialer, error) {
+	d := &redisTLSDialer{load: load, files: files, timeout: timeout, log: log, warn: logging.Sampled(log)}
+	d.lastBytes = d.readFiles()
 	cfg, err := load()
 	if err != nil {
 		return nil, err
 	}
-	return &redisTLSDialer{load: load, timeout: timeout, log: log, warn: logging.Sampled(log), last: cfg}, nil
+	d.last = cfg
+	return d, nil
 }
 
 // Dial is a go-redis Options.Dialer. Like go-redis's own TLS dial, the
@@ -83,11 +99,18 @@ func (d *redisTLSDialer) clientCertificateExpiry() float64 {
 func (d *redisTLSDialer) config() *tls.Config {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	// Read before load: a file that changes in between differs from these
+	// bytes at the next call, which loads it again.
+	now := d.readFiles()
+	if now != nil && slices.EqualFunc(now, d.lastBytes, bytes.Equal) {
+		return d.last
+	}
 	cfg, err := d.load()
 	if err != nil {
 		d.warn.Warn("could not read the redis.tls_* files again: dialing Redis with those read before", zap.Error(err))
 		return d.last
 	}
+	d.lastBytes = now
 	if !sameTLSFiles(d.last, cfg) {
 		fields := []zap.Field{}
 		if len(cfg.Certificates) > 0 && cfg.Certificates[0].Leaf != nil {
@@ -97,6 +120,23 @@ func (d *redisTLSDialer) config() *tls.Config {
 	}
 	d.last = cfg
 	return cfg
+}
+
+// readFiles returns the bytes of d.files, or nil when there are none or one
+// cannot be read (load then says which, and why).
+func (d *redisTLSDialer) readFiles() [][]byte {
+	if len(d.files) == 0 {
+		return nil
+	}
+	out := make([][]byte, len(d.files))
+	for i, f := range d.files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil
+		}
+		out[i] = b
+	}
+	return out
 }
 
 // sameTLSFiles reports whether a and b trust the same CAs and present the

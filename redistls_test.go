@@ -39,7 +39,7 @@ func TestRedisTLSDialerNotesEachChangeOfTheFiles(t *testing.T) {
 	old := testredis.NewTLSFiles(t, t.TempDir())
 	cfg := conf.Redis{TLS: true, TLSCAFile: old.CA, TLSCertFile: old.ClientCert, TLSKeyFile: old.ClientKey}
 	core, logs := observer.New(zap.InfoLevel)
-	d, err := newRedisTLSDialer(cfg.TLSConfig, time.Second, zap.New(core))
+	d, err := newRedisTLSDialer(cfg.TLSConfig, cfg.TLSFiles(), time.Second, zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestRedisTLSDialerKeepsTheNewerOfTwoReadsAtOnce(t *testing.T) {
 		}
 	}
 	core, logs := observer.New(zap.InfoLevel)
-	d, err := newRedisTLSDialer(load, time.Second, zap.New(core))
+	d, err := newRedisTLSDialer(load, nil, time.Second, zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestRedisTLSDialerKeepsTheFilesLastReadWhole(t *testing.T) {
 	r := testredis.Start(t, testredis.Options{TLS: true})
 	cfg := conf.Redis{TLS: true, TLSCAFile: r.TLS.CA, TLSCertFile: r.TLS.ClientCert, TLSKeyFile: r.TLS.ClientKey}
 	core, logs := observer.New(zap.WarnLevel)
-	d, err := newRedisTLSDialer(cfg.TLSConfig, time.Second, zap.New(core))
+	d, err := newRedisTLSDialer(cfg.TLSConfig, cfg.TLSFiles(), time.Second, zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestRedisTLSDialerKeepsTheFilesLastReadWhole(t *testing.T) {
 func TestRedisTLSDialerExpiryReadsTheFilesAtEachScrape(t *testing.T) {
 	old := testredis.NewTLSFiles(t, t.TempDir())
 	cfg := conf.Redis{TLS: true, TLSCAFile: old.CA, TLSCertFile: old.ClientCert, TLSKeyFile: old.ClientKey}
-	d, err := newRedisTLSDialer(cfg.TLSConfig, time.Second, zap.NewNop())
+	d, err := newRedisTLSDialer(cfg.TLSConfig, cfg.TLSFiles(), time.Second, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,5 +174,31 @@ func TestRedisTLSDialerExpiryReadsTheFilesAtEachScrape(t *testing.T) {
 	}
 	if got := int64(d.clientCertificateExpiry()); got != want {
 		t.Fatalf("client certificate expiry %d with the file half written, want the last read whole's %d", got, want)
+	}
+}
+
+// Files whose bytes have not changed are not parsed again (a system CA
+// bundle takes milliseconds, under the dialer's lock, at every dial and
+// scrape); a file rewritten is, even with the same size at the same
+// instant, which a check of sizes and times could miss.
+func TestRedisTLSDialerParsesOnlyChangedFiles(t *testing.T) {
+	pki := testredis.NewTLSFiles(t, t.TempDir())
+	cfg := conf.Redis{TLS: true, TLSCAFile: pki.CA, TLSCertFile: pki.ClientCert, TLSKeyFile: pki.ClientKey}
+	var loads atomic.Int32
+	load := func() (*tls.Config, error) { loads.Add(1); return cfg.TLSConfig() }
+	d, err := newRedisTLSDialer(load, cfg.TLSFiles(), time.Second, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := d.config()
+	d.config()
+	if n := loads.Load(); n != 1 {
+		t.Fatalf("%d loads with the files unchanged, want only the first", n)
+	}
+	rotated := testredis.NewTLSFiles(t, t.TempDir())
+	copyFile(t, pki.ClientCert, rotated.ClientCert)
+	copyFile(t, pki.ClientKey, rotated.ClientKey)
+	if got := d.config(); loads.Load() != 2 || sameTLSFiles(got, first) {
+		t.Fatalf("%d loads after the client certificate changed, want 2 and the new certificate", loads.Load())
 	}
 }

@@ -19,6 +19,17 @@ func (r Redis) TLSConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
+// TLSFiles are the paths TLSConfig reads (none when redis.tls is off).
+func (r Redis) TLSFiles() []string {
+	var files []string
+	for _, f := range []string{r.TLSCAFile, r.TLSCertFile, r.TLSKeyFile} {
+		if r.TLS && f != "" {
+			files = append(files, f)
+		}
+	}
+	return files
+}
+
 func (r Redis) tlsConfig() (cfg *tls.Config, key string, err error) {
 	if !r.TLS {
 		return nil, "", nil
