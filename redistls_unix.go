@@ -5,6 +5,7 @@ package main
 import (
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"syscall"
 )
@@ -13,15 +14,19 @@ import (
 func checkable(c *tls.Conn) net.Conn { return checkableTLSConn{c} }
 
 // checkableTLSConn lets go-redis find a pooled TLS connection that Redis
-// closed (a restart, a failover) before it sends a command on it. go-redis
-// checks an idle connection by peeking at its socket, but not under TLS:
-// there a byte waiting may be a TLS record with no reply in it (a session
-// ticket), which its check would take for a pushed reply and wait on for
-// ever. So, after Redis restarted, each stale connection failed one
-// request with EOF. Through this type the check sees only what is certain
-// on a TLS socket: the peer closed it (nothing waiting, end of stream), or
-// it failed. Bytes waiting count as healthy, as every TLS connection did
-// before.
+// closed (a restart, a failover, CLIENT KILL, its idle timeout) before it
+// sends a command on it. go-redis checks an idle connection by peeking at
+// its socket, but not under TLS: there a byte waiting may be a TLS record
+// with no reply in it (a session ticket), which its check would take for a
+// pushed reply and wait on for ever. So each stale connection failed one
+// request with EOF. Through this type the check learns only whether Redis
+// closed the connection (peerClosed), never that bytes are waiting.
+//
+// go-redis also peeks through it to see whether a pushed reply waits
+// (MaybeHasData: maintenance notifications, client-side caching); that
+// now reads "nothing waiting" where it used to unwrap the socket, so such a
+// notification is read with the next reply instead of just before the
+// next command. The service uses neither feature.
 type checkableTLSConn struct{ *tls.Conn }
 
 // SyscallConn is what go-redis's check peeks through.
@@ -37,20 +42,40 @@ func (c checkableTLSConn) SyscallConn() (syscall.RawConn, error) {
 	return closedOnlyRawConn{raw}, nil
 }
 
-// closedOnlyRawConn runs a peek (f) on the socket only when the socket is
-// closed or failed, where f finds the same; otherwise it returns without
-// running f, which go-redis reads as "nothing waiting".
+// closedOnlyRawConn answers a read (go-redis's peek) with peerClosed's
+// verdict, never running the peek itself: an error says the connection is
+// done, nil that nothing waits.
 type closedOnlyRawConn struct{ syscall.RawConn }
 
-func (r closedOnlyRawConn) Read(f func(fd uintptr) bool) error {
-	ended := false
+func (r closedOnlyRawConn) Read(func(fd uintptr) bool) error {
+	var closed error
 	if err := r.RawConn.Read(func(fd uintptr) bool {
-		var b [1]byte
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		ended = n == 0 && err == nil || err != nil && err != syscall.EAGAIN && err != syscall.EWOULDBLOCK
+		closed = peerClosed(int(fd))
 		return true
-	}); err != nil || !ended {
+	}); err != nil {
 		return err
 	}
-	return r.RawConn.Read(f)
+	return closed
+}
+
+// peerClosed reports, without consuming anything, whether Redis has closed
+// the connection on socket fd: io.EOF when it has, the socket's error when
+// it failed, nil while it is open.
+func peerClosed(fd int) error {
+	var b [1]byte
+	n, _, err := syscall.Recvfrom(fd, b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	switch {
+	case n == 0 && err == nil:
+		return io.EOF // nothing waiting before the end of the stream
+	case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
+		return nil
+	case err != nil:
+		return err
+	case finReceived(fd):
+		// Bytes waiting, then the end: Redis closing a connection itself
+		// (CLIENT KILL, its timeout) sends a TLS alert before it.
+		return io.EOF
+	default:
+		return nil
+	}
 }
