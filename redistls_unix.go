@@ -26,7 +26,10 @@ func checkable(c *tls.Conn) net.Conn { return checkableTLSConn{c} }
 // (MaybeHasData: maintenance notifications, client-side caching); that
 // now reads "nothing waiting" where it used to unwrap the socket, so such a
 // notification is read with the next reply instead of just before the
-// next command. The service uses neither feature.
+// next command. The service asks for neither; go-redis turns maintenance
+// notifications on by itself where a server offers them (Redis Enterprise
+// and Cloud), and there a notice (MIGRATING: relax the timeouts) takes
+// effect one command later.
 type checkableTLSConn struct{ *tls.Conn }
 
 // SyscallConn is what go-redis's check peeks through.
