@@ -251,8 +251,9 @@ func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *z
 }
 
 // openRedis starts the embedded Redis if none is configured and returns its
-// address, a constructor of clients for it, and a closer of all of them. It
-// registers on reg the expiry of the client certificate, if one is set.
+// address, a constructor of clients for it, and a closer of all of them. With
+// TLS it registers on reg whether the files read whole, and the expiry of
+// the client certificate, if one is set.
 // A client's pool holds redis.pool_size connections (0: go-redis's 10 per
 // CPU) per node, or minConns if that is more.
 func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer) (string, func(minConns int) redis.UniversalClient, func(), error) {
@@ -286,6 +287,7 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer) (str
 			return "", nil, nil, err
 		}
 		opts.Dialer = d.Dial
+		metrics.RegisterTLSFilesRead(reg, d.filesRead)
 		if cfg.Redis.TLSCertFile != "" {
 			metrics.RegisterClientCertificateExpiry(reg, d.clientCertificateExpiry)
 		}

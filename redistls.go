@@ -97,18 +97,35 @@ func (d *redisTLSDialer) clientCertificateExpiry() float64 {
 // the change be noted twice more, with last back to the old files.
 // Reading three small files is short beside the handshake that follows.
 func (d *redisTLSDialer) config() *tls.Config {
+	cfg, _ := d.reread()
+	return cfg
+}
+
+// filesRead reads the files again and reports 1 if they read whole, 0 if
+// new connections go on with the files last read whole. Each metrics
+// scrape calls it: a renewal that keeps failing shows, and alerts, however
+// long the pool goes without a dial.
+func (d *redisTLSDialer) filesRead() float64 {
+	if _, err := d.reread(); err != nil {
+		return 0
+	}
+	return 1
+}
+
+// reread is config, with the error of a reread that failed.
+func (d *redisTLSDialer) reread() (*tls.Config, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	// Read before load: a file that changes in between differs from these
 	// bytes at the next call, which loads it again.
 	now := d.readFiles()
 	if now != nil && slices.EqualFunc(now, d.lastBytes, bytes.Equal) {
-		return d.last
+		return d.last, nil
 	}
 	cfg, err := d.load()
 	if err != nil {
 		d.warn.Warn("could not read the redis.tls_* files again: dialing Redis with those read before", zap.Error(err))
-		return d.last
+		return d.last, err
 	}
 	d.lastBytes = now
 	if !sameTLSFiles(d.last, cfg) {
@@ -119,7 +136,7 @@ func (d *redisTLSDialer) config() *tls.Config {
 		d.log.Info("the redis.tls_* files changed: new connections to Redis use them", fields...)
 	}
 	d.last = cfg
-	return cfg
+	return cfg, nil
 }
 
 // readFiles returns the bytes of d.files, or nil when there are none or one

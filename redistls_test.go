@@ -145,6 +145,19 @@ func TestRedisTLSDialerKeepsTheFilesLastReadWhole(t *testing.T) {
 	if warned.Len() != 1 || !strings.Contains(fmt.Sprint(warned.All()[0].ContextMap()["error"]), "redis.tls_cert_file") {
 		t.Fatalf("warnings %v, want one naming redis.tls_cert_file", logs.All())
 	}
+	if got := d.filesRead(); got != 0 {
+		t.Fatalf("combo_redis_tls_files_read %v with the certificate file half written, want 0", got)
+	}
+	copyFile(t, r.TLS.ClientCert, r.TLS.ServerCert) // whole again (not the key's: still refused)
+	if got := d.filesRead(); got != 0 {
+		t.Fatalf("combo_redis_tls_files_read %v with a certificate the key does not match, want 0", got)
+	}
+	renewed := testredis.NewTLSFiles(t, t.TempDir())
+	copyFile(t, r.TLS.ClientCert, renewed.ClientCert)
+	copyFile(t, r.TLS.ClientKey, renewed.ClientKey)
+	if got := d.filesRead(); got != 1 {
+		t.Fatalf("combo_redis_tls_files_read %v with a new certificate and its key, want 1", got)
+	}
 }
 
 // The exported expiry reads the files at each call (each scrape), however

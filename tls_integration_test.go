@@ -134,6 +134,9 @@ func TestRotatedTLSFilesNeedNoRestart(t *testing.T) {
 	if got, want := expiry(), leafExpiry(t, r.TLS.ClientCert); got != want {
 		t.Fatalf("client certificate expiry %d, want %d", got, want)
 	}
+	if text := scrape(t, s); !strings.Contains(text, "\ncombo_redis_tls_files_read 1\n") {
+		t.Fatal("/metrics lacks combo_redis_tls_files_read 1: the files read whole")
+	}
 
 	// A new CA over the files Redis and the service read; the new client
 	// certificate lasts a day longer.

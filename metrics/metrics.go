@@ -168,3 +168,15 @@ func RegisterClientCertificateExpiry(reg prometheus.Registerer, notAfter func() 
 			"The file is read again at each new connection and each scrape, so a certificate renewed in place shows here at once."},
 		notAfter)
 }
+
+// RegisterTLSFilesRead exports whether the redis.tls_* files read whole
+// when last read, as filesRead reads them again at each scrape; with
+// redis.tls only. A rotation caught half written reads 0 for a moment; a
+// 0 that stays means new connections use old files until those expire or
+// Redis stops trusting them.
+func RegisterTLSFilesRead(reg prometheus.Registerer, filesRead func() float64) {
+	promauto.With(reg).NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace,
+		Name: "redis_tls_files_read",
+		Help: "1 if the redis.tls_* files read whole when read again at this scrape; 0 if not (the log says why), and new connections to Redis use the files last read whole."},
+		filesRead)
+}
