@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -157,6 +158,84 @@ func TestRedisTLSDialerKeepsTheFilesLastReadWhole(t *testing.T) {
 	copyFile(t, r.TLS.ClientKey, renewed.ClientKey)
 	if got := d.filesRead(); got != 1 {
 		t.Fatalf("combo_redis_tls_files_read %v with a new certificate and its key, want 1", got)
+	}
+}
+
+// combo_redis_tls_files_read in each state of each file, with a client
+// certificate and with a CA only: 1 while the files are those last read
+// whole (not parsed again), 0 while one is broken or missing, and 1 again
+// once it is fixed, even with the very bytes last read whole. And openRedis
+// exports it with any redis.tls, the expiry only with a client certificate.
+func TestRedisTLSDialerFilesReadInEachState(t *testing.T) {
+	pki := testredis.NewTLSFiles(t, t.TempDir())
+	for _, cfg := range []conf.Redis{
+		{TLS: true, TLSCAFile: pki.CA},
+		{TLS: true, TLSCAFile: pki.CA, TLSCertFile: pki.ClientCert, TLSKeyFile: pki.ClientKey},
+	} {
+		var loads atomic.Int32
+		load := func() (*tls.Config, error) { loads.Add(1); return cfg.TLSConfig() }
+		d, err := newRedisTLSDialer(load, cfg.TLSFiles(), time.Second, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range cfg.TLSFiles() {
+			whole, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := func(state string, want float64, parsed bool) {
+				t.Helper()
+				before := loads.Load()
+				if got := d.filesRead(); got != want {
+					t.Fatalf("combo_redis_tls_files_read %v with %s %s (%d files), want %v", got, f, state, len(cfg.TLSFiles()), want)
+				}
+				if again := loads.Load() != before; again != parsed {
+					t.Fatalf("files parsed again: %v with %s %s, want %v", again, f, state, parsed)
+				}
+			}
+			check("unchanged", 1, false)
+			if err := os.WriteFile(f, []byte("-----BEGIN"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			check("half written", 0, true)
+			if err := os.WriteFile(f, whole, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			check("written back as last read whole", 1, false)
+			if err := os.Remove(f); err != nil {
+				t.Fatal(err)
+			}
+			check("missing", 0, true)
+			if err := os.WriteFile(f, whole, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			check("back", 1, false)
+		}
+
+		reg := prometheus.NewRegistry()
+		c := conf.Default()
+		c.Redis.Addr = "127.0.0.1:1" // not dialed
+		c.Redis.TLS, c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile = true, cfg.TLSCAFile, cfg.TLSCertFile, cfg.TLSKeyFile
+		_, _, closeAll, err := openRedis(c, zap.NewNop(), reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeAll()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		exported := map[string]float64{}
+		for _, mf := range mfs {
+			exported[mf.GetName()] = mf.GetMetric()[0].GetGauge().GetValue()
+		}
+		if got, ok := exported["combo_redis_tls_files_read"]; !ok || got != 1 {
+			t.Fatalf("openRedis with %d redis.tls_* files exports %v, want combo_redis_tls_files_read 1", len(cfg.TLSFiles()), exported)
+		}
+		_, expiry := exported["combo_redis_tls_client_certificate_expiry_timestamp_seconds"]
+		if expiry != (cfg.TLSCertFile != "") {
+			t.Fatalf("openRedis with %d redis.tls_* files exports %v: the expiry only with a client certificate", len(cfg.TLSFiles()), exported)
+		}
 	}
 }
 
