@@ -108,3 +108,39 @@ func TestSameIDTwiceAtAFullStreamIsPublishedOnce(t *testing.T) {
 		}
 	})
 }
+
+// A dedupe set first made by a report that runs after another report of
+// its call failed still gets its expiry: the loop resumes after a failure
+// in a fresh run of the reports, and the expiry is only set when SADD
+// creates the set, so a set made then without one would never go away.
+func TestDedupeSetMadeAfterAFailureExpires(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s := settings()
+		s.StreamMaxLen = 1
+		r, _ := subscribedRepoWith(t, rdb, s)
+		// Ids 1..5 fall in 5 different dedupe sets, each made by its
+		// report: 2 and 4 fail (a full stream), 3 and 5 run after them.
+		cs := []*combo.Contribution{contribution(1, "k0", base), contribution(2, "k1", base),
+			contribution(3, "k0", base+1), contribution(4, "k2", base), contribution(5, "k0", base+2)}
+		res, err := r.Report(ctx, cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []repo.ReportOutcome{repo.Opened, repo.Degraded, repo.Joined, repo.Degraded, repo.Joined}
+		for i, rr := range res {
+			if rr.Outcome != want[i] {
+				t.Fatalf("report %d: outcome %d, want %d (%+v)", i, rr.Outcome, want[i], res)
+			}
+		}
+		keys := rdb.Keys(ctx, r.Keys().SeenPrefix(0)+"*").Val()
+		if len(keys) != len(cs) {
+			t.Fatalf("dedupe sets %v, want %d", keys, len(cs))
+		}
+		for _, k := range keys {
+			if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > 3*s.Dedupe {
+				t.Errorf("dedupe set %s expires in %v, want within 3 buckets", k, ttl)
+			}
+		}
+	})
+}
