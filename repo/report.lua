@@ -9,7 +9,8 @@
 -- ARGV[2]  parked      key prefix for a displaced window; it is renamed to
 --                      parked .. its stream id (same hash tag as KEYS)
 -- ARGV[3]  maxlen      how many windows the stream may hold: a report that
---                      would open one more fails (see open)
+--                      would open one more fails (see "Open a new window"
+--                      in run)
 -- ARGV[4]  seen        key prefix of the dedupe sets (same tag): an id is
 --                      added to seen .. bucket .. ':' .. sub, where bucket is
 --                      Redis's TIME in seconds / ARGV[5] and sub is the id
