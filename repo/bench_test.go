@@ -2,6 +2,7 @@ package repo_test
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,10 +24,27 @@ func realistic(id int64, user int64) *combo.Contribution {
 }
 
 // benchRepo is a repo on a fresh redis-server whose windows stay open for
-// the whole benchmark (W of an hour), its consumer group created.
+// the whole benchmark (W of an hour), its consumer group created. With
+// COMBO_BENCH_REDIS_ADDR set, it uses that Redis instead, and FLUSHALLs it
+// first: cmd/combo-bench/callgrind.sh points it at a redis-server run
+// under valgrind, to count Redis's instructions per report.
 func benchRepo(b *testing.B) (*redis.Client, *repo.Repo) {
-	rdb := testredis.Start(b, testredis.Options{}).Client()
-	r := repo.New(rdb, repo.Settings{Window: time.Hour, Grace: 0, Dedupe: time.Minute, Stale: 2 * time.Hour,
+	var rdb *redis.Client
+	if addr := os.Getenv("COMBO_BENCH_REDIS_ADDR"); addr != "" {
+		// Under valgrind a call takes tens of times as long.
+		rdb = redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+		b.Cleanup(func() { _ = rdb.Close() })
+		if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+			b.Fatalf("COMBO_BENCH_REDIS_ADDR=%s: %v", addr, err)
+		}
+	} else {
+		rdb = testredis.Start(b, testredis.Options{}).Client()
+	}
+	// Dedupe buckets of an hour: a run that crossed into a new bucket
+	// would make every dedupe set again (each with its EXPIREAT), and a
+	// count of Redis's instructions per report would then depend on the
+	// minute the run started.
+	r := repo.New(rdb, repo.Settings{Window: time.Hour, Grace: 0, Dedupe: time.Hour, Stale: 2 * time.Hour,
 		Timeout: 10 * time.Second, Shards: 1, StreamMaxLen: 10_000_000})
 	if err := r.EnsureGroups(context.Background()); err != nil {
 		b.Fatal(err)
