@@ -61,8 +61,9 @@
 -- chunk again, and a closure made here costs an allocation and, for each
 -- outer local it captures, a search of Lua's open upvalues, and garbage to
 -- collect. With the helpers as closures (report, open, lt, counted, run),
--- a call of one report took Redis 107.5k instructions, against 98.4k now
--- (-8.5%; -0.5% per report in calls of 50; callgrind). It also keeps
+-- a call of one report took Redis 107.8k instructions, against 99.5k now
+-- (-7.7%), and a report in a call of 50, 46.6k against 45.8k
+-- (cmd/combo-bench/callgrind.sh). It also keeps
 -- miniredis (gopher-lua) right: there a local shared by closures stops
 -- being shared once a pcall unwinds an error through them
 -- (yuin/gopher-lua#448).
