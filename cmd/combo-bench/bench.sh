@@ -19,13 +19,7 @@ has() { [[ " $PARTS " == *" $1 "* ]]; }
 BIN=$(mktemp -d)
 mkdir -p "$OUT"
 
-free_port() {
-  local p
-  for p in $(shuf -i 20000-40000 -n 50); do
-    ss -ltn | awk '{print $4}' | grep -q ":$p\$" || { echo "$p"; return; }
-  done
-  return 1
-}
+. cmd/combo-bench/lib.sh # free_port
 
 cpu_idle() { # idle share over one second, from /proc/stat
   local a b

@@ -32,13 +32,7 @@ BIN=$(mktemp -d)
 trap 'rm -rf "$BIN"' EXIT
 go test -c -o "$BIN/repo.test" ./repo/
 
-free_port() {
-  local p
-  for p in $(shuf -i 20000-40000 -n 50); do
-    ss -ltn | awk '{print $4}' | grep -q ":$p\$" || { echo "$p"; return; }
-  done
-  return 1
-}
+. cmd/combo-bench/lib.sh # free_port
 
 # count SIZE N NAME: the instructions of a redis-server that served N
 # reports in calls of SIZE (and the benchmark's run of 1 before them).
