@@ -63,10 +63,9 @@
 -- collect. With the helpers as closures (report, open, lt, counted, run),
 -- a call of one report took Redis 107.8k instructions, against 99.5k now
 -- (-7.7%), and a report in a call of 50, 46.6k against 45.8k
--- (cmd/combo-bench/callgrind.sh). It also keeps
--- miniredis (gopher-lua) right: there a local shared by closures stops
--- being shared once a pcall unwinds an error through them
--- (yuin/gopher-lua#448).
+-- (cmd/combo-bench/callgrind.sh). It also keeps miniredis (gopher-lua)
+-- right: there a local shared by closures stops being shared once a pcall
+-- unwinds an error through them (yuin/gopher-lua#448).
 --
 -- run counts reports first..#KEYS-1 into out (3 values each). Until report
 -- j answers, out[3j - 1] holds the dedupe set it added its id to, if it
