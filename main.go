@@ -282,7 +282,7 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer) (str
 		// Each new connection reads the files again: a certificate rotated
 		// in place is used without a restart. TLSConfig stays set: go-redis
 		// reads from it that the connections are TLS.
-		d, err := newRedisTLSDialer(cfg.Redis.TLSConfig, cfg.Redis.TLSFiles(), cfg.Redis.Timeout, log)
+		d, err := newRedisTLSDialer(cfg.Redis.TLSConfigFrom, cfg.Redis.TLSFiles(), cfg.Redis.Timeout, log)
 		if err != nil {
 			return "", nil, nil, err
 		}

@@ -26,11 +26,11 @@ import (
 // their bytes changed. A connection already open keeps what it was made
 // with.
 type redisTLSDialer struct {
-	load    func() (*tls.Config, error) // conf.Redis.TLSConfig: reads the files
-	files   []string                    // the paths load reads (conf.Redis.TLSFiles)
-	timeout time.Duration               // redis.timeout: TCP connect and handshake
-	log     *zap.Logger                 // each change of the files: few, and none a repeat
-	warn    *zap.Logger                 // sampled: a broken file is seen at every dial
+	load    tlsLoad
+	files   []string      // the paths load reads (conf.Redis.TLSFiles)
+	timeout time.Duration // redis.timeout: TCP connect and handshake
+	log     *zap.Logger   // each change of the files: few, and none a repeat
+	warn    *zap.Logger   // sampled: a broken file is seen at every dial
 
 	mu   sync.Mutex  // held while the files are read
 	last *tls.Config // the files as last read whole
@@ -42,6 +42,10 @@ type redisTLSDialer struct {
 	lastBytes [][]byte
 }
 
+// tlsLoad is conf.Redis.TLSConfigFrom: it parses the redis.tls_* files
+// with the contents read gives.
+type tlsLoad func(read func(path string) ([]byte, error)) (*tls.Config, error)
+
 // go-redis's own dialer's keep-alives (its defaultKeepAliveConfig): a dead
 // peer is found in about 45 s even on an idle pooled connection.
 var redisKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3}
@@ -49,10 +53,11 @@ var redisKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, I
 // newRedisTLSDialer reads the files once; their errors are the caller's.
 // files are the paths load reads; with none given, every dial and scrape
 // loads the files again.
-func newRedisTLSDialer(load func() (*tls.Config, error), files []string, timeout time.Duration, log *zap.Logger) (*redisTLSDialer, error) {
+func newRedisTLSDialer(load tlsLoad, files []string, timeout time.Duration, log *zap.Logger) (*redisTLSDialer, error) {
 	d := &redisTLSDialer{load: load, files: files, timeout: timeout, log: log, warn: logging.Sampled(log)}
-	d.lastBytes = d.readFiles()
-	cfg, err := load()
+	var read func(string) ([]byte, error)
+	d.lastBytes, read = d.readFiles()
+	cfg, err := load(read)
 	if err != nil {
 		return nil, err
 	}
@@ -116,13 +121,14 @@ func (d *redisTLSDialer) filesRead() float64 {
 func (d *redisTLSDialer) reread() (*tls.Config, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	// Read before load: a file that changes in between differs from these
-	// bytes at the next call, which loads it again.
-	now := d.readFiles()
+	// load parses the bytes compared here, never the files read again: a
+	// rotation written between the two and then written back to these
+	// very bytes left the in-between files in use, taken for these.
+	now, read := d.readFiles()
 	if now != nil && slices.EqualFunc(now, d.lastBytes, bytes.Equal) {
 		return d.last, nil
 	}
-	cfg, err := d.load()
+	cfg, err := d.load(read)
 	if err != nil {
 		d.warn.Warn("could not read the redis.tls_* files again: dialing Redis with those read before", zap.Error(err))
 		return d.last, err
@@ -139,21 +145,26 @@ func (d *redisTLSDialer) reread() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// readFiles returns the bytes of d.files, or nil when there are none or one
-// cannot be read (load then says which, and why).
-func (d *redisTLSDialer) readFiles() [][]byte {
-	if len(d.files) == 0 {
-		return nil
-	}
-	out := make([][]byte, len(d.files))
+// readFiles reads d.files once and returns their bytes, nil when there
+// are none or one cannot be read, and a reader for load that serves those
+// bytes, or the error of a file that could not be read (load then says
+// which, and why). A path not among d.files is read from disk.
+func (d *redisTLSDialer) readFiles() ([][]byte, func(path string) ([]byte, error)) {
+	data := make([][]byte, len(d.files))
+	errs := make([]error, len(d.files))
 	for i, f := range d.files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil
-		}
-		out[i] = b
+		data[i], errs[i] = os.ReadFile(f)
 	}
-	return out
+	read := func(path string) ([]byte, error) {
+		if i := slices.Index(d.files, path); i >= 0 {
+			return data[i], errs[i]
+		}
+		return os.ReadFile(path)
+	}
+	if len(d.files) == 0 || slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
+		return nil, read
+	}
+	return data, read
 }
 
 // sameTLSFiles reports whether a and b trust the same CAs and present the

@@ -40,7 +40,7 @@ func TestRedisTLSDialerNotesEachChangeOfTheFiles(t *testing.T) {
 	old := testredis.NewTLSFiles(t, t.TempDir())
 	cfg := conf.Redis{TLS: true, TLSCAFile: old.CA, TLSCertFile: old.ClientCert, TLSKeyFile: old.ClientKey}
 	core, logs := observer.New(zap.InfoLevel)
-	d, err := newRedisTLSDialer(cfg.TLSConfig, cfg.TLSFiles(), time.Second, zap.New(core))
+	d, err := newRedisTLSDialer(cfg.TLSConfigFrom, cfg.TLSFiles(), time.Second, zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestRedisTLSDialerKeepsTheNewerOfTwoReadsAtOnce(t *testing.T) {
 	old, rotated := loadFiles(testredis.NewTLSFiles(t, t.TempDir())), loadFiles(testredis.NewTLSFiles(t, t.TempDir()))
 	var reads atomic.Int32
 	inFirst, release := make(chan struct{}), make(chan struct{})
-	load := func() (*tls.Config, error) {
+	load := func(func(string) ([]byte, error)) (*tls.Config, error) {
 		switch reads.Add(1) {
 		case 1: // newRedisTLSDialer's
 			return old, nil
@@ -130,7 +130,7 @@ func TestRedisTLSDialerKeepsTheFilesLastReadWhole(t *testing.T) {
 	r := testredis.Start(t, testredis.Options{TLS: true})
 	cfg := conf.Redis{TLS: true, TLSCAFile: r.TLS.CA, TLSCertFile: r.TLS.ClientCert, TLSKeyFile: r.TLS.ClientKey}
 	core, logs := observer.New(zap.WarnLevel)
-	d, err := newRedisTLSDialer(cfg.TLSConfig, cfg.TLSFiles(), time.Second, zap.New(core))
+	d, err := newRedisTLSDialer(cfg.TLSConfigFrom, cfg.TLSFiles(), time.Second, zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,10 @@ func TestRedisTLSDialerFilesReadInEachState(t *testing.T) {
 		{TLS: true, TLSCAFile: pki.CA, TLSCertFile: pki.ClientCert, TLSKeyFile: pki.ClientKey},
 	} {
 		var loads atomic.Int32
-		load := func() (*tls.Config, error) { loads.Add(1); return cfg.TLSConfig() }
+		load := func(read func(string) ([]byte, error)) (*tls.Config, error) {
+			loads.Add(1)
+			return cfg.TLSConfigFrom(read)
+		}
 		d, err := newRedisTLSDialer(load, cfg.TLSFiles(), time.Second, zap.NewNop())
 		if err != nil {
 			t.Fatal(err)
@@ -246,7 +249,7 @@ func TestRedisTLSDialerFilesReadInEachState(t *testing.T) {
 func TestRedisTLSDialerExpiryReadsTheFilesAtEachScrape(t *testing.T) {
 	old := testredis.NewTLSFiles(t, t.TempDir())
 	cfg := conf.Redis{TLS: true, TLSCAFile: old.CA, TLSCertFile: old.ClientCert, TLSKeyFile: old.ClientKey}
-	d, err := newRedisTLSDialer(cfg.TLSConfig, cfg.TLSFiles(), time.Second, zap.NewNop())
+	d, err := newRedisTLSDialer(cfg.TLSConfigFrom, cfg.TLSFiles(), time.Second, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +280,10 @@ func TestRedisTLSDialerParsesOnlyChangedFiles(t *testing.T) {
 	pki := testredis.NewTLSFiles(t, t.TempDir())
 	cfg := conf.Redis{TLS: true, TLSCAFile: pki.CA, TLSCertFile: pki.ClientCert, TLSKeyFile: pki.ClientKey}
 	var loads atomic.Int32
-	load := func() (*tls.Config, error) { loads.Add(1); return cfg.TLSConfig() }
+	load := func(read func(string) ([]byte, error)) (*tls.Config, error) {
+		loads.Add(1)
+		return cfg.TLSConfigFrom(read)
+	}
 	d, err := newRedisTLSDialer(load, cfg.TLSFiles(), time.Second, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
@@ -292,5 +298,35 @@ func TestRedisTLSDialerParsesOnlyChangedFiles(t *testing.T) {
 	copyFile(t, pki.ClientKey, rotated.ClientKey)
 	if got := d.config(); loads.Load() != 2 || sameTLSFiles(got, first) {
 		t.Fatalf("%d loads after the client certificate changed, want 2 and the new certificate", loads.Load())
+	}
+}
+
+// The files are parsed from the bytes the dialer compared, not read from
+// disk again: a rotation that wrote other files between the two and then
+// wrote back the very bytes compared left those other files in use, taken
+// for the ones on disk, until the files next changed.
+func TestRedisTLSDialerParsesTheBytesItCompared(t *testing.T) {
+	first, rotated, between := testredis.NewTLSFiles(t, t.TempDir()), testredis.NewTLSFiles(t, t.TempDir()), testredis.NewTLSFiles(t, t.TempDir())
+	cfg := conf.Redis{TLS: true, TLSCAFile: first.CA}
+	var loads atomic.Int32
+	load := func(read func(string) ([]byte, error)) (*tls.Config, error) {
+		if loads.Add(1) == 2 { // the rotation: other files while they are parsed, then its own back
+			copyFile(t, first.CA, between.CA)
+			defer copyFile(t, first.CA, rotated.CA)
+		}
+		return cfg.TLSConfigFrom(read)
+	}
+	d, err := newRedisTLSDialer(load, cfg.TLSFiles(), time.Second, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, first.CA, rotated.CA)
+	d.config()
+	want, err := conf.Redis{TLS: true, TLSCAFile: rotated.CA}.TLSConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.config(); loads.Load() != 2 || !got.RootCAs.Equal(want.RootCAs) {
+		t.Fatalf("after %d loads the dialer trusts another CA than the file holds", loads.Load())
 	}
 }

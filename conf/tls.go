@@ -11,8 +11,14 @@ import (
 
 // TLSConfig returns how to dial Redis over TLS, or nil when redis.tls is
 // off. It reads the files redis.tls_* name; an error names the key.
-func (r Redis) TLSConfig() (*tls.Config, error) {
-	cfg, key, err := r.tlsConfig()
+func (r Redis) TLSConfig() (*tls.Config, error) { return r.TLSConfigFrom(os.ReadFile) }
+
+// TLSConfigFrom is TLSConfig with each file's contents as read gives them.
+// A caller that has read the files already, to see whether they changed,
+// passes those bytes: what it parses is then what it compared, not the
+// files as a rotation may have left them a moment later.
+func (r Redis) TLSConfigFrom(read func(path string) ([]byte, error)) (*tls.Config, error) {
+	cfg, key, err := r.tlsConfig(read)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", key, err)
 	}
@@ -30,7 +36,7 @@ func (r Redis) TLSFiles() []string {
 	return files
 }
 
-func (r Redis) tlsConfig() (cfg *tls.Config, key string, err error) {
+func (r Redis) tlsConfig(read func(path string) ([]byte, error)) (cfg *tls.Config, key string, err error) {
 	if !r.TLS {
 		return nil, "", nil
 	}
@@ -38,7 +44,7 @@ func (r Redis) tlsConfig() (cfg *tls.Config, key string, err error) {
 	// each node of a cluster is checked against its own host.
 	cfg = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: r.TLSServerName}
 	if r.TLSCAFile != "" {
-		pem, err := os.ReadFile(r.TLSCAFile)
+		pem, err := read(r.TLSCAFile)
 		if err != nil {
 			return nil, "redis.tls_ca_file", err
 		}
@@ -48,7 +54,15 @@ func (r Redis) tlsConfig() (cfg *tls.Config, key string, err error) {
 		}
 	}
 	if r.TLSCertFile != "" || r.TLSKeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(r.TLSCertFile, r.TLSKeyFile)
+		certPEM, err := read(r.TLSCertFile)
+		if err != nil {
+			return nil, "redis.tls_cert_file", err
+		}
+		keyPEM, err := read(r.TLSKeyFile)
+		if err != nil {
+			return nil, "redis.tls_key_file", err
+		}
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
 			return nil, "redis.tls_cert_file", fmt.Errorf("with redis.tls_key_file: %w", err)
 		}
@@ -90,7 +104,7 @@ func validateTLS(c Config, bad func(key, format string, args ...any)) {
 		bad("redis.tls_cert_file", "and redis.tls_key_file go together: set both (a client certificate) or neither")
 		return
 	}
-	if _, key, err := r.tlsConfig(); err != nil {
+	if _, key, err := r.tlsConfig(os.ReadFile); err != nil {
 		bad(key, "%v", err)
 	}
 }
