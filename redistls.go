@@ -34,9 +34,8 @@ type redisTLSDialer struct {
 
 	mu   sync.Mutex  // held while the files are read
 	last *tls.Config // the files as last read whole
-	// lastBytes are the files' bytes as read just before last was loaded
-	// from them: while the files still hold these, last is what load would
-	// give, and parsing them again is spared. A CA file that is a system
+	// lastBytes are the bytes last was parsed from: while the files still
+	// hold these, last is what load would give, and parsing them again is spared. A CA file that is a system
 	// bundle (ca-certificates.crt, 140 certificates) takes about 5 ms to
 	// parse, under mu, at every dial and scrape; reading it, 0.05 ms.
 	lastBytes [][]byte
@@ -121,9 +120,10 @@ func (d *redisTLSDialer) filesRead() float64 {
 func (d *redisTLSDialer) reread() (*tls.Config, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	// load parses the bytes compared here, never the files read again: a
-	// rotation written between the two and then written back to these
-	// very bytes left the in-between files in use, taken for these.
+	// load parses the bytes compared here, not the files read from disk
+	// again: a rotation that wrote other files in between, then wrote
+	// these very bytes back, would leave those other files in use, taken
+	// for these.
 	now, read := d.readFiles()
 	if now != nil && slices.EqualFunc(now, d.lastBytes, bytes.Equal) {
 		return d.last, nil

@@ -101,6 +101,8 @@ func TestTLSSettingsAreChecked(t *testing.T) {
 			[]string{"redis.tls_server_name: must be a host name or an IP address"}},
 		{"a server name with a space", func(r *Redis) { r.TLSServerName = " redis.example.internal" },
 			[]string{"redis.tls_server_name: must be a host name or an IP address"}},
+		{"a certificate file that is missing", func(r *Redis) { r.TLSCertFile = missing },
+			[]string{"redis.tls_cert_file: open " + missing}},
 		{"a key file that is missing", func(r *Redis) { r.TLSKeyFile = missing },
 			[]string{"redis.tls_key_file: open " + missing}},
 		{"a key of another certificate", func(r *Redis) { r.TLSKeyFile = other.ClientKey },
