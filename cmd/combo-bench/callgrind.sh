@@ -14,14 +14,15 @@
 # reports, and prints (total(N2) - total(N1)) / (N2 - N1) per call and
 # per report: start-up, the warm-up and the first opens cancel out. Each
 # callgrind output is kept in $OUT (default a new temporary folder) for
-# callgrind_annotate. Redis runs with --hz 1: its timers' work (expiring
-# keys, client upkeep) grows with the seconds a run takes under valgrind,
-# not with the reports, and at the default 10 Hz it moved the count per
-# report in calls of 50 by a few percent between runs of the same
-# script. Debian's redis-server is stripped, so for a
-# breakdown by function build Redis from its source and pass it in
-# REDIS_SERVER. Needs valgrind, redis-server, redis-cli, go. About 2
-# minutes for the three sizes.
+# callgrind_annotate. Redis runs with --hz 1, since its timers' work
+# (expiring keys, client upkeep) grows with the seconds a run takes under
+# valgrind, not with the reports; and the benchmark's dedupe buckets are an
+# hour, so a run does not cross into a new one (see benchRepo). Without
+# the two, the count per report in calls of 50 moved by +-2% between runs
+# of the same script; with them two runs agreed within 0.5%. Debian's
+# redis-server is stripped, so for a breakdown by function build Redis
+# from its source and pass it in REDIS_SERVER. Needs valgrind,
+# redis-server, redis-cli, go. About 2 minutes for the three sizes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SIZES=${*:-1 8 50}
