@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -141,14 +143,18 @@ func TestWarnsOfAnEvictingReplicaOfTheSentinels(t *testing.T) {
 	replica := testredis.StartReplica(t, master, "--maxmemory-policy", "allkeys-lru")
 	sentinel := testredis.StartSentinel(t, sentinelMaster, master)
 	// The Sentinel learns of the replica from the master's INFO, within a
-	// second or so of starting: wait for it, as the service would find it.
+	// second or so of starting, and lists it as disconnected until it has
+	// connected to it, and the service skips a replica so flagged: wait
+	// until it is listed connected, as the service would find it.
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
+	t.Cleanup(func() { _ = sc.Close() })
 	for deadline := time.Now().Add(15 * time.Second); ; {
-		rs, err := sentinel.Client().Do(context.Background(), "SENTINEL", "replicas", sentinelMaster).Slice()
-		if err == nil && len(rs) == 1 {
+		rs, err := sc.Replicas(context.Background(), sentinelMaster).Result()
+		if err == nil && len(rs) == 1 && !strings.Contains(rs[0]["flags"], "disconnected") && !strings.Contains(rs[0]["flags"], "s_down") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the Sentinel lists %v (%v) 15 s after start, want the replica", rs, err)
+			t.Fatalf("the Sentinel lists %v (%v) 15 s after start, want the replica, connected", rs, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
