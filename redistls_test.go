@@ -32,6 +32,22 @@ func copyFile(t *testing.T, dst, src string) {
 	}
 }
 
+// countingDialer is a dialer of cfg's files that counts how often it
+// parses them.
+func countingDialer(t *testing.T, cfg conf.Redis) (*redisTLSDialer, *atomic.Int32) {
+	t.Helper()
+	loads := new(atomic.Int32)
+	load := func(read func(string) ([]byte, error)) (*tls.Config, error) {
+		loads.Add(1)
+		return cfg.TLSConfigFrom(read)
+	}
+	d, err := newRedisTLSDialer(load, cfg.TLSFiles(), time.Second, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, loads
+}
+
 // A rotation that rewrites the files one at a time, with dials between,
 // is two changes (the CA, then the client certificate), each noted: the
 // note of the certificate, with its expiry, is the one that says the
@@ -172,15 +188,7 @@ func TestRedisTLSDialerFilesReadInEachState(t *testing.T) {
 		{TLS: true, TLSCAFile: pki.CA},
 		{TLS: true, TLSCAFile: pki.CA, TLSCertFile: pki.ClientCert, TLSKeyFile: pki.ClientKey},
 	} {
-		var loads atomic.Int32
-		load := func(read func(string) ([]byte, error)) (*tls.Config, error) {
-			loads.Add(1)
-			return cfg.TLSConfigFrom(read)
-		}
-		d, err := newRedisTLSDialer(load, cfg.TLSFiles(), time.Second, zap.NewNop())
-		if err != nil {
-			t.Fatal(err)
-		}
+		d, loads := countingDialer(t, cfg)
 		for _, f := range cfg.TLSFiles() {
 			whole, err := os.ReadFile(f)
 			if err != nil {
@@ -279,15 +287,7 @@ func TestRedisTLSDialerExpiryReadsTheFilesAtEachScrape(t *testing.T) {
 func TestRedisTLSDialerParsesOnlyChangedFiles(t *testing.T) {
 	pki := testredis.NewTLSFiles(t, t.TempDir())
 	cfg := conf.Redis{TLS: true, TLSCAFile: pki.CA, TLSCertFile: pki.ClientCert, TLSKeyFile: pki.ClientKey}
-	var loads atomic.Int32
-	load := func(read func(string) ([]byte, error)) (*tls.Config, error) {
-		loads.Add(1)
-		return cfg.TLSConfigFrom(read)
-	}
-	d, err := newRedisTLSDialer(load, cfg.TLSFiles(), time.Second, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, loads := countingDialer(t, cfg)
 	first := d.config()
 	d.config()
 	if n := loads.Load(); n != 1 {
