@@ -269,8 +269,13 @@ func (c Config) Validate() error {
 	if w.Size < 10*time.Millisecond || w.Size > 24*time.Hour {
 		bad("window.size", "must be 10ms..24h, got %s", w.Size)
 	}
-	if w.Size%time.Millisecond != 0 || w.Grace%time.Millisecond != 0 {
-		bad("window.size", "window.size and window.grace must be whole milliseconds")
+	// Each named on its own: an error that names window.size for a
+	// fractional window.grace sends the operator to the wrong key.
+	if w.Size%time.Millisecond != 0 {
+		bad("window.size", "must be whole milliseconds, got %s", w.Size)
+	}
+	if w.Grace%time.Millisecond != 0 {
+		bad("window.grace", "must be whole milliseconds, got %s", w.Grace)
 	}
 	if w.Grace < 0 {
 		bad("window.grace", "must be >= 0, got %s", w.Grace)

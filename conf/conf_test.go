@@ -252,6 +252,9 @@ func TestValidateNamesKey(t *testing.T) {
 		{"window.size", func(c *Config) { c.Window.Size = 0 }},
 		{"window.size", func(c *Config) { c.Window.Size = 25 * time.Hour }},
 		{"window.grace", func(c *Config) { c.Window.Grace = -time.Millisecond }},
+		// Whole milliseconds, each key named for itself.
+		{"window.size", func(c *Config) { c.Window.Size = 3*time.Second + 500*time.Microsecond }},
+		{"window.grace", func(c *Config) { c.Window.Grace = 200*time.Millisecond + 500*time.Microsecond }},
 		{"server.max_connections", func(c *Config) { c.Server.MaxConnections = 0 }},
 		{"server.max_connections", func(c *Config) { c.Server.MaxConnections = 1 << 32 }}, // Kitex keeps an int32
 		{"window.dedupe", func(c *Config) { c.Window.Dedupe = 0 }},
