@@ -156,7 +156,7 @@ func openWindow(t *testing.T, r *repo.Repo) []repo.Window {
 	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", time.Now().UnixMilli())}); err != nil {
 		t.Fatal(err)
 	}
-	ws, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
+	ws, _, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
 	if err != nil || len(ws) != 1 {
 		t.Fatalf("read %d windows, %v", len(ws), err)
 	}

@@ -84,7 +84,7 @@ func BenchmarkOpenWindowMemory(b *testing.B) {
 	}
 	// Read them into the pending list, as a worker does.
 	for {
-		ws, _, err := r.Read(ctx, 0, "bench", ">", 10000, -1)
+		ws, _, _, err := r.Read(ctx, 0, "bench", ">", 10000, -1)
 		if err != nil {
 			b.Fatal(err)
 		}

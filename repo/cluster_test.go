@@ -100,7 +100,7 @@ func TestFlushedScriptCacheWhileAnotherMasterIsDead(t *testing.T) {
 	if _, err := r.Report(ctx, []*combo.Contribution{onLive(1)}); err != nil {
 		t.Fatal(err)
 	}
-	ws, _, err := r.Read(ctx, liveShard, "c1", ">", 10, -1)
+	ws, _, _, err := r.Read(ctx, liveShard, "c1", ">", 10, -1)
 	if err != nil || len(ws) != 1 {
 		t.Fatalf("read %v, %v; want one window", ws, err)
 	}

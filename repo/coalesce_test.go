@@ -247,7 +247,7 @@ func TestUnansweredBlockingReadDoesNotNameRedisTimeout(t *testing.T) {
 	rctx, cancel := context.WithTimeout(ctx, callerTimeout)
 	defer cancel()
 	start := time.Now()
-	_, _, err := r.Read(rctx, 0, "c", ">", 10, 50*time.Millisecond)
+	_, _, _, err := r.Read(rctx, 0, "c", ">", 10, 50*time.Millisecond)
 	if waited := time.Since(start); waited < callerTimeout-50*time.Millisecond {
 		t.Fatalf("the read failed after %v (%v), want its caller's %v: the test no longer shows what it means to", waited, err, callerTimeout)
 	}

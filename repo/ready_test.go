@@ -284,7 +284,7 @@ func runEveryFlow(t *testing.T, rdb redis.UniversalClient, r *repo.Repo) {
 		contribution(13, "rocket", now+w+1), // another key
 	})
 	must("Report", err)
-	ws, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
+	ws, _, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
 	must("Read", err)
 	if len(ws) != 3 {
 		t.Fatalf("read %d windows, want 3", len(ws))

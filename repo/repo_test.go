@@ -95,7 +95,7 @@ func TestReportThenFlush(t *testing.T) {
 				t.Fatalf("result %d = %+v, want %+v", i, res[i], want[i])
 			}
 		}
-		ws, bad, err := r.Read(ctx, 0, "c1", ">", 10, 100*time.Millisecond)
+		ws, bad, _, err := r.Read(ctx, 0, "c1", ">", 10, 100*time.Millisecond)
 		if err != nil || len(bad) != 0 || len(ws) != 1 {
 			t.Fatalf("read: %v %v %v", ws, bad, err)
 		}
@@ -170,7 +170,7 @@ func TestPruneConsumersKeepsPending(t *testing.T) {
 			t.Fatal(err)
 		}
 		// "busy" holds the entry; "idle" has none; "me" is ourselves.
-		if ws, _, err := r.Read(ctx, 0, "busy", ">", 10, -1); err != nil || len(ws) != 1 {
+		if ws, _, _, err := r.Read(ctx, 0, "busy", ">", 10, -1); err != nil || len(ws) != 1 {
 			t.Fatalf("read: %v %v", ws, err)
 		}
 		for _, c := range []string{"idle", "me"} {
@@ -217,7 +217,7 @@ func TestFlushTellsExpiredFromPublished(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		ws, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
+		ws, _, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
 		if err != nil || len(ws) != 2 {
 			t.Fatalf("read %v %v", ws, err)
 		}
@@ -264,7 +264,7 @@ func TestRetireOnlyAStaleWindow(t *testing.T) {
 		if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", now)}); err != nil {
 			t.Fatal(err)
 		}
-		ws, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
+		ws, _, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
 		if err != nil || len(ws) != 1 {
 			t.Fatalf("read %v %v", ws, err)
 		}
@@ -319,7 +319,7 @@ func TestFlushTellsLostFromGone(t *testing.T) {
 		if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil {
 			t.Fatal(err)
 		}
-		ws, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
+		ws, _, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
 		if err != nil || len(ws) != 1 {
 			t.Fatalf("read %v %v", ws, err)
 		}
@@ -480,7 +480,7 @@ func TestWindowRecordUpdates(t *testing.T) {
 
 		var ws []repo.Window
 		for len(ws) < 2 {
-			got, bad, err := r.Read(ctx, 0, "c1", ">", 10, 100*time.Millisecond)
+			got, bad, _, err := r.Read(ctx, 0, "c1", ">", 10, 100*time.Millisecond)
 			if err != nil || len(bad) != 0 {
 				t.Fatalf("read: %v %v", bad, err)
 			}
@@ -720,7 +720,7 @@ func dueWindow(t *testing.T, r *repo.Repo) []repo.Window {
 	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil {
 		t.Fatal(err)
 	}
-	ws, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
+	ws, _, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
 	if err != nil || len(ws) != 1 {
 		t.Fatalf("read %v %v", ws, err)
 	}

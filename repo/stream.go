@@ -64,34 +64,50 @@ var ErrGroupRecreated = errors.New("consumer group was missing and has been crea
 // Read reads up to count entries of shard's stream for consumer. start "0"
 // re-reads the consumer's own pending entries (after a restart), ">" reads
 // new ones, waiting up to block (block must be > 0 or < 0 for no wait: 0
-// would wait forever). Entries that cannot be parsed, or whose data was
-// deleted under them, come back as bad ids for the caller to Drop.
-func (r *Repo) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) (ws []Window, bad []string, err error) {
+// would wait forever). Entries that cannot be parsed come back as bad ids
+// for the caller to Drop. Own pending entries deleted from the stream
+// before their windows were published (by hand, or trimmed) come back as
+// deleted ids, as Claim's: their windows cannot be published. Unlike
+// XAUTOCLAIM, XREADGROUP leaves them pending, so the caller Drops them too.
+func (r *Repo) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) (ws []Window, bad, deleted []string, err error) {
 	if block == 0 {
-		return nil, nil, errors.New("repo.Read: block 0 would wait forever")
+		return nil, nil, nil, errors.New("repo.Read: block 0 would wait forever")
 	}
 	res, err := r.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: Group, Consumer: consumer, Streams: []string{r.keys.Stream(shard), start},
 		Count: int64(count), Block: block,
 	}).Result()
 	if errors.Is(err, redis.Nil) {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	if err != nil {
 		if redis.HasErrorPrefix(err, "NOGROUP") {
 			// The stream or group vanished (FLUSHALL, a failover that lost
 			// it): recreate it and read again next time.
 			if gerr := r.EnsureGroup(ctx, shard); gerr != nil {
-				return nil, nil, gerr
+				return nil, nil, nil, gerr
 			}
-			return nil, nil, fmt.Errorf("repo.Read: shard %d: %w (%w)", shard, ErrGroupRecreated, err)
+			return nil, nil, nil, fmt.Errorf("repo.Read: shard %d: %w (%w)", shard, ErrGroupRecreated, err)
 		}
-		return nil, nil, wrap("repo.Read", err)
+		return nil, nil, nil, wrap("repo.Read", err)
 	}
 	for _, s := range res {
-		ws, bad = r.parseEntries(shard, s.Messages, ws, bad)
+		for _, m := range s.Messages {
+			// A pending entry no longer in the stream is answered with its
+			// id and no fields at all; every entry added has at least one.
+			if m.Values == nil {
+				deleted = append(deleted, m.ID)
+				continue
+			}
+			w, err := r.parseEntry(shard, m)
+			if err != nil {
+				bad = append(bad, m.ID)
+				continue
+			}
+			ws = append(ws, w)
+		}
 	}
-	return ws, bad, nil
+	return ws, bad, deleted, nil
 }
 
 // Claim takes over entries pending longer than minIdle on any consumer

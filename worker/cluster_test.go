@@ -185,9 +185,9 @@ func (s *nodeSkewed) shift(shard int, ws []repo.Window) []repo.Window {
 	return ws
 }
 
-func (s *nodeSkewed) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, error) {
-	ws, bad, err := s.Repo.Read(ctx, shard, consumer, start, count, block)
-	return s.shift(shard, ws), bad, err
+func (s *nodeSkewed) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
+	ws, bad, del, err := s.Repo.Read(ctx, shard, consumer, start, count, block)
+	return s.shift(shard, ws), bad, del, err
 }
 
 func (s *nodeSkewed) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []string, []string, string, error) {

@@ -29,16 +29,16 @@ type stalledFinalRead struct {
 	dead     atomic.Int32 // 1 + the shard whose final reads always fail; 0: none
 }
 
-func (s *stalledFinalRead) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, error) {
+func (s *stalledFinalRead) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
 	if block >= 0 {
 		if s.blind.Load() {
 			<-ctx.Done()
-			return nil, nil, nil
+			return nil, nil, nil, nil
 		}
 		s.inFlight.Add(1)
 		defer s.inFlight.Add(-1)
 	} else if int(s.dead.Load()) == shard+1 || s.fail.Add(-1) >= 0 {
-		return nil, nil, errors.New("read tcp: i/o timeout (injected)")
+		return nil, nil, nil, errors.New("read tcp: i/o timeout (injected)")
 	}
 	return s.Repo.Read(ctx, shard, consumer, start, count, block)
 }
@@ -122,12 +122,12 @@ type busyFinalRead struct {
 	reads atomic.Int32 // final reads of new entries
 }
 
-func (s *busyFinalRead) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, error) {
+func (s *busyFinalRead) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
 	if block < 0 && start == ">" {
 		s.reads.Add(1)
 		id := s.other.Add(1)
 		if _, err := s.Repo.Report(ctx, []*combo.Contribution{contribution(id, id)}); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	return s.Repo.Read(ctx, shard, consumer, start, count, block)

@@ -50,7 +50,7 @@ import (
 // Store is what the worker needs of Redis.
 type Store interface {
 	EnsureGroup(ctx context.Context, shard int) error
-	Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, error)
+	Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) (ws []repo.Window, bad, deleted []string, err error)
 	LastID(ctx context.Context, shard int) (string, error)
 	Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) (ws []repo.Window, bad, deleted []string, next string, err error)
 	Drop(ctx context.Context, shard int, ids []string) error
@@ -290,18 +290,29 @@ func (w *Worker) readOnce(ctx context.Context, shard int, start string, block ti
 	// The read may block for Block; its timeout must cover that.
 	rctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout+max(block, 0))
 	defer cancel()
-	ws, bad, err := w.store.Read(rctx, shard, w.cfg.Consumer, start, w.cfg.ReadCount, block)
+	ws, bad, deleted, err := w.store.Read(rctx, shard, w.cfg.Consumer, start, w.cfg.ReadCount, block)
 	if err != nil {
 		return res, err
 	}
 	w.dropBad(ctx, shard, bad)
+	if len(deleted) > 0 {
+		// Our own pending entries, deleted under us (found re-reading them
+		// after a restart): lost windows, counted as the claimer counts
+		// them. XREADGROUP, unlike XAUTOCLAIM, leaves them pending.
+		w.deletedEntries(shard, deleted)
+		if err := w.op(ctx, func(ctx context.Context) error { return w.store.Drop(ctx, shard, deleted) }); err != nil {
+			w.redisError(metrics.OpDrop, err)
+		}
+	}
 	w.hold(shard, ws)
-	res.count = len(ws) + len(bad)
+	res.count = len(ws) + len(bad) + len(deleted)
 	for _, win := range ws {
 		res.last = maxID(res.last, win.ID)
 	}
-	for _, id := range bad {
-		res.last = maxID(res.last, id)
+	for _, ids := range [][]string{bad, deleted} {
+		for _, id := range ids {
+			res.last = maxID(res.last, id)
+		}
 	}
 	return res, nil
 }
@@ -330,6 +341,17 @@ func (w *Worker) dropBad(ctx context.Context, shard int, ids []string) {
 		// They stay pending; the claimer brings them back and we try again.
 		w.redisError(metrics.OpDrop, err)
 	}
+}
+
+// deletedEntries counts and logs pending entries found deleted from the
+// stream: their windows can no longer be published.
+func (w *Worker) deletedEntries(shard int, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	w.metrics.ClaimDeleted.Add(float64(len(ids)))
+	w.log.Warn("pending entries were deleted from the stream before their windows were published",
+		zap.Int("shard", shard), zap.Strings("ids", ids))
 }
 
 func (w *Worker) claimLoop(ctx context.Context) {
@@ -389,11 +411,7 @@ func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
 		if err != nil {
 			return err
 		}
-		if len(deleted) > 0 {
-			w.metrics.ClaimDeleted.Add(float64(len(deleted)))
-			w.log.Warn("pending entries were deleted from the stream before their windows were published",
-				zap.Int("shard", shard), zap.Strings("ids", deleted))
-		}
+		w.deletedEntries(shard, deleted)
 		w.dropBad(ctx, shard, bad)
 		if n := w.hold(shard, ws); n > 0 {
 			w.metrics.Reclaimed.Add(float64(n))

@@ -299,10 +299,10 @@ func TestPendingEntriesAreRecovered(t *testing.T) {
 		}
 	}
 	// "dead" reads two entries and crashes (never flushes); "gone" reads two more.
-	if ws, _, err := r.Read(ctx, 0, "dead", ">", 2, -1); err != nil || len(ws) != 2 {
+	if ws, _, _, err := r.Read(ctx, 0, "dead", ">", 2, -1); err != nil || len(ws) != 2 {
 		t.Fatalf("read: %v %v", ws, err)
 	}
-	if ws, _, err := r.Read(ctx, 0, "gone", ">", 2, -1); err != nil || len(ws) != 2 {
+	if ws, _, _, err := r.Read(ctx, 0, "gone", ">", 2, -1); err != nil || len(ws) != 2 {
 		t.Fatalf("read: %v %v", ws, err)
 	}
 	log := zaptest.NewLogger(t)
@@ -322,6 +322,44 @@ func TestPendingEntriesAreRecovered(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(m.Reclaimed); n != 2 {
 		t.Fatalf("reclaimed %v, want 2", n)
+	}
+}
+
+// A replica restarted under its name finds, among its own pending entries,
+// one deleted from the stream meanwhile (by hand, or trimmed): its window
+// is lost, and counted as the claimer counts such entries (the metric the
+// lost-entries alert watches), not as an entry that cannot be parsed; it
+// leaves the pending list, and the other window is pushed. (It was counted
+// in combo_bad_entries_total, and no alert said a window was lost.)
+func TestOwnPendingEntryDeletedIsCountedLost(t *testing.T) {
+	r, rdb, sub, m := setup(t)
+	ctx := context.Background()
+	for i := range 2 {
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(int64(10+i), int64(100+i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// "c1" reads both and dies; one entry is then deleted.
+	ws, _, _, err := r.Read(ctx, 0, "c1", ">", 2, -1)
+	if err != nil || len(ws) != 2 {
+		t.Fatalf("read: %v %v", ws, err)
+	}
+	if err := rdb.XDel(ctx, r.Keys().Stream(0), ws[0].ID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	waitPushes(t, sub, 1)
+	waitFor(t, "an empty pending list", func() bool {
+		return rdb.XPending(ctx, r.Keys().Stream(0), repo.Group).Val().Count == 0
+	})
+	if n := testutil.ToFloat64(m.ClaimDeleted); n != 1 {
+		t.Errorf("deleted pending entries counted: %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(m.BadEntries); n != 0 {
+		t.Errorf("bad entries counted: %v, want 0", n)
 	}
 }
 
@@ -414,16 +452,16 @@ type lossy struct {
 	stall bool
 }
 
-func (s *lossy) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, error) {
+func (s *lossy) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
 	if s.stall && s.lost.Load() && block > 0 {
 		<-ctx.Done()
-		return nil, nil, ctx.Err()
+		return nil, nil, nil, ctx.Err()
 	}
-	ws, bad, err := s.Repo.Read(ctx, shard, consumer, start, count, block)
+	ws, bad, del, err := s.Repo.Read(ctx, shard, consumer, start, count, block)
 	if err == nil && start == ">" && len(ws) > 0 && s.lost.CompareAndSwap(false, true) {
-		return nil, nil, errors.New("read tcp: i/o timeout")
+		return nil, nil, nil, errors.New("read tcp: i/o timeout")
 	}
-	return ws, bad, err
+	return ws, bad, del, err
 }
 
 // Entries whose read reply was lost are ours in Redis; the reader finds
@@ -653,7 +691,7 @@ func TestClaimerStopsAtMaxHeld(t *testing.T) {
 		}
 	}
 	// A replica read all five and died.
-	if ws, _, err := r.Read(ctx, 0, "dead", ">", 10, -1); err != nil || len(ws) != 5 {
+	if ws, _, _, err := r.Read(ctx, 0, "dead", ">", 10, -1); err != nil || len(ws) != 5 {
 		t.Fatalf("read %d windows: %v", len(ws), err)
 	}
 	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: 1, ClaimIdle: 50 * time.Millisecond,
@@ -729,9 +767,9 @@ func (s *skewedRedis) shift(ws []repo.Window) []repo.Window {
 	return ws
 }
 
-func (s *skewedRedis) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, error) {
-	ws, bad, err := s.Repo.Read(ctx, shard, consumer, start, count, block)
-	return s.shift(ws), bad, err
+func (s *skewedRedis) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
+	ws, bad, del, err := s.Repo.Read(ctx, shard, consumer, start, count, block)
+	return s.shift(ws), bad, del, err
 }
 
 func (s *skewedRedis) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []string, []string, string, error) {
