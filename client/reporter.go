@@ -235,8 +235,8 @@ func (r *Reporter) Report(ctx context.Context, c *combo.Contribution) error {
 	if err := validate.Contribution(c, "contribution"); err != nil {
 		r.mu.Lock()
 		r.stats.Invalid++
+		r.metrics.invalid.Inc() // under mu, like every counter: see resolve
 		r.mu.Unlock()
-		r.metrics.invalid.Inc()
 		return err
 	}
 	cp := *c // the caller may reuse c; every field is a value
@@ -249,8 +249,8 @@ func (r *Reporter) Report(ctx context.Context, c *combo.Contribution) error {
 	}
 	if r.held >= r.opts.QueueSize {
 		r.stats.QueueFull++
-		r.mu.Unlock()
 		r.metrics.queueFull.Inc()
+		r.mu.Unlock()
 		return ErrQueueFull
 	}
 	item := pendingItem{c: &cp, key: r.keyOf(&cp), at: time.Now()}
@@ -370,6 +370,7 @@ func (r *Reporter) abort(cause error) {
 	n := r.held
 	r.held = 0
 	r.stats.Dropped += uint64(n)
+	r.metrics.dropped.Add(float64(n))
 	if n > 0 {
 		r.closeErr = cause
 	}
@@ -384,7 +385,6 @@ func (r *Reporter) abort(cause error) {
 	r.mu.Unlock()
 
 	r.cancel()
-	r.metrics.dropped.Add(float64(n))
 	for _, items := range lost {
 		r.drop(items, err)
 	}
@@ -662,6 +662,7 @@ func (r *Reporter) dropItem(b *batch, i int, err error) bool {
 	b.items = append(rest, b.items[i+1:]...)
 	r.held--
 	r.stats.Dropped++
+	r.metrics.dropped.Inc() // under mu, with the stats: see resolve
 	r.drops.Add(1)
 	wake := r.releaseLocked(item) // its key may have no other item in b
 	r.mu.Unlock()
@@ -670,7 +671,6 @@ func (r *Reporter) dropItem(b *batch, i int, err error) bool {
 		r.signal()
 	}
 	defer r.drops.Done()
-	r.metrics.dropped.Inc()
 	r.drop([]*combo.Contribution{item}, err)
 	return true
 }
@@ -732,12 +732,20 @@ func (r *Reporter) resolve(b *batch, ans answers, err error) {
 	b.resolved = true
 	delete(r.inflight, b)
 	r.held -= n
+	// The metrics change under mu too, with the stats: a reader that sees
+	// an outcome in Stats() (a health check, a test) then sees it in the
+	// metrics; counted after Unlock, a scrape could lag Stats, and a Close
+	// that gave up could return (and unregister) before the count landed.
 	if err == nil {
 		r.stats.Sent += uint64(n)
 		r.stats.Duplicate += ans.duplicate
 		r.stats.Degraded += ans.degraded
+		r.metrics.sent.Add(float64(n))
+		r.metrics.duplicate.Add(float64(ans.duplicate))
+		r.metrics.degraded.Add(float64(ans.degraded))
 	} else {
 		r.stats.Dropped += uint64(n)
+		r.metrics.dropped.Add(float64(n))
 		r.drops.Add(1)
 	}
 	wake := r.releaseLocked(b.items...)
@@ -748,13 +756,9 @@ func (r *Reporter) resolve(b *batch, ans answers, err error) {
 	}
 
 	if err == nil {
-		r.metrics.sent.Add(float64(n))
-		r.metrics.duplicate.Add(float64(ans.duplicate))
-		r.metrics.degraded.Add(float64(ans.degraded))
 		return
 	}
 	defer r.drops.Done()
-	r.metrics.dropped.Add(float64(n))
 	r.drop(b.items, err)
 }
 

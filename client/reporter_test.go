@@ -15,6 +15,7 @@ import (
 
 	"github.com/cloudwego/kitex/client/callopt"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
@@ -629,6 +630,95 @@ func TestQueueFull(t *testing.T) {
 		t.Fatalf("metrics after release %v", m)
 	}
 	closeWithin(t, r)
+}
+
+// statsProbe wraps one of a Reporter's counters: on each Add or Inc, while
+// the Reporter's lock is free (a Stats caller could run), it reads Stats()
+// and the counter as a scraper would, before the count lands.
+type statsProbe struct {
+	prometheus.Counter
+	r     *Reporter
+	stat  func(ReporterStats) uint64
+	adds  atomic.Int32
+	mu    sync.Mutex
+	ahead []string // Stats already counting what the counter does not yet
+}
+
+func (p *statsProbe) Inc() { p.Add(1) }
+
+func (p *statsProbe) Add(v float64) {
+	p.adds.Add(1)
+	// The lock may be briefly held by another goroutine (the dispatcher):
+	// only one held throughout by the caller itself means Stats must wait.
+	for range 1000 {
+		if p.r.mu.TryLock() {
+			p.r.mu.Unlock()
+			if s, m := p.stat(p.r.Stats()), testutil.ToFloat64(p.Counter); float64(s) > m {
+				p.mu.Lock()
+				p.ahead = append(p.ahead, fmt.Sprintf("Stats says %d, the counter %v", s, m))
+				p.mu.Unlock()
+			}
+			break
+		}
+		runtime.Gosched()
+	}
+	p.Counter.Add(v)
+}
+
+// A reader that sees a count in Stats() sees it in the metrics too (the
+// tests above read the metrics once Stats shows the outcome): every counter
+// is updated under the lock Stats reads under.
+func TestMetricsNeverBehindStats(t *testing.T) {
+	release := make(chan struct{})
+	f := newFake(func(_ context.Context, _ int, items []*combo.Contribution) error {
+		switch items[0].Id {
+		case 1:
+			<-release
+		case 3:
+			return errTransport
+		}
+		return nil
+	})
+	drops := newDropLog()
+	r := newTestReporter(t, f, ReporterOptions{
+		QueueSize: 1, BatchSize: 1, Linger: time.Hour, MaxRetries: -1, OnDrop: drops.onDrop,
+	})
+	probe := func(c *prometheus.Counter, stat func(ReporterStats) uint64) *statsProbe {
+		p := &statsProbe{Counter: *c, r: r, stat: stat}
+		*c = p
+		return p
+	}
+	probes := map[string]*statsProbe{
+		"sent":       probe(&r.metrics.sent, func(s ReporterStats) uint64 { return s.Sent }),
+		"dropped":    probe(&r.metrics.dropped, func(s ReporterStats) uint64 { return s.Dropped }),
+		"queue_full": probe(&r.metrics.queueFull, func(s ReporterStats) uint64 { return s.QueueFull }),
+		"invalid":    probe(&r.metrics.invalid, func(s ReporterStats) uint64 { return s.Invalid }),
+	}
+
+	mustReport(t, r, 1)
+	f.recv(t) // 1 in flight holds the whole queue
+	if err := r.Report(context.Background(), contribution(2)); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("Report(2) = %v, want ErrQueueFull", err)
+	}
+	if err := r.Report(context.Background(), contribution(0)); err == nil {
+		t.Fatal("Report(0) accepted an invalid id")
+	}
+	close(release)
+	waitStats(t, r, func(s ReporterStats) bool { return s.Sent == 1 })
+	mustReport(t, r, 3)
+	drops.recv(t)
+	closeWithin(t, r)
+
+	for name, p := range probes {
+		if p.adds.Load() == 0 {
+			t.Fatalf("%s: never counted", name)
+		}
+		p.mu.Lock()
+		if len(p.ahead) > 0 {
+			t.Errorf("%s: a reader saw Stats ahead of the metric: %v", name, p.ahead)
+		}
+		p.mu.Unlock()
+	}
 }
 
 // waitStats waits until ok holds for r's stats.
