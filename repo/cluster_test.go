@@ -16,6 +16,7 @@ import (
 
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/push"
 	"github.com/combo-service/combo-service/repo"
 )
 
@@ -292,5 +293,74 @@ func TestBatchSpanningADeadMasterCountsTheLiveShards(t *testing.T) {
 	res, err := c.r.Report(ctx, []*combo.Contribution{onLive})
 	if err != nil || res[0].Outcome != repo.Duplicate {
 		t.Fatalf("the live shard's report sent again: %+v %v, want a duplicate (counted by the failed batch)", res, err)
+	}
+}
+
+// On a Redis Cluster, a live shard's degraded reports (here: its stream
+// is full) are published and answered degraded while another master does
+// not answer: each PUBLISH goes to the node that has just run its report's
+// script. PUBLISH names no key, so go-redis sent each to a master picked in
+// turn, the silent one too, and the call failed as unavailable after
+// redis.timeout.
+func TestDegradedReportWhileAnotherMasterIsSilent(t *testing.T) {
+	ctx := context.Background()
+	c := newClusterCase(t)
+	s := settings()
+	s.Shards = len(c.live)
+	s.Timeout = 300 * time.Millisecond
+	s.StreamMaxLen = 1
+	// The service's client settings: redis.timeout bounds every wait.
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.cluster.Addrs, DialTimeout: s.Timeout,
+		ReadTimeout: s.Timeout, WriteTimeout: s.Timeout, PoolTimeout: s.Timeout, MaxRetries: -1,
+		ContextTimeoutEnabled: true, DialerRetries: 1})
+	t.Cleanup(func() { cc.Close() })
+	r := repo.New(cc, s)
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keys := r.Keys()
+	liveShard := slices.Index(c.live, true)
+	onLive := func(id int64) *combo.Contribution { // a new combo key of liveShard
+		for i := 0; ; i++ {
+			if it := fmt.Sprint("t", i); keys.Shard(7, id, it) == liveShard {
+				return &combo.Contribution{Id: id, ActivityId: 7, UserId: id, ItemId: 1, ItemType: it, Quantity: 1,
+					CreatedAt: time.Now().UnixMilli()}
+			}
+		}
+	}
+	if res, err := r.Report(ctx, []*combo.Contribution{onLive(1)}); err != nil || res[0].Outcome != repo.Opened {
+		t.Fatalf("filling the live shard's stream: %+v %v", res, err)
+	}
+	live, err := cc.MasterForKey(ctx, keys.Stream(liveShard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := live.Subscribe(ctx, push.Channel(7)) // a cluster's PUBLISH reaches every node
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := cc.MasterForKey(ctx, keys.Stream(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The other master stops answering (a partition, a host gone).
+	if err := dead.Do(ctx, "CLIENT", "PAUSE", "5000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	batch := []*combo.Contribution{onLive(2), onLive(3), onLive(4)}
+	res, err := r.Report(ctx, batch)
+	if err != nil {
+		t.Fatalf("degraded reports on a live shard with another master silent: %v, want them answered degraded", err)
+	}
+	for i, rr := range res {
+		if rr.Outcome != repo.Degraded {
+			t.Fatalf("report %d: %+v, want degraded (the live shard's stream is full)", i, rr)
+		}
+	}
+	for range batch {
+		if _, err := sub.ReceiveMessage(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
