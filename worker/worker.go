@@ -253,7 +253,9 @@ func (w *Worker) readLoop(ctx context.Context, shard int) {
 			if ctx.Err() != nil {
 				return
 			}
-			w.redisError(metrics.OpRead, err)
+			if !errors.Is(err, errRecovered) {
+				w.redisError(metrics.OpRead, err)
+			}
 			// Redis may have delivered the entries and lost only the reply
 			// (a timeout, a reset): they are ours now and ">" would never
 			// return them again. Read our own pending entries first, as
@@ -284,7 +286,7 @@ func (w *Worker) readOnce(ctx context.Context, shard int, start string, block ti
 	defer func() {
 		if p := recover(); p != nil {
 			w.panicked(metrics.LoopRead, p, zap.Int("shard", shard))
-			err = fmt.Errorf("worker.read: panic: %v", p)
+			err = fmt.Errorf("worker.read: %w: %v", errRecovered, p)
 		}
 	}()
 	// The read may block for Block; its timeout must cover that.
@@ -365,7 +367,7 @@ func (w *Worker) claimLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
-			if err := w.claimShard(ctx, shard); err != nil && ctx.Err() == nil {
+			if err := w.claimShard(ctx, shard); err != nil && ctx.Err() == nil && !errors.Is(err, errRecovered) {
 				w.redisError(metrics.OpClaim, err)
 			}
 		}
@@ -377,7 +379,7 @@ func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			w.panicked(metrics.LoopClaim, p, zap.Int("shard", shard))
-			err = fmt.Errorf("worker.claim: panic: %v", p)
+			err = fmt.Errorf("worker.claim: %w: %v", errRecovered, p)
 		}
 	}()
 	cursor := "0-0"
@@ -789,6 +791,11 @@ func (w *Worker) redisError(op string, err error) {
 	w.metrics.RedisErrors.WithLabelValues(op).Inc()
 	w.log.Warn("redis operation failed; retrying", zap.String("op", op), zap.Error(err))
 }
+
+// errRecovered marks the error of a read or claim that panicked: the panic
+// is counted in combo_loop_panics_total, and is not a Redis error (counted
+// there too, it would page whoever watches Redis for a bug of ours).
+var errRecovered = errors.New("recovered panic")
 
 func (w *Worker) panicked(loop string, p any, fields ...zap.Field) {
 	w.metrics.LoopPanics.WithLabelValues(loop).Inc()

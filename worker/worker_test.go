@@ -126,6 +126,56 @@ func TestWorkerSurvivesBadEntryAndPanic(t *testing.T) {
 	}
 }
 
+// panicsOnce wraps the real store; its first Read and first Claim panic,
+// as a bug tripped by one reply would.
+type panicsOnce struct {
+	*repo.Repo
+	read, claim atomic.Bool // set once each has panicked
+}
+
+func (p *panicsOnce) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
+	if p.read.CompareAndSwap(false, true) {
+		panic("read boom")
+	}
+	return p.Repo.Read(ctx, shard, consumer, start, count, block)
+}
+
+func (p *panicsOnce) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []string, []string, string, error) {
+	if p.claim.CompareAndSwap(false, true) {
+		panic("claim boom")
+	}
+	return p.Repo.Claim(ctx, shard, consumer, minIdle, start, count)
+}
+
+// A panic in the reader or the claimer is counted as the loop's panic, not
+// also as a Redis error: combo_redis_errors_total pages whoever watches
+// Redis, and Redis did nothing wrong. The loops go on.
+func TestReadAndClaimPanicsAreNotRedisErrors(t *testing.T) {
+	r, _, sub, m := setup(t)
+	store := &panicsOnce{Repo: r}
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: 500 * time.Millisecond, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sub.Channel():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the window was not pushed after the reader's panic")
+	}
+	waitFor(t, "the claimer's panic", func() bool { return testutil.ToFloat64(m.LoopPanics.WithLabelValues(metrics.LoopClaim)) == 1 })
+	if n := testutil.ToFloat64(m.LoopPanics.WithLabelValues(metrics.LoopRead)); n != 1 {
+		t.Fatalf("read panics counted: %v, want 1", n)
+	}
+	for _, op := range []string{metrics.OpRead, metrics.OpClaim} {
+		if n := testutil.ToFloat64(m.RedisErrors.WithLabelValues(op)); n != 0 {
+			t.Errorf("redis errors counted for %s: %v, want 0 (only a panic happened)", op, n)
+		}
+	}
+}
+
 // poisoned wraps the real store and panics on every flush that holds a
 // window of activity 666, as a bug tripped by one entry would.
 type poisoned struct{ *repo.Repo }
