@@ -41,7 +41,11 @@ func main() {
 	probe := flag.String("healthcheck", "", "probe this path (/healthz or /readyz) on the configured metrics.addr, exit 0 if it answers 2xx; for container HEALTHCHECKs")
 	flag.Parse()
 
-	cfg, err := conf.Load(*confPath)
+	load := conf.Load
+	if *probe != "" {
+		load = conf.Read // metrics.addr is all it needs
+	}
+	cfg, err := load(*confPath)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		if *probe != "" {

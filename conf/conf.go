@@ -382,6 +382,21 @@ func checkHostPort(addr, passwordKey string) string {
 // Load reads the optional YAML file at path (empty: none) and the COMBO_*
 // environment over Default(), and validates the result.
 func Load(path string) (Config, error) {
+	c, err := Read(path)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("conf.Load: invalid configuration:\n%w", err)
+	}
+	return c, nil
+}
+
+// Read is Load without Validate, which reads the redis.tls_* files: for
+// the -healthcheck probe, which needs metrics.addr only and must not fail
+// a live service over files it goes on without (a rotation half done) or
+// a configuration edited since it started.
+func Read(path string) (Config, error) {
 	v := viper.New()
 	v.SetEnvPrefix("COMBO")
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
@@ -442,9 +457,6 @@ func Load(path string) (Config, error) {
 	}
 	if c.Worker.ConsumerIdleDelete == 0 {
 		c.Worker.ConsumerIdleDelete = defaultConsumerIdleDelete(c.Worker.ClaimIdle)
-	}
-	if err := c.Validate(); err != nil {
-		return Config{}, fmt.Errorf("conf.Load: invalid configuration:\n%w", err)
 	}
 	return c, nil
 }

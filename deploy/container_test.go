@@ -561,6 +561,62 @@ func closedAddr(t *testing.T) string {
 	return addr
 }
 
+// The image's HEALTHCHECK asks whether the process is alive; it reads the
+// configuration for metrics.addr only. A redis.tls_* file caught half
+// rotated (README "TLS to Redis": the service goes on with the files last
+// read whole) or a config edited since the start must not make a live
+// replica unhealthy, and so killed by an orchestrator and then unable to
+// start again.
+func TestHealthcheckProbesOnlyMetricsAddr(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the service and runs it: skipped with -short")
+	}
+	b, ok := byPkg(t, "build.sh", goBuilds(t, read(t, "build.sh")))["."]
+	if !ok {
+		t.Fatal("build.sh does not build the service")
+	}
+	dir := t.TempDir()
+	svc := filepath.Join(dir, "combo-service")
+	args := slices.Clone(b.Args)
+	for i := range args {
+		if args[i] == "-o" {
+			args[i+1] = svc
+		}
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Dir = root(t)
+	cmd.Env = append(os.Environ(), b.Env...)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", b, err, msg)
+	}
+	s := startService(t, svc)
+
+	halfRotated := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(halfRotated, []byte("-----BEGIN CERTIFICATE-----\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	edited := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(edited, []byte("window:\n  size: 1ms\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, env := range map[string][]string{
+		"half-rotated redis.tls_ca_file": {"COMBO_REDIS_ADDR=127.0.0.1:6379", "COMBO_REDIS_TLS=true", "COMBO_REDIS_TLS_CA_FILE=" + halfRotated},
+		"config edited to invalid":       {"COMBO_CONFIG=" + edited},
+	} {
+		probe := exec.Command(svc, "-healthcheck", "/healthz")
+		probe.Env = append(os.Environ(), append(env, "COMBO_METRICS_ADDR=0.0.0.0:"+port(t, s.metrics))...)
+		if out, err := probe.CombinedOutput(); err != nil {
+			t.Errorf("%s: combo-service -healthcheck /healthz of a live service: %v\n%s", name, err, out)
+		}
+	}
+	// metrics.addr is still read, and a port nothing listens on still fails.
+	closed := exec.Command(svc, "-healthcheck", "/healthz")
+	closed.Env = append(os.Environ(), "COMBO_CONFIG="+edited, "COMBO_METRICS_ADDR="+closedAddr(t))
+	if out, err := closed.CombinedOutput(); err == nil {
+		t.Errorf("healthcheck of a closed port succeeded:\n%s", out)
+	}
+}
+
 // ---------------------------------------------------------------------------
 // docker-compose.yml
 
