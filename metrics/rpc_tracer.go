@@ -29,7 +29,20 @@ type RPCTracer struct {
 	throughput *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
 	series     sync.Map // rpcLabels -> rpcSeries
+
+	mu      sync.Mutex
+	callers map[string]bool // caller label values with series of their own
 }
+
+// maxCallers bounds the caller label's values. A caller names itself (the
+// from_service of its TTHeader, read even from a request refused as
+// garbage), so each new name would add series, and entries here, for
+// ever; callers past the first maxCallers names are counted as
+// callerOther.
+const (
+	maxCallers  = 100
+	callerOther = "other"
+)
 
 type rpcLabels struct{ caller, callee, method, status, retry string }
 
@@ -43,6 +56,7 @@ func NewRPCTracer(reg prometheus.Registerer) *RPCTracer {
 	f := promauto.With(reg)
 	labels := []string{"caller", "callee", "method", "status", "retry"}
 	return &RPCTracer{
+		callers: map[string]bool{},
 		throughput: f.NewCounterVec(prometheus.CounterOpts{Name: "kitex_server_throughput",
 			Help: "RPCs completed by the server, succeeded or not (a declared ComboError is a success here: see combo_reports_total)."}, labels),
 		latency: f.NewHistogramVec(prometheus.HistogramOpts{Name: "kitex_server_latency_us",
@@ -92,6 +106,18 @@ func labelsOf(ri rpcinfo.RPCInfo) rpcLabels {
 }
 
 func (t *RPCTracer) seriesFor(l rpcLabels) rpcSeries {
+	if s, ok := t.series.Load(l); ok {
+		return s.(rpcSeries)
+	}
+	t.mu.Lock()
+	if !t.callers[l.caller] {
+		if len(t.callers) < maxCallers {
+			t.callers[l.caller] = true
+		} else {
+			l.caller = callerOther
+		}
+	}
+	t.mu.Unlock()
 	if s, ok := t.series.Load(l); ok {
 		return s.(rpcSeries)
 	}

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -90,6 +91,37 @@ func TestRPCTracerConcurrentFinish(t *testing.T) {
 	}
 	if total != workers*each {
 		t.Fatalf("counted %v RPCs, want %d", total, workers*each)
+	}
+}
+
+// A caller names itself (TTHeader's from_service, read even from a
+// request refused as garbage): a peer sending a new name with each request
+// must not add series, and memory, without bound. Every RPC still counts.
+func TestRPCTracerBoundsCallers(t *testing.T) {
+	tr := NewRPCTracer(prometheus.NewRegistry())
+	const callers = 10 * maxCallers
+	for i := range callers {
+		finishedRPC(tr, fmt.Sprintf("caller-%d", i), "ReportContribution", stats.LevelBase, nil)
+	}
+	if n := testutil.CollectAndCount(tr.throughput); n > maxCallers+1 {
+		t.Errorf("kitex_server_throughput has %d series after %d callers, want at most %d", n, callers, maxCallers+1)
+	}
+	if got := testutil.ToFloat64(tr.throughput.WithLabelValues("caller-0", "combo-service", "ReportContribution", "succeed", "0")); got != 1 {
+		t.Errorf("the first caller's RPC counted %v times under its own name, want 1", got)
+	}
+	var total float64
+	ch := make(chan prometheus.Metric, callers)
+	tr.throughput.Collect(ch)
+	close(ch)
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		total += d.GetCounter().GetValue()
+	}
+	if total != callers {
+		t.Errorf("counted %v RPCs, want %d", total, callers)
 	}
 }
 
