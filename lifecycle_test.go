@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"runtime"
 	"strings"
@@ -416,5 +417,44 @@ func TestRedisUsername(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("username %q: PING %v", tc.user, err)
 		}
+	}
+}
+
+// A port already in use stops the start at once with an error naming it,
+// even when Redis is down: the worker was started before the listeners,
+// and its drain on the failed start then waited out
+// server.shutdown_timeout for a Redis that did not answer (15 s by
+// default) before the error was even logged.
+func TestPortInUseFailsFastWithRedisDown(t *testing.T) {
+	rs := testredis.Start(t, testredis.Options{})
+	rs.Kill()
+	for _, port := range []string{"server.addr", "metrics.addr"} {
+		t.Run(port, func(t *testing.T) {
+			taken, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer taken.Close()
+			cfg := conf.Default()
+			cfg.Server.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
+			if port == "server.addr" {
+				cfg.Server.Addr = taken.Addr().String()
+			} else {
+				cfg.Metrics.Addr = taken.Addr().String()
+			}
+			cfg.Redis.Addr, cfg.Redis.Timeout = rs.Addr, 200*time.Millisecond
+			cfg.Worker.Consumer = t.Name()
+			cfg.Server.ShutdownTimeout = 10 * time.Second
+			done := make(chan error, 1)
+			go func() { done <- run(context.Background(), cfg, testLogger(t), nil) }()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), taken.Addr().String()) {
+					t.Fatalf("run returned %v, want an error naming %s", err, taken.Addr())
+				}
+			case <-time.After(3 * time.Second):
+				t.Fatalf("run still starting 3 s after failing to listen on %s (server.shutdown_timeout %s)", taken.Addr(), cfg.Server.ShutdownTimeout)
+			}
+		})
 	}
 }

@@ -137,6 +137,21 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	warnEvicting(loadCtx, cfg, store, log)
 	cancel()
 
+	// The ports are taken before the worker starts: one in use stops the
+	// start at once. A worker already started would have to drain first,
+	// waiting out server.shutdown_timeout while Redis is down.
+	ln, err := net.Listen("tcp", cfg.Server.Addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Server.Addr, err)
+	}
+	var metricsLn net.Listener
+	if cfg.Metrics.Addr != "" {
+		if metricsLn, err = net.Listen("tcp", cfg.Metrics.Addr); err != nil {
+			ln.Close()
+			return fmt.Errorf("listen metrics %s: %w", cfg.Metrics.Addr, err)
+		}
+	}
+
 	w := worker.New(workerStore, worker.Config{
 		Consumer: cfg.Worker.Consumer, Shards: cfg.Redis.Shards, ClaimIdle: cfg.Worker.ClaimIdle,
 		ReadCount: cfg.Worker.ReadCount, BatchSize: cfg.Worker.BatchSize, Block: cfg.Worker.Block,
@@ -146,19 +161,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		NodePerShard: len(cfg.Redis.Addrs) > 0,
 	}, logging.Sampled(log.Named("worker")), m)
 	w.Start()
-	// On a failed start the worker stops within the drain's bound too: it
-	// may hold windows, and a Redis refusing writes would keep it retrying.
-	stopWorker := func() {
-		c, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
-		defer cancel()
-		_ = w.Shutdown(c)
-	}
 
-	ln, err := net.Listen("tcp", cfg.Server.Addr)
-	if err != nil {
-		stopWorker()
-		return fmt.Errorf("listen %s: %w", cfg.Server.Addr, err)
-	}
 	h := handler.New(store, cfg.Window.Size, m, logging.Sampled(log.Named("handler")))
 	svr := comboservice.NewServer(h,
 		append(rpcserver.Options(reg, cfg.Server.MaxConnections),
@@ -168,12 +171,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		)...,
 	)
 
-	metricsSrv, metricsAddr, err := serveMetrics(cfg.Metrics, reg, store, w, ctx.Done(), log)
-	if err != nil {
-		ln.Close()
-		stopWorker()
-		return err
-	}
+	metricsSrv, metricsAddr := serveMetrics(metricsLn, cfg.Metrics, reg, store, w, ctx.Done(), log)
 
 	log.Info("combo-service started",
 		zap.String("rpc_addr", ln.Addr().String()), zap.String("redis", redisAddr), zap.Bool("redis_tls", cfg.Redis.TLS),
@@ -358,10 +356,10 @@ func portOf(addr string) string {
 // serveMetrics serves /metrics, /healthz (the process is alive) and
 // /readyz (Redis answers and takes writes, and the worker runs; not once
 // stopping is closed, when the service has begun to shut down).
-func serveMetrics(cfg conf.Metrics, reg *prometheus.Registry, store *repo.Repo, w *worker.Worker, stopping <-chan struct{}, log *zap.Logger) (*http.Server, string, error) {
-	addr := cfg.Addr
-	if addr == "" {
-		return nil, "", nil
+// ln is the listener on cfg.Addr, nil when it is empty (metrics off).
+func serveMetrics(ln net.Listener, cfg conf.Metrics, reg *prometheus.Registry, store *repo.Repo, w *worker.Worker, stopping <-chan struct{}, log *zap.Logger) (*http.Server, string) {
+	if ln == nil {
+		return nil, ""
 	}
 	mux := http.NewServeMux()
 	if cfg.Pprof {
@@ -396,15 +394,11 @@ func serveMetrics(cfg conf.Metrics, reg *prometheus.Registry, store *repo.Repo, 
 		}
 		_, _ = rw.Write([]byte("ok\n"))
 	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, "", fmt.Errorf("listen metrics %s: %w", addr, err)
-	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server failed", zap.Error(err))
 		}
 	}()
-	return srv, ln.Addr().String(), nil
+	return srv, ln.Addr().String()
 }
