@@ -40,6 +40,12 @@ func main() {
 	confPath := flag.String("conf", os.Getenv("COMBO_CONFIG"), "optional YAML config file (also COMBO_CONFIG)")
 	probe := flag.String("healthcheck", "", "probe this path (/healthz or /readyz) on the configured metrics.addr, exit 0 if it answers 2xx; for container HEALTHCHECKs")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		// combo-service /etc/combo.yaml would otherwise start on its
+		// embedded Redis, the file unread.
+		fmt.Fprintf(os.Stderr, "combo-service: unexpected argument %q: give a config file with -conf <path> or COMBO_CONFIG\n", flag.Arg(0))
+		os.Exit(2)
+	}
 
 	load := conf.Load
 	if *probe != "" {

@@ -14,6 +14,7 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -371,6 +372,16 @@ func TestBuiltBinariesAreStaticAndWork(t *testing.T) {
 		}
 	}
 
+	// A config file given without -conf is refused, not ignored for the
+	// embedded Redis (bounded: a service that started would run on).
+	argCtx, cancelArg := context.WithTimeout(context.Background(), 10*time.Second)
+	arg := exec.CommandContext(argCtx, svc, "/etc/combo-service.yaml")
+	arg.Env = append(os.Environ(), "COMBO_SERVER_ADDR=127.0.0.1:0", "COMBO_METRICS_ADDR=127.0.0.1:0")
+	if out, err := arg.CombinedOutput(); !exitedWith(err, 2) || !strings.Contains(string(out), "-conf") {
+		t.Errorf("combo-service /etc/combo-service.yaml: %v, want exit status 2 naming -conf\n%s", err, out)
+	}
+	cancelArg()
+
 	// The service starts with no config file and the embedded Redis, the
 	// probe sees it healthy and ready, the demo's checks pass against it,
 	// and SIGTERM stops it with exit status 0.
@@ -444,6 +455,12 @@ func TestBuiltBinariesAreStaticAndWork(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Error("combo-service still draining 10s after a second signal")
 	}
+}
+
+// exitedWith reports whether err is a process's exit with status code.
+func exitedWith(err error, code int) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && ee.ExitCode() == code
 }
 
 // assertStatic fails unless path is an ELF executable with no interpreter
