@@ -233,6 +233,11 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.Redis.EmbeddedAddr); err != nil {
 			bad("redis.embedded_addr", "must be host:port, got %q", c.Redis.EmbeddedAddr)
 		}
+		// It has only the default user: logged in as another, every
+		// command failed WRONGPASS and the service was never ready.
+		if c.Redis.Username != "" {
+			bad("redis.username", "needs redis.addr, redis.addrs or redis.sentinel_addrs: the embedded Redis has only the default user")
+		}
 	}
 	// go-redis logs in only with a password: a user named without one is
 	// never sent, and the service would run as the default user (an ACL

@@ -411,3 +411,23 @@ func TestLoadTakesTheEnvironmentOverAKeyWithoutValue(t *testing.T) {
 		t.Fatalf("Load without COMBO_METRICS_ADDR: %v; want metrics.addr alone refused", err)
 	}
 }
+
+// The embedded Redis knows only the default user: with redis.username set
+// and no Redis named, the service started on it and every command failed
+// WRONGPASS, never ready. It is refused naming the key instead.
+func TestEmbeddedRedisRefusesAUsername(t *testing.T) {
+	c := Default()
+	c.Redis.Username, c.Redis.Password = "combo", "pw"
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "redis.username") || !strings.Contains(err.Error(), "embedded") {
+		t.Fatalf("redis.username on the embedded Redis: %v; want a refusal naming redis.username and the embedded Redis", err)
+	}
+	c.Redis.Username = "" // a password alone: the default user takes it
+	if err := c.Validate(); err != nil {
+		t.Fatalf("redis.password on the embedded Redis: %v", err)
+	}
+	c.Redis.Username, c.Redis.Addr = "combo", "redis:6379"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("redis.username with redis.addr: %v", err)
+	}
+}
