@@ -29,7 +29,10 @@ func healthcheck(metricsAddr, path string, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// No proxy: this probes the process's own port, and
+	// http.DefaultClient would send it through HTTP_PROXY for any
+	// metrics.addr host that is not loopback.
+	resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
 	if err != nil {
 		return err
 	}

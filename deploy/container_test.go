@@ -457,6 +457,22 @@ func TestBuiltBinariesAreStaticAndWork(t *testing.T) {
 	}
 }
 
+// nonLoopbackIPv4 is an IPv4 address of this host that is not loopback,
+// or "" if it has none.
+func nonLoopbackIPv4(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	return ""
+}
+
 // exitedWith reports whether err is a process's exit with status code.
 func exitedWith(err error, code int) bool {
 	var ee *exec.ExitError
@@ -624,6 +640,16 @@ func TestHealthcheckProbesOnlyMetricsAddr(t *testing.T) {
 		probe.Env = append(os.Environ(), append(env, "COMBO_METRICS_ADDR=0.0.0.0:"+port(t, s.metrics))...)
 		if out, err := probe.CombinedOutput(); err != nil {
 			t.Errorf("%s: combo-service -healthcheck /healthz of a live service: %v\n%s", name, err, out)
+		}
+	}
+	// A metrics.addr on a host that is not loopback is probed directly,
+	// not through the HTTP_PROXY a container may have in its environment.
+	if ip := nonLoopbackIPv4(t); ip != "" {
+		onIP := startService(t, svc, "COMBO_METRICS_ADDR="+net.JoinHostPort(ip, "0"))
+		probe := exec.Command(svc, "-healthcheck", "/healthz")
+		probe.Env = append(os.Environ(), "COMBO_METRICS_ADDR="+onIP.metrics, "HTTP_PROXY=http://"+closedAddr(t), "NO_PROXY=")
+		if out, err := probe.CombinedOutput(); err != nil {
+			t.Errorf("healthcheck of %s with HTTP_PROXY set: %v\n%s", onIP.metrics, err, out)
 		}
 	}
 	// metrics.addr is still read, and a port nothing listens on still fails.
