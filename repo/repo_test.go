@@ -439,7 +439,15 @@ func TestDedupeSetsStayCompact(t *testing.T) {
 func TestWindowRecordUpdates(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		r, sub := subscribedRepo(t, rdb)
+		// One call of 2,148 reports takes miniredis's Lua close to the
+		// default 1 s redis.timeout under -race on a busy machine; this
+		// test is about the record, not the timeout.
+		st := settings()
+		st.Timeout = 30 * time.Second
+		r, sub := subscribedRepoWith(t, rdb, st)
+		if err := r.EnsureGroups(ctx); err != nil {
+			t.Fatal(err)
+		}
 		c := func(id, createdAt int64, quantity int32, nickname string) *combo.Contribution {
 			x := contribution(id, "rose", createdAt)
 			x.Quantity, x.Nickname = quantity, nickname
