@@ -159,7 +159,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	}
 
 	w := worker.New(workerStore, worker.Config{
-		Consumer: cfg.Worker.Consumer, Shards: cfg.Redis.Shards, ClaimIdle: cfg.Worker.ClaimIdle,
+		Consumer: cfg.Worker.Consumer, Shards: cfg.Redis.Shards, ClaimIdle: cfg.Worker.ClaimIdle, Stale: cfg.Window.Stale,
 		ReadCount: cfg.Worker.ReadCount, BatchSize: cfg.Worker.BatchSize, Block: cfg.Worker.Block,
 		ConsumerIdleDelete: cfg.Worker.ConsumerIdleDelete,
 		// On a Redis Cluster (redis.addrs) shards live on masters whose

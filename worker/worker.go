@@ -66,6 +66,11 @@ type Config struct {
 	Consumer  string        // stable name in the consumer group
 	Shards    int           // streams to consume
 	ClaimIdle time.Duration // take over entries idle longer than this
+	// Stale is window.stale: a window claimed later than this after it
+	// opened is dropped, so the claimer looks often enough to take a dead
+	// replica's windows in the time claim_idle leaves before it (0 = no
+	// bound).
+	Stale     time.Duration
 	ReadCount int           // XREADGROUP COUNT
 	BatchSize int           // windows per pipelined flush
 	Block     time.Duration // XREADGROUP BLOCK, finite
@@ -358,6 +363,15 @@ func (w *Worker) deletedEntries(shard int, ids []string) {
 
 func (w *Worker) claimLoop(ctx context.Context) {
 	every := max(w.cfg.ClaimIdle/2, 100*time.Millisecond)
+	// An entry becomes claimable ClaimIdle after its delivery and is found
+	// at the next scan: up to a period later. When window.stale leaves
+	// less than that after ClaimIdle (a W near it; claim_idle's default is
+	// then halfway between), scanning every ClaimIdle/2 dropped a dead
+	// replica's windows stale that could have been published. Scan so that
+	// half the room remains for the flush.
+	if room := w.cfg.Stale - w.cfg.ClaimIdle; room > 0 {
+		every = min(every, max(room/2, 10*time.Millisecond))
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
