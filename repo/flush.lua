@@ -13,7 +13,9 @@
 -- ARGV[4]  activity_id  decimal
 -- ARGV[5]  user_id      decimal
 -- ARGV[6]  item_type    as a JSON string literal
--- ARGV[7]  delay        W + grace, ms: the window is due at open + delay
+-- ARGV[7]  delay        W + grace + 1, ms: the window is due at open +
+--                       delay (open is floored to the ms; the extra ms
+--                       keeps a push with grace 0 from coming early)
 -- ARGV[8]  stale        ms after opening past which the window is dropped
 -- ARGV[9]  mode         absent: flush; "retire": retire the window only if
 --                       it is done with (stale, gone or lost, as below),

@@ -53,8 +53,12 @@ type Repo struct {
 	rdb  redis.UniversalClient
 	keys Keys
 	set  Settings
-	// delay is W + grace: a window is due this long after it opened. All
-	// replicas must agree on it (and on W), as on the rest of the rule.
+	// delay is W + grace + 1 ms: a window is due this long after the
+	// millisecond its stream id names. The id floors Redis's clock to the
+	// millisecond, so the window's first report arrived up to 1 ms after
+	// it; without the extra millisecond a window with window.grace 0 could
+	// be published before W had passed since that arrival (CONTRACT §3).
+	// All replicas must agree on it (and on W), as on the rest of the rule.
 	delay time.Duration
 
 	reports []*coalescer // one per shard
@@ -71,10 +75,10 @@ type Repo struct {
 func New(rdb redis.UniversalClient, s Settings) *Repo {
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 	r := &Repo{
-		delay: s.Window + s.Grace,
+		delay: s.Window + s.Grace + time.Millisecond,
 		rdb:   rdb, keys: NewKeys(s.Shards), set: s,
 		windowMs: s.Window.Milliseconds(), bucketSec: strconv.FormatInt(int64(max((s.Dedupe+time.Second-1)/time.Second, 1)), 10),
-		delayMs: ms(s.Window + s.Grace), staleMs: ms(s.Stale),
+		delayMs: ms(s.Window + s.Grace + time.Millisecond), staleMs: ms(s.Stale),
 		// A window's record outlives its stale deadline a little, so the flush
 		// that finds it stale can count it; then Redis reclaims the memory
 		// even if no flush ever comes.

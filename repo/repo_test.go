@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -896,6 +897,48 @@ func TestTimeOfAShardsNode(t *testing.T) {
 			if d := time.Since(got); d < -time.Second || d > time.Second {
 				t.Fatalf("Time(shard %d) = %v, %v off this host's clock", shard, got, d)
 			}
+		}
+	})
+}
+
+// A window may be published no earlier than W after its first report
+// arrived (CONTRACT §3). Its stream id floors Redis's clock to the
+// millisecond, so that report may have arrived up to 1 ms after the id's
+// millisecond: with window.grace 0, a window due at id + W could be
+// published before W had passed. Go's due time and the flush script's
+// agree on one more millisecond.
+func TestDueCountsFromTheLatestArrivalTheIDAllows(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s := settings()
+		s.Grace = 0
+		r, _ := subscribedRepoWith(t, rdb, s)
+		if err := r.EnsureGroups(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil {
+			t.Fatal(err)
+		}
+		ws, _, _, err := r.Read(ctx, 0, "c1", ">", 10, 100*time.Millisecond)
+		if err != nil || len(ws) != 1 {
+			t.Fatalf("read: %v %v", ws, err)
+		}
+		opened, err := strconv.ParseInt(strings.SplitN(ws[0].ID, "-", 2)[0], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := opened + s.Window.Milliseconds() + 1; ws[0].Due != want {
+			t.Fatalf("due %d, want id's ms %d + W %d + 1", ws[0].Due, opened, s.Window.Milliseconds())
+		}
+		// The script holds the window until then too: flushed by a repo of
+		// W = 1 h it is early, due at its own id + 1 h + 1 ms.
+		s.Window, s.Stale = time.Hour, 2*time.Hour
+		fr, err := repo.New(rdb, s).Flush(ctx, ws)
+		if err != nil || fr[0].Status != repo.Early {
+			t.Fatalf("flush: %+v %v", fr, err)
+		}
+		if want := opened + time.Hour.Milliseconds() + 1; fr[0].Due != want {
+			t.Fatalf("script's due %d, want id's ms %d + 1 h + 1", fr[0].Due, opened)
 		}
 	})
 }
