@@ -1,0 +1,74 @@
+package rpcserver
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	kclient "github.com/cloudwego/kitex/client"
+	"github.com/cloudwego/kitex/pkg/rpcinfo"
+	"github.com/cloudwego/kitex/server"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/combo-service/combo-service/client"
+	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
+)
+
+// README: the caller label of kitex_server_throughput is the name a
+// TTHeader caller gives itself. A client built by client.NewClient that
+// names itself must be counted under that name, not as "unknown".
+func TestCallerLabelNamesNewClientCaller(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	ctx, stop := context.WithCancel(context.Background())
+	svr := comboservice.NewServer(&okService{}, append(Options(reg, 10), server.WithListener(ln), StopOn(ctx))...)
+	done := make(chan error, 1)
+	go func() { done <- svr.Run() }()
+	t.Cleanup(func() { stop(); <-done })
+
+	cli, err := client.NewClient([]string{ln.Addr().String()},
+		kclient.WithClientBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: "activity-service"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.ReportContributions(context.Background(), batch(2).Req); err != nil {
+		t.Fatal(err)
+	}
+	// The tracer counts the RPC once it has finished, which may be just
+	// after the answer reached the client: poll until it has.
+	var got string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got = callers(t, reg); got != "" {
+			break
+		}
+	}
+	if got != "activity-service" {
+		t.Fatalf("kitex_server_throughput caller = %q, want %q", got, "activity-service")
+	}
+}
+
+// callers is the caller label of the RPCs counted so far, "" if none.
+func callers(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "kitex_server_throughput" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "caller" {
+					return l.GetValue()
+				}
+			}
+		}
+	}
+	return ""
+}
