@@ -25,20 +25,23 @@
 --
 -- Window value: see report.lua.
 --
--- Returns {status, a, b}:
+-- Returns {status, a, b}, three integers:
 --   0 published  a = lag ms past due, b = quantity
 --   1 early      a = due ms, b = now ms (Redis clock); nothing changed
 --   2 stale      a = age ms, b = quantity (0 if its data had expired
 --                unpublished); dropped, acked and deleted, never published
---   3 gone       no window for this entry (already published, e.g. by the
---                consumer that claimed it); acked and deleted
---   4 lost       a = age ms: the entry still waits but its data is gone
---                before window.stale, so it was never published and did not
---                expire: evicted (maxmemory-policy is not noeviction) or
+--   3 gone       a = 0, b = 0: no window for this entry (already published,
+--                e.g. by the consumer that claimed it); acked and deleted
+--   4 lost       a = age ms, b = 0: the entry still waits but its data is
+--                gone before window.stale, so it was never published and did
+--                not expire: evicted (maxmemory-policy is not noeviction) or
 --                deleted; acked and deleted
---   5 kept       a = age ms: mode "retire" and not stale; nothing changed
--- or an error reply NOPERM when the user may not PUBLISH on the channel:
--- nothing changed, the window stays pending.
+--   5 kept       a = age ms, b = 0: mode "retire" and not stale; nothing
+--                changed
+-- or an error reply, nothing changed and the window still pending: NOPERM
+-- when the user may not PUBLISH on the channel, or Redis's refusal of the
+-- script's first write while it takes none (MISCONF, NOREPLICAS, READONLY:
+-- see "Retire first, publish last" below).
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

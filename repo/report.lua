@@ -53,7 +53,7 @@
 --   status 0 = joined the open window, 1 = duplicate (nothing changed;
 --          window_id "0", quantity 0; also while Redis refuses writes, found
 --          by reads), 2 = opened (and enqueued) a window, 3 = failed
---          (window_id holds the error message)
+--          (window_id holds the error message, quantity 0)
 --   window_id is a decimal string (exact int64).
 
 -- The reports run in one function with no upvalues: every value it needs
