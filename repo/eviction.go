@@ -59,10 +59,10 @@ func (r *Repo) Evicting(ctx context.Context) (map[string]string, error) {
 func MaxmemoryPolicy(ctx context.Context, c *redis.Client) (string, error) {
 	info := c.InfoMap(ctx, "memory")
 	if err := info.Err(); err != nil {
-		return "", err
+		return "", fmt.Errorf("repo.MaxmemoryPolicy: %w", err)
 	}
 	if p := info.Item("Memory", "maxmemory_policy"); p != "" {
 		return p, nil
 	}
-	return "", errors.New("INFO memory names no maxmemory_policy")
+	return "", errors.New("repo.MaxmemoryPolicy: INFO memory names no maxmemory_policy")
 }

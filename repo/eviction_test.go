@@ -2,8 +2,11 @@ package repo_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/repo"
@@ -63,5 +66,17 @@ func TestEvictingNamesTheLiveMastersWhenOneIsDown(t *testing.T) {
 	}
 	if len(got) != 2 || got[c.Addrs[1]] != "allkeys-lru" || got[c.Addrs[2]] != "allkeys-lru" {
 		t.Fatalf("with %s down: %v, want the two live masters %v on allkeys-lru", down, got, c.Addrs[1:])
+	}
+}
+
+// MaxmemoryPolicy's errors name the operation, as every repo error does:
+// main logs those of the Sentinels' replicas with only the replica's
+// address before them.
+func TestMaxmemoryPolicyErrorNamesTheOperation(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", testredis.FreePort(t)), MaxRetries: -1})
+	defer c.Close()
+	_, err := repo.MaxmemoryPolicy(context.Background(), c)
+	if err == nil || !strings.HasPrefix(err.Error(), "repo.MaxmemoryPolicy: ") {
+		t.Fatalf("error %v, want one that begins with repo.MaxmemoryPolicy", err)
 	}
 }
