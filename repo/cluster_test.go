@@ -364,3 +364,79 @@ func TestDegradedReportWhileAnotherMasterIsSilent(t *testing.T) {
 		}
 	}
 }
+
+// While an operator moves a shard's slot to another master (CLUSTER SETSLOT
+// MIGRATING/IMPORTING, MIGRATE), the report script finds the dedupe sets
+// already moved (redis-cli moves the newest keys first: the sets before
+// the stream) and Redis refuses it those keys ("Script attempted to access
+// a non local key"). Nothing was counted, and whether the id was is
+// unknown, so the report is refused UNAVAILABLE, to be sent again. It was
+// answered degraded and published on its own: the retry of a counted
+// report was pushed a second time, beside its window, and a new one was
+// split off its window.
+func TestReportWhileItsSlotMovesIsNotPublishedTwice(t *testing.T) {
+	ctx := context.Background()
+	c := newClusterCase(t)
+	r, keys := c.r, c.r.Keys()
+	it := ""
+	for i := 0; it == ""; i++ {
+		if s := fmt.Sprint("t", i); keys.Shard(7, 1, s) == 0 {
+			it = s
+		}
+	}
+	co := func(id int64) *combo.Contribution {
+		return &combo.Contribution{Id: id, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: it, Quantity: 1,
+			CreatedAt: time.Now().UnixMilli()}
+	}
+	first := co(1)
+	if res, err := r.Report(ctx, []*combo.Contribution{first}); err != nil || res[0].Outcome != repo.Opened {
+		t.Fatalf("first report: %+v %v", res, err)
+	}
+	from := c.cluster.MasterAddr(t, c.cc, keys.Stream(0))
+	to := c.cluster.Addrs[0]
+	if to == from {
+		to = c.cluster.Addrs[1]
+	}
+	// A degraded push is published by the shard's master: subscribed
+	// there, it comes before the marker published there at the end.
+	node := redis.NewClient(&redis.Options{Addr: from})
+	t.Cleanup(func() { node.Close() })
+	sub := node.Subscribe(ctx, push.Channel(7))
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	m := c.cluster.BeginMigration(t, keys.Stream(0), from, to)
+	var sets []string
+	for _, k := range m.Keys() {
+		if strings.HasPrefix(k, keys.SeenPrefix(0)) {
+			sets = append(sets, k)
+		}
+	}
+	m.Move(sets...)
+	second := co(2)
+	for _, x := range []*combo.Contribution{first, second} {
+		res, err := r.Report(ctx, []*combo.Contribution{x})
+		if err == nil && res[0].Outcome == repo.Degraded {
+			t.Errorf("report %d while its dedupe set is moved: degraded (published on its own, beside its window): %v", x.Id, res[0].Cause)
+		} else if err != nil && !errors.Is(err, repo.ErrUnavailable) {
+			t.Errorf("report %d while its dedupe set is moved: %v, want ErrUnavailable", x.Id, err)
+		}
+	}
+	m.Finish()
+
+	// Sent again once the slot has moved: counted once, in one window.
+	if res, err := r.Report(ctx, []*combo.Contribution{first}); err != nil || res[0].Outcome != repo.Duplicate {
+		t.Errorf("first report sent again after the move: %+v %v, want a duplicate", res, err)
+	}
+	if res, err := r.Report(ctx, []*combo.Contribution{second}); err != nil || res[0].Outcome != repo.Joined || res[0].WindowQuantity != 2 {
+		t.Errorf("second report sent again after the move: %+v %v, want joined, window quantity 2", res, err)
+	}
+	if err := node.Publish(ctx, push.Channel(7), "marker").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "marker" {
+		t.Errorf("pushed on its own during the move: %v %v", msg, err)
+	}
+}

@@ -359,8 +359,17 @@ func isUnavailable(err error) bool {
 // ("ERR Protocol error: unauthenticated ...") say the command was refused
 // unrun: this replica's credentials are wrong (its /readyz fails too), and
 // another replica may take the report.
+//
+// The last is a Redis Cluster's refusal, inside a script, of a key the
+// script did not declare (a dedupe set, a parked window) while the shard's
+// slot is moving to another master and that key has moved already or is
+// not there yet: the script's own ASK. The report did nothing,
+// and the dedupe set that would say whether its id was counted is out of
+// reach; published on its own (degraded), a retry of a counted report
+// would be pushed twice.
 var unavailableReplies = []string{"LOADING ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "READONLY ", "BUSY ",
-	"NOAUTH ", "WRONGPASS ", "ERR Protocol error: unauthenticated "}
+	"NOAUTH ", "WRONGPASS ", "ERR Protocol error: unauthenticated ",
+	"ERR Script attempted to access a non local key "}
 
 // pipelineError is the error of a pipeline as a whole, or nil when Exec's
 // error is only one of its commands' own (which stays on that command).

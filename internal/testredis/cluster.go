@@ -199,3 +199,101 @@ func clusterPort(tb testing.TB) int {
 	tb.Fatal("testredis: no free port pair for a cluster node")
 	return 0
 }
+
+// Migration moves one slot from one master to another by hand, the steps
+// `redis-cli --cluster reshard` takes: CLUSTER SETSLOT IMPORTING on the
+// target and MIGRATING on the source, MIGRATE of the slot's keys, then
+// SETSLOT NODE on every node. Between Begin and Finish the slot is
+// half-moved, and a test can act in any state it wants.
+type Migration struct {
+	tb         testing.TB
+	c          *Cluster
+	slot       int64
+	from, to   *redis.Client
+	toID, host string
+	port       string
+}
+
+// BeginMigration marks the slot of key as moving from the master at from
+// to the one at to.
+func (c *Cluster) BeginMigration(tb testing.TB, key, from, to string) *Migration {
+	tb.Helper()
+	m := &Migration{tb: tb, c: c, from: c.node(tb, from), to: c.node(tb, to)}
+	ctx := context.Background()
+	var err error
+	if m.slot, err = m.from.ClusterKeySlot(ctx, key).Result(); err != nil {
+		tb.Fatal(err)
+	}
+	fromID, err := m.from.ClusterMyID(ctx).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if m.toID, err = m.to.ClusterMyID(ctx).Result(); err != nil {
+		tb.Fatal(err)
+	}
+	m.host, m.port, _ = strings.Cut(to, ":")
+	if err := m.to.Do(ctx, "CLUSTER", "SETSLOT", m.slot, "IMPORTING", fromID).Err(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := m.from.Do(ctx, "CLUSTER", "SETSLOT", m.slot, "MIGRATING", m.toID).Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
+
+// Keys lists the keys of the slot still on the source, newest first (the
+// order in which redis-cli moves them).
+func (m *Migration) Keys() []string {
+	m.tb.Helper()
+	ks, err := m.from.ClusterGetKeysInSlot(context.Background(), int(m.slot), 1<<20).Result()
+	if err != nil {
+		m.tb.Fatal(err)
+	}
+	return ks
+}
+
+// Move migrates keys to the target.
+func (m *Migration) Move(keys ...string) {
+	m.tb.Helper()
+	if len(keys) == 0 {
+		return
+	}
+	args := []any{"MIGRATE", m.host, m.port, "", 0, 5000, "KEYS"}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	if err := m.from.Do(context.Background(), args...).Err(); err != nil {
+		m.tb.Fatalf("MIGRATE %v: %v", keys, err)
+	}
+}
+
+// Finish moves the keys left and gives the slot to the target on every node.
+func (m *Migration) Finish() {
+	m.tb.Helper()
+	m.Move(m.Keys()...)
+	ctx := context.Background()
+	// The target first, then the source, then the others, as redis-cli.
+	nodes := []*redis.Client{m.to, m.from}
+	for _, a := range m.c.Addrs {
+		if a != m.to.Options().Addr && a != m.from.Options().Addr {
+			nodes = append(nodes, m.c.node(m.tb, a))
+		}
+	}
+	for _, n := range nodes {
+		if err := n.Do(ctx, "CLUSTER", "SETSLOT", m.slot, "NODE", m.toID).Err(); err != nil {
+			m.tb.Fatal(err)
+		}
+	}
+}
+
+// node is a client of the cluster's node at addr alone.
+func (c *Cluster) node(tb testing.TB, addr string) *redis.Client {
+	tb.Helper()
+	for _, n := range c.Nodes {
+		if n.Addr == addr {
+			return n.Client()
+		}
+	}
+	tb.Fatalf("testredis: no node at %s", addr)
+	return nil
+}
