@@ -360,6 +360,10 @@ func isUnavailable(err error) bool {
 // unrun: this replica's credentials are wrong (its /readyz fails too), and
 // another replica may take the report.
 //
+// MOVED and ASK are left on a command when go-redis has spent its
+// redirects (redis.ClusterOptions.MaxRedirects): Redis did not run it,
+// and said its keys are elsewhere now, as while a slot moves.
+//
 // The last is a Redis Cluster's refusal, inside a script, of a key the
 // script did not declare (a dedupe set, a parked window) while the shard's
 // slot is moving to another master and that key has moved already or is
@@ -369,7 +373,7 @@ func isUnavailable(err error) bool {
 // would be pushed twice.
 var unavailableReplies = []string{"LOADING ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "READONLY ", "BUSY ",
 	"NOAUTH ", "WRONGPASS ", "ERR Protocol error: unauthenticated ",
-	"ERR Script attempted to access a non local key "}
+	"MOVED ", "ASK ", "ERR Script attempted to access a non local key "}
 
 // pipelineError is the error of a pipeline as a whole, or nil when Exec's
 // error is only one of its commands' own (which stays on that command).
