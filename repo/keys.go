@@ -15,7 +15,8 @@ import (
 //	combo:{N}:w:<a>:<u>:<len>:<type>      STRING  the combo key's newest unpublished window
 //	combo:{N}:p:<stream id>               STRING  a window displaced (parked) by a newer one before its flush
 //	combo:{N}:s:<bucket>:<id mod 8192>    SET     ids counted in one dedupe bucket (window.dedupe of time)
-//	combo:{N}:probe                       (none)  never written: /readyz deletes it to see the node takes writes
+//	combo:{N}:probe                       (none)  never written: /readyz deletes it to see the node takes writes;
+//	                                              the report script declares it (see report.lua)
 //
 // A stream entry names its window by the part of its key after ":w:"
 // (EntryComboKey).

@@ -239,7 +239,7 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 			n := min(len(idx), maxPerScript)
 			group := idx[:n]
 			idx = idx[n:]
-			keys := make([]string, 1, 1+n)
+			keys := make([]string, 1, 2+n)
 			keys[0] = r.keys.Stream(shard)
 			args := make([]any, 0, 5+6*n)
 			args = append(args, r.ttlMs, r.keys.ParkedPrefix(shard), r.maxLen, r.keys.SeenPrefix(shard), r.bucketSec)
@@ -254,6 +254,7 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 					strconv.FormatInt(c.CreatedAt-r.windowMs, 10), strconv.Itoa(int(c.Quantity)), frag,
 					strconv.FormatInt(c.Id%dedupeSubsets, 10))
 			}
+			keys = append(keys, r.keys.Probe(shard)) // see report.lua
 			groups = append(groups, group)
 			run := reportScript.EvalSha
 			if eval {

@@ -5,6 +5,18 @@
 --
 -- KEYS[1]    stream  STREAM windows waiting to close
 -- KEYS[1+j]  cur     STRING report j's combo key's newest unpublished window
+-- KEYS[#KEYS] probe  never written, never touched here (Keys.Probe): it only
+--                    keeps the script off a Redis Cluster slot while it
+--                    moves. The script writes keys it cannot declare (the
+--                    dedupe sets, a parked window), and run on the node the
+--                    slot moves to (which Redis does when every declared
+--                    key has moved) it made there a dedupe set the old
+--                    node still held: the MIGRATE of that set then failed
+--                    (BUSYKEY), and the move stopped half way, the shard's
+--                    windows unpublished. A declared key that exists on
+--                    neither node makes Redis refuse the script on both
+--                    (TRYAGAIN, UNAVAILABLE to the caller) until the move
+--                    ends; on a slot that is not moving it changes nothing.
 -- ARGV[1]  ttl         ms a window may live (stale + margin)
 -- ARGV[2]  parked      key prefix for a displaced window; it is renamed to
 --                      parked .. its stream id (same hash tag as KEYS)
@@ -67,7 +79,7 @@
 -- right: there a local shared by closures stops being shared once a pcall
 -- unwinds an error through them (yuin/gopher-lua#448).
 --
--- run counts reports first..#KEYS-1 into out (3 values each). Until report
+-- run counts reports first..#KEYS-2 into out (3 values each). Until report
 -- j answers, out[3j - 1] holds the dedupe set it added its id to, if it
 -- did: the loop at the end needs it when report j fails.
 local function run(first, out, seen, seen1, bucket, bucketSec)
@@ -75,7 +87,7 @@ local function run(first, out, seen, seen1, bucket, bucketSec)
   -- register.
   local KEYS, ARGV, call, tonumber, match, format = KEYS, ARGV, redis.call, tonumber, string.match, string.format
   local expireAt, maxLen -- formatted, parsed at first need
-  for j = first, #KEYS - 1 do
+  for j = first, #KEYS - 2 do
     local cur, base = KEYS[1 + j], 5 + 6 * (j - 1)
     local id, sub = ARGV[base + 1], ARGV[base + 6]
     local set = seen .. sub
@@ -153,7 +165,7 @@ local bucketSec = tonumber(ARGV[5])
 local bucket = math.floor(tonumber(call('TIME')[1]) / bucketSec)
 local seen = ARGV[4] .. string.format('%d', bucket) .. ':'
 local seen1 = ARGV[4] .. string.format('%d', bucket - 1) .. ':'
-local out, n = {}, #KEYS - 1
+local out, n = {}, #KEYS - 2
 
 -- Reports run one after another inside one pcall, not one pcall each
 -- (that costs as much as a Redis command per report): when report j fails,

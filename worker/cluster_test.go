@@ -2,7 +2,9 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -310,4 +312,160 @@ func (s *hungShard0) Time(ctx context.Context, shard int) (time.Time, error) {
 		return time.Time{}, ctx.Err()
 	}
 	return s.skewedRedis.Time(ctx, shard)
+}
+
+// An operator moves a shard's slot to another master (CLUSTER SETSLOT
+// IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE) while the shard takes
+// reports: every report acknowledged is pushed once, in the windows
+// published from the new master. Here the stream and the windows move
+// before the dedupe sets (redis-cli on Redis 7.0 moves the newest keys
+// first; an order with the stream early is the one that failed): the
+// report script ran on the new master and made there a dedupe set the old
+// one still held, the MIGRATE of that set failed (BUSYKEY), and the slot
+// stayed half-moved, no window of the shard published. Meanwhile the
+// shard's reports are refused UNAVAILABLE and sent again, as a caller does.
+func TestSlotMovedUnderLoadLosesNothing(t *testing.T) {
+	c := newClusterCase(t)
+	ctx := context.Background()
+	keys := c.r.Keys()
+	from := c.deadAddr // shard 0's master
+	to := c.cluster.Addrs[0]
+	if to == from {
+		to = c.cluster.Addrs[1]
+	}
+	// Pushes from both masters reach a subscriber on the new one; the
+	// markers published last on each say all the rest has arrived.
+	sub := subscribeAt(t, to)
+	startClusterWorker(t, c)
+
+	const users = 4
+	var types [users]string
+	for u := range users {
+		for i := 0; types[u] == ""; i++ {
+			if it := fmt.Sprint("t", i); keys.Shard(7, int64(u+1), it) == 0 {
+				types[u] = it
+			}
+		}
+	}
+	var acked [users]atomic.Int64
+	var sent atomic.Int64 // report attempts, refused ones included
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for u := range users {
+		wg.Go(func() {
+			for n := int64(1); ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Ids of one user share a dedupe set (id mod 8192), which
+				// exists on the old master before the move.
+				co := &combo.Contribution{Id: n*8192 + int64(u), ActivityId: 7, UserId: int64(u + 1), ItemId: 1,
+					ItemType: types[u], Quantity: 1, CreatedAt: time.Now().UnixMilli()}
+				for {
+					sent.Add(1)
+					res, err := c.r.Report(ctx, []*combo.Contribution{co})
+					if err == nil {
+						if res[0].Outcome != repo.Duplicate {
+							acked[u].Add(1)
+						}
+						break
+					}
+					if !errors.Is(err, repo.ErrUnavailable) {
+						t.Errorf("report %d: %v, want ErrUnavailable while the slot moves", co.Id, err)
+						return
+					}
+					select {
+					case <-stop:
+						return
+					case <-time.After(10 * time.Millisecond): // a caller's retry
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	waitSent := func(n int64) {
+		t.Helper()
+		target := sent.Load() + n
+		waitFor(t, "reports sent", func() bool { return sent.Load() >= target })
+	}
+
+	waitSent(40)
+	m := c.cluster.BeginMigration(t, keys.Stream(0), from, to)
+	waitSent(20)
+	m.Move(keys.Stream(0))
+	waitSent(20)
+	var windows []string // current and parked
+	for _, k := range m.Keys() {
+		if k != keys.Stream(0) && !strings.HasPrefix(k, keys.SeenPrefix(0)) {
+			windows = append(windows, k)
+		}
+	}
+	m.Move(windows...)
+	waitSent(40)
+	m.Finish() // the dedupe sets, then SETSLOT NODE
+	before := [users]int64{}
+	for u := range users {
+		before[u] = acked[u].Load()
+	}
+	waitFor(t, "reports counted after the move", func() bool {
+		for u := range users {
+			if acked[u].Load() < before[u]+3 {
+				return false
+			}
+		}
+		return true
+	})
+	close(stop)
+	wg.Wait()
+	stop = make(chan struct{}) // for the cleanup
+
+	pushed := map[int64]int64{}
+	want := int64(0)
+	for u := range users {
+		want += acked[u].Load()
+	}
+	deadline := time.After(10 * time.Second)
+	got, markers := int64(0), 0
+	receive := func() {
+		t.Helper()
+		select {
+		case msg := <-sub.Channel():
+			if msg.Payload == "marker" {
+				markers++
+				return
+			}
+			pm, err := push.Decode([]byte(msg.Payload))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pushed[pm.Record.UserID] += int64(pm.Record.Quantity)
+			got += int64(pm.Record.Quantity)
+		case <-deadline:
+			t.Fatalf("pushed %d of %d reports acknowledged (%v)", got, want, pushed)
+		}
+	}
+	for got < want {
+		receive()
+	}
+	// Then anything pushed twice: published before these markers.
+	for _, addr := range []string{from, to} {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		err := rdb.Publish(ctx, push.Channel(7), "marker").Err()
+		rdb.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for markers < 2 {
+		receive()
+	}
+	for u := range users {
+		if a, p := acked[u].Load(), pushed[int64(u+1)]; a != p {
+			t.Errorf("user %d: %d reports acknowledged, %d pushed", u+1, a, p)
+		}
+	}
 }
