@@ -279,6 +279,23 @@ func TestMerge(t *testing.T) {
 			},
 		},
 		{
+			// Rows of one created_at are taken in id order, as the push path
+			// takes reports arriving in created_at order: where a window
+			// fills up, the smaller ids are in it and the larger open the
+			// next one.
+			name: "equal created_at: an overflow cuts the rows in id order",
+			rows: []Row{
+				row(3, 1, 1, "rose", 1, t0),
+				row(2, 1, 1, "rose", 1, t0),
+				row(1, 1, 1, "rose", MaxQuantity-1, t0),
+			},
+			size: W,
+			want: []Row{
+				merged(row(3, 1, 1, "rose", 0, 0), t0, 1),
+				merged(row(1, 1, 1, "rose", 0, 0), t0, MaxQuantity),
+			},
+		},
+		{
 			name: "repeated ids count once",
 			rows: []Row{
 				row(1, 1, 1, "rose", 1, t0),
