@@ -23,7 +23,15 @@ func TestRedisCluster(t *testing.T) {
 	}
 	cluster := testredis.StartCluster(t, 3)
 	const shards = 6
-	s := startService(t, options{cluster: cluster, mutate: func(c *conf.Config) { c.Redis.Shards = shards }})
+	s := startService(t, options{cluster: cluster, mutate: func(c *conf.Config) {
+		c.Redis.Shards = shards
+		// Eight callers' first batches open connections to all three
+		// masters at once; on a busy 2-core host that once took past the
+		// default 500 ms. This test is about what the cluster pushes, not
+		// the timeout (TestRedisDownFailsFastThenRecovers is); 2 s stays under
+		// the test RPC client's 3 s.
+		c.Redis.Timeout = 2 * time.Second
+	}})
 
 	t.Run("same item 3 times: one push, quantity 3, first id", func(t *testing.T) {
 		var first *combo.Contribution
