@@ -267,9 +267,9 @@ func TestEmbeddedRedisCommandsDoNotWalkKeys(t *testing.T) {
 	rdb := newClient(0)
 	ctx := context.Background()
 	// The fastest of 500 GETs: the machine may be busy with other work,
-	// and the tick's walk holds miniredis's lock about 50 ms of every
-	// 100 ms with 50,000 keys under -race (more on a busy host), so a
-	// round of 100 GETs often meets one. A command that walked the keys
+	// and the tick's walk holds miniredis's lock about 50 ms once a
+	// second with 50,000 keys under -race (more on a busy host), so a
+	// GET may meet one. A command that walked the keys
 	// itself would make every GET that slow, the fastest too.
 	perCommand := func() time.Duration {
 		best := time.Duration(math.MaxInt64)
