@@ -378,34 +378,13 @@ func TestReportWhileItsSlotMovesIsNotPublishedTwice(t *testing.T) {
 	ctx := context.Background()
 	c := newClusterCase(t)
 	r, keys := c.r, c.r.Keys()
-	it := ""
-	for i := 0; it == ""; i++ {
-		if s := fmt.Sprint("t", i); keys.Shard(7, 1, s) == 0 {
-			it = s
-		}
-	}
+	mv := openOnShard0(t, c)
 	co := func(id int64) *combo.Contribution {
-		return &combo.Contribution{Id: id, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: it, Quantity: 1,
-			CreatedAt: time.Now().UnixMilli()}
+		x := *mv.first
+		x.Id = id
+		return &x
 	}
-	first := co(1)
-	if res, err := r.Report(ctx, []*combo.Contribution{first}); err != nil || res[0].Outcome != repo.Opened {
-		t.Fatalf("first report: %+v %v", res, err)
-	}
-	from := c.cluster.MasterAddr(t, c.cc, keys.Stream(0))
-	to := c.cluster.Addrs[0]
-	if to == from {
-		to = c.cluster.Addrs[1]
-	}
-	// A degraded push is published by the shard's master: subscribed
-	// there, it comes before the marker published there at the end.
-	node := redis.NewClient(&redis.Options{Addr: from})
-	t.Cleanup(func() { node.Close() })
-	sub := node.Subscribe(ctx, push.Channel(7))
-	t.Cleanup(func() { sub.Close() })
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
+	first, from, to, node, sub := mv.first, mv.from, mv.to, mv.node, mv.sub
 
 	m := c.cluster.BeginMigration(t, keys.Stream(0), from, to)
 	var sets []string
@@ -453,29 +432,8 @@ func TestReportRedirectedToTheEndIsNotPublishedTwice(t *testing.T) {
 	ctx := context.Background()
 	c := newClusterCase(t)
 	r, keys := c.r, c.r.Keys()
-	it := ""
-	for i := 0; it == ""; i++ {
-		if s := fmt.Sprint("t", i); keys.Shard(7, 1, s) == 0 {
-			it = s
-		}
-	}
-	co := &combo.Contribution{Id: 1, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: it, Quantity: 1,
-		CreatedAt: time.Now().UnixMilli()}
-	if res, err := r.Report(ctx, []*combo.Contribution{co}); err != nil || res[0].Outcome != repo.Opened {
-		t.Fatalf("first report: %+v %v", res, err)
-	}
-	from := c.cluster.MasterAddr(t, c.cc, keys.Stream(0))
-	to := c.cluster.Addrs[0]
-	if to == from {
-		to = c.cluster.Addrs[1]
-	}
-	node := redis.NewClient(&redis.Options{Addr: from})
-	t.Cleanup(func() { node.Close() })
-	sub := node.Subscribe(ctx, push.Channel(7))
-	t.Cleanup(func() { sub.Close() })
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mv := openOnShard0(t, c)
+	co, from, to, node, sub := mv.first, mv.from, mv.to, mv.node, mv.sub
 
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.cluster.Addrs, MaxRedirects: -1})
 	t.Cleanup(func() { cc.Close() })
@@ -503,4 +461,46 @@ func TestReportRedirectedToTheEndIsNotPublishedTwice(t *testing.T) {
 	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "marker" {
 		t.Errorf("pushed on its own during the move: %v %v", msg, err)
 	}
+}
+
+// shard0Move is a window opened on shard 0 of a cluster case, the master
+// holding that shard (from), another master to move it to (to), and a
+// subscription to activity 7's channel on from: a degraded push is
+// published by the shard's master, so it comes there before a marker
+// published there at the end.
+type shard0Move struct {
+	first    *combo.Contribution
+	from, to string
+	node     *redis.Client
+	sub      *redis.PubSub
+}
+
+func openOnShard0(t *testing.T, c *clusterCase) shard0Move {
+	t.Helper()
+	ctx := context.Background()
+	keys := c.r.Keys()
+	it := ""
+	for i := 0; it == ""; i++ {
+		if s := fmt.Sprint("t", i); keys.Shard(7, 1, s) == 0 {
+			it = s
+		}
+	}
+	first := &combo.Contribution{Id: 1, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: it, Quantity: 1,
+		CreatedAt: time.Now().UnixMilli()}
+	if res, err := c.r.Report(ctx, []*combo.Contribution{first}); err != nil || res[0].Outcome != repo.Opened {
+		t.Fatalf("first report: %+v %v", res, err)
+	}
+	from := c.cluster.MasterAddr(t, c.cc, keys.Stream(0))
+	to := c.cluster.Addrs[0]
+	if to == from {
+		to = c.cluster.Addrs[1]
+	}
+	node := redis.NewClient(&redis.Options{Addr: from})
+	t.Cleanup(func() { node.Close() })
+	sub := node.Subscribe(ctx, push.Channel(7))
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return shard0Move{first: first, from: from, to: to, node: node, sub: sub}
 }
