@@ -49,7 +49,13 @@ func backends(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
 // created, and a subscription to activity 7's channel (closed at the end).
 func subscribedRepo(t *testing.T, rdb redis.UniversalClient) (*repo.Repo, *redis.PubSub) {
 	t.Helper()
-	r, sub := subscribedRepoNoGroups(t, rdb)
+	return subscribedRepoWithGroups(t, rdb, settings())
+}
+
+// subscribedRepoWithGroups is subscribedRepo with settings s.
+func subscribedRepoWithGroups(t *testing.T, rdb redis.UniversalClient, s repo.Settings) (*repo.Repo, *redis.PubSub) {
+	t.Helper()
+	r, sub := subscribedRepoWith(t, rdb, s)
 	if err := r.EnsureGroups(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -445,10 +451,7 @@ func TestWindowRecordUpdates(t *testing.T) {
 		// test is about the record, not the timeout.
 		st := settings()
 		st.Timeout = 30 * time.Second
-		r, sub := subscribedRepoWith(t, rdb, st)
-		if err := r.EnsureGroups(ctx); err != nil {
-			t.Fatal(err)
-		}
+		r, sub := subscribedRepoWithGroups(t, rdb, st)
 		c := func(id, createdAt int64, quantity int32, nickname string) *combo.Contribution {
 			x := contribution(id, "rose", createdAt)
 			x.Quantity, x.Nickname = quantity, nickname
@@ -912,10 +915,7 @@ func TestDueCountsFromTheLatestArrivalTheIDAllows(t *testing.T) {
 		ctx := context.Background()
 		s := settings()
 		s.Grace = 0
-		r, _ := subscribedRepoWith(t, rdb, s)
-		if err := r.EnsureGroups(ctx); err != nil {
-			t.Fatal(err)
-		}
+		r, _ := subscribedRepoWithGroups(t, rdb, s)
 		if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil {
 			t.Fatal(err)
 		}
