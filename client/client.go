@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	kclient "github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/pkg/connpool"
@@ -97,10 +98,15 @@ func NewClient(hostPorts []string, opts ...kclient.Option) (comboservice.Client,
 func staticResolver(hostPorts []string) (discovery.Resolver, error) {
 	ins := make([]discovery.Instance, len(hostPorts))
 	for i, hp := range hostPorts {
-		_, port, err := net.SplitHostPort(hp)
+		host, port, err := net.SplitHostPort(hp)
 		if err == nil {
 			if n, perr := strconv.ParseUint(port, 10, 16); perr != nil || n == 0 {
 				err = fmt.Errorf("port must be 1..65535, got %q", port)
+			} else if strings.ContainsFunc(host, unicode.IsSpace) {
+				// A list "a:8888, b:8888" split on "," leaves " b:8888":
+				// no lookup ever resolves " b", so that replica would take
+				// no call, with no error but each dial's.
+				err = fmt.Errorf("host must not contain spaces, got %q", host)
 			}
 		}
 		if err != nil {

@@ -79,3 +79,15 @@ func TestNewClientDoesNotResolveAtBuild(t *testing.T) {
 		t.Fatalf("call error %q, want the TCP dial's lookup of %s", msg, unresolved)
 	}
 }
+
+// A host with spaces can never be looked up, so NewClient refuses it
+// rather than build a client that never reaches that replica. An address
+// list "a:8888, b:8888" split on "," gives " b:8888".
+func TestNewClientRefusesHostsWithSpaces(t *testing.T) {
+	for _, hp := range []string{" combo-b:8888", "combo-b :8888", "\tcombo-b:8888", "[ ::1]:8888"} {
+		_, err := NewClient([]string{"combo-a:8888", hp})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("hostPorts[1] must be host:port, got %q", hp)) {
+			t.Errorf("NewClient(%q) = %v, want an error naming hostPorts[1]", hp, err)
+		}
+	}
+}
