@@ -65,10 +65,11 @@ type ReporterOptions struct {
 	// InitialBackoff is the backoff before the first retry; it doubles for
 	// each further retry up to MaxBackoff. Each wait is drawn uniformly from
 	// [backoff/2, backoff] (equal jitter), so that callers whose batches
-	// failed together do not retry in lockstep. Defaults 50ms and 5s. Keep
-	// the whole budget (backoffs plus attempts) well inside the service's
-	// window.dedupe: a retry later than that of a batch that got through
-	// counts it twice.
+	// failed together do not retry in lockstep. Defaults 50ms and 5s; a
+	// zero MaxBackoff with an InitialBackoff above 5s is InitialBackoff
+	// (every wait that long), not an error. Keep the whole budget
+	// (backoffs plus attempts) well inside the service's window.dedupe: a
+	// retry later than that of a batch that got through counts it twice.
 	InitialBackoff time.Duration
 	MaxBackoff     time.Duration
 	// RPCTimeout bounds each ReportContributions attempt, through its ctx

@@ -1370,6 +1370,12 @@ func TestOptionsValidate(t *testing.T) {
 			t.Errorf("Validate(%+v) = nil, want an error", bad)
 		}
 	}
+	// MaxBackoff left zero takes a longer InitialBackoff, as its doc says.
+	long := ReporterOptions{InitialBackoff: 2 * DefaultMaxBackoff}
+	if err := long.Validate(); err != nil || long.MaxBackoff != long.InitialBackoff {
+		t.Errorf("Validate(InitialBackoff %v) = %v, MaxBackoff %v; want MaxBackoff = InitialBackoff",
+			long.InitialBackoff, err, long.MaxBackoff)
+	}
 	if _, err := NewReporter(newFake(nil), ReporterOptions{BatchSize: 2000}); err == nil {
 		t.Error("NewReporter accepted BatchSize 2000")
 	}
