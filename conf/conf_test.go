@@ -389,6 +389,26 @@ func TestLoadRefusesKeysWithoutValue(t *testing.T) {
 	}
 }
 
+// A password written in braces unquoted (password: {s3cret}) is YAML for a
+// map whose key is the secret, with a null value. It is refused, but
+// without naming that key: the error goes to stderr, the container's log.
+func TestLoadDoesNotRepeatAMapWrittenForAPassword(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	for _, yaml := range []string{
+		"redis:\n  addr: \"h:6379\"\n  password: {s3cret}\n",
+		"redis:\n  addr: \"h:6379\"\n  sentinel_password: {s3cret, more}\n",
+		"redis:\n  addr: \"h:6379\"\n  password:\n    s3cret:\n",
+	} {
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path)
+		if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "password") {
+			t.Errorf("Load(%q): %v; want a refusal naming the key, not its value", yaml, err)
+		}
+	}
+}
+
 // The environment wins over the file, a key the file leaves without a
 // value too: a template that says "password:" and gets the secret from
 // COMBO_REDIS_PASSWORD loads, as it did before nulls were refused. Without

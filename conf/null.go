@@ -37,7 +37,13 @@ func refuseNulls(path string) error {
 					keys = append(keys, key)
 				}
 			case map[string]any:
-				walk(key+".", v)
+				// Only into sections: every key sits at section.key. A map
+				// below that is a value of the wrong shape, which the
+				// decoder refuses without repeating it; its keys may be a
+				// secret, as in "password: {s3cret}" (YAML for a map).
+				if prefix == "" {
+					walk(key+".", v)
+				}
 			}
 		}
 	}
