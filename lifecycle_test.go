@@ -225,6 +225,33 @@ func TestEmbeddedRedis(t *testing.T) {
 	}
 }
 
+// redis.password is accepted with the embedded Redis (its default user
+// takes one), so the embedded Redis must ask for it: it took every client
+// without one, and redis.embedded_addr may listen beyond loopback (for a
+// subscriber to watch the pushes), where a password set by the operator
+// was taken as protecting it.
+func TestEmbeddedRedisRequiresThePassword(t *testing.T) {
+	cfg := conf.Default()
+	cfg.Redis.Password = "s3cret"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	addr, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
+	ctx := context.Background()
+	if err := newClient(0).Ping(ctx).Err(); err != nil {
+		t.Fatalf("the service's client on the embedded Redis at %s: %v", addr, err)
+	}
+	anon := redis.NewClient(&redis.Options{Addr: addr})
+	defer anon.Close()
+	if err := anon.Set(ctx, "combo-test:anon", "x", time.Minute).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Fatalf("SET without the password on the embedded Redis: %v; want NOAUTH", err)
+	}
+}
+
 // On the embedded Redis keys expire as on a real one: the dedupe sets and
 // windows rely on it to stay bounded.
 func TestEmbeddedRedisExpiresKeys(t *testing.T) {

@@ -312,6 +312,14 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer) (str
 		addr = fmt.Sprintf("%s via sentinels %v", cfg.Redis.SentinelMaster, cfg.Redis.SentinelAddrs)
 	case addr == "":
 		mr := miniredis.NewMiniRedis()
+		watch := "redis-cli -p "
+		if cfg.Redis.Password != "" {
+			// The password is taken with the embedded Redis, so it must
+			// guard it: without this every client got in, on whatever
+			// redis.embedded_addr listens on, password or not.
+			mr.RequireAuth(cfg.Redis.Password)
+			watch = "redis-cli --askpass -p "
+		}
 		if err := mr.StartAddr(cfg.Redis.EmbeddedAddr); err != nil {
 			return "", nil, nil, fmt.Errorf("start embedded redis on %s: %w", cfg.Redis.EmbeddedAddr, err)
 		}
@@ -321,7 +329,7 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer) (str
 		log.Warn("redis.addr is empty: running on an embedded in-memory Redis. NOTHING SURVIVES A RESTART. "+
 			"Set redis.addr (COMBO_REDIS_ADDR) for production.",
 			zap.String("embedded_redis_addr", addr),
-			zap.String("watch_pushes", "redis-cli -p "+portOf(addr)+" psubscribe 'act:*:contributions'"))
+			zap.String("watch_pushes", watch+portOf(addr)+" psubscribe 'act:*:contributions'"))
 	}
 	if len(opts.Addrs) == 0 {
 		opts.Addrs = []string{addr}
