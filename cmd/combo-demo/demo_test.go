@@ -1,7 +1,9 @@
 package main
 
 import (
+	"flag"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,5 +86,31 @@ func TestRandomIsSeededAndBounded(t *testing.T) {
 		if k.At >= 10*time.Second || k.Qty < 1 || (k.Activity != 1 && k.Activity != 2) {
 			t.Fatalf("bad tap %+v", k)
 		}
+	}
+}
+
+// The Redis password comes from COMBO_REDIS_PASSWORD, but is never shown
+// as the flag's default: -h, or any mistyped flag, prints the usage to
+// stderr, a terminal's scrollback or a container's log.
+func TestUsageDoesNotShowThePassword(t *testing.T) {
+	t.Setenv("COMBO_REDIS_PASSWORD", "s3cret")
+	for _, args := range [][]string{{"-h"}, {"-no-such-flag"}} {
+		var out strings.Builder
+		fs := flag.NewFlagSet("combo-demo", flag.ContinueOnError)
+		fs.SetOutput(&out)
+		if _, err := parseFlags(fs, args); err == nil {
+			t.Fatalf("%v parsed", args)
+		}
+		if strings.Contains(out.String(), "s3cret") || !strings.Contains(out.String(), "-redis-password") {
+			t.Errorf("usage after %v shows the password:\n%s", args, out.String())
+		}
+	}
+	fs := flag.NewFlagSet("combo-demo", flag.ContinueOnError)
+	if o, err := parseFlags(fs, nil); err != nil || o.redisPassword != "s3cret" {
+		t.Fatalf("without -redis-password: %q, %v; want $COMBO_REDIS_PASSWORD", o.redisPassword, err)
+	}
+	fs = flag.NewFlagSet("combo-demo", flag.ContinueOnError)
+	if o, err := parseFlags(fs, []string{"-redis-password", "other"}); err != nil || o.redisPassword != "other" {
+		t.Fatalf("-redis-password other: %q, %v; want the flag's", o.redisPassword, err)
 	}
 }

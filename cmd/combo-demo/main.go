@@ -50,19 +50,10 @@ type options struct {
 }
 
 func main() {
-	o := options{}
-	flag.StringVar(&o.addr, "addr", "127.0.0.1:8888", "combo-service RPC address (host:port)")
-	flag.StringVar(&o.redisAddr, "redis", envOr("COMBO_REDIS_ADDR", "127.0.0.1:6379"),
-		"the Redis the service publishes on (default $COMBO_REDIS_ADDR); with the embedded Redis, the embedded_redis_addr the service logged")
-	flag.StringVar(&o.redisPassword, "redis-password", os.Getenv("COMBO_REDIS_PASSWORD"), "Redis password (default $COMBO_REDIS_PASSWORD)")
-	flag.DurationVar(&o.window, "window", envDuration("COMBO_WINDOW_SIZE", 3*time.Second),
-		"the service's window.size W (default $COMBO_WINDOW_SIZE or 3s); paces the scenario, the checks use the service's answers")
-	flag.StringVar(&o.scenario, "scenario", "script", "script: a fixed ~4 W story (about 15 s at W = 3s); random: seeded random taps for -duration")
-	flag.DurationVar(&o.duration, "duration", 15*time.Second, "how long -scenario random taps")
-	flag.Uint64Var(&o.seed, "seed", 1, "seed of -scenario random")
-	flag.Int64Var(&o.activity, "activity", 1001, "first activity id; the second is this + 1")
-	flag.StringVar(&o.color, "color", "auto", "auto, always or never (auto: a terminal without NO_COLOR)")
-	flag.Parse()
+	o, err := parseFlags(flag.CommandLine, os.Args[1:])
+	if err != nil {
+		os.Exit(2) // flag.CommandLine has said why
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -71,6 +62,30 @@ func main() {
 		fmt.Fprintln(os.Stderr, "combo-demo:", err)
 	}
 	os.Exit(code)
+}
+
+// parseFlags reads the command line args into options, with defaults
+// from the environment.
+func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
+	o := options{}
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8888", "combo-service RPC address (host:port)")
+	fs.StringVar(&o.redisAddr, "redis", envOr("COMBO_REDIS_ADDR", "127.0.0.1:6379"),
+		"the Redis the service publishes on (default $COMBO_REDIS_ADDR); with the embedded Redis, the embedded_redis_addr the service logged")
+	// No default value: the usage (-h, a mistyped flag) prints it. The
+	// environment's is read after parsing instead.
+	fs.StringVar(&o.redisPassword, "redis-password", "", "Redis password (default $COMBO_REDIS_PASSWORD)")
+	fs.DurationVar(&o.window, "window", envDuration("COMBO_WINDOW_SIZE", 3*time.Second),
+		"the service's window.size W (default $COMBO_WINDOW_SIZE or 3s); paces the scenario, the checks use the service's answers")
+	fs.StringVar(&o.scenario, "scenario", "script", "script: a fixed ~4 W story (about 15 s at W = 3s); random: seeded random taps for -duration")
+	fs.DurationVar(&o.duration, "duration", 15*time.Second, "how long -scenario random taps")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of -scenario random")
+	fs.Int64Var(&o.activity, "activity", 1001, "first activity id; the second is this + 1")
+	fs.StringVar(&o.color, "color", "auto", "auto, always or never (auto: a terminal without NO_COLOR)")
+	err := fs.Parse(args)
+	if o.redisPassword == "" {
+		o.redisPassword = os.Getenv("COMBO_REDIS_PASSWORD")
+	}
+	return o, err
 }
 
 func envOr(key, def string) string {
