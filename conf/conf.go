@@ -430,7 +430,7 @@ func Read(path string) (Config, error) {
 		// to tell viper, and the contract's file is YAML.
 		v.SetConfigType("yaml")
 		if err := v.ReadInConfig(); err != nil {
-			return Config{}, fmt.Errorf("conf.Load: read %s: %w", path, err)
+			return Config{}, fmt.Errorf("conf.Load: read %s: %s", path, withoutYAMLValues(err))
 		}
 		if err := refuseNulls(path); err != nil {
 			return Config{}, fmt.Errorf("conf.Load: invalid configuration:\n%w", err)
@@ -464,6 +464,18 @@ func Read(path string) (Config, error) {
 		c.Worker.ConsumerIdleDelete = defaultConsumerIdleDelete(c.Worker.ClaimIdle)
 	}
 	return c, nil
+}
+
+// yamlQuoted is what the YAML reader quotes of the file in its errors: an
+// alias's name ("unknown anchor 'x' referenced") and values ("cannot
+// unmarshal !!str `x` into ...").
+var yamlQuoted = regexp.MustCompile("'[^'\n]*'|`[^`\n]*`")
+
+// withoutYAMLValues is err's message with what it quotes of the file
+// elided: the value may be a password (password: *s3cret, unquoted, is an
+// alias), and a refusal is printed. Line numbers and key names stay.
+func withoutYAMLValues(err error) string {
+	return yamlQuoted.ReplaceAllString(err.Error(), "'…'")
 }
 
 var durationType = reflect.TypeOf(time.Duration(0))
