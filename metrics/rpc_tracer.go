@@ -38,10 +38,13 @@ type RPCTracer struct {
 // from_service of its TTHeader, read even from a request refused as
 // garbage), so each new name would add series, and entries here, for
 // ever; callers past the first maxCallers names are counted as
-// callerOther.
+// callerOther. So is a name longer than maxCallerLen: TTHeader carries up
+// to 64 KB, and a label value is repeated on every line of its series (17
+// per method and status), so 100 such names made a scrape some 600 MB.
 const (
-	maxCallers  = 100
-	callerOther = "other"
+	maxCallers   = 100
+	maxCallerLen = 128
+	callerOther  = "other"
 )
 
 type rpcLabels struct{ caller, callee, method, status, retry string }
@@ -111,7 +114,7 @@ func (t *RPCTracer) seriesFor(l rpcLabels) rpcSeries {
 	}
 	t.mu.Lock()
 	if !t.callers[l.caller] {
-		if len(t.callers) < maxCallers {
+		if len(t.callers) < maxCallers && len(l.caller) <= maxCallerLen {
 			t.callers[l.caller] = true
 		} else {
 			l.caller = callerOther
