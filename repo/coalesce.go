@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -20,7 +21,9 @@ import (
 // connection per call; when idle a call runs alone at once, so nothing
 // waits on a timer. No caller runs pipelines for others beyond its own
 // answer: that would hold its RPC for as long as the load lasted. A call
-// that has waited a whole Timeout for a pipeline fails unsent (expire).
+// that has waited a whole Timeout for a pipeline fails unsent (expire), and
+// so do the calls queued behind a pipeline Redis did not answer in time
+// (failQueued).
 type coalescer struct {
 	r           *Repo
 	maxInFlight int
@@ -56,8 +59,9 @@ func (c *coalescer) do(ctx context.Context, cs []*combo.Contribution) ([]ReportR
 		for len(c.pending) > 0 && !answered(call) {
 			batch := c.take()
 			c.mu.Unlock()
-			c.run(batch)
+			err := c.run(batch)
 			c.mu.Lock()
+			c.failQueued(err)
 		}
 		if len(c.pending) > 0 {
 			go c.drain() // takes over this caller's running slot
@@ -85,7 +89,7 @@ func (c *coalescer) do(ctx context.Context, cs []*combo.Contribution) ([]ReportR
 // alone runs a call on a pipeline of its own, at once.
 func (c *coalescer) alone(ctx context.Context, cs []*combo.Contribution) ([]ReportResult, error) {
 	call := &reportCall{ctx: ctx, cs: cs, done: make(chan struct{})}
-	c.run([]*reportCall{call})
+	_ = c.run([]*reportCall{call}) // its error is call.err
 	return call.res, call.err
 }
 
@@ -97,8 +101,9 @@ func (c *coalescer) drain() {
 	for len(c.pending) > 0 {
 		batch := c.take()
 		c.mu.Unlock()
-		c.run(batch)
+		err := c.run(batch)
 		c.mu.Lock()
+		c.failQueued(err)
 	}
 	c.running--
 }
@@ -109,7 +114,10 @@ func (c *coalescer) drain() {
 // and without this every call queued behind would wait for as many
 // Timeouts as there are pipelines of 1000 ahead of it. With it no call
 // waits much more than two: the one it queued behind, and its own. A Redis
-// that only stalls now and then still gets each call sent once.
+// that only stalls now and then still gets each call sent once. (When the
+// pipeline ahead gets no answer at all, failQueued fails the queue with
+// it; this bounds the wait of a queue deeper than a pipeline that Redis
+// answers slowly.)
 func (c *coalescer) expire() {
 	if len(c.pending) == 0 || time.Since(c.pending[0].queued) < c.r.set.Timeout {
 		return // oldest first: none has waited that long
@@ -131,6 +139,36 @@ func (c *coalescer) expire() {
 	}
 	clear(c.pending[len(kept):])
 	c.pending = kept
+}
+
+// failQueued answers, unsent, every pending call once a shared pipeline
+// got no answer from Redis within Timeout (c.mu is held): they were
+// queued while Redis stayed silent, and a second pipeline into that
+// silence made them wait two Timeouts, the whole of client.NewClient's
+// 1 s RPC timeout with the default redis.timeout, so during a stall
+// callers got Kitex's timeout instead of UNAVAILABLE. Unsent, each is
+// safe to send again. A pipeline that failed fast (refused, a reply
+// such as BUSY or READONLY) or was answered, however slowly, leaves the
+// queue to the next one.
+func (c *coalescer) failQueued(err error) {
+	if err == nil || len(c.pending) == 0 || !errors.Is(err, ErrUnavailable) || !timedOut(err) {
+		return
+	}
+	cause := err
+	if oe := (*opError)(nil); errors.As(err, &oe) {
+		cause = oe.err // its text names the op and redis.timeout already
+	}
+	for _, call := range c.pending {
+		if cerr := call.ctx.Err(); cerr != nil { // as in run: not Redis's fault
+			call.err = fmt.Errorf("repo.Report: %w: %w", ErrCallerGone, cerr)
+		} else {
+			call.err = &opError{op: "repo.Report", unavailable: true, within: reportTimeout,
+				err: fmt.Errorf("none for the pipeline ahead of it, unsent: %w", cause)}
+		}
+		close(call.done)
+	}
+	clear(c.pending)
+	c.pending = nil
 }
 
 func answered(call *reportCall) bool {
@@ -160,8 +198,10 @@ func (c *coalescer) take() []*reportCall {
 	return batch
 }
 
-// run executes one shared pipeline and answers every call in it.
-func (c *coalescer) run(batch []*reportCall) {
+// run executes one shared pipeline and answers every call in it; it
+// returns the pipeline's own error (Redis not answering, say), nil when
+// the pipeline was answered or not sent.
+func (c *coalescer) run(batch []*reportCall) error {
 	// A panic (a bug, a hook of the Redis client) fails the calls of this
 	// pipeline only. Unwinding on, it left them unanswered and the running
 	// slot of its goroutine taken: every later call on the shard waited,
@@ -192,7 +232,7 @@ func (c *coalescer) run(batch []*reportCall) {
 		all = append(all, call.cs...)
 	}
 	if len(live) == 0 {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.r.set.Timeout)
 	defer cancel()
@@ -206,7 +246,7 @@ func (c *coalescer) run(batch []*reportCall) {
 			call.err = err
 			close(call.done)
 		}
-		return
+		return err
 	}
 	sizes := make([]int, len(live))
 	for i, call := range live {
@@ -216,4 +256,5 @@ func (c *coalescer) run(batch []*reportCall) {
 		live[i].res, live[i].err = a.res, a.err
 		close(live[i].done)
 	}
+	return nil
 }

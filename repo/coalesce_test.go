@@ -313,6 +313,65 @@ func TestQueuedCallsWaitAtMostTwoTimeouts(t *testing.T) {
 	}
 }
 
+// When a shared pipeline gets no answer within Timeout (Redis stalled, a
+// partition), the calls queued behind it fail with it, unsent, instead of
+// riding a second pipeline into the same silence: a call then waits at
+// most about one Timeout, not two. With the default redis.timeout (500 ms)
+// two are the whole of client.NewClient's 1 s RPC timeout, so during a
+// stall callers got Kitex's own timeout instead of UNAVAILABLE.
+func TestCallsQueuedBehindAnUnansweredPipelineFailWithIt(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	r, rdb := blackholeRepo(t, timeout)
+	var pipelines atomic.Int64
+	rdb.AddHook(pipelineHook{before: func() { pipelines.Add(1) }})
+
+	first := make(chan error, 1)
+	go func() {
+		_, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, "rose", base)})
+		first <- err
+	}()
+	for pipelines.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	const queued = 100
+	type answer struct {
+		err  error
+		took time.Duration
+	}
+	answers := make(chan answer, queued)
+	for i := range queued {
+		go func() {
+			start := time.Now()
+			_, err := r.Report(context.Background(), []*combo.Contribution{contribution(int64(i+2), "rose", base)})
+			answers <- answer{err, time.Since(start)}
+		}()
+	}
+	waitPending(t, r, queued)
+	if err := <-first; !errors.Is(err, repo.ErrUnavailable) {
+		t.Fatalf("first report to a Redis that does not answer: %v, want ErrUnavailable", err)
+	}
+	worst := time.Duration(0)
+	for range queued {
+		select {
+		case a := <-answers:
+			if !errors.Is(a.err, repo.ErrUnavailable) || !strings.Contains(a.err.Error(), "no answer in time (redis.timeout)") {
+				t.Fatalf("queued report to a Redis that does not answer: %v, want ErrUnavailable saying it timed out", a.err)
+			}
+			worst = max(worst, a.took)
+		case <-time.After(10 * time.Second):
+			t.Fatal("queued reports to a Redis that does not answer never returned")
+		}
+	}
+	// About one Timeout (the rest of the first pipeline's); two is what a
+	// second pipeline took, the whole of a caller's 1 s.
+	if worst > timeout*3/2 {
+		t.Errorf("a report queued behind an unanswered pipeline took %v, want about one Timeout (%v)", worst, timeout)
+	}
+	if n := pipelines.Load(); n != 1 {
+		t.Errorf("%d pipelines sent to a Redis that did not answer the first, want 1", n)
+	}
+}
+
 // While Redis refuses writes but answers (NOREPLICAS here; MISCONF and OOM
 // alike), the degraded reports of every call in a shared pipeline are
 // published in one round trip, not one per call: one after another, on

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/combo-service/combo-service/client"
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+)
+
+// While Redis stalls (CLIENT PAUSE: it takes connections and answers
+// nothing), callers with client.NewClient's defaults (1 s RPC timeout)
+// get UNAVAILABLE from the service, saying why, not their own timeout: a
+// report queued behind a pipeline Redis did not answer used to ride a
+// second pipeline into the same silence and wait two redis.timeouts, the
+// whole of that second. When the stall ends the reports go through again,
+// and every acknowledged one is pushed, none twice.
+func TestRedisStallAnswersUnavailableBeforeCallersTimeOut(t *testing.T) {
+	s := startService(t, options{})
+	rpc, err := client.NewClient([]string{s.addrs.RPCAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers = 100
+	const stall = 1500 * time.Millisecond
+	a := newActivity()
+	var stalled atomic.Bool
+	var pauseEnds atomic.Int64 // unix nano, once the stall is asked for
+	var okBefore, okAfter, unavailable, acked atomic.Int64
+	var mu sync.Mutex
+	var timedOut []error // errors that are no ComboError: the caller's own timeout
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c := gift(a, int64(i+1), "rose", 1)
+				sent := time.Now()
+				resp, err := rpc.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: c})
+				var ce *combo.ComboError
+				switch {
+				case err == nil:
+					if !resp.Duplicate {
+						acked.Add(1)
+					}
+					if end := pauseEnds.Load(); end != 0 && sent.UnixNano() > end {
+						okAfter.Add(1)
+					} else if !stalled.Load() {
+						okBefore.Add(1)
+					}
+				case errors.As(err, &ce) && ce.Code == client.CodeUnavailable:
+					unavailable.Add(1)
+				default:
+					mu.Lock()
+					timedOut = append(timedOut, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	stopCallers := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopCallers()
+	waitUntil(t, 10*time.Second, "reports answered before the stall", func() bool { return okBefore.Load() >= 2*callers })
+
+	stalled.Store(true)
+	pauseEnds.Store(time.Now().Add(stall).UnixNano())
+	if err := s.rdb.Do(context.Background(), "CLIENT", "PAUSE", stall.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "reports answered after the stall", func() bool { return okAfter.Load() >= 2*callers })
+	stopCallers()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(timedOut) > 0 {
+		t.Errorf("%d of %d failed reports during a %v stall ended with the caller's own timeout, not UNAVAILABLE; first: %v",
+			len(timedOut), len(timedOut)+int(unavailable.Load()), stall, timedOut[0])
+	}
+	if unavailable.Load() == 0 {
+		t.Errorf("no report failed UNAVAILABLE during a %v stall: the test no longer shows what it means to", stall)
+	}
+
+	// Every acknowledged report is pushed (unacknowledged ones may be too:
+	// a pipeline that timed out may still have run), and no window twice.
+	want := acked.Load()
+	var pushed []received
+	s.pushes.until(20*time.Second, func(rs []received) bool {
+		sum := int64(0)
+		for _, r := range rs {
+			sum += int64(r.msg.Record.Quantity)
+		}
+		pushed = rs
+		return sum >= want
+	}, forActivity(a))
+	ids := map[int64]bool{}
+	for _, r := range pushed {
+		if ids[r.msg.Record.ID] {
+			t.Fatalf("window %d pushed twice", r.msg.Record.ID)
+		}
+		ids[r.msg.Record.ID] = true
+	}
+}
+
+// waitUntil polls cond until it holds, failing after timeout.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
