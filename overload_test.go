@@ -3,10 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	kclient "github.com/cloudwego/kitex/client"
 
 	"github.com/combo-service/combo-service/client"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
@@ -120,4 +124,69 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// A report whose caller has given up (its RPC timeout, sent in TTHeader,
+// has passed) while it waited for a pipeline leaves the queue unsent and
+// is counted canceled, as README's combo_reports_total says: Kitex never
+// ends a handler's ctx, so it used to wait on and be sent, work for an
+// answer nobody read, under overload exactly when Redis can least spare
+// it; the caller's retry then came as a duplicate.
+func TestReportsOfACallerThatGaveUpAreNotSent(t *testing.T) {
+	s := startService(t, options{})
+	const callerTimeout, stall = 100 * time.Millisecond, 400 * time.Millisecond // stall < redis.timeout
+	rpc, err := client.NewClient([]string{s.addrs.RPCAddr}, kclient.WithRPCTimeout(callerTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a := newActivity()
+	const callers = 20
+	cs := make([]*combo.Contribution, callers)
+	for i := range cs {
+		cs[i] = gift(a, int64(i+1), "rose", 1)
+	}
+	if err := s.rdb.Do(ctx, "CLIENT", "PAUSE", stall.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Go(func() {
+			if _, err := rpc.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: c}); err == nil {
+				t.Errorf("report %d answered during a %v stall, within its caller's %v", c.Id, stall, callerTimeout)
+			}
+		})
+	}
+	wg.Wait()
+	// Once every report has an outcome (the stall over, the queue sent or
+	// dropped), send them again: a duplicate is one that was counted.
+	var outcomes map[string]int
+	waitUntil(t, 10*time.Second, "an outcome for every report", func() bool {
+		outcomes = reportOutcomes(t, s)
+		return outcomes["ok"]+outcomes["canceled"]+outcomes["unavailable"] >= callers
+	})
+	fresh := 0
+	for _, c := range cs {
+		if !s.report(c).Duplicate {
+			fresh++
+		}
+	}
+	if outcomes["canceled"] == 0 || fresh != outcomes["canceled"] {
+		t.Errorf("of %d reports whose callers gave up after %v during a %v stall, %d were counted canceled and %d left unsent "+
+			"(outcomes %v): want all but the one whose pipeline was already on its way",
+			callers, callerTimeout, stall, outcomes["canceled"], fresh, outcomes)
+	}
+}
+
+var outcomeLine = regexp.MustCompile(`(?m)^combo_reports_total\{outcome="(\w+)"\} (\d+)$`)
+
+// reportOutcomes reads combo_reports_total from the service's /metrics.
+func reportOutcomes(t *testing.T, s *service) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, m := range outcomeLine.FindAllStringSubmatch(scrape(t, s), -1) {
+		n, _ := strconv.Atoi(m[2])
+		out[m[1]] = n
+	}
+	return out
 }

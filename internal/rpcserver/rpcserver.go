@@ -2,7 +2,8 @@
 // netpoll runner, its identity, its per-RPC metrics, and its defences: only
 // framed netpoll transports, each request's bytes checked before Kitex
 // decodes them (guard.go), a connection limit and an idle-connection closer
-// (idle.go). It lives apart from main so that cmd/combo-floor, the same
+// (idle.go); and each TTHeader caller's timeout, read for the handler
+// (deadline.go). It lives apart from main so that cmd/combo-floor, the same
 // server with handlers that do no work, measures exactly the RPC layer the
 // service pays for.
 package rpcserver
@@ -85,5 +86,8 @@ func options(reg prometheus.Registerer, maxConns int, idle time.Duration) []serv
 		// connection-reset mark while the server stops, so their pooled
 		// connections close instead of staying busy past its exit wait.
 		server.WithMetaHandler(connreset.Server{}),
+		// Each request carries its caller's timeout into the handler,
+		// which stops waiting for Redis on its behalf once it has passed.
+		server.WithMetaHandler(callerTimeout{}),
 	}
 }
