@@ -441,7 +441,13 @@ func serveMetrics(ln net.Listener, cfg conf.Metrics, reg *prometheus.Registry, s
 		}
 		_, _ = rw.Write([]byte("ok\n"))
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// IdleTimeout as on the RPC port (rpcserver.MaxConnIdle): without it a
+	// connection kept alive after a request and never used again (a probe
+	// that opens one each time and does not close it) held its file
+	// descriptor and goroutine for as long as the process lived, and Redis
+	// connections need those descriptors too. A scraper's connection,
+	// reused at every scrape, is never idle that long.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: rpcserver.MaxConnIdle}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server failed", zap.Error(err))

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bufio"
+	"net"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/internal/rpcserver"
 )
 
 // The /metrics endpoint counts RPCs (Kitex's tracer, on the base stats
@@ -44,5 +49,43 @@ func TestMetricsCountRPCsAndReports(t *testing.T) {
 		if !regexp.MustCompile(re).MatchString(text) {
 			t.Errorf("/metrics does not match %s", re)
 		}
+	}
+}
+
+// A connection to the metrics port that sent a request and then nothing is
+// closed after rpcserver.MaxConnIdle, as on the RPC port: the metrics
+// server had no idle timeout, so every such connection (a health checker
+// or scraper that opens one per probe and never closes it) kept its file
+// descriptor and goroutine for as long as the process lived, fds that
+// Redis connections need too.
+func TestMetricsPortClosesIdleConnections(t *testing.T) {
+	t.Parallel() // it waits out MaxConnIdle
+	s := startService(t, options{})
+	conn, err := net.Dial("tcp", s.addrs.MetricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: combo\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.Close {
+		t.Fatal("the server closed the connection after the request: nothing left to test")
+	}
+	// Kept alive and idle: the server must close it, not wait for ever.
+	wait := rpcserver.MaxConnIdle + 10*time.Second
+	start := time.Now()
+	_ = conn.SetReadDeadline(start.Add(wait))
+	_, err = conn.Read(make([]byte, 1))
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("an idle metrics connection is still open after %s", wait)
+	}
+	if idle := time.Since(start); idle < rpcserver.MaxConnIdle-time.Second {
+		t.Fatalf("closed after %s idle, before rpcserver.MaxConnIdle (%s): a scraper's kept-alive connection should last", idle, rpcserver.MaxConnIdle)
 	}
 }
