@@ -177,7 +177,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		)...,
 	)
 
-	metricsSrv, metricsAddr := serveMetrics(metricsLn, cfg.Metrics, reg, store, w, ctx.Done(), log)
+	metricsSrv, metricsAddr := serveMetrics(metricsLn, cfg.Metrics, reg, store, w, ctx.Done(), log, rpcserver.MaxConnIdle)
 
 	log.Info("combo-service started",
 		zap.String("rpc_addr", ln.Addr().String()), zap.String("redis", redisAddr), zap.Bool("redis_tls", cfg.Redis.TLS),
@@ -403,8 +403,9 @@ func portOf(addr string) string {
 // serveMetrics serves /metrics, /healthz (the process is alive) and
 // /readyz (Redis answers and takes writes, and the worker runs; not once
 // stopping is closed, when the service has begun to shut down).
-// ln is the listener on cfg.Addr, nil when it is empty (metrics off).
-func serveMetrics(ln net.Listener, cfg conf.Metrics, reg *prometheus.Registry, store *repo.Repo, w *worker.Worker, stopping <-chan struct{}, log *zap.Logger) (*http.Server, string) {
+// ln is the listener on cfg.Addr, nil when it is empty (metrics off); a
+// connection idle for idle is closed (main: rpcserver.MaxConnIdle).
+func serveMetrics(ln net.Listener, cfg conf.Metrics, reg *prometheus.Registry, store *repo.Repo, w *worker.Worker, stopping <-chan struct{}, log *zap.Logger, idle time.Duration) (*http.Server, string) {
 	if ln == nil {
 		return nil, ""
 	}
@@ -441,13 +442,13 @@ func serveMetrics(ln net.Listener, cfg conf.Metrics, reg *prometheus.Registry, s
 		}
 		_, _ = rw.Write([]byte("ok\n"))
 	})
-	// IdleTimeout as on the RPC port (rpcserver.MaxConnIdle): without it a
+	// IdleTimeout as on the RPC port (main passes rpcserver.MaxConnIdle): without it a
 	// connection kept alive after a request and never used again (a probe
 	// that opens one each time and does not close it) held its file
 	// descriptor and goroutine for as long as the process lived, and Redis
 	// connections need those descriptors too. A scraper's connection,
 	// reused at every scrape, is never idle that long.
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: rpcserver.MaxConnIdle}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: idle}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server failed", zap.Error(err))
