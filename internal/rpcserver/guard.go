@@ -105,7 +105,8 @@ func (g guardedCodec) DecodePayload(ctx context.Context, msg remote.Message, in 
 // CheckRequest walks a Thrift binary message (its header and its
 // arguments struct) without decoding it: every length must fit in buf,
 // lists must hold structs and at most MaxContainerItems items in all,
-// struct fields be at most as many, and there must be no set and no map.
+// struct fields be at most as many, there must be no set and no map, and
+// every type byte must be one of Thrift's.
 func CheckRequest(buf []byte) error {
 	_, _, _, l, err := thrift.Binary.ReadMessageBegin(buf)
 	if err != nil {
@@ -170,8 +171,15 @@ func walk(b []byte, t thrift.TType, depth int, left *budget) (int, error) {
 		return off, nil
 	case thrift.SET, thrift.MAP:
 		return 0, fmt.Errorf("a set or map (Thrift type %d): the IDL has none", t)
-	default:
-		// Scalars and strings: Skip checks their length against b.
+	case thrift.BOOL, thrift.BYTE, thrift.I16, thrift.I32, thrift.I64, thrift.DOUBLE, thrift.STRING:
+		// Skip checks their length against b.
 		return thrift.Binary.Skip(b, t)
+	default:
+		// Any other type byte is not Thrift. Skip must not see it: it
+		// indexes a table by the type, a signed byte, so one of 0x80 or
+		// more panicked (index out of range); Kitex recovered, but logged
+		// a stack trace for every such 20-byte request. The generated
+		// code's Skip of an unknown field would panic the same way.
+		return 0, fmt.Errorf("a field of Thrift type %d: no such type", t)
 	}
 }

@@ -137,6 +137,12 @@ func TestCheckRequest(t *testing.T) {
 		// copies made the generated code allocate 2.3 GB and take 0.9 s,
 		// 50 times the largest valid request.
 		"a struct field past MaxContainerItems copies": repeatedStruct(MaxContainerItems + 1),
+		// Type bytes of 0x80 and more are negative TTypes: Skip indexed
+		// its table with them and panicked.
+		"a field of type 0x93": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1),
+			byte(thrift.STRUCT), 0, 1, 0x93, 0, 1, 0, 0),
+		"a field of type 0x42": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1),
+			byte(thrift.STRUCT), 0, 1, 0x42, 0, 1, 0, 0),
 	}
 	for name, b := range refused {
 		if err := CheckRequest(b); err == nil {
