@@ -435,6 +435,9 @@ func Read(path string) (Config, error) {
 		if err := refuseNulls(path); err != nil {
 			return Config{}, fmt.Errorf("conf.Load: invalid configuration:\n%w", err)
 		}
+		if err := refuseTags(path); err != nil {
+			return Config{}, fmt.Errorf("conf.Load: invalid configuration:\n%w", err)
+		}
 	}
 	var c Config
 	hook := mapstructure.ComposeDecodeHookFunc(

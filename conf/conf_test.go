@@ -456,3 +456,31 @@ func TestEmbeddedRedisRefusesAUsername(t *testing.T) {
 		t.Fatalf("redis.username with redis.addr: %v", err)
 	}
 }
+
+// A value written unquoted after '!' is a YAML tag, not text: "password:
+// !s3cret" loaded as an empty password and "!s3cret rest" as "rest", so
+// the service logged in with the wrong one and Redis answered NOAUTH or
+// WRONGPASS with no word of why. A tag the file gives is refused, naming
+// the key and not the value; quoted, the same text loads as it reads.
+func TestLoadRefusesAYAMLTagWhereAValueGoes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	for _, yaml := range []string{
+		"redis:\n  addr: \"h:6379\"\n  password: !s3cret\n",
+		"redis:\n  addr: \"h:6379\"\n  password: !s3cret rest\n",
+		"redis:\n  addr: \"h:6379\"\n  sentinel_password: !s3cret\n",
+	} {
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path)
+		if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "password: a YAML tag") {
+			t.Errorf("Load(%q): %v; want a refusal naming the key's YAML tag, without the value", yaml, err)
+		}
+	}
+	if err := os.WriteFile(path, []byte("redis:\n  addr: \"h:6379\"\n  password: \"!s3cret rest\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := Load(path); err != nil || c.Redis.Password != "!s3cret rest" {
+		t.Fatalf("Load of a quoted \"!s3cret rest\": password %q, %v; want it as written", c.Redis.Password, err)
+	}
+}
