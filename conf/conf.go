@@ -432,10 +432,11 @@ func Read(path string) (Config, error) {
 		if err := v.ReadInConfig(); err != nil {
 			return Config{}, fmt.Errorf("conf.Load: read %s: %s", path, withoutYAMLValues(err))
 		}
-		if err := refuseNulls(path); err != nil {
-			return Config{}, fmt.Errorf("conf.Load: invalid configuration:\n%w", err)
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("conf.Load: read %s: %w", path, err)
 		}
-		if err := refuseTags(path); err != nil {
+		if err := errors.Join(refuseNulls(raw), refuseTags(raw)); err != nil {
 			return Config{}, fmt.Errorf("conf.Load: invalid configuration:\n%w", err)
 		}
 	}

@@ -10,20 +10,18 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// refuseNulls names each key the YAML file at path leaves without a value
+// refuseNulls names each key the YAML file raw leaves without a value
 // ("addr:" and nothing after it, or "~"). viper reads such a key as unset
 // and keeps its default, so "metrics: {addr: }", written to turn metrics
 // off as README's "empty = off" says, left them on at :9100. A key whose
 // COMBO_* variable is set passes: the environment wins over the file, so
 // its null changes nothing (a template's "password:" filled from a secret).
-func refuseNulls(path string) error {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
-	}
+func refuseNulls(raw []byte) error {
 	var doc map[string]any
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
+		// viper read the file first, so this is not expected; its values
+		// are elided all the same, as Read elides viper's.
+		return errors.New(withoutYAMLValues(err))
 	}
 	var keys []string
 	var walk func(prefix string, m map[string]any)

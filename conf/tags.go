@@ -3,26 +3,23 @@ package conf
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// refuseTags names each key of the YAML file at path whose value carries
+// refuseTags names each key of the YAML file raw whose value carries
 // a local tag. Unquoted, a value starting with '!' is a tag, not text:
 // "password: !s3cret" loads as "" and "!s3cret rest" as "rest", so the
 // service logged in with a password nobody wrote and Redis answered
 // NOAUTH or WRONGPASS without a word of why. No key of the contract takes
 // a tag. The refusal names the key, never the tag, which may be a secret.
-func refuseTags(path string) error {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
-	}
+func refuseTags(raw []byte) error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
+		// viper read the file first, so this is not expected; its values
+		// are elided all the same, as Read elides viper's.
+		return errors.New(withoutYAMLValues(err))
 	}
 	var errs []error
 	var walk func(key string, n *yaml.Node)
