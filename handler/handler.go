@@ -7,7 +7,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"go.uber.org/zap"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
@@ -58,8 +57,6 @@ func (h *Handler) ReportContribution(ctx context.Context, req *combo.ReportContr
 	c := req.Contribution
 	cs := []*combo.Contribution{c}
 	arrived := time.Now()
-	ctx, cancel := callerBound(ctx)
-	defer cancel()
 	res, err := h.store.Report(ctx, cs)
 	if err != nil {
 		return nil, h.fail(ctx, err, 1, zap.Int64("activity", c.ActivityId), zap.Int64("user", c.UserId), zap.Int64("id", c.Id))
@@ -84,8 +81,6 @@ func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportCont
 		return nil, h.fail(ctx, err, len(req.Contributions))
 	}
 	arrived := time.Now()
-	ctx, cancel := callerBound(ctx)
-	defer cancel()
 	res, err := h.store.Report(ctx, req.Contributions)
 	if err != nil {
 		first := req.Contributions[0]
@@ -130,21 +125,6 @@ func (h *Handler) MergeLatest(ctx context.Context, req *combo.MergeLatestRequest
 		}
 	}
 	return out, nil
-}
-
-// callerBound bounds ctx by the timeout the caller sent with its request
-// (TTHeader; internal/rpcserver puts it in the RPCInfo). Kitex never ends
-// a handler's ctx, so without it a report whose caller had given up still
-// waited for a pipeline and was sent: under overload, work for an answer
-// nobody reads, whose retry then comes as a duplicate. A caller that sent
-// none is not bounded here (redis.timeout still is).
-func callerBound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ri := rpcinfo.GetRPCInfo(ctx); ri != nil && ri.Config() != nil {
-		if d := ri.Config().RPCTimeout(); d > 0 {
-			return context.WithTimeout(ctx, d)
-		}
-	}
-	return ctx, func() {}
 }
 
 func response(r repo.ReportResult) *combo.ReportContributionResponse {

@@ -12,7 +12,8 @@ import (
 
 // callerTimeout reads the RPC timeout a TTHeader caller sends with each
 // request (client.NewClient's, or the Reporter's RPCTimeout) into the
-// request's RPCInfo, where the handler bounds the report's wait by it.
+// request's RPCInfo, where Kitex's timeout middleware
+// (server.WithEnableContextTimeout) bounds the handler's ctx by it.
 // Kitex never ends a handler's ctx: a caller that had given up still had
 // its reports wait for, and ride, a pipeline to Redis, under overload
 // work for answers nobody reads, whose retries then come as duplicates.

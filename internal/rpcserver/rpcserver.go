@@ -86,8 +86,10 @@ func options(reg prometheus.Registerer, maxConns int, idle time.Duration) []serv
 		// connection-reset mark while the server stops, so their pooled
 		// connections close instead of staying busy past its exit wait.
 		server.WithMetaHandler(connreset.Server{}),
-		// Each request carries its caller's timeout into the handler,
-		// which stops waiting for Redis on its behalf once it has passed.
+		// Each request carries its caller's timeout into its RPCInfo, and
+		// Kitex's own timeout middleware bounds the handler's ctx by it,
+		// so a report stops waiting for Redis once its caller has gone.
 		server.WithMetaHandler(callerTimeout{}),
+		server.WithEnableContextTimeout(true),
 	}
 }
