@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
@@ -86,11 +89,56 @@ func (c *coalescer) do(ctx context.Context, cs []*combo.Contribution) ([]ReportR
 	}
 }
 
-// alone runs a call on a pipeline of its own, at once.
+// alone runs a call on a pipeline of its own, once one of the repo's
+// slots for such pipelines is free (see aloneSlots); its redis.timeout
+// starts then. A call that waits redis.timeout for a slot fails unsent.
 func (c *coalescer) alone(ctx context.Context, cs []*combo.Contribution) ([]ReportResult, error) {
+	if err := c.r.takeAloneSlot(ctx); err != nil {
+		return nil, err
+	}
+	defer c.r.alone.Release(1)
 	call := &reportCall{ctx: ctx, cs: cs, done: make(chan struct{})}
 	_ = c.run([]*reportCall{call}) // its error is call.err
 	return call.res, call.err
+}
+
+// aloneSlots is how many pipelines of their own (calls of bigCall
+// reports or more, calls spanning shards) may run at once: what the
+// client's pool holds, less a connection for each shard's shared
+// pipeline and one for the rest (the readiness probe, a degraded
+// publish). Unbounded, a flood of batches all started at once and
+// queued for a pooled connection on redis.timeout's clock: one that got
+// its connection late was sent with little of that time left, counted
+// by Redis, then answered UNAVAILABLE; its caller's retry came back a
+// duplicate, and Redis's time, scarce just then, went on an answer the
+// service dropped. Waiting here, a call is unsent until it has a slot,
+// and a slot finds a connection free. (On a Redis Cluster the pool is
+// per node, and a pipeline takes at most one connection of each.)
+func aloneSlots(rdb redis.UniversalClient, shards int) int {
+	pool := 10 * runtime.GOMAXPROCS(0) // go-redis's default for one node
+	switch c := rdb.(type) {
+	case *redis.Client: // a Sentinel's failover client too
+		pool = c.Options().PoolSize
+	case *redis.ClusterClient:
+		pool = c.Options().PoolSize
+	}
+	return max(pool-max(shards, 1)-1, 1)
+}
+
+// takeAloneSlot waits, up to redis.timeout and while ctx lasts, for a slot
+// to run a pipeline of its own.
+func (r *Repo) takeAloneSlot(ctx context.Context) error {
+	wait, cancel := context.WithTimeout(ctx, r.set.Timeout)
+	defer cancel()
+	if r.alone.Acquire(wait, 1) == nil {
+		return nil
+	}
+	if err := ctx.Err(); err != nil { // not Redis's fault
+		return fmt.Errorf("repo.Report: %w: %w", ErrCallerGone, err)
+	}
+	return &opError{op: "repo.Report", unavailable: true,
+		err: fmt.Errorf("waited %s (redis.timeout) for one of the %d pipelines to Redis that calls of their own may run at once, unsent",
+			r.set.Timeout, r.aloneSlots)}
 }
 
 // drain runs pipelines until nothing is pending, on a running slot handed

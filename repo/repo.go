@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/combo-service/combo-service/push"
 )
@@ -62,6 +63,10 @@ type Repo struct {
 	delay time.Duration
 
 	reports []*coalescer // one per shard
+	// alone bounds the report pipelines that run on their own to
+	// aloneSlots at once (see coalesce.go).
+	alone      *semaphore.Weighted
+	aloneSlots int
 
 	// Script arguments that never change, formatted once.
 	delayMs, ttlMs, staleMs, maxLen string
@@ -94,6 +99,8 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 	// node, so on a Redis Cluster a pipeline never spans a dead master
 	// and a live one (go-redis fails such a pipeline whole, live answers
 	// included). With one shard, as by default, there is one.
+	r.aloneSlots = aloneSlots(rdb, s.Shards)
+	r.alone = semaphore.NewWeighted(int64(r.aloneSlots))
 	r.reports = make([]*coalescer, max(s.Shards, 1))
 	for i := range r.reports {
 		r.reports[i] = &coalescer{r: r, maxInFlight: 1, maxItems: 1000, bigCall: 20}
