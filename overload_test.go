@@ -171,10 +171,17 @@ func TestReportsOfACallerThatGaveUpAreNotSent(t *testing.T) {
 			fresh++
 		}
 	}
-	if outcomes["canceled"] == 0 || fresh != outcomes["canceled"] {
+	// A canceled report was never sent, so it comes back fresh. The ones
+	// whose pipeline was already on its way (the first, and any that joined
+	// it) were answered OK (counted: a duplicate now) or, on a loaded
+	// machine where that pipeline's dial and send outlasted redis.timeout
+	// under the stall, UNAVAILABLE (counted or not: a write that timed out
+	// never reached Redis, a read that did may have).
+	canceled, unavailable := outcomes["canceled"], outcomes["unavailable"]
+	if canceled < callers/2 || fresh < canceled || fresh > canceled+unavailable {
 		t.Errorf("of %d reports whose callers gave up after %v during a %v stall, %d were counted canceled and %d left unsent "+
-			"(outcomes %v): want all but the one whose pipeline was already on its way",
-			callers, callerTimeout, stall, outcomes["canceled"], fresh, outcomes)
+			"(outcomes %v): want most canceled, every canceled one unsent, and no other unsent but an UNAVAILABLE one",
+			callers, callerTimeout, stall, canceled, fresh, outcomes)
 	}
 }
 
