@@ -127,7 +127,17 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		m.PipelineReports.Observe(float64(reports))
 		m.PipelineSeconds.Observe(took.Seconds())
 	}
-	store := repo.New(newClient(0), reportSettings)
+	// On a Redis Cluster the pool is per node: the batches that may run
+	// pipelines of their own at once are sized by the busiest node's
+	// shards, read from the slot map (the worst case if it cannot be).
+	startCtx, cancelStart := context.WithTimeout(ctx, 2*time.Second)
+	reportClient := newClient(0)
+	if reportSettings.ShardsPerNode, err = repo.ShardsPerNode(startCtx, reportClient, repo.NewKeys(cfg.Redis.Shards)); err != nil {
+		log.Warn("could not read which node serves each shard; sizing batch pipelines as if one node served them all",
+			zap.Int("shards", cfg.Redis.Shards), zap.Error(err))
+	}
+	cancelStart()
+	store := repo.New(reportClient, reportSettings)
 	// The worker has its own connections: under a flood of reports its
 	// flushes must not queue behind the request path's pipelines for a
 	// pooled connection, or windows close late. Its pool fits its shards:

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -503,4 +504,45 @@ func openOnShard0(t *testing.T, c *clusterCase) shard0Move {
 		t.Fatal(err)
 	}
 	return shard0Move{first: first, from: from, to: to, node: node, sub: sub}
+}
+
+// On a Redis Cluster the client's pool is per node, and a node's shared
+// pipelines are those of its own shards: the batches that may run
+// pipelines of their own are sized by the busiest node's shards, not all
+// of them. Counted over all, 12 shards and a pool of 12 left one slot:
+// every batch of the service waited for the one before it.
+func TestBatchSlotsOnAClusterCountTheBusiestNodesShards(t *testing.T) {
+	ctx := context.Background()
+	const shards, pool = 12, 12
+	cluster := testredis.StartCluster(t, 3)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs, PoolSize: pool})
+	t.Cleanup(func() { _ = cc.Close() })
+	keys := repo.NewKeys(shards)
+
+	perNode, err := repo.ShardsPerNode(ctx, cc, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onNode := map[string]int{}
+	for sh := range shards {
+		onNode[cluster.MasterAddr(t, cc, keys.Stream(sh))]++
+	}
+	if want := slices.Max(slices.Collect(maps.Values(onNode))); perNode != want || perNode >= shards {
+		t.Fatalf("ShardsPerNode = %d, want %d, the most on one of the 3 masters (%v)", perNode, want, onNode)
+	}
+	s := settings()
+	s.Shards, s.ShardsPerNode = shards, perNode
+	if got, want := repo.AloneSlots(repo.New(cc, s)), pool-perNode-1; got != want {
+		t.Errorf("%d slots for pipelines of their own, want %d: a pool of %d per node less its %d shards less 1", got, want, pool, perNode)
+	}
+	s.ShardsPerNode = 0 // unknown: as if one node served every shard
+	if got := repo.AloneSlots(repo.New(cc, s)); got != 1 {
+		t.Errorf("%d slots with the shards per node unknown, want the worst case, 1", got)
+	}
+
+	// One Redis serves every shard.
+	one := testredis.Start(t, testredis.Options{}).Client()
+	if n, err := repo.ShardsPerNode(ctx, one, keys); err != nil || n != shards {
+		t.Errorf("ShardsPerNode on one Redis = %d, %v; want %d", n, err, shards)
+	}
 }

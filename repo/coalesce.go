@@ -105,16 +105,19 @@ func (c *coalescer) alone(ctx context.Context, cs []*combo.Contribution) ([]Repo
 // aloneSlots is how many pipelines of their own (calls of bigCall
 // reports or more, calls spanning shards) may run at once: what the
 // client's pool holds, less a connection for each shard's shared
-// pipeline and one for the rest (the readiness probe, a degraded
-// publish). Unbounded, a flood of batches all started at once and
-// queued for a pooled connection on redis.timeout's clock: one that got
-// its connection late was sent with little of that time left, counted
-// by Redis, then answered UNAVAILABLE; its caller's retry came back a
-// duplicate, and Redis's time, scarce just then, went on an answer the
-// service dropped. Waiting here, a call is unsent until it has a slot,
-// and a slot finds a connection free. (On a Redis Cluster the pool is
-// per node, and a pipeline takes at most one connection of each.)
-func aloneSlots(rdb redis.UniversalClient, shards int) int {
+// pipeline on the busiest node (shardsPerNode) and one for the rest (the
+// readiness probe, a degraded publish). Unbounded, a flood of batches all
+// started at once and queued for a pooled connection on redis.timeout's
+// clock: one that got its connection late was sent with little of that
+// time left, counted by Redis, then answered UNAVAILABLE; its caller's
+// retry came back a duplicate, and Redis's time, scarce just then, went
+// on an answer the service dropped. Waiting here, a call is unsent until
+// it has a slot, and a slot finds a connection free. On a Redis Cluster
+// the pool is per node, a pipeline takes at most one connection of each,
+// and a node's shared pipelines are those of its own shards only: so the
+// count is per node, not of all the shards (with 24 shards over 6 masters
+// and a pool of 20, 15 slots rather than 1).
+func aloneSlots(rdb redis.UniversalClient, shardsPerNode int) int {
 	pool := 10 * runtime.GOMAXPROCS(0) // go-redis's default for one node
 	switch c := rdb.(type) {
 	case *redis.Client: // a Sentinel's failover client too
@@ -122,7 +125,31 @@ func aloneSlots(rdb redis.UniversalClient, shards int) int {
 	case *redis.ClusterClient:
 		pool = c.Options().PoolSize
 	}
-	return max(pool-max(shards, 1)-1, 1)
+	return max(pool-max(shardsPerNode, 1)-1, 1)
+}
+
+// ShardsPerNode is the most of keys' shards that one Redis node serves,
+// for Settings.ShardsPerNode: all of them on one Redis; on a Redis
+// Cluster, by its slot map now (a later reshard that piles more shards on
+// one node leaves the bound that high until the next start: those
+// shards' shared pipelines may then wait for a connection).
+func ShardsPerNode(ctx context.Context, rdb redis.UniversalClient, keys Keys) (int, error) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return keys.Shards(), nil
+	}
+	perNode := map[string]int{}
+	most := 0
+	for shard := range keys.Shards() {
+		m, err := cc.MasterForKey(ctx, keys.Stream(shard))
+		if err != nil {
+			return 0, wrap("repo.ShardsPerNode", err)
+		}
+		addr := m.Options().Addr
+		perNode[addr]++
+		most = max(most, perNode[addr])
+	}
+	return most, nil
 }
 
 // takeAloneSlot waits, up to redis.timeout and while ctx lasts, for a slot

@@ -15,3 +15,6 @@ func PendingCalls(r *Repo) int {
 // WriteProbeLua is the readiness probe's script, whose ACL checks must
 // name every command the service runs.
 const WriteProbeLua = writeProbeLua
+
+// AloneSlots is how many calls may run pipelines of their own at once.
+func AloneSlots(r *Repo) int { return r.aloneSlots }

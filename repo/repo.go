@@ -35,13 +35,17 @@ var ErrCallerGone = errors.New("caller gave up waiting")
 
 // Settings are the window rule's and stream's parameters.
 type Settings struct {
-	Window       time.Duration // W
-	Grace        time.Duration
-	Dedupe       time.Duration
-	Stale        time.Duration
-	Timeout      time.Duration // bound on one request path's Redis work
-	Shards       int
-	StreamMaxLen int64
+	Window  time.Duration // W
+	Grace   time.Duration
+	Dedupe  time.Duration
+	Stale   time.Duration
+	Timeout time.Duration // bound on one request path's Redis work
+	Shards  int
+	// ShardsPerNode is the most shards one Redis node serves (see
+	// ShardsPerNode); 0 counts all of them on one node, as on one Redis.
+	// It sizes how many batches may run pipelines of their own at once.
+	ShardsPerNode int
+	StreamMaxLen  int64
 	// ObservePipeline, if set, is called after each pipeline of the report
 	// path with the reports it carried and how long it took (sending to
 	// the last reply, retries included). It shows how well concurrent
@@ -99,7 +103,11 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 	// node, so on a Redis Cluster a pipeline never spans a dead master
 	// and a live one (go-redis fails such a pipeline whole, live answers
 	// included). With one shard, as by default, there is one.
-	r.aloneSlots = aloneSlots(rdb, s.Shards)
+	perNode := s.ShardsPerNode
+	if perNode <= 0 {
+		perNode = s.Shards
+	}
+	r.aloneSlots = aloneSlots(rdb, perNode)
 	r.alone = semaphore.NewWeighted(int64(r.aloneSlots))
 	r.reports = make([]*coalescer, max(s.Shards, 1))
 	for i := range r.reports {
