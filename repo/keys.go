@@ -77,9 +77,16 @@ func (k Keys) Stream(shard int) string { return k.tags[shard] + "stream" }
 func (k Keys) Current(shard int, activityID, userID int64, itemType string) string {
 	b := make([]byte, 0, len(k.tags[shard])+48+len(itemType))
 	b = append(b, k.tags[shard]...)
-	b = append(b, "w:"...)
+	b = append(b, windowPart...)
 	return comboKeyPart(b, activityID, userID, itemType)
 }
+
+// windowPart follows the tag in every window key.
+const windowPart = "w:"
+
+// WindowPrefix is the prefix of shard's window keys (Current), for tools
+// that look for the windows left open.
+func (k Keys) WindowPrefix(shard int) string { return k.tags[shard] + windowPart }
 
 // ParkedPrefix is the prefix the report script appends a stream id to when
 // it parks a displaced window (the script knows the id, Go does not).

@@ -102,19 +102,11 @@ stop_floor
 # Dedupe ids live in per-bucket SETs that expire as a whole, up to three
 # buckets (3 x window.dedupe) after their first id: a memory run must start
 # only when earlier runs' sets and windows are gone, or their expiry during
-# the fill would be subtracted from its per-window figure. The load runs'
-# sets (window.dedupe 60s) take up to 3 minutes; the memory service runs
-# with window.dedupe 20s so its own are gone within one (bytes per id do
-# not depend on it).
-wait_clean() {
-  local t=0
-  while [ $t -lt 240 ]; do
-    [ -z "$(redis-cli -p "$RP" --scan --pattern 'combo:*:s:*' | head -1)" ] &&
-      [ -z "$(redis-cli -p "$RP" --scan --pattern 'combo:*:w:*' | head -1)" ] && return
-    sleep 2; t=$((t + 2))
-  done
-  echo "wait_clean: dedupe sets or windows still present after 240 s" >&2
-}
+# the fill would be subtracted from its per-window figure. combo-bench
+# -memory waits for that itself (-wait-clean, naming the keys from the
+# service's key builder). The load runs' sets (window.dedupe 60s) take up
+# to 3 minutes; the memory service runs with window.dedupe 20s so its own
+# are gone within one (bytes per id do not depend on it).
 
 # The memory runs open 100,000 windows in about 2 s, and they all come due
 # together 50 s later: the service flushes such a burst in 2-3 s here. With
@@ -123,17 +115,16 @@ wait_clean() {
 # 4,174 windows as stale): stale is set well past the burst.
 # window.dedupe is 20 s, below W + grace (the service warns of it at
 # start): these runs retry nothing, and shorter buckets expire sooner, so
-# wait_clean between runs is shorter.
+# the wait before each memory run is shorter.
 if has memory; then
   start_service 50s 20s 5m
   for i in $(seq "$RUNS"); do
-    wait_clean
     # A window pushed again would be by a claimer: claim_idle (W + grace +
     # 2s = 52.2 s) after the entry was read, at its open here, and found by
     # a scan every claim_idle / 2, so up to 78.3 s after its open, 28 s after
     # its first push: these runs listen 30 s for it (the default, W + grace
     # + 3s, covers the load and rate runs, read and pushed W + grace apart).
-    bench "memory-$i" -memory -windows 100000 -b 100 -c 8 -window 50s -late-horizon 30s
+    bench "memory-$i" -memory -wait-clean 240s -windows 100000 -b 100 -c 8 -window 50s -late-horizon 30s
     # A probe's windows stay open, so each probe must fit below the next
     # level: 5,000 reports measure 1k-6k, 10k-15k, 50k-55k and 100k-105k.
     bench "curve-$i" -curve -levels 1000,10000,50000,100000 -probe 5000 -b 100 -c 8 -window 50s -late-horizon 30s

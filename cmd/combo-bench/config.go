@@ -48,6 +48,7 @@ type config struct {
 
 	Memory      bool
 	Windows     int
+	WaitClean   time.Duration // memory mode: wait this long at most for earlier runs' keys to expire
 	Curve       bool
 	CurveLevels []int
 	ProbeN      int
@@ -86,6 +87,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.FloorPID, "floor-pid", 0, "pid of that combo-floor, to report its CPU per 1000 reports")
 	fs.BoolVar(&c.Memory, "memory", false, "open -windows windows, then print Redis bytes per open window (run the service with a long W)")
 	fs.IntVar(&c.Windows, "windows", 100000, "memory mode: windows to open")
+	fs.DurationVar(&c.WaitClean, "wait-clean", 0, "memory mode: first wait, up to this long, until no dedupe set or window key of earlier runs is left (their expiry during the fill would be subtracted from the figure); 0: do not wait")
 	fs.BoolVar(&c.Curve, "curve", false, "measure cost per report as open windows grow (run the service with a long W)")
 	levels := fs.String("levels", "1000,10000,50000,100000", "curve mode: open-window levels")
 	fs.IntVar(&c.ProbeN, "probe", 3000, "curve mode: single reports per level")

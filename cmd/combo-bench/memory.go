@@ -62,6 +62,15 @@ func (b *bench) memory() (printable, error) {
 	keys := repo.NewKeys(cfg.Shards)
 	out := memoryResult{Windows: int64(cfg.Windows)}
 
+	if cfg.WaitClean > 0 {
+		left, err := waitClean(ctx, b.rdb, keys, cfg.WaitClean)
+		if err != nil {
+			return nil, err
+		}
+		if left != "" {
+			out.Notes = append(out.Notes, fmt.Sprintf("keys of earlier runs were still there after -wait-clean %s (%s, maybe more); if they expire during the fill the per-window figure is too low", cfg.WaitClean, left))
+		}
+	}
 	var err error
 	if out.StreamLenBefore, _, err = streamState(ctx, b.rdb, keys); err != nil {
 		return nil, err
@@ -136,14 +145,63 @@ func streamState(ctx context.Context, rdb *redis.Client, keys repo.Keys) (length
 
 func isNoGroup(err error) bool { return redis.HasErrorPrefix(err, "NOGROUP") }
 
+// globPrefix is a SCAN pattern for the keys starting with prefix, whose
+// {tag} and any other glob character are escaped.
+func globPrefix(prefix string) string {
+	return strings.NewReplacer("{", "\\{", "}", "\\}", "[", "\\[", "]", "\\]", "*", "\\*", "?", "\\?").
+		Replace(prefix) + "*"
+}
+
+// waitClean waits, up to limit, until no shard holds a dedupe set or a
+// window key: a memory run's "before" reading must not include earlier
+// runs' keys, whose expiry during the fill would be subtracted from its
+// per-window figure. It names a key still there after limit, or "".
+func waitClean(ctx context.Context, rdb *redis.Client, keys repo.Keys, limit time.Duration) (string, error) {
+	start := time.Now()
+	for {
+		left := ""
+		for s := 0; s < keys.Shards() && left == ""; s++ {
+			for _, prefix := range []string{keys.SeenPrefix(s), keys.WindowPrefix(s)} {
+				found, err := scanAll(ctx, rdb, globPrefix(prefix), 1)
+				if err != nil {
+					return "", err
+				}
+				if len(found) > 0 {
+					left = found[0]
+					break
+				}
+			}
+		}
+		if left == "" || time.Since(start) >= limit {
+			return left, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// scanAll SCANs the whole keyspace for pattern, stopping once it has max
+// keys (0: all).
+func scanAll(ctx context.Context, rdb *redis.Client, pattern string, max int) ([]string, error) {
+	var keys []string
+	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+		if max > 0 && len(keys) >= max {
+			break
+		}
+	}
+	return keys, iter.Err()
+}
+
 // dedupeSets finds every dedupe bucket SET of the shards and sums their
 // sizes and MEMORY USAGE (SAMPLES 0: every member counted).
 func dedupeSets(ctx context.Context, rdb *redis.Client, keys repo.Keys) (sets int, members, bytes int64, err error) {
 	for s := 0; s < keys.Shards(); s++ {
-		// The prefix has a {tag}: escape the glob's special characters.
-		pattern := strings.NewReplacer("{", "\\{", "}", "\\}", "[", "\\[", "]", "\\]", "*", "\\*", "?", "\\?").
-			Replace(keys.SeenPrefix(s)) + "*"
-		iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+		iter := rdb.Scan(ctx, 0, globPrefix(keys.SeenPrefix(s)), 1000).Iterator()
 		for iter.Next(ctx) {
 			k := iter.Val()
 			n, err := rdb.SCard(ctx, k).Result()
