@@ -128,12 +128,13 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		m.PipelineSeconds.Observe(took.Seconds())
 	}
 	// On a Redis Cluster the pool is per node: the batches that may run
-	// pipelines of their own at once are sized by the busiest node's
-	// shards, read from the slot map (the worst case if it cannot be).
+	// pipelines of their own at once are bounded per node, by its own
+	// shards, read from the slot map (as if one node served them all if
+	// it cannot be).
 	startCtx, cancelStart := context.WithTimeout(ctx, 2*time.Second)
 	reportClient := newClient(0)
-	if reportSettings.ShardsPerNode, err = repo.ShardsPerNode(startCtx, reportClient, repo.NewKeys(cfg.Redis.Shards)); err != nil {
-		log.Warn("could not read which node serves each shard; sizing batch pipelines as if one node served them all",
+	if reportSettings.ShardNodes, err = repo.ShardNodes(startCtx, reportClient, repo.NewKeys(cfg.Redis.Shards)); err != nil {
+		log.Warn("could not read which node serves each shard; bounding batch pipelines as if one node served them all",
 			zap.Int("shards", cfg.Redis.Shards), zap.Error(err))
 	}
 	cancelStart()

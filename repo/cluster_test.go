@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -508,10 +508,10 @@ func openOnShard0(t *testing.T, c *clusterCase) shard0Move {
 
 // On a Redis Cluster the client's pool is per node, and a node's shared
 // pipelines are those of its own shards: the batches that may run
-// pipelines of their own are sized by the busiest node's shards, not all
-// of them. Counted over all, 12 shards and a pool of 12 left one slot:
-// every batch of the service waited for the one before it.
-func TestBatchSlotsOnAClusterCountTheBusiestNodesShards(t *testing.T) {
+// pipelines of their own are bounded per node, by its own shards. Counted
+// over all, 12 shards and a pool of 12 left one slot: every batch of the
+// service waited for the one before it.
+func TestBatchSlotsOnAClusterAreCountedPerNode(t *testing.T) {
 	ctx := context.Background()
 	const shards, pool = 12, 12
 	cluster := testredis.StartCluster(t, 3)
@@ -519,7 +519,7 @@ func TestBatchSlotsOnAClusterCountTheBusiestNodesShards(t *testing.T) {
 	t.Cleanup(func() { _ = cc.Close() })
 	keys := repo.NewKeys(shards)
 
-	perNode, err := repo.ShardsPerNode(ctx, cc, keys)
+	nodes, err := repo.ShardNodes(ctx, cc, keys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -527,22 +527,116 @@ func TestBatchSlotsOnAClusterCountTheBusiestNodesShards(t *testing.T) {
 	for sh := range shards {
 		onNode[cluster.MasterAddr(t, cc, keys.Stream(sh))]++
 	}
-	if want := slices.Max(slices.Collect(maps.Values(onNode))); perNode != want || perNode >= shards {
-		t.Fatalf("ShardsPerNode = %d, want %d, the most on one of the 3 masters (%v)", perNode, want, onNode)
-	}
 	s := settings()
-	s.Shards, s.ShardsPerNode = shards, perNode
-	if got, want := repo.AloneSlots(repo.New(cc, s)), pool-perNode-1; got != want {
-		t.Errorf("%d slots for pipelines of their own, want %d: a pool of %d per node less its %d shards less 1", got, want, pool, perNode)
+	s.Shards, s.ShardNodes = shards, nodes
+	slots := repo.AloneSlots(repo.New(cc, s))
+	for sh := range shards {
+		addr := cluster.MasterAddr(t, cc, keys.Stream(sh))
+		if want := pool - onNode[addr] - 1; slots[sh] != want {
+			t.Errorf("shard %d: %d slots for pipelines of their own, want %d: a pool of %d per node less the %d shards of its node %s less 1",
+				sh, slots[sh], want, pool, onNode[addr], addr)
+		}
+		for other := range shards {
+			same := cluster.MasterAddr(t, cc, keys.Stream(other)) == addr
+			if same != (nodes[sh] == nodes[other]) {
+				t.Fatalf("ShardNodes %v: shards %d and %d on one node is %v, want %v", nodes, sh, other, !same, same)
+			}
+		}
 	}
-	s.ShardsPerNode = 0 // unknown: as if one node served every shard
-	if got := repo.AloneSlots(repo.New(cc, s)); got != 1 {
-		t.Errorf("%d slots with the shards per node unknown, want the worst case, 1", got)
+	s.ShardNodes = nil // unknown: as if one node served every shard
+	if got := repo.AloneSlots(repo.New(cc, s)); got[0] != 1 {
+		t.Errorf("%d slots with the nodes unknown, want the worst case, 1", got[0])
 	}
 
 	// One Redis serves every shard.
 	one := testredis.Start(t, testredis.Options{}).Client()
-	if n, err := repo.ShardsPerNode(ctx, one, keys); err != nil || n != shards {
-		t.Errorf("ShardsPerNode on one Redis = %d, %v; want %d", n, err, shards)
+	if n, err := repo.ShardNodes(ctx, one, keys); err != nil || slices.Max(n) != 0 || len(n) != shards {
+		t.Errorf("ShardNodes on one Redis = %v, %v; want %d zeros", n, err, shards)
+	}
+}
+
+// A master that stops answering holds only its own node's slots for
+// pipelines of their own: batches wholly on the other masters go on, as
+// their single reports do. With one bound for the whole service, a flood
+// of batches to the stalled master held every slot for redis.timeout each,
+// and the live masters' batches waited theirs out and failed.
+func TestStalledMasterHoldsOnlyItsOwnBatchSlots(t *testing.T) {
+	ctx := context.Background()
+	cluster := testredis.StartCluster(t, 3)
+	cc := cluster.Client(t)
+	s := settings()
+	s.Shards, s.Timeout = 6, 300*time.Millisecond
+	keys := repo.NewKeys(s.Shards)
+	var err error
+	if s.ShardNodes, err = repo.ShardNodes(ctx, cc, keys); err != nil {
+		t.Fatal(err)
+	}
+	r := repo.New(cc, s)
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A combo key on the stalled master's shard, and one on another node.
+	stalled := cluster.MasterAddr(t, cc, keys.Stream(0))
+	live := -1
+	for u := int64(1); live < 0 && u < 1000; u++ {
+		if cluster.MasterAddr(t, cc, keys.Stream(keys.Shard(7, u, "rose"))) != stalled {
+			live = int(u)
+		}
+	}
+	onStalled := int64(-1)
+	for u := int64(1); onStalled < 0 && u < 1000; u++ {
+		if keys.Shard(7, u, "rose") == 0 {
+			onStalled = u
+		}
+	}
+	var id atomic.Int64
+	batch := func(user int64) []*combo.Contribution {
+		cs := make([]*combo.Contribution, 20) // a call of its own
+		for i := range cs {
+			cs[i] = &combo.Contribution{Id: id.Add(1), ActivityId: 7, UserId: user, ItemId: 1, ItemType: "rose",
+				Quantity: 1, CreatedAt: time.Now().UnixMilli()}
+		}
+		return cs
+	}
+
+	node := redis.NewClient(&redis.Options{Addr: stalled})
+	t.Cleanup(func() { _ = node.Close() })
+	const stall = 2 * time.Second
+	if err := node.Do(ctx, "CLIENT", "PAUSE", stall.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer node.Do(ctx, "CLIENT", "UNPAUSE")
+	stop := time.Now().Add(stall - 500*time.Millisecond)
+	var wg sync.WaitGroup
+	var flooding atomic.Int64
+	for range 24 { // more than the pool: a flood to the stalled master
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				flooding.Add(1)
+				_, _ = r.Report(ctx, batch(onStalled))
+			}
+		})
+	}
+	for flooding.Load() < 24 { // every flooder has a batch on its way
+		runtime.Gosched()
+	}
+	var failed []error
+	var mu sync.Mutex
+	var liveWG sync.WaitGroup
+	for range 8 {
+		liveWG.Go(func() {
+			for time.Now().Before(stop) {
+				if _, err := r.Report(ctx, batch(int64(live))); err != nil {
+					mu.Lock()
+					failed = append(failed, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	liveWG.Wait()
+	wg.Wait()
+	if len(failed) > 0 {
+		t.Fatalf("%d batches wholly on live masters failed while another master stalled, first: %v", len(failed), failed[0])
 	}
 }

@@ -16,5 +16,12 @@ func PendingCalls(r *Repo) int {
 // name every command the service runs.
 const WriteProbeLua = writeProbeLua
 
-// AloneSlots is how many calls may run pipelines of their own at once.
-func AloneSlots(r *Repo) int { return r.aloneSlots }
+// AloneSlots is how many calls may run pipelines of their own at once on
+// the node of each shard.
+func AloneSlots(r *Repo) []int {
+	out := make([]int, len(r.shardNode))
+	for shard, n := range r.shardNode {
+		out[shard] = r.nodeSlots[n].n
+	}
+	return out
+}

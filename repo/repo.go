@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/combo-service/combo-service/push"
 )
@@ -41,11 +40,12 @@ type Settings struct {
 	Stale   time.Duration
 	Timeout time.Duration // bound on one request path's Redis work
 	Shards  int
-	// ShardsPerNode is the most shards one Redis node serves (see
-	// ShardsPerNode); 0 counts all of them on one node, as on one Redis.
-	// It sizes how many batches may run pipelines of their own at once.
-	ShardsPerNode int
-	StreamMaxLen  int64
+	// ShardNodes numbers the Redis node that serves each shard (see
+	// ShardNodes); nil, or not one per shard, puts all on one node, as on
+	// one Redis. It sizes how many batches may run pipelines of their own
+	// at once on each node.
+	ShardNodes   []int
+	StreamMaxLen int64
 	// ObservePipeline, if set, is called after each pipeline of the report
 	// path with the reports it carried and how long it took (sending to
 	// the last reply, retries included). It shows how well concurrent
@@ -67,10 +67,11 @@ type Repo struct {
 	delay time.Duration
 
 	reports []*coalescer // one per shard
-	// alone bounds the report pipelines that run on their own to
-	// aloneSlots at once (see coalesce.go).
-	alone      *semaphore.Weighted
-	aloneSlots int
+	// The report pipelines that run on their own are bounded per Redis
+	// node (see aloneSlots in coalesce.go): shardNode[shard] indexes
+	// nodeSlots.
+	shardNode []int
+	nodeSlots []nodeSlots
 
 	// Script arguments that never change, formatted once.
 	delayMs, ttlMs, staleMs, maxLen string
@@ -103,12 +104,7 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 	// node, so on a Redis Cluster a pipeline never spans a dead master
 	// and a live one (go-redis fails such a pipeline whole, live answers
 	// included). With one shard, as by default, there is one.
-	perNode := s.ShardsPerNode
-	if perNode <= 0 {
-		perNode = s.Shards
-	}
-	r.aloneSlots = aloneSlots(rdb, perNode)
-	r.alone = semaphore.NewWeighted(int64(r.aloneSlots))
+	r.shardNode, r.nodeSlots = newNodeSlots(rdb, s)
 	r.reports = make([]*coalescer, max(s.Shards, 1))
 	for i := range r.reports {
 		r.reports[i] = &coalescer{r: r, maxInFlight: 1, maxItems: 1000, bigCall: 20}
