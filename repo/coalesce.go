@@ -4,13 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
@@ -102,127 +98,6 @@ func (c *coalescer) alone(ctx context.Context, cs []*combo.Contribution) ([]Repo
 	call := &reportCall{ctx: ctx, cs: cs, done: make(chan struct{})}
 	_ = c.run([]*reportCall{call}) // its error is call.err
 	return call.res, call.err
-}
-
-// aloneSlots is how many pipelines of their own (calls of bigCall
-// reports or more, calls spanning shards) may run at once on one node:
-// what the client's pool holds (per node), less a connection for each of
-// the node's shards' shared pipelines (shardsOnNode) and one for the rest
-// (the readiness probe, a degraded publish). Unbounded, a flood of batches
-// all started at once and queued for a pooled connection on
-// redis.timeout's clock: one that got its connection late was sent with
-// little of that time left, counted by Redis, then answered UNAVAILABLE;
-// its caller's retry came back a duplicate, and Redis's time, scarce just
-// then, went on an answer the service dropped. Waiting here, a call is
-// unsent until it has a slot, and a slot finds a connection free.
-func aloneSlots(rdb redis.UniversalClient, shardsOnNode int) int {
-	pool := 10 * runtime.GOMAXPROCS(0) // go-redis's default for one node
-	switch c := rdb.(type) {
-	case *redis.Client: // a Sentinel's failover client too
-		pool = c.Options().PoolSize
-	case *redis.ClusterClient:
-		pool = c.Options().PoolSize
-	}
-	return max(pool-max(shardsOnNode, 1)-1, 1)
-}
-
-// ShardNodes numbers, for Settings.ShardNodes, the Redis node that serves
-// each of keys' shards: all 0 on one Redis; on a Redis Cluster, by its
-// slot map now. On a Cluster the pool is per node and a node serves only
-// its own shards' shared pipelines, so the slots for pipelines of their
-// own are counted per node: counted over all shards, 24 shards on 6
-// masters with a pool of 20 left one slot for the whole service. And a
-// master that stops answering holds only its own node's slots, so
-// batches on the other masters go on, as their single reports do. (A
-// failover keeps a node's shards together under a new address; a
-// reshard that moves shards between nodes leaves the numbering stale
-// until the next start: a node's shared pipelines may then wait for a
-// connection.)
-func ShardNodes(ctx context.Context, rdb redis.UniversalClient, keys Keys) ([]int, error) {
-	nodes := make([]int, keys.Shards())
-	cc, ok := rdb.(*redis.ClusterClient)
-	if !ok {
-		return nodes, nil
-	}
-	index := map[string]int{}
-	for shard := range nodes {
-		m, err := cc.MasterForKey(ctx, keys.Stream(shard))
-		if err != nil {
-			return nil, wrap("repo.ShardNodes", err)
-		}
-		addr := m.Options().Addr
-		n, seen := index[addr]
-		if !seen {
-			n = len(index)
-			index[addr] = n
-		}
-		nodes[shard] = n
-	}
-	return nodes, nil
-}
-
-// nodeSlots bounds the pipelines of their own that run at once on one
-// node (see aloneSlots).
-type nodeSlots struct {
-	sem *semaphore.Weighted
-	n   int // its size
-}
-
-// newNodeSlots numbers each shard's node (s.ShardNodes, or all 0) and
-// sizes each node's slots by its own shards.
-func newNodeSlots(rdb redis.UniversalClient, s Settings) (shardNode []int, slots []nodeSlots) {
-	shardNode = make([]int, max(s.Shards, 1))
-	valid := len(s.ShardNodes) == len(shardNode)
-	for _, n := range s.ShardNodes {
-		valid = valid && n >= 0 && n < len(shardNode)
-	}
-	if valid {
-		copy(shardNode, s.ShardNodes)
-	}
-	onNode := make([]int, slices.Max(shardNode)+1)
-	for _, n := range shardNode {
-		onNode[n]++
-	}
-	for _, shards := range onNode {
-		n := aloneSlots(rdb, shards)
-		slots = append(slots, nodeSlots{sem: semaphore.NewWeighted(int64(n)), n: n})
-	}
-	return shardNode, slots
-}
-
-// takeAloneSlots waits, up to redis.timeout and while ctx lasts, for a
-// slot on each node cs's shards are on, taken in the nodes' order so two
-// calls never each hold one the other waits for. release gives them back.
-func (r *Repo) takeAloneSlots(ctx context.Context, cs []*combo.Contribution) (release func(), err error) {
-	var nodes []int
-	for _, c := range cs {
-		n := r.shardNode[r.keys.Shard(c.ActivityId, c.UserId, c.ItemType)]
-		if !slices.Contains(nodes, n) {
-			nodes = append(nodes, n)
-		}
-	}
-	slices.Sort(nodes)
-	wait, cancel := context.WithTimeout(ctx, r.set.Timeout)
-	defer cancel()
-	for i, n := range nodes {
-		if r.nodeSlots[n].sem.Acquire(wait, 1) == nil {
-			continue
-		}
-		for _, held := range nodes[:i] {
-			r.nodeSlots[held].sem.Release(1)
-		}
-		if err := ctx.Err(); err != nil { // not Redis's fault
-			return nil, fmt.Errorf("repo.Report: %w: %w", ErrCallerGone, err)
-		}
-		return nil, &opError{op: "repo.Report", unavailable: true,
-			err: fmt.Errorf("waited %s (redis.timeout) for one of the %d pipelines to a Redis node that calls of their own may run at once, unsent",
-				r.set.Timeout, r.nodeSlots[n].n)}
-	}
-	return func() {
-		for _, n := range nodes {
-			r.nodeSlots[n].sem.Release(1)
-		}
-	}, nil
 }
 
 // drain runs pipelines until nothing is pending, on a running slot handed
