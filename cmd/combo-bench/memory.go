@@ -159,18 +159,9 @@ func globPrefix(prefix string) string {
 func waitClean(ctx context.Context, rdb *redis.Client, keys repo.Keys, limit time.Duration) (string, error) {
 	start := time.Now()
 	for {
-		left := ""
-		for s := 0; s < keys.Shards() && left == ""; s++ {
-			for _, prefix := range []string{keys.SeenPrefix(s), keys.WindowPrefix(s)} {
-				found, err := scanAll(ctx, rdb, globPrefix(prefix), 1)
-				if err != nil {
-					return "", err
-				}
-				if len(found) > 0 {
-					left = found[0]
-					break
-				}
-			}
+		left, err := firstLeft(ctx, rdb, keys)
+		if err != nil {
+			return "", err
 		}
 		if left == "" || time.Since(start) >= limit {
 			return left, nil
@@ -183,18 +174,20 @@ func waitClean(ctx context.Context, rdb *redis.Client, keys repo.Keys, limit tim
 	}
 }
 
-// scanAll SCANs the whole keyspace for pattern, stopping once it has max
-// keys (0: all).
-func scanAll(ctx context.Context, rdb *redis.Client, pattern string, max int) ([]string, error) {
-	var keys []string
-	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-		if max > 0 && len(keys) >= max {
-			break
+// firstLeft names a dedupe set or window key of any shard, or "".
+func firstLeft(ctx context.Context, rdb *redis.Client, keys repo.Keys) (string, error) {
+	for s := range keys.Shards() {
+		for _, prefix := range []string{keys.SeenPrefix(s), keys.WindowPrefix(s)} {
+			iter := rdb.Scan(ctx, 0, globPrefix(prefix), 1000).Iterator()
+			if iter.Next(ctx) {
+				return iter.Val(), nil
+			}
+			if err := iter.Err(); err != nil {
+				return "", err
+			}
 		}
 	}
-	return keys, iter.Err()
+	return "", nil
 }
 
 // dedupeSets finds every dedupe bucket SET of the shards and sums their
