@@ -105,7 +105,8 @@ type started struct {
 //     refused and those in flight finish (h.Drain);
 //  2. the worker stops reading, then publishes every window it holds as it
 //     comes due (bounded by server.shutdown_timeout);
-//  3. the metrics server, the Redis client and the embedded Redis close.
+//  3. the metrics server and the loop reading the Cluster's slot map stop;
+//     the Redis client and the embedded Redis close.
 func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- started) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -130,15 +131,20 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	// On a Redis Cluster the pool is per node: the batches that may run
 	// pipelines of their own at once are bounded per node, by its own
 	// shards, read from the slot map (as if one node served them all if
-	// it cannot be).
+	// it cannot be yet), and read again every shardNodesEvery.
 	startCtx, cancelStart := context.WithTimeout(ctx, 2*time.Second)
 	reportClient := newClient(0)
 	if reportSettings.ShardNodes, err = repo.ShardNodes(startCtx, reportClient, repo.NewKeys(cfg.Redis.Shards)); err != nil {
-		log.Warn("could not read which node serves each shard; bounding batch pipelines as if one node served them all",
+		log.Warn("could not read which node serves each shard; bounding batch pipelines as if one node served them all until it can be read",
 			zap.Int("shards", cfg.Redis.Shards), zap.Error(err))
 	}
 	cancelStart()
 	store := repo.New(reportClient, reportSettings)
+	if _, cluster := reportClient.(*redis.ClusterClient); cluster {
+		nodes := newShardNodeWatch(store.RefreshShardNodes, shardNodesEvery, cfg.Redis.Timeout, logging.Sampled(log.Named("shard_nodes")), m)
+		nodes.Start()
+		defer nodes.Stop() // before closeRedis, deferred earlier
+	}
 	// The worker has its own connections: under a flood of reports its
 	// flushes must not queue behind the request path's pipelines for a
 	// pooled connection, or windows close late. Its pool fits its shards:

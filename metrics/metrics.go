@@ -49,12 +49,15 @@ const (
 	OpPruneConsumers = "prune_consumers"
 )
 
-// The worker's loops (label loop of combo_loop_panics_total).
+// The background loops (label loop of combo_loop_panics_total): the
+// worker's, and the one that reads which Redis Cluster node serves each
+// shard.
 const (
 	LoopRead         = "read"
 	LoopClaim        = "claim"
 	LoopFlush        = "flush"
 	LoopHousekeeping = "housekeeping"
+	LoopShardNodes   = "shard_nodes"
 )
 
 // Every label value above is exported at 0 from the start. A labelled
@@ -65,7 +68,7 @@ var (
 	reportOutcomes  = []string{OutcomeOK, OutcomeDuplicate, OutcomeDegraded, OutcomeInvalid, OutcomeUnavailable, OutcomeInternal, OutcomeCanceled, OutcomeDraining}
 	flushedStatuses = []string{FlushedPublished, FlushedStale, FlushedGone, FlushedLost}
 	redisOps        = []string{OpPrepare, OpRead, OpDrop, OpRetire, OpClaim, OpFlush, OpFlushScript, OpFinalRead, OpTime, OpStreamStats, OpPruneConsumers}
-	loops           = []string{LoopRead, LoopClaim, LoopFlush, LoopHousekeeping}
+	loops           = []string{LoopRead, LoopClaim, LoopFlush, LoopHousekeeping, LoopShardNodes}
 )
 
 // Metrics are the service's collectors.

@@ -640,3 +640,120 @@ func TestStalledMasterHoldsOnlyItsOwnBatchSlots(t *testing.T) {
 		t.Fatalf("%d batches wholly on live masters failed while another master stalled, first: %v", len(failed), failed[0])
 	}
 }
+
+// The slot map is read again (RefreshShardNodes): neither a start that
+// could not read it, which counts every shard on one node and leaves one
+// batch pipeline for the whole service, nor a reshard that moves a shard
+// to another node is kept until the next start. Batches sent meanwhile
+// give their slots back to the table they took them from.
+func TestRefreshShardNodesFollowsTheSlotMap(t *testing.T) {
+	ctx := context.Background()
+	const shards, pool = 12, 12
+	cluster := testredis.StartCluster(t, 3)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs, PoolSize: pool})
+	t.Cleanup(func() { _ = cc.Close() })
+	keys := repo.NewKeys(shards)
+	s := settings()
+	s.Shards = shards // ShardNodes unknown, as after a start that could not read the map
+	r := repo.New(cc, s)
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := repo.AloneSlots(r); got[0] != 1 {
+		t.Fatalf("%d slots with the nodes unknown, want the worst case, 1", got[0])
+	}
+	wantSlots := func(when string) {
+		t.Helper()
+		onNode := map[string]int{}
+		for sh := range shards {
+			onNode[cluster.MasterAddr(t, cc, keys.Stream(sh))]++
+		}
+		got := repo.AloneSlots(r)
+		for sh := range shards {
+			addr := cluster.MasterAddr(t, cc, keys.Stream(sh))
+			if want := pool - onNode[addr] - 1; got[sh] != want {
+				t.Errorf("%s, shard %d: %d slots, want %d: a pool of %d less the %d shards of its node %s less 1",
+					when, sh, got[sh], want, pool, onNode[addr], addr)
+			}
+		}
+	}
+
+	// Batches of their own on every shard while the slots are sized anew.
+	var id atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var sent, failed atomic.Int64
+	var firstErr atomic.Value
+	sentAtLeast := func(n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); sent.Load() < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d batches sent in 10 s, want %d", sent.Load(), n)
+			}
+		}
+	}
+	for g := range 4 {
+		wg.Go(func() {
+			for u := int64(g); ; u += 4 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				cs := make([]*combo.Contribution, 20)
+				for i := range cs {
+					cs[i] = &combo.Contribution{Id: id.Add(1), ActivityId: 7, UserId: u*20 + int64(i), ItemId: 1, ItemType: "rose",
+						Quantity: 1, CreatedAt: time.Now().UnixMilli()}
+				}
+				if _, err := r.Report(ctx, cs); err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				}
+				sent.Add(1)
+			}
+		})
+	}
+	sentAtLeast(20)
+	changed, err := r.RefreshShardNodes(ctx)
+	sentAtLeast(sent.Load() + 20)
+	close(stop)
+	wg.Wait()
+	if err != nil || !changed {
+		t.Fatalf("RefreshShardNodes = %v, %v; want the map read and the slots sized anew", changed, err)
+	}
+	if n := failed.Load(); n > 0 { // a slot given back to the wrong table panics
+		t.Fatalf("%d of %d batches failed while the slots were sized anew, first: %v", n, sent.Load(), firstErr.Load())
+	}
+	wantSlots("once the map is read")
+	if changed, err := r.RefreshShardNodes(ctx); err != nil || changed {
+		t.Fatalf("RefreshShardNodes of an unchanged map = %v, %v; want no change", changed, err)
+	}
+
+	// A reshard moves shard 0 to another master (a moving slot refuses
+	// calls of several keys with TRYAGAIN, so none are sent meanwhile).
+	from := cluster.MasterAddr(t, cc, keys.Stream(0))
+	to := cluster.Addrs[0]
+	if to == from {
+		to = cluster.Addrs[1]
+	}
+	cluster.BeginMigration(t, keys.Stream(0), from, to).Finish()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cc.ReloadState(ctx) // go-redis learns a reshard on MOVED or its reload interval; ask now
+		changed, err := r.RefreshShardNodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if changed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("RefreshShardNodes saw no change 10 s after shard 0 moved from %s to %s", from, to)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := cluster.MasterAddr(t, cc, keys.Stream(0)); got != to {
+		t.Fatalf("shard 0 on %s after the reshard, want %s", got, to)
+	}
+	wantSlots("after the reshard")
+}

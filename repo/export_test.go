@@ -19,9 +19,10 @@ const WriteProbeLua = writeProbeLua
 // AloneSlots is how many calls may run pipelines of their own at once on
 // the node of each shard.
 func AloneSlots(r *Repo) []int {
-	out := make([]int, len(r.shardNode))
-	for shard, n := range r.shardNode {
-		out[shard] = r.nodeSlots[n].n
+	t := r.slots.Load()
+	out := make([]int, len(t.shardNode))
+	for shard, n := range t.shardNode {
+		out[shard] = t.nodes[n].n
 	}
 	return out
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,7 +44,7 @@ type Settings struct {
 	// ShardNodes numbers the Redis node that serves each shard (see
 	// ShardNodes); nil, or not one per shard, puts all on one node, as on
 	// one Redis. It sizes how many batches may run pipelines of their own
-	// at once on each node.
+	// at once on each node, until RefreshShardNodes reads it anew.
 	ShardNodes   []int
 	StreamMaxLen int64
 	// ObservePipeline, if set, is called after each pipeline of the report
@@ -68,10 +69,8 @@ type Repo struct {
 
 	reports []*coalescer // one per shard
 	// The report pipelines that run on their own are bounded per Redis
-	// node (see aloneSlots in coalesce.go): shardNode[shard] indexes
-	// nodeSlots.
-	shardNode []int
-	nodeSlots []nodeSlots
+	// node (see slots.go); RefreshShardNodes swaps the table whole.
+	slots atomic.Pointer[slotTable]
 
 	// Script arguments that never change, formatted once.
 	delayMs, ttlMs, staleMs, maxLen string
@@ -104,7 +103,7 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 	// node, so on a Redis Cluster a pipeline never spans a dead master
 	// and a live one (go-redis fails such a pipeline whole, live answers
 	// included). With one shard, as by default, there is one.
-	r.shardNode, r.nodeSlots = newNodeSlots(rdb, s)
+	r.slots.Store(newSlotTable(rdb, s.Shards, s.ShardNodes))
 	r.reports = make([]*coalescer, max(s.Shards, 1))
 	for i := range r.reports {
 		r.reports[i] = &coalescer{r: r, maxInFlight: 1, maxItems: 1000, bigCall: 20}

@@ -40,16 +40,16 @@ func aloneSlots(rdb redis.UniversalClient, shardsOnNode int) int {
 
 // ShardNodes numbers, for Settings.ShardNodes, the Redis node that serves
 // each of keys' shards: all 0 on one Redis; on a Redis Cluster, by its
-// slot map now. On a Cluster the pool is per node and a node serves only
-// its own shards' shared pipelines, so the slots for pipelines of their
-// own are counted per node: counted over all shards, 24 shards on 6
-// masters with a pool of 20 left one slot for the whole service. And a
-// master that stops answering holds only its own node's slots, so
-// batches on the other masters go on, as their single reports do. (A
-// failover keeps a node's shards together under a new address; a
-// reshard that moves shards between nodes leaves the numbering stale
-// until the next start: a node's shared pipelines may then wait for a
-// connection.)
+// slot map now (go-redis's copy of it, which it reloads when a node
+// answers MOVED and when it is older than its reload interval). On a
+// Cluster the pool is per node and a node serves only its own shards'
+// shared pipelines, so the slots for pipelines of their own are counted
+// per node: counted over all shards, 24 shards on 6 masters with a pool
+// of 20 left one slot for the whole service. And a master that stops
+// answering holds only its own node's slots, so batches on the other
+// masters go on, as their single reports do. Nodes are numbered in the
+// order shard 0, 1, … first meets them, so a failover, which keeps a
+// node's shards together under a new address, numbers them as before.
 func ShardNodes(ctx context.Context, rdb redis.UniversalClient, keys Keys) ([]int, error) {
 	nodes := make([]int, keys.Shards())
 	cc, ok := rdb.(*redis.ClusterClient)
@@ -73,6 +73,32 @@ func ShardNodes(ctx context.Context, rdb redis.UniversalClient, keys Keys) ([]in
 	return nodes, nil
 }
 
+// RefreshShardNodes reads again which node serves each shard (see
+// ShardNodes) and, if that changed, sizes the slots anew, so a reshard
+// that moved shards between nodes, or a start that could not read the
+// slot map and counted every shard on one node, is not kept until the
+// next start. Calls already holding slots give them back to the table
+// they took them from: for as long as they run, a node may carry up to
+// twice its bound. On one Redis it changes nothing and asks Redis nothing.
+func (r *Repo) RefreshShardNodes(ctx context.Context) (changed bool, err error) {
+	nodes, err := ShardNodes(ctx, r.rdb, r.keys)
+	if err != nil {
+		return false, err
+	}
+	if slices.Equal(nodes, r.slots.Load().shardNode) {
+		return false, nil
+	}
+	r.slots.Store(newSlotTable(r.rdb, r.set.Shards, nodes))
+	return true, nil
+}
+
+// slotTable bounds the pipelines of their own that run at once on each
+// node: shardNode[shard] indexes nodes.
+type slotTable struct {
+	shardNode []int
+	nodes     []nodeSlots
+}
+
 // nodeSlots bounds the pipelines of their own that run at once on one
 // node (see aloneSlots).
 type nodeSlots struct {
@@ -80,35 +106,38 @@ type nodeSlots struct {
 	n   int // its size
 }
 
-// newNodeSlots numbers each shard's node (s.ShardNodes, or all 0) and
-// sizes each node's slots by its own shards.
-func newNodeSlots(rdb redis.UniversalClient, s Settings) (shardNode []int, slots []nodeSlots) {
-	shardNode = make([]int, max(s.Shards, 1))
-	valid := len(s.ShardNodes) == len(shardNode)
-	for _, n := range s.ShardNodes {
-		valid = valid && n >= 0 && n < len(shardNode)
+// newSlotTable numbers each of shards' nodes (shardNodes, or all 0 if it
+// is not one valid number per shard) and sizes each node's slots by its
+// own shards.
+func newSlotTable(rdb redis.UniversalClient, shards int, shardNodes []int) *slotTable {
+	t := &slotTable{shardNode: make([]int, max(shards, 1))}
+	valid := len(shardNodes) == len(t.shardNode)
+	for _, n := range shardNodes {
+		valid = valid && n >= 0 && n < len(t.shardNode)
 	}
 	if valid {
-		copy(shardNode, s.ShardNodes)
+		copy(t.shardNode, shardNodes)
 	}
-	onNode := make([]int, slices.Max(shardNode)+1)
-	for _, n := range shardNode {
+	onNode := make([]int, slices.Max(t.shardNode)+1)
+	for _, n := range t.shardNode {
 		onNode[n]++
 	}
 	for _, shards := range onNode {
 		n := aloneSlots(rdb, shards)
-		slots = append(slots, nodeSlots{sem: semaphore.NewWeighted(int64(n)), n: n})
+		t.nodes = append(t.nodes, nodeSlots{sem: semaphore.NewWeighted(int64(n)), n: n})
 	}
-	return shardNode, slots
+	return t
 }
 
 // takeAloneSlots waits, up to redis.timeout and while ctx lasts, for a
 // slot on each node cs's shards are on, taken in the nodes' order so two
-// calls never each hold one the other waits for. release gives them back.
+// calls never each hold one the other waits for. release gives them back,
+// to the table they were taken from.
 func (r *Repo) takeAloneSlots(ctx context.Context, cs []*combo.Contribution) (release func(), err error) {
+	t := r.slots.Load()
 	var nodes []int
 	for _, c := range cs {
-		n := r.shardNode[r.keys.Shard(c.ActivityId, c.UserId, c.ItemType)]
+		n := t.shardNode[r.keys.Shard(c.ActivityId, c.UserId, c.ItemType)]
 		if !slices.Contains(nodes, n) {
 			nodes = append(nodes, n)
 		}
@@ -117,22 +146,22 @@ func (r *Repo) takeAloneSlots(ctx context.Context, cs []*combo.Contribution) (re
 	wait, cancel := context.WithTimeout(ctx, r.set.Timeout)
 	defer cancel()
 	for i, n := range nodes {
-		if r.nodeSlots[n].sem.Acquire(wait, 1) == nil {
+		if t.nodes[n].sem.Acquire(wait, 1) == nil {
 			continue
 		}
 		for _, held := range nodes[:i] {
-			r.nodeSlots[held].sem.Release(1)
+			t.nodes[held].sem.Release(1)
 		}
 		if err := ctx.Err(); err != nil { // not Redis's fault
 			return nil, fmt.Errorf("repo.Report: %w: %w", ErrCallerGone, err)
 		}
 		return nil, &opError{op: "repo.Report", unavailable: true,
 			err: fmt.Errorf("waited %s (redis.timeout) for one of the %d pipelines to a Redis node that calls of their own may run at once, unsent",
-				r.set.Timeout, r.nodeSlots[n].n)}
+				r.set.Timeout, t.nodes[n].n)}
 	}
 	return func() {
 		for _, n := range nodes {
-			r.nodeSlots[n].sem.Release(1)
+			t.nodes[n].sem.Release(1)
 		}
 	}, nil
 }

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/combo-service/combo-service/metrics"
+)
+
+// shardNodesEvery is how often shardNodeWatch reads the slot map again:
+// go-redis reloads its own copy when a node answers MOVED or the copy is
+// older than 10 s, so a reshard is seen within about 20 s.
+const shardNodesEvery = 10 * time.Second
+
+// shardNodeWatch keeps the bound on a Redis Cluster node's batch pipelines
+// sized by the shards that node serves now (repo.RefreshShardNodes): read
+// only at start, a reshard, or a start made while the cluster's slot map
+// could not be read (every shard then counted on one node: one batch
+// pipeline at a time for the whole service), held until the next start.
+// It does nothing on one Redis, and is not started there.
+//
+// Shutdown order: it stops with the RPC server, before the Redis client
+// it reads through closes (run's deferred closeRedis).
+type shardNodeWatch struct {
+	refresh func(context.Context) (changed bool, err error)
+	every   time.Duration
+	timeout time.Duration // of one reading
+	log     *zap.Logger   // sampled: a cluster that stays unreadable logs once a second at most
+	m       *metrics.Metrics
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func newShardNodeWatch(refresh func(context.Context) (bool, error), every, timeout time.Duration, log *zap.Logger, m *metrics.Metrics) *shardNodeWatch {
+	return &shardNodeWatch{refresh: refresh, every: every, timeout: timeout, log: log, m: m, done: make(chan struct{})}
+}
+
+// Start runs the loop until Stop.
+func (w *shardNodeWatch) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(w.every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				w.once(ctx)
+			}
+		}
+	}()
+}
+
+// once reads the slot map one time; a panic is logged, counted, and the
+// loop goes on.
+func (w *shardNodeWatch) once(ctx context.Context) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.m.LoopPanics.WithLabelValues(metrics.LoopShardNodes).Inc()
+			w.log.Error("recovered panic in the shard node loop", zap.Any("panic", p), zap.Stack("stack"))
+		}
+	}()
+	readCtx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	changed, err := w.refresh(readCtx)
+	switch { // a reading cut short by Stop is no news
+	case err != nil && ctx.Err() == nil:
+		w.log.Warn("could not read which node serves each shard; the batch pipelines' bounds stay as they were", zap.Error(err))
+	case changed:
+		w.log.Info("the Redis Cluster moved shards between nodes; batch pipelines are now bounded by each node's new shards")
+	}
+}
+
+// Stop ends the loop and waits for it.
+func (w *shardNodeWatch) Stop() {
+	w.cancel()
+	<-w.done
+}
