@@ -513,45 +513,68 @@ func openOnShard0(t *testing.T, c *clusterCase) shard0Move {
 // service waited for the one before it.
 func TestBatchSlotsOnAClusterAreCountedPerNode(t *testing.T) {
 	ctx := context.Background()
-	const shards, pool = 12, 12
-	cluster := testredis.StartCluster(t, 3)
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs, PoolSize: pool})
-	t.Cleanup(func() { _ = cc.Close() })
-	keys := repo.NewKeys(shards)
-
-	nodes, err := repo.ShardNodes(ctx, cc, keys)
+	sc := startSlotCluster(t)
+	nodes, err := repo.ShardNodes(ctx, sc.cc, sc.keys)
 	if err != nil {
 		t.Fatal(err)
 	}
-	onNode := map[string]int{}
-	for sh := range shards {
-		onNode[cluster.MasterAddr(t, cc, keys.Stream(sh))]++
-	}
-	s := settings()
-	s.Shards, s.ShardNodes = shards, nodes
-	slots := repo.AloneSlots(repo.New(cc, s))
-	for sh := range shards {
-		addr := cluster.MasterAddr(t, cc, keys.Stream(sh))
-		if want := pool - onNode[addr] - 1; slots[sh] != want {
-			t.Errorf("shard %d: %d slots for pipelines of their own, want %d: a pool of %d per node less the %d shards of its node %s less 1",
-				sh, slots[sh], want, pool, onNode[addr], addr)
-		}
-		for other := range shards {
-			same := cluster.MasterAddr(t, cc, keys.Stream(other)) == addr
+	for sh := range sc.shards {
+		addr := sc.cluster.MasterAddr(t, sc.cc, sc.keys.Stream(sh))
+		for other := range sc.shards {
+			same := sc.cluster.MasterAddr(t, sc.cc, sc.keys.Stream(other)) == addr
 			if same != (nodes[sh] == nodes[other]) {
 				t.Fatalf("ShardNodes %v: shards %d and %d on one node is %v, want %v", nodes, sh, other, !same, same)
 			}
 		}
 	}
+	s := settings()
+	s.Shards, s.ShardNodes = sc.shards, nodes
+	sc.wantSlotsPerNode(t, repo.New(sc.cc, s), "read at start")
 	s.ShardNodes = nil // unknown: as if one node served every shard
-	if got := repo.AloneSlots(repo.New(cc, s)); got[0] != 1 {
+	if got := repo.AloneSlots(repo.New(sc.cc, s)); got[0] != 1 {
 		t.Errorf("%d slots with the nodes unknown, want the worst case, 1", got[0])
 	}
 
 	// One Redis serves every shard.
 	one := testredis.Start(t, testredis.Options{}).Client()
-	if n, err := repo.ShardNodes(ctx, one, keys); err != nil || slices.Max(n) != 0 || len(n) != shards {
-		t.Errorf("ShardNodes on one Redis = %v, %v; want %d zeros", n, err, shards)
+	if n, err := repo.ShardNodes(ctx, one, sc.keys); err != nil || slices.Max(n) != 0 || len(n) != sc.shards {
+		t.Errorf("ShardNodes on one Redis = %v, %v; want %d zeros", n, err, sc.shards)
+	}
+}
+
+// slotCluster is a 3-master cluster, a client of it with a pool of pool
+// per node, and the keys of shards shards: more shards than masters, so
+// each node serves several.
+type slotCluster struct {
+	cluster      *testredis.Cluster
+	cc           *redis.ClusterClient
+	keys         repo.Keys
+	shards, pool int
+}
+
+func startSlotCluster(t *testing.T) slotCluster {
+	sc := slotCluster{cluster: testredis.StartCluster(t, 3), shards: 12, pool: 12}
+	sc.cc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: sc.cluster.Addrs, PoolSize: sc.pool})
+	t.Cleanup(func() { _ = sc.cc.Close() })
+	sc.keys = repo.NewKeys(sc.shards)
+	return sc
+}
+
+// wantSlotsPerNode checks that each shard's node has the pool less its own
+// shards less 1 slots in r, by the slot map the client holds now.
+func (sc slotCluster) wantSlotsPerNode(t *testing.T, r *repo.Repo, when string) {
+	t.Helper()
+	onNode := map[string]int{}
+	for sh := range sc.shards {
+		onNode[sc.cluster.MasterAddr(t, sc.cc, sc.keys.Stream(sh))]++
+	}
+	got := repo.AloneSlots(r)
+	for sh := range sc.shards {
+		addr := sc.cluster.MasterAddr(t, sc.cc, sc.keys.Stream(sh))
+		if want := sc.pool - onNode[addr] - 1; got[sh] != want {
+			t.Errorf("%s, shard %d: %d slots for pipelines of their own, want %d: a pool of %d per node less the %d shards of its node %s less 1",
+				when, sh, got[sh], want, sc.pool, onNode[addr], addr)
+		}
 	}
 }
 
@@ -648,34 +671,16 @@ func TestStalledMasterHoldsOnlyItsOwnBatchSlots(t *testing.T) {
 // give their slots back to the table they took them from.
 func TestRefreshShardNodesFollowsTheSlotMap(t *testing.T) {
 	ctx := context.Background()
-	const shards, pool = 12, 12
-	cluster := testredis.StartCluster(t, 3)
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs, PoolSize: pool})
-	t.Cleanup(func() { _ = cc.Close() })
-	keys := repo.NewKeys(shards)
+	sc := startSlotCluster(t)
+	cluster, cc, keys := sc.cluster, sc.cc, sc.keys
 	s := settings()
-	s.Shards = shards // ShardNodes unknown, as after a start that could not read the map
+	s.Shards = sc.shards // ShardNodes unknown, as after a start that could not read the map
 	r := repo.New(cc, s)
 	if err := r.LoadScripts(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := repo.AloneSlots(r); got[0] != 1 {
 		t.Fatalf("%d slots with the nodes unknown, want the worst case, 1", got[0])
-	}
-	wantSlots := func(when string) {
-		t.Helper()
-		onNode := map[string]int{}
-		for sh := range shards {
-			onNode[cluster.MasterAddr(t, cc, keys.Stream(sh))]++
-		}
-		got := repo.AloneSlots(r)
-		for sh := range shards {
-			addr := cluster.MasterAddr(t, cc, keys.Stream(sh))
-			if want := pool - onNode[addr] - 1; got[sh] != want {
-				t.Errorf("%s, shard %d: %d slots, want %d: a pool of %d less the %d shards of its node %s less 1",
-					when, sh, got[sh], want, pool, onNode[addr], addr)
-			}
-		}
 	}
 
 	// Batches of their own on every shard while the slots are sized anew.
@@ -724,7 +729,7 @@ func TestRefreshShardNodesFollowsTheSlotMap(t *testing.T) {
 	if n := failed.Load(); n > 0 { // a slot given back to the wrong table panics
 		t.Fatalf("%d of %d batches failed while the slots were sized anew, first: %v", n, sent.Load(), firstErr.Load())
 	}
-	wantSlots("once the map is read")
+	sc.wantSlotsPerNode(t, r, "once the map is read")
 	if changed, err := r.RefreshShardNodes(ctx); err != nil || changed {
 		t.Fatalf("RefreshShardNodes of an unchanged map = %v, %v; want no change", changed, err)
 	}
@@ -755,5 +760,5 @@ func TestRefreshShardNodesFollowsTheSlotMap(t *testing.T) {
 	if got := cluster.MasterAddr(t, cc, keys.Stream(0)); got != to {
 		t.Fatalf("shard 0 on %s after the reshard, want %s", got, to)
 	}
-	wantSlots("after the reshard")
+	sc.wantSlotsPerNode(t, r, "after the reshard")
 }
