@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/internal/testredis"
@@ -122,4 +124,55 @@ func TestRedisCluster(t *testing.T) {
 			t.Errorf("%d shards landed on %d master(s); want them spread", shards, len(masters))
 		}
 	})
+}
+
+// A running replica follows a reshard: once a shard's slot has moved to
+// another master and a report has met it there, the service reads the
+// slot map again and sizes its batch bounds by each node's new shards.
+// Read only at start, the bounds stayed stale until the next start.
+func TestServiceFollowsAReshard(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test skipped in -short")
+	}
+	defer func(every time.Duration) { shardNodesEvery = every }(shardNodesEvery)
+	shardNodesEvery = 50 * time.Millisecond
+	cluster := testredis.StartCluster(t, 3)
+	const shards = 6
+	core, logs := observer.New(zap.InfoLevel)
+	s := startService(t, options{cluster: cluster, log: zap.New(core), mutate: func(c *conf.Config) {
+		c.Redis.Shards = shards
+		c.Redis.Timeout = 2 * time.Second // as in TestRedisCluster: first dials to three masters
+	}})
+	const moved = "the Redis Cluster moved shards between nodes; batch pipelines are now bounded by each node's new shards"
+	// Nothing moved yet: the loop runs and finds the map as at start.
+	time.Sleep(10 * shardNodesEvery)
+	if n := logs.FilterMessage(moved).Len(); n != 0 {
+		t.Fatalf("logged %q %d times before any reshard", moved, n)
+	}
+
+	keys := repo.NewKeys(shards)
+	cc := cluster.Client(t)
+	from := cluster.MasterAddr(t, cc, keys.Stream(0))
+	to := cluster.Addrs[0]
+	if to == from {
+		to = cluster.Addrs[1]
+	}
+	cluster.BeginMigration(t, keys.Stream(0), from, to).Finish()
+
+	a := newActivity()
+	user := int64(1)
+	for keys.Shard(a, user, "firework") != 0 {
+		user++
+	}
+	s.report(gift(a, user, "firework", 1)) // answered MOVED by the old master, sent on to the new one
+	deadline := time.Now().Add(10 * time.Second)
+	for logs.FilterMessage(moved).Len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q within 10 s of a report on shard 0, moved from %s to %s", moved, from, to)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := s.pushes.waitFor(1, wait, forActivity(a)); got[0].msg.Record.Quantity != 1 {
+		t.Fatalf("record %+v", got[0].msg.Record)
+	}
 }

@@ -9,10 +9,13 @@ import (
 	"github.com/combo-service/combo-service/metrics"
 )
 
-// shardNodesEvery is how often shardNodeWatch reads the slot map again:
-// go-redis reloads its own copy when a node answers MOVED or the copy is
-// older than 10 s, so a reshard is seen within about 20 s.
-const shardNodesEvery = 10 * time.Second
+// shardNodesEvery is how often shardNodeWatch reads the slot map again,
+// as go-redis holds it: go-redis reloads its copy when a node answers
+// MOVED (a moved shard's next report or flush) and once it is a minute
+// old, so a reshard is seen within 10 s of the service's next command to
+// a moved shard, and in about a minute at most. A variable so that tests
+// can shorten it.
+var shardNodesEvery = 10 * time.Second
 
 // shardNodeWatch keeps the bound on a Redis Cluster node's batch pipelines
 // sized by the shards that node serves now (repo.RefreshShardNodes): read
