@@ -462,6 +462,39 @@ func TestEmbeddedRedisRefusesAUsername(t *testing.T) {
 // the service logged in with the wrong one and Redis answered NOAUTH or
 // WRONGPASS with no word of why. A tag the file gives is refused, naming
 // the key and not the value; quoted, the same text loads as it reads.
+// Unquoted, a value starting with '&' names an anchor and loses it:
+// "&x s3cret" loaded as "s3cret". An anchor nothing refers to is refused,
+// naming the key and not the value; one an alias uses is YAML meant as
+// YAML and loads.
+func TestLoadRefusesAnAnchorNothingRefersTo(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	for _, yaml := range []string{
+		"redis:\n  addr: \"h:6379\"\n  password: &x s3cret\n",
+		"redis:\n  addr: \"h:6379\"\n  sentinel_password: &s3cret rest\n",
+	} {
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path)
+		if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "password: a YAML anchor") {
+			t.Errorf("Load(%q): %v; want a refusal naming the key's YAML anchor, without the value", yaml, err)
+		}
+	}
+	for yaml, want := range map[string]string{
+		"redis:\n  addr: \"h:6379\"\n  password: \"&x s3cret\"\n":                                                         "&x s3cret",
+		"redis:\n  sentinel_addrs: \"s:26379\"\n  sentinel_master: m\n  password: &pw s3cret\n  sentinel_password: *pw\n": "s3cret",
+	} {
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := Load(path); err != nil || c.Redis.Password != want {
+			t.Errorf("Load(%q): password %q, %v; want %q", yaml, c.Redis.Password, err, want)
+		} else if strings.Contains(yaml, "*pw") && c.Redis.SentinelPassword != want {
+			t.Errorf("Load(%q): sentinel_password %q, want the anchored %q", yaml, c.Redis.SentinelPassword, want)
+		}
+	}
+}
+
 func TestLoadRefusesAYAMLTagWhereAValueGoes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "combo.yaml")
 	for _, yaml := range []string{
