@@ -18,14 +18,15 @@ import (
 var shardNodesEvery = 10 * time.Second
 
 // shardNodeWatch keeps the bound on a Redis Cluster node's batch pipelines
-// sized by the shards that node serves now (repo.RefreshShardNodes): read
-// only at start, a reshard, or a start made while the cluster's slot map
-// could not be read (every shard then counted on one node: one batch
-// pipeline at a time for the whole service), held until the next start.
-// It does nothing on one Redis, and is not started there.
+// sized by the shards that node serves now (repo.RefreshShardNodes). Read
+// only at start, the bounds missed a reshard until the next start, and a
+// start made while the slot map could not be read counted every shard on
+// one node: one batch pipeline at a time for the whole service. It is not
+// started on one Redis, where there is nothing to follow.
 //
-// Shutdown order: it stops with the RPC server, before the Redis client
-// it reads through closes (run's deferred closeRedis).
+// Shutdown order: it stops as run returns, after the worker's shutdown,
+// and before the Redis client it reads through closes (run's deferred
+// closeRedis, deferred before it).
 type shardNodeWatch struct {
 	refresh func(context.Context) (changed bool, err error)
 	every   time.Duration
@@ -75,7 +76,7 @@ func (w *shardNodeWatch) once(ctx context.Context) {
 	case err != nil && ctx.Err() == nil:
 		w.log.Warn("could not read which node serves each shard; the batch pipelines' bounds stay as they were", zap.Error(err))
 	case changed:
-		w.log.Info("the Redis Cluster moved shards between nodes; batch pipelines are now bounded by each node's new shards")
+		w.log.Info("which node serves each shard changed, or was read for the first time; batch pipelines are now bounded by each node's own shards")
 	}
 }
 

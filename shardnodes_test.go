@@ -72,7 +72,7 @@ func TestShardNodeWatchSurvivesABadReadingAndStops(t *testing.T) {
 	want := []string{
 		"error: recovered panic in the shard node loop",
 		"warn: could not read which node serves each shard; the batch pipelines' bounds stay as they were",
-		"info: the Redis Cluster moved shards between nodes; batch pipelines are now bounded by each node's new shards",
+		"info: which node serves each shard changed, or was read for the first time; batch pipelines are now bounded by each node's own shards",
 	}
 	if len(msgs) != len(want) {
 		t.Fatalf("logged %q, want %q (nothing for an unchanged map or a reading cut short by Stop)", msgs, want)
