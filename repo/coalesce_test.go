@@ -420,7 +420,7 @@ func TestDegradedCallsOfOnePipelinePublishTogether(t *testing.T) {
 	}
 	// The held pipeline's one call, then the 199 queued behind it.
 	if count.alone.Load() != 0 || count.pipelines.Load() != 2 || count.inPipelines.Load() != calls {
-		t.Fatalf("PUBLISH: %d alone, %d in %d pipelines; want %d in 2", count.alone.Load(), count.inPipelines.Load(), count.pipelines.Load(), calls)
+		t.Fatalf("degraded publishes: %d alone, %d in %d pipelines; want %d in 2", count.alone.Load(), count.inPipelines.Load(), count.pipelines.Load(), calls)
 	}
 }
 

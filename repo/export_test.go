@@ -1,5 +1,13 @@
 package repo
 
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+)
+
 // PendingCalls is how many Report calls wait for a shared pipeline, over
 // all shards.
 func PendingCalls(r *Repo) int {
@@ -25,4 +33,22 @@ func AloneSlots(r *Repo) []int {
 		out[shard] = t.nodes[n].n
 	}
 	return out
+}
+
+// IsDegradedPublish tells whether cmd publishes a degraded report
+// (degrade.lua, by its hash or its body).
+func IsDegradedPublish(cmd redis.Cmder) bool {
+	a := cmd.Args()
+	switch cmd.Name() {
+	case "evalsha":
+		return len(a) > 1 && a[1] == degradeScript.Hash()
+	case "eval":
+		return len(a) > 1 && a[1] == degradeLua
+	}
+	return false
+}
+
+// PublishSingles publishes cs each on its own, as for degraded reports.
+func PublishSingles(ctx context.Context, r *Repo, cs []*combo.Contribution) error {
+	return r.publishSingles(ctx, cs)
 }

@@ -121,7 +121,7 @@ func (r *Repo) Keys() Keys { return r.keys }
 func (r *Repo) LoadScripts(ctx context.Context) error {
 	// The readiness probe and the clock too: a user allowed EVALSHA but
 	// not EVAL could otherwise run the reports and not the probe.
-	for _, s := range []*redis.Script{reportScript, flushScript, writeProbeScript, timeScript} {
+	for _, s := range []*redis.Script{reportScript, degradeScript, flushScript, writeProbeScript, timeScript} {
 		if err := s.Load(ctx, r.rdb).Err(); err != nil {
 			return wrap("repo.LoadScripts", err)
 		}
@@ -175,7 +175,7 @@ if redis.acl_check_cmd then
       ' (it needs the command and the channels: ACL SETUSER <user> +publish &act:*): no window could be pushed')
   end
   local k = KEYS[1]
-  -- Every command of report.lua, flush.lua, prune.lua and the worker, on
+  -- Every command of report.lua, degrade.lua, flush.lua, prune.lua and the worker, on
   -- one of the service's keys; a subcommand's name is its second word.
   for _, c in ipairs({
     {'TIME'}, {'XADD', k, '*', 'k', 'v'}, {'XLEN', k}, {'SET', k, 'v'}, {'GET', k}, {'GETRANGE', k, '0', '63'},

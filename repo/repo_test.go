@@ -809,7 +809,7 @@ func TestDegradedReportsArePublishedTogether(t *testing.T) {
 		}
 	}
 	if count.alone.Load() != 0 || count.pipelines.Load() != 1 || count.inPipelines.Load() != 50 {
-		t.Fatalf("PUBLISH: %d alone, %d in %d pipelines; want all 50 in one", count.alone.Load(), count.inPipelines.Load(), count.pipelines.Load())
+		t.Fatalf("degraded publishes: %d alone, %d in %d pipelines; want all 50 in one", count.alone.Load(), count.inPipelines.Load(), count.pipelines.Load())
 	}
 }
 
@@ -828,13 +828,16 @@ func refusingWrites(t *testing.T) (*repo.Repo, *redis.PubSub, *redis.Client, *pu
 	return r, sub, rdb, count
 }
 
-// publishCounter counts PUBLISH commands sent alone and in pipelines.
+// publishCounter counts the commands that publish sent alone and in
+// pipelines: PUBLISH, and the script that publishes a degraded report.
 type publishCounter struct{ alone, pipelines, inPipelines atomic.Int64 }
+
+func isPublish(cmd redis.Cmder) bool { return cmd.Name() == "publish" || repo.IsDegradedPublish(cmd) }
 
 func (p *publishCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (p *publishCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "publish" {
+		if isPublish(cmd) {
 			p.alone.Add(1)
 		}
 		return next(ctx, cmd)
@@ -845,7 +848,7 @@ func (p *publishCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		n := 0
 		for _, c := range cmds {
-			if c.Name() == "publish" {
+			if isPublish(c) {
 				n++
 			}
 		}

@@ -40,7 +40,8 @@ type ReportResult struct {
 // Report counts validated contributions, one script each. Results are in
 // input order. Concurrent calls share pipelines (see coalesce.go), so under
 // load many reports cost one round trip. When a script fails but Redis
-// answers, that contribution is published on its own at once (Degraded).
+// answers, that contribution is published on its own at once (Degraded),
+// and its id remembered (see publishSingles).
 // When Redis does not answer, the error wraps ErrUnavailable and nothing is
 // reported as counted.
 //
@@ -290,50 +291,4 @@ func parseReport(rep reportReply) (ReportResult, error) {
 		return ReportResult{}, fmt.Errorf("report script: unknown status %d", rep.status)
 	}
 	return res, nil
-}
-
-// publishSingles publishes each contribution as a record of its own, in one
-// pipeline: one round trip, however many a pipeline degrades, so a batch is
-// not left half published when its time runs out. On a Redis Cluster each
-// goes to the master of its report's shard, which has just answered its
-// script (one pipeline per such node): PUBLISH names no key, and go-redis
-// sends it to any master in turn, so a master that does not answer failed
-// the degraded reports of live shards too, after redis.timeout.
-func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution) error {
-	cc, ok := r.rdb.(*redis.ClusterClient)
-	if !ok {
-		return publishOn(ctx, r.rdb, cs)
-	}
-	byNode := make(map[*redis.Client][]*combo.Contribution)
-	var nodes []*redis.Client
-	for _, c := range cs {
-		node, err := cc.MasterForKey(ctx, r.keys.Stream(r.keys.Shard(c.ActivityId, c.UserId, c.ItemType)))
-		if err != nil {
-			return wrapWithin("repo.publishSingles", err, reportTimeout)
-		}
-		if _, seen := byNode[node]; !seen {
-			nodes = append(nodes, node)
-		}
-		byNode[node] = append(byNode[node], c)
-	}
-	for _, node := range nodes {
-		if err := publishOn(ctx, node, byNode[node]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// publishOn publishes cs each on its own, in one pipeline on rdb.
-func publishOn(ctx context.Context, rdb redis.Cmdable, cs []*combo.Contribution) error {
-	pipe := rdb.Pipeline()
-	for _, c := range cs {
-		payload, err := push.Single(c)
-		if err != nil {
-			return err
-		}
-		pipe.Publish(ctx, push.Channel(c.ActivityId), payload)
-	}
-	_, err := pipe.Exec(ctx)
-	return wrapWithin("repo.publishSingles", err, reportTimeout)
 }

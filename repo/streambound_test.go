@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/push"
 	"github.com/combo-service/combo-service/repo"
@@ -22,9 +23,10 @@ func boundedRepo(t *testing.T, rdb redis.UniversalClient, maxLen int64) (*repo.R
 }
 
 // A stream that holds redis.stream_maxlen windows takes no more: a report
-// that would open one is published on its own (degraded) and its id is
-// not remembered, so nothing acknowledged into a window is ever trimmed
-// away unpublished. Joins need no new entry and go on.
+// that would open one is published on its own (degraded), so nothing
+// acknowledged into a window is ever trimmed away unpublished; its id is
+// then remembered, so a retry of it is a duplicate and is not pushed
+// again. Joins need no new entry and go on.
 func TestFullStreamOpensNoWindow(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
@@ -63,14 +65,81 @@ func TestFullStreamOpensNoWindow(t *testing.T) {
 			}
 		}
 		// A join needs no entry, also after a report of its call failed;
-		// a retry of a degraded report is not a duplicate (its id was
-		// forgotten) and degrades again.
+		// a retry of a degraded report is a duplicate (its id was
+		// remembered once it was published) and is not pushed again.
+		// (Before, the id was forgotten: each retry was pushed again.)
 		res, err = r.Report(ctx, []*combo.Contribution{cs[3], contribution(200, "k0", base+1), cs[4], contribution(201, "k1", base+1)})
-		if err != nil || res[0].Outcome != repo.Degraded || res[1].Outcome != repo.Joined || res[1].WindowQuantity != 2 ||
-			res[2].Outcome != repo.Degraded || res[3].Outcome != repo.Joined || res[3].WindowQuantity != 2 {
-			t.Fatalf("retries and joins at the bound: %+v %v, want degraded, joined ×2, degraded, joined ×2", res, err)
+		if err != nil || res[0].Outcome != repo.Duplicate || res[1].Outcome != repo.Joined || res[1].WindowQuantity != 2 ||
+			res[2].Outcome != repo.Duplicate || res[3].Outcome != repo.Joined || res[3].WindowQuantity != 2 {
+			t.Fatalf("retries and joins at the bound: %+v %v, want duplicate, joined ×2, duplicate, joined ×2", res, err)
 		}
+		expectNoMorePushes(t, rdb, sub)
 	})
+}
+
+// expectNoMorePushes publishes a marker on activity 7's channel and fails
+// unless it is the next message sub receives.
+func expectNoMorePushes(t *testing.T, rdb redis.UniversalClient, sub *redis.PubSub) {
+	t.Helper()
+	ctx := context.Background()
+	if err := rdb.Publish(ctx, push.Channel(7), "marker").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "marker" {
+		t.Fatalf("got %v %v before the marker: a report was pushed again", msg, err)
+	}
+}
+
+// A degraded report's id is remembered only once it is published: while
+// its PUBLISH is refused (here the Redis user may publish on no channel),
+// the call fails and its id stays unknown, so the report sent again is
+// published then; sent once more, it is a duplicate and is not pushed.
+func TestDegradedIDIsRememberedOnlyOncePublished(t *testing.T) {
+	ctx := context.Background()
+	srv := testredis.Start(t, testredis.Options{})
+	admin := srv.Client()
+	acl := func(rules ...any) {
+		t.Helper()
+		if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", "combo"}, rules...)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acl("reset", "on", ">pw", "~*", "&*", "+@all")
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "combo", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	s := settings()
+	s.StreamMaxLen = 1
+	r := repo.New(rdb, s)
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sub := admin.Subscribe(ctx, push.Channel(7))
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.Report(ctx, []*combo.Contribution{contribution(1, "k0", base)}); err != nil || res[0].Outcome != repo.Opened {
+		t.Fatalf("filling the stream: %+v %v", res, err)
+	}
+
+	c := contribution(2, "k1", base) // degrades: the stream is full
+	acl("resetchannels")
+	if res, err := r.Report(ctx, []*combo.Contribution{c}); err == nil || !strings.Contains(err.Error(), "degraded publish failed") {
+		t.Fatalf("degraded report whose PUBLISH is refused: %+v %v, want the publish's failure", res, err)
+	}
+	acl("&*")
+	if res, err := r.Report(ctx, []*combo.Contribution{c}); err != nil || res[0].Outcome != repo.Degraded {
+		t.Fatalf("sent again once it may be published: %+v %v, want degraded (its id was not remembered)", res, err)
+	}
+	if msg, err := sub.ReceiveMessage(ctx); err != nil {
+		t.Fatal(err)
+	} else if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != 2 {
+		t.Fatalf("push %q, want report 2 on its own", msg.Payload)
+	}
+	if res, err := r.Report(ctx, []*combo.Contribution{c}); err != nil || res[0].Outcome != repo.Duplicate {
+		t.Fatalf("sent once more: %+v %v, want a duplicate", res, err)
+	}
+	expectNoMorePushes(t, admin, sub)
 }
 
 // One id twice in a call at a full stream (a batch that repeats it, or a
@@ -141,6 +210,35 @@ func TestDedupeSetMadeAfterAFailureExpires(t *testing.T) {
 			if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > 3*s.Dedupe {
 				t.Errorf("dedupe set %s expires in %v, want within 3 buckets", k, ttl)
 			}
+		}
+	})
+}
+
+// A degraded publish that makes its id's dedupe set (the dedupe bucket
+// turned between the report's script and it) gives the set the report
+// script's expiry: a set without one would never go away.
+func TestDegradedPublishMakesAnExpiringDedupeSet(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r, sub := subscribedRepo(t, rdb)
+		c := contribution(5, "k0", base)
+		if err := repo.PublishSingles(ctx, r, []*combo.Contribution{c}); err != nil {
+			t.Fatal(err)
+		}
+		if msg, err := sub.ReceiveMessage(ctx); err != nil {
+			t.Fatal(err)
+		} else if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != 5 {
+			t.Fatalf("push %q, want report 5 on its own", msg.Payload)
+		}
+		keys := rdb.Keys(ctx, r.Keys().SeenPrefix(0)+"*").Val()
+		if len(keys) != 1 {
+			t.Fatalf("dedupe sets %v, want 1", keys)
+		}
+		if ttl := rdb.PTTL(ctx, keys[0]).Val(); ttl <= 0 || ttl > 3*settings().Dedupe {
+			t.Errorf("dedupe set %s expires in %v, want within 3 buckets", keys[0], ttl)
+		}
+		if res, err := r.Report(ctx, []*combo.Contribution{c}); err != nil || res[0].Outcome != repo.Duplicate {
+			t.Fatalf("the published report sent again: %+v %v, want a duplicate", res, err)
 		}
 	})
 }
