@@ -35,6 +35,7 @@ import (
 
 	"github.com/combo-service/combo-service/client"
 	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
 
@@ -777,6 +778,82 @@ func TestComposeTopology(t *testing.T) {
 		if d.DependsOn[dep].Condition != "service_healthy" {
 			t.Errorf("demo: want depends_on %s service_healthy", dep)
 		}
+	}
+}
+
+// The redis service is healthy only once it answers PONG: redis-cli exits
+// 0 on an error reply too, so a bare "redis-cli ping" passed while Redis
+// was still loading its AOF ("LOADING ..."), and the replicas, which wait
+// for it to be healthy, started against it. The check runs here as compose
+// runs it, with a redis-cli that talks to a server answering LOADING to
+// everything, then to a real redis-server.
+func TestComposeRedisIsHealthyOnlyOnceItAnswersPong(t *testing.T) {
+	var c composeFile
+	if err := yaml.Unmarshal([]byte(read(t, "docker-compose.yml")), &c); err != nil {
+		t.Fatal(err)
+	}
+	var test []string
+	for _, w := range c.Services["redis"].Healthcheck["test"].([]any) {
+		test = append(test, fmt.Sprint(w))
+	}
+	if len(test) < 2 || (test[0] != "CMD" && test[0] != "CMD-SHELL") {
+		t.Fatalf("redis healthcheck test %q: want CMD or CMD-SHELL", test)
+	}
+	cli := tool(t, "redis-cli", "redis-tools", true)
+
+	loading, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { loading.Close() })
+	go func() {
+		for {
+			conn, err := loading.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				buf := make([]byte, 4096)
+				for {
+					if _, err := conn.Read(buf); err != nil {
+						return
+					}
+					if _, err := io.WriteString(conn, "-LOADING Redis is loading the dataset in memory\r\n"); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+
+	run := func(addr string) error {
+		host, port, _ := net.SplitHostPort(addr)
+		bin := t.TempDir()
+		wrapper := fmt.Sprintf("#!/bin/sh\nexec %s -h %s -p %s \"$@\"\n", cli, host, port)
+		if err := os.WriteFile(filepath.Join(bin, "redis-cli"), []byte(wrapper), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var cmd *exec.Cmd
+		if test[0] == "CMD-SHELL" {
+			cmd = exec.Command("sh", "-c", strings.Join(test[1:], " "))
+		} else if test[1] == "redis-cli" {
+			cmd = exec.Command(filepath.Join(bin, "redis-cli"), test[2:]...)
+		} else {
+			t.Fatalf("redis healthcheck %q runs no redis-cli", test)
+		}
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	}
+	if err := run(loading.Addr().String()); err == nil {
+		t.Errorf("healthcheck %q passed against a Redis still loading", test)
+	}
+	if err := run(testredis.Start(t, testredis.Options{}).Addr); err != nil {
+		t.Errorf("healthcheck %q failed against a live Redis: %v", test, err)
 	}
 }
 
