@@ -133,8 +133,10 @@ if has memory; then
 fi
 
 if has rate; then
-  mkdir -p docs/bench
-  "$BIN/benchplot" -o docs/bench/push-lag.png \
+  # Beside the runs it is drawn from, as each round keeps it in
+  # docs/bench/runs/<commit>/; the plot BENCHMARKS.md shows is redrawn by
+  # hand from a chosen round (its "Push lag against load" says how).
+  "$BIN/benchplot" -o "$OUT/push-lag.png" \
     -title "combo-service $rev: push lag and throughput vs offered new windows/s" "$OUT"/rate-*.json
 fi
 
