@@ -1,10 +1,13 @@
 package repo_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"runtime"
 	"slices"
 	"strings"
@@ -761,4 +764,138 @@ func TestRefreshShardNodesFollowsTheSlotMap(t *testing.T) {
 		t.Fatalf("shard 0 on %s after the reshard, want %s", got, to)
 	}
 	sc.wantSlotsPerNode(t, r, "after the reshard")
+}
+
+// A degraded publish while its shard's slot moves is refused, as the report
+// script is: a report degraded just before the move began is answered
+// UNAVAILABLE, to be sent again. Naming the probe key alone, its call was
+// redirected (ASK) to the master the slot moves to, which made the dedupe
+// set there while the old master still held one of that name: the MIGRATE
+// of that set failed (BUSYKEY) and the move stopped half way, the shard's
+// windows unpublished.
+func TestDegradedPublishWhileItsSlotMovesIsRefused(t *testing.T) {
+	ctx := context.Background()
+	c := newClusterCase(t)
+	keys := c.r.Keys()
+	mv := openOnShard0(t, c)
+	x := *mv.first
+	x.Id = 1 + 8192 // the dedupe sub-set of report 1, whose set is on the old master
+
+	m := c.cluster.BeginMigration(t, keys.Stream(0), mv.from, mv.to)
+	if err := repo.PublishSingles(ctx, c.r, []*combo.Contribution{&x}); !errors.Is(err, repo.ErrUnavailable) {
+		t.Errorf("degraded publish while its slot moves: %v, want ErrUnavailable", err)
+	}
+	m.Finish() // fails the test if a key of the slot is on both masters
+
+	if err := repo.PublishSingles(ctx, c.r, []*combo.Contribution{&x}); err != nil {
+		t.Fatalf("degraded publish after the move: %v", err)
+	}
+	msg, err := mv.sub.ReceiveMessage(ctx) // a cluster's PUBLISH reaches every node
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := push.Decode([]byte(msg.Payload)); err != nil || p.Record.ID != x.Id {
+		t.Fatalf("first push %q, want report %d, published after the move only", msg.Payload, x.Id)
+	}
+}
+
+// On a Redis Cluster go-redis sends a node's pipelined commands again when
+// their answer is lost (a connection reset, EOF, a timeout), whatever its
+// MaxRetries. A degraded publish whose script had run was then published
+// twice; the script now finds its id remembered and publishes nothing.
+func TestDegradedPublishSentAgainIsPushedOnce(t *testing.T) {
+	ctx := context.Background()
+	cluster := testredis.StartCluster(t, 3)
+	admin := cluster.Client(t)
+	s := settings()
+	r := repo.New(admin, s)
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := &combo.Contribution{Id: 42, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: "t", Quantity: 1,
+		CreatedAt: time.Now().UnixMilli()}
+	// Subscribed on the report's master, which runs its script: its pushes
+	// come there before a marker published there at the end (another
+	// node hears them later, over the cluster bus).
+	shard := r.Keys().Shard(c.ActivityId, c.UserId, c.ItemType)
+	node := redis.NewClient(&redis.Options{Addr: cluster.MasterAddr(t, admin, r.Keys().Stream(shard))})
+	t.Cleanup(func() { node.Close() })
+	sub := node.Subscribe(ctx, push.Channel(7))
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pushes := make(chan string, 10)
+	go func() {
+		for msg := range sub.Channel() {
+			pushes <- msg.Payload
+		}
+	}()
+
+	// The first connection that sends a script call loses its answer: once
+	// the push has come (Redis ran the script), the connection is closed
+	// instead of read.
+	pushed := make(chan struct{})
+	var cut atomic.Bool
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs, MaxRetries: -1,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &answerLostConn{Conn: conn, cut: &cut, after: pushed}, nil
+		}})
+	t.Cleanup(func() { cc.Close() })
+	done := make(chan error, 1)
+	go func() { done <- repo.PublishSingles(ctx, repo.New(cc, s), []*combo.Contribution{c}) }()
+	select {
+	case p := <-pushes:
+		if m, err := push.Decode([]byte(p)); err != nil || m.Record.ID != 42 {
+			t.Fatalf("push %q, want report 42", p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("report 42 not pushed")
+	}
+	close(pushed)
+	if err := <-done; err != nil {
+		t.Fatalf("degraded publish whose first answer was lost: %v", err)
+	}
+	if !cut.Load() {
+		t.Fatal("no answer was lost: the test did not test")
+	}
+	if res, err := r.Report(ctx, []*combo.Contribution{c}); err != nil || res[0].Outcome != repo.Duplicate {
+		t.Fatalf("report 42 sent again: %+v %v, want a duplicate", res, err)
+	}
+	if err := node.Publish(ctx, push.Channel(7), "marker").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if p := <-pushes; p != "marker" {
+		t.Fatalf("got %q before the marker: report 42 was pushed again", p)
+	}
+}
+
+// answerLostConn closes itself, once for all the conns sharing cut, when
+// it would read the answer to a script call it wrote, after the after
+// channel is closed.
+type answerLostConn struct {
+	net.Conn
+	cut   *atomic.Bool
+	after <-chan struct{}
+	wrote bool
+}
+
+func (c *answerLostConn) Write(b []byte) (int, error) {
+	if bytes.Contains(bytes.ToLower(b), []byte("evalsha")) {
+		c.wrote = true
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *answerLostConn) Read(b []byte) (int, error) {
+	if c.wrote && c.cut.CompareAndSwap(false, true) {
+		<-c.after
+		c.Conn.Close()
+		return 0, io.EOF
+	}
+	return c.Conn.Read(b)
 }

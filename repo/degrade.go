@@ -21,14 +21,17 @@ var degradeScript = redis.NewScript(degradeLua)
 // (degraded) and remembers its id, so that a retry of it answers duplicate:
 // before, the report script had forgotten it and a retry whose answer had
 // been lost was published a second time, on its own again or in a window.
+// degrade.lua publishes an id at most once, also when go-redis sends its
+// call again.
 //
 // All go in one pipeline, one script call each: one round trip however
 // many a pipeline degrades, so a batch is not left half published when its
-// time runs out. Each call names its shard's probe key, which on a Redis
-// Cluster sends it to the master of the report's shard, the node that has
-// just answered its report script. (A bare PUBLISH names no key; go-redis
-// sent it to any master in turn, so a master that did not answer failed
-// the degraded reports of live shards too, after redis.timeout.)
+// time runs out. Each call names its shard's stream and probe keys, which
+// on a Redis Cluster send it to the master of the report's shard, and keep
+// it off the shard while its slot moves (TRYAGAIN: UNAVAILABLE, as for the
+// report script). (A bare PUBLISH names no key; go-redis sent it to any
+// master in turn, so a master that did not answer failed the degraded
+// reports of live shards too, after redis.timeout.)
 //
 // A failed call (an error reply, or none) fails the whole batch: the
 // reports whose call did publish are remembered and answer duplicate when
@@ -48,7 +51,7 @@ func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution) err
 			if attempt > 0 {
 				run = degradeScript.Eval
 			}
-			cmds[i] = run(ctx, pipe, []string{r.keys.Probe(shard)}, push.Channel(c.ActivityId), payload,
+			cmds[i] = run(ctx, pipe, []string{r.keys.Stream(shard), r.keys.Probe(shard)}, push.Channel(c.ActivityId), payload,
 				r.keys.SeenPrefix(shard), r.bucketSec, strconv.FormatInt(c.Id, 10), strconv.FormatInt(c.Id%dedupeSubsets, 10))
 		}
 		_, err := pipe.Exec(ctx)

@@ -1,20 +1,32 @@
 -- degrade.lua: publish one report on its own (degraded: the report script
--- failed for it while Redis answered, CONTRACT.md §1) and then remember its
--- id in its shard's dedupe set, as if counted, so that a retry of it
--- (its answer lost, or the caller sending it again) answers duplicate
--- instead of being published a second time. See Repo.publishSingles.
+-- failed for it while Redis answered, CONTRACT.md §1) and remember its id
+-- in its shard's dedupe set, as if counted, so that a retry of it (its
+-- answer lost, or the caller sending it again) answers duplicate instead
+-- of being published a second time. See Repo.publishSingles.
 --
--- The id is added only after the PUBLISH succeeded: a report that was not
--- published must stay unknown, so that its retry publishes it. The SADD
--- may fail where the PUBLISH did not (Redis refusing writes: OOM, MISCONF,
--- NOREPLICAS): the report was published all the same, its id is not
--- remembered, and a retry of it may be published again.
+-- Published at most once: an id the dedupe sets already hold is not
+-- published again. It was published by this very call run before (on a
+-- Redis Cluster go-redis sends a node's commands again after their answer
+-- was lost, however few retries it is given), or by another copy, or it
+-- has been counted since into a window, which will push it.
 --
--- KEYS[1]  probe    Keys.Probe of the report's shard: never written or read.
---                   It routes the call to the shard's node on a Redis
---                   Cluster (PUBLISH names no key) and keeps the call off
---                   a slot while it moves, as in report.lua: the dedupe set
---                   must not be made on a node the slot is moving to.
+-- Remembered only if published: the id is added first, so that a refusal
+-- to write is known before anything is published, and taken out again if
+-- the PUBLISH fails (a user not allowed the channel), so that a retry
+-- publishes it. A node refusing writes for its own state (OOM, MISCONF,
+-- NOREPLICAS) still publishes, without remembering: a retry of the report
+-- may then be published again (README says so). Any other refusal
+-- (READONLY: this is a replica, whose PUBLISH would not reach the
+-- master's subscribers) is the script's error, and nothing is published.
+--
+-- KEYS[1]  stream   the shard's stream (Keys.Stream), never touched here
+-- KEYS[2]  probe    the shard's probe key (Keys.Probe), never touched here
+--          Together they route the call to the shard's master on a Redis
+--          Cluster (PUBLISH names no key) and keep it off a slot while it
+--          moves, as report.lua's keys do: with the stream on one node
+--          and the probe on neither, both refuse it (TRYAGAIN). One key
+--          alone would be redirected (ASK) to the node the slot moves to,
+--          and the dedupe set made there stops the move (BUSYKEY).
 -- ARGV[1]  channel  the report's activity channel (push.Channel)
 -- ARGV[2]  payload  the report as a record of its own (push.Single)
 -- ARGV[3]  seen     key prefix of the shard's dedupe sets (report.lua ARGV[4])
@@ -22,18 +34,41 @@
 -- ARGV[5]  id       the report's id (decimal)
 -- ARGV[6]  sub      the id's dedupe sub-set (report.lua's per-report sub)
 --
--- Returns 1 when the id is now remembered, 0 when the SADD was refused.
--- A failed PUBLISH is the script's error: nothing was written.
-local call = redis.call
-call('PUBLISH', ARGV[1], ARGV[2])
+-- Returns 1: published and remembered; 0: published, not remembered (the
+-- node refuses writes); 2: already remembered, not published again.
+local call, id = redis.call, ARGV[5]
 local bucketSec = tonumber(ARGV[4])
 local bucket = math.floor(tonumber(call('TIME')[1]) / bucketSec)
 local set = ARGV[3] .. string.format('%d', bucket) .. ':' .. ARGV[6]
+local prev = ARGV[3] .. string.format('%d', bucket - 1) .. ':' .. ARGV[6]
+if call('SISMEMBER', set, id) == 1 or call('SISMEMBER', prev, id) == 1 then
+  return 2
+end
+
+-- An error from pcall is a string on Redis 7.0 and miniredis, a table on
+-- some versions (as in report.lua).
+local function message(err)
+  if type(err) == 'table' then return err.err or err.message or tostring(err) end
+  return tostring(err)
+end
+
 -- '0' is in every dedupe set from its start (see report.lua): SADD answers
 -- 2 only when it made the set, which then needs report.lua's expiry.
-local ok, added = pcall(call, 'SADD', set, ARGV[5], '0')
-if not ok then return 0 end
-if added == 2 then
-  call('EXPIREAT', set, string.format('%d', (bucket + 3) * bucketSec))
+local remembered, added = pcall(call, 'SADD', set, id, '0')
+if remembered then
+  if added == 2 then
+    call('EXPIREAT', set, string.format('%d', (bucket + 3) * bucketSec))
+  end
+else
+  local err = message(added)
+  if not (err:find('^OOM') or err:find('^MISCONF') or err:find('^NOREPLICAS')) then
+    return redis.error_reply(err)
+  end
 end
-return 1
+local published, err = pcall(call, 'PUBLISH', ARGV[1], ARGV[2])
+if not published then
+  if remembered then call('SREM', set, id) end
+  return redis.error_reply(message(err))
+end
+if remembered then return 1 end
+return 0

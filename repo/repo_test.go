@@ -783,6 +783,47 @@ func TestReportOnReplicaIsUnavailable(t *testing.T) {
 	}
 }
 
+// A degraded publish that reaches a replica (its slot's master failed over
+// between the report's script and it) publishes nothing and fails
+// UNAVAILABLE, as the report script does there: the replica's PUBLISH
+// would reach only its own subscribers, not the gateway's on the new
+// master, and the id is not remembered. Under OOM, by contrast, the report
+// is published all the same (degraded reports exist for that), though its
+// id cannot be remembered.
+func TestDegradedPublishWhereWritesAreRefused(t *testing.T) {
+	ctx := context.Background()
+	master := testredis.Start(t, testredis.Options{})
+	c := contribution(5, "k0", base)
+	t.Run("replica", func(t *testing.T) {
+		replica := testredis.Start(t, testredis.Options{Args: []string{"--replicaof", "127.0.0.1", fmt.Sprint(master.Port)}})
+		rdb := replica.Client()
+		r, sub := subscribedRepoNoGroups(t, rdb)
+		if err := repo.PublishSingles(ctx, r, []*combo.Contribution{c}); !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") {
+			t.Fatalf("degraded publish on a replica: %v, want ErrUnavailable naming READONLY", err)
+		}
+		expectNoMorePushes(t, rdb, sub)
+	})
+	t.Run("OOM", func(t *testing.T) {
+		rdb := master.Client()
+		r, sub := subscribedRepoNoGroups(t, rdb)
+		if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rdb.ConfigSet(context.Background(), "maxmemory", "0") })
+		if err := repo.PublishSingles(ctx, r, []*combo.Contribution{c}); err != nil {
+			t.Fatalf("degraded publish under OOM: %v", err)
+		}
+		if msg, err := sub.ReceiveMessage(ctx); err != nil {
+			t.Fatal(err)
+		} else if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != 5 {
+			t.Fatalf("push %q, want report 5 on its own", msg.Payload)
+		}
+		if keys := rdb.Keys(ctx, r.Keys().SeenPrefix(0)+"*").Val(); len(keys) != 0 {
+			t.Fatalf("dedupe sets %v written under OOM", keys)
+		}
+	})
+}
+
 // While Redis refuses writes but still publishes (NOREPLICAS here; MISCONF
 // and OOM alike), every report of a call is answered degraded and published
 // on its own, all in one round trip: a call is not left half published
