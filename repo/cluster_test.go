@@ -782,12 +782,12 @@ func TestDegradedPublishWhileItsSlotMovesIsRefused(t *testing.T) {
 	x.Id = 1 + 8192 // the dedupe sub-set of report 1, whose set is on the old master
 
 	m := c.cluster.BeginMigration(t, keys.Stream(0), mv.from, mv.to)
-	if err := repo.PublishSingles(ctx, c.r, []*combo.Contribution{&x}); !errors.Is(err, repo.ErrUnavailable) {
+	if _, err := repo.PublishSingles(ctx, c.r, []*combo.Contribution{&x}); !errors.Is(err, repo.ErrUnavailable) {
 		t.Errorf("degraded publish while its slot moves: %v, want ErrUnavailable", err)
 	}
 	m.Finish() // fails the test if a key of the slot is on both masters
 
-	if err := repo.PublishSingles(ctx, c.r, []*combo.Contribution{&x}); err != nil {
+	if _, err := repo.PublishSingles(ctx, c.r, []*combo.Contribution{&x}); err != nil {
 		t.Fatalf("degraded publish after the move: %v", err)
 	}
 	msg, err := mv.sub.ReceiveMessage(ctx) // a cluster's PUBLISH reaches every node
@@ -802,18 +802,29 @@ func TestDegradedPublishWhileItsSlotMovesIsRefused(t *testing.T) {
 // On a Redis Cluster go-redis sends a node's pipelined commands again when
 // their answer is lost (a connection reset, EOF, a timeout), whatever its
 // MaxRetries. A degraded publish whose script had run was then published
-// twice; the script now finds its id remembered and publishes nothing.
+// twice; the script now finds its id remembered and publishes nothing, and
+// the report is answered as the duplicate it now is, as a re-sent report
+// script's would be.
 func TestDegradedPublishSentAgainIsPushedOnce(t *testing.T) {
 	ctx := context.Background()
 	cluster := testredis.StartCluster(t, 3)
 	admin := cluster.Client(t)
 	s := settings()
+	s.StreamMaxLen = 1
 	r := repo.New(admin, s)
 	if err := r.LoadScripts(ctx); err != nil {
 		t.Fatal(err)
 	}
 	c := &combo.Contribution{Id: 42, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: "t", Quantity: 1,
 		CreatedAt: time.Now().UnixMilli()}
+	fill := *c // opens the one window the shard's stream may hold
+	fill.Id, fill.ItemType = 41, ""
+	for i := 0; r.Keys().Shard(7, 1, fill.ItemType) != r.Keys().Shard(7, 1, c.ItemType); i++ {
+		fill.ItemType = fmt.Sprint("f", i)
+	}
+	if res, err := r.Report(ctx, []*combo.Contribution{&fill}); err != nil || res[0].Outcome != repo.Opened {
+		t.Fatalf("filling the stream: %+v %v", res, err)
+	}
 	// Subscribed on the report's master, which runs its script: its pushes
 	// come there before a marker published there at the end (another
 	// node hears them later, over the cluster bus).
@@ -832,9 +843,9 @@ func TestDegradedPublishSentAgainIsPushedOnce(t *testing.T) {
 		}
 	}()
 
-	// The first connection that sends a script call loses its answer: once
-	// the push has come (Redis ran the script), the connection is closed
-	// instead of read.
+	// The first connection that sends a degraded publish loses its answer:
+	// once the push has come (Redis ran the script), the connection is
+	// closed instead of read.
 	pushed := make(chan struct{})
 	var cut atomic.Bool
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs, MaxRetries: -1,
@@ -843,25 +854,33 @@ func TestDegradedPublishSentAgainIsPushedOnce(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return &answerLostConn{Conn: conn, cut: &cut, after: pushed}, nil
+			return &answerLostConn{Conn: conn, match: []byte(repo.DegradeHash()), cut: &cut, after: pushed}, nil
 		}})
 	t.Cleanup(func() { cc.Close() })
-	done := make(chan error, 1)
-	go func() { done <- repo.PublishSingles(ctx, repo.New(cc, s), []*combo.Contribution{c}) }()
+	type answer struct {
+		res []repo.ReportResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := repo.New(cc, s).Report(ctx, []*combo.Contribution{c})
+		done <- answer{res, err}
+	}()
 	select {
 	case p := <-pushes:
 		if m, err := push.Decode([]byte(p)); err != nil || m.Record.ID != 42 {
-			t.Fatalf("push %q, want report 42", p)
+			t.Fatalf("push %q, want report 42 on its own", p)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("report 42 not pushed")
 	}
 	close(pushed)
-	if err := <-done; err != nil {
-		t.Fatalf("degraded publish whose first answer was lost: %v", err)
-	}
+	a := <-done
 	if !cut.Load() {
 		t.Fatal("no answer was lost: the test did not test")
+	}
+	if a.err != nil || a.res[0].Outcome != repo.Duplicate {
+		t.Fatalf("degraded report whose publish's answer was lost: %+v %v, want a duplicate", a.res, a.err)
 	}
 	if res, err := r.Report(ctx, []*combo.Contribution{c}); err != nil || res[0].Outcome != repo.Duplicate {
 		t.Fatalf("report 42 sent again: %+v %v, want a duplicate", res, err)
@@ -875,17 +894,18 @@ func TestDegradedPublishSentAgainIsPushedOnce(t *testing.T) {
 }
 
 // answerLostConn closes itself, once for all the conns sharing cut, when
-// it would read the answer to a script call it wrote, after the after
-// channel is closed.
+// it would read the answer to a command it wrote that holds match, after
+// the after channel is closed.
 type answerLostConn struct {
 	net.Conn
+	match []byte
 	cut   *atomic.Bool
 	after <-chan struct{}
 	wrote bool
 }
 
 func (c *answerLostConn) Write(b []byte) (int, error) {
-	if bytes.Contains(bytes.ToLower(b), []byte("evalsha")) {
+	if bytes.Contains(b, c.match) {
 		c.wrote = true
 	}
 	return c.Conn.Write(b)

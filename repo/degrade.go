@@ -33,10 +33,16 @@ var degradeScript = redis.NewScript(degradeLua)
 // master in turn, so a master that did not answer failed the degraded
 // reports of live shards too, after redis.timeout.)
 //
+// It returns the ids the dedupe sets already held, which it did not
+// publish: published by this same call, sent again by go-redis after its
+// answer was lost, or counted meanwhile by another copy into a window,
+// which pushes it. Either way the report is a duplicate now.
+//
 // A failed call (an error reply, or none) fails the whole batch: the
-// reports whose call did publish are remembered and answer duplicate when
-// the caller sends them again, the others are published then.
-func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution) error {
+// reports whose call did publish are remembered (unless Redis refuses
+// writes) and answer duplicate when the caller sends them again, the
+// others are published then.
+func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution) (known map[int64]bool, err error) {
 	todo := cs
 	for attempt := 0; ; attempt++ {
 		pipe := r.rdb.Pipeline()
@@ -44,7 +50,7 @@ func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution) err
 		for i, c := range todo {
 			payload, err := push.Single(c)
 			if err != nil {
-				return fmt.Errorf("repo.publishSingles: %w", err)
+				return nil, fmt.Errorf("repo.publishSingles: %w", err)
 			}
 			shard := r.keys.Shard(c.ActivityId, c.UserId, c.ItemType)
 			run := degradeScript.EvalSha
@@ -55,9 +61,6 @@ func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution) err
 				r.keys.SeenPrefix(shard), r.bucketSec, strconv.FormatInt(c.Id, 10), strconv.FormatInt(c.Id%dedupeSubsets, 10))
 		}
 		_, err := pipe.Exec(ctx)
-		if err == nil {
-			return nil
-		}
 		// A script cache flushed under us (restart, failover): run those
 		// again with EVAL. NOSCRIPT means the call did not run, so nothing
 		// is published twice.
@@ -65,14 +68,27 @@ func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution) err
 		for i, cmd := range cmds {
 			if e := cmd.Err(); e != nil {
 				if attempt > 0 || !redis.HasErrorPrefix(e, "NOSCRIPT") {
-					return wrapWithin("repo.publishSingles", e, reportTimeout)
+					return nil, wrapWithin("repo.publishSingles", e, reportTimeout)
 				}
 				retry = append(retry, todo[i])
+				continue
+			}
+			if v, _ := cmd.Int64(); v == degradeKnown {
+				if known == nil {
+					known = make(map[int64]bool)
+				}
+				known[todo[i].Id] = true
 			}
 		}
 		if len(retry) == 0 {
-			return wrapWithin("repo.publishSingles", err, reportTimeout)
+			if err != nil {
+				return nil, wrapWithin("repo.publishSingles", err, reportTimeout)
+			}
+			return known, nil
 		}
 		todo = retry
 	}
 }
+
+// degradeKnown is degrade.lua's answer for an id already remembered.
+const degradeKnown = 2

@@ -4,11 +4,12 @@
 -- answer lost, or the caller sending it again) answers duplicate instead
 -- of being published a second time. See Repo.publishSingles.
 --
--- Published at most once: an id the dedupe sets already hold is not
--- published again. It was published by this very call run before (on a
--- Redis Cluster go-redis sends a node's commands again after their answer
--- was lost, however few retries it is given), or by another copy, or it
--- has been counted since into a window, which will push it.
+-- Published at most once, unless the node refuses writes (below): an id
+-- the dedupe sets already hold is not published again. It was published
+-- by this very call run before (on a Redis Cluster go-redis sends a node's
+-- commands again after their answer was lost, however few retries it is
+-- given), or by another copy, or it has been counted since into a window,
+-- which will push it. Go answers such a report duplicate.
 --
 -- Remembered only if published: the id is added first, so that a refusal
 -- to write is known before anything is published, and taken out again if

@@ -48,7 +48,11 @@ func IsDegradedPublish(cmd redis.Cmder) bool {
 	return false
 }
 
-// PublishSingles publishes cs each on its own, as for degraded reports.
-func PublishSingles(ctx context.Context, r *Repo, cs []*combo.Contribution) error {
+// PublishSingles publishes cs each on its own, as for degraded reports,
+// and returns the ids it did not publish: remembered already.
+func PublishSingles(ctx context.Context, r *Repo, cs []*combo.Contribution) (map[int64]bool, error) {
 	return r.publishSingles(ctx, cs)
 }
+
+// DegradeHash is the SHA1 of degrade.lua, as EVALSHA names it.
+func DegradeHash() string { return degradeScript.Hash() }

@@ -783,8 +783,8 @@ func TestReportOnReplicaIsUnavailable(t *testing.T) {
 	}
 }
 
-// A degraded publish that reaches a replica (its slot's master failed over
-// between the report's script and it) publishes nothing and fails
+// A degraded publish that reaches a replica (its master was failed over,
+// by Sentinel, between the report's script and it) publishes nothing and fails
 // UNAVAILABLE, as the report script does there: the replica's PUBLISH
 // would reach only its own subscribers, not the gateway's on the new
 // master, and the id is not remembered. Under OOM, by contrast, the report
@@ -798,7 +798,7 @@ func TestDegradedPublishWhereWritesAreRefused(t *testing.T) {
 		replica := testredis.Start(t, testredis.Options{Args: []string{"--replicaof", "127.0.0.1", fmt.Sprint(master.Port)}})
 		rdb := replica.Client()
 		r, sub := subscribedRepoNoGroups(t, rdb)
-		if err := repo.PublishSingles(ctx, r, []*combo.Contribution{c}); !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") {
+		if _, err := repo.PublishSingles(ctx, r, []*combo.Contribution{c}); !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") {
 			t.Fatalf("degraded publish on a replica: %v, want ErrUnavailable naming READONLY", err)
 		}
 		expectNoMorePushes(t, rdb, sub)
@@ -810,7 +810,7 @@ func TestDegradedPublishWhereWritesAreRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { rdb.ConfigSet(context.Background(), "maxmemory", "0") })
-		if err := repo.PublishSingles(ctx, r, []*combo.Contribution{c}); err != nil {
+		if _, err := repo.PublishSingles(ctx, r, []*combo.Contribution{c}); err != nil {
 			t.Fatalf("degraded publish under OOM: %v", err)
 		}
 		if msg, err := sub.ReceiveMessage(ctx); err != nil {

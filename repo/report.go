@@ -202,10 +202,22 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 		}
 	}
 	if len(degraded) > 0 {
-		if err := r.publishSingles(ctx, degraded); err != nil {
+		known, err := r.publishSingles(ctx, degraded)
+		if err != nil {
 			err = fmt.Errorf("repo.Report: aggregation failed (%v), degraded publish failed: %w", cause, err)
 			for _, k := range degradedCalls {
 				out[k] = callAnswer{err: err}
+			}
+			return out
+		}
+		// Not published now: its id was remembered already (see
+		// publishSingles). It is the duplicate a re-sent report script
+		// would answer, not a report pushed on its own.
+		for _, k := range degradedCalls {
+			for i := range out[k].res {
+				if rr := &out[k].res[i]; rr.Outcome == Degraded && known[rr.WindowID] {
+					*rr = ReportResult{Outcome: Duplicate}
+				}
 			}
 		}
 	}

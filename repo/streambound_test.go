@@ -222,7 +222,7 @@ func TestDegradedPublishMakesAnExpiringDedupeSet(t *testing.T) {
 		ctx := context.Background()
 		r, sub := subscribedRepo(t, rdb)
 		c := contribution(5, "k0", base)
-		if err := repo.PublishSingles(ctx, r, []*combo.Contribution{c}); err != nil {
+		if _, err := repo.PublishSingles(ctx, r, []*combo.Contribution{c}); err != nil {
 			t.Fatal(err)
 		}
 		if msg, err := sub.ReceiveMessage(ctx); err != nil {
@@ -240,5 +240,10 @@ func TestDegradedPublishMakesAnExpiringDedupeSet(t *testing.T) {
 		if res, err := r.Report(ctx, []*combo.Contribution{c}); err != nil || res[0].Outcome != repo.Duplicate {
 			t.Fatalf("the published report sent again: %+v %v, want a duplicate", res, err)
 		}
+		// Published again on its own: not, since its id is known.
+		if known, err := repo.PublishSingles(ctx, r, []*combo.Contribution{c}); err != nil || !known[5] {
+			t.Fatalf("degraded publish of a known id: %v %v, want it known and not published", known, err)
+		}
+		expectNoMorePushes(t, rdb, sub)
 	})
 }
