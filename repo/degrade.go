@@ -22,7 +22,7 @@ var degradeScript = redis.NewScript(degradeLua)
 // before, the report script had forgotten it and a retry whose answer had
 // been lost was published a second time, on its own again or in a window.
 // degrade.lua publishes an id at most once, also when go-redis sends its
-// call again.
+// call again, unless Redis refuses writes (then it cannot remember it).
 //
 // All go in one pipeline, one script call each: one round trip however
 // many a pipeline degrades, so a batch is not left half published when its
@@ -42,7 +42,8 @@ var degradeScript = redis.NewScript(degradeLua)
 // reports whose call did publish are remembered (unless Redis refuses
 // writes) and answer duplicate when the caller sends them again, the
 // others are published then.
-func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution) (known map[int64]bool, err error) {
+func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution) (map[int64]bool, error) {
+	var known map[int64]bool
 	todo := cs
 	for attempt := 0; ; attempt++ {
 		pipe := r.rdb.Pipeline()
