@@ -370,14 +370,15 @@ func TestDegradedReportWhileAnotherMasterIsSilent(t *testing.T) {
 }
 
 // While an operator moves a shard's slot to another master (CLUSTER SETSLOT
-// MIGRATING/IMPORTING, MIGRATE), the report script finds the dedupe sets
-// already moved (redis-cli moves the newest keys first: the sets before
-// the stream) and Redis refuses it those keys ("Script attempted to access
-// a non local key"). Nothing was counted, and whether the id was is
-// unknown, so the report is refused UNAVAILABLE, to be sent again. It was
-// answered degraded and published on its own: the retry of a counted
-// report was pushed a second time, beside its window, and a new one was
-// split off its window.
+// MIGRATING/IMPORTING, MIGRATE), with the dedupe sets already moved
+// (redis-cli moves the newest keys first: the sets before the stream), the
+// report is refused UNAVAILABLE, to be sent again: nothing was counted,
+// and whether the id was is unknown. Before the probe key, the script ran
+// and Redis refused it those sets ("Script attempted to access a non local
+// key"); it was answered degraded and published on its own: the retry of a
+// counted report was pushed a second time, beside its window, and a new
+// one was split off its window. Now Redis refuses the script before it
+// runs (TRYAGAIN).
 func TestReportWhileItsSlotMovesIsNotPublishedTwice(t *testing.T) {
 	ctx := context.Background()
 	c := newClusterCase(t)

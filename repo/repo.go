@@ -380,7 +380,9 @@ func isUnavailable(err error) bool {
 // not there yet: the script's own ASK. The report did nothing,
 // and the dedupe set that would say whether its id was counted is out of
 // reach; published on its own (degraded), a retry of a counted report
-// would be pushed twice.
+// would be pushed twice. Since the scripts declare the probe key, Redis
+// refuses them before they run during a move (TRYAGAIN); this stays as a
+// guard.
 var unavailableReplies = []string{"LOADING ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "READONLY ", "BUSY ",
 	"NOAUTH ", "WRONGPASS ", "ERR Protocol error: unauthenticated ",
 	"MOVED ", "ASK ", "ERR Script attempted to access a non local key "}
