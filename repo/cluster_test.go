@@ -250,6 +250,75 @@ func TestReadyOnAFailedCluster(t *testing.T) {
 	}
 }
 
+// With cluster-allow-reads-when-down yes, a failed cluster runs the
+// scripts and refuses their first write inside. Nothing is written, so a
+// report, a degraded publish and a flush all fail UNAVAILABLE, to be sent
+// again once the cluster is up, as on CLUSTERDOWN; none is a script's own
+// failure, which would degrade the report and fail it INTERNAL.
+func TestClusterDownForWritesIsUnavailable(t *testing.T) {
+	ctx := context.Background()
+	c := newClusterCase(t)
+	c.cluster.ConfigSet(t, c.cc, "cluster-allow-reads-when-down", "yes")
+	keys := c.r.Keys()
+	var onLive []*combo.Contribution
+	for n := int64(1); len(onLive) < 2; n++ {
+		if c.live[keys.Shard(7, n, "rose")] {
+			onLive = append(onLive, &combo.Contribution{Id: n, ActivityId: 7, UserId: n, ItemId: 1, ItemType: "rose",
+				Quantity: 1, CreatedAt: time.Now().UnixMilli()})
+		}
+	}
+	shard := keys.Shard(7, onLive[0].UserId, "rose")
+	if err := c.r.EnsureGroup(ctx, shard); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.r.Report(ctx, onLive[:1]); err != nil || res[0].Outcome != repo.Opened {
+		t.Fatalf("report before the failure: %+v %v", res, err)
+	}
+	ws, _, _, err := c.r.Read(ctx, shard, "c1", ">", 10, -1)
+	if err != nil || len(ws) != 1 {
+		t.Fatalf("read %v, %v; want one window", ws, err)
+	}
+	live, err := c.cc.MasterForKey(ctx, keys.Stream(shard))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	c.cluster.FailMaster(t, c.deadAddr)
+	before, err := live.DBSize(ctx).Result()
+	if err != nil {
+		t.Fatalf("a failed cluster with reads allowed still reads: %v", err)
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "cluster is down") {
+			t.Fatalf("%s on a cluster down for writes: %v, want ErrUnavailable naming the cluster down", what, err)
+		}
+		if strings.Contains(err.Error(), "degraded") {
+			t.Fatalf("%s degraded: %v", what, err)
+		}
+	}
+	_, err = c.r.Report(ctx, onLive[1:])
+	refused("a new report", err)
+	same := *onLive[0] // another purchase of the open window's combo
+	same.Id = 1000
+	_, err = c.r.Report(ctx, []*combo.Contribution{&same})
+	refused("a report into an open window", err)
+	// Its dedupe set is read, not written: a copy is still known.
+	if res, err := c.r.Report(ctx, onLive[:1]); err != nil || res[0].Outcome != repo.Duplicate {
+		t.Fatalf("a copy of a counted report on a cluster down for writes: %+v %v, want a duplicate", res, err)
+	}
+	_, err = repo.PublishSingles(ctx, c.r, onLive[1:])
+	refused("a degraded publish", err)
+	if wait := time.Until(time.UnixMilli(ws[0].Due)); wait > 0 {
+		time.Sleep(wait + 50*time.Millisecond) // the window must be due for its flush to write
+	}
+	_, err = c.r.Flush(ctx, ws)
+	refused("a flush", err)
+	if after, err := live.DBSize(ctx).Result(); err != nil || after != before {
+		t.Fatalf("keys on the live master: %d before, %d after (%v); want nothing written", before, after, err)
+	}
+}
+
 // A cluster no seed of which answers is not ready, within the caller's
 // bound, and says why once, not once per shard.
 func TestReadyWithNoClusterReachable(t *testing.T) {

@@ -362,6 +362,11 @@ func isUnavailable(err error) bool {
 			return true
 		}
 	}
+	for _, s := range unavailableInScript {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
 	return false
 }
 
@@ -373,19 +378,40 @@ func isUnavailable(err error) bool {
 // MOVED and ASK are left on a command when go-redis has spent its
 // redirects (redis.ClusterOptions.MaxRedirects): Redis did not run it,
 // and said its keys are elsewhere now, as while a slot moves.
-//
-// The last is a Redis Cluster's refusal, inside a script, of a key the
-// script did not declare (a dedupe set, a parked window) while the shard's
-// slot is moving to another master and that key has moved already or is
-// not there yet: the script's own ASK. The report did nothing,
-// and the dedupe set that would say whether its id was counted is out of
-// reach; published on its own (degraded), a retry of a counted report
-// would be pushed twice. Since the scripts declare the probe key, Redis
-// refuses them before they run during a move (TRYAGAIN); this stays as a
-// guard.
 var unavailableReplies = []string{"LOADING ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "READONLY ", "BUSY ",
 	"NOAUTH ", "WRONGPASS ", "ERR Protocol error: unauthenticated ",
-	"MOVED ", "ASK ", "ERR Script attempted to access a non local key "}
+	"MOVED ", "ASK "}
+
+// unavailableInScript: a Redis Cluster's refusals of a command inside a
+// script, which are the script's CLUSTERDOWN, TRYAGAIN and ASK. Matched
+// within the message: Redis prefixes them with ERR and the failing call's
+// place in the script, and since 7.2 one names the command.
+//
+// A cluster that is down (a master lost, with Redis's default
+// cluster-require-full-coverage) refuses EVALSHA itself, CLUSTERDOWN. With
+// cluster-allow-reads-when-down yes it runs the script, which reads and
+// is then refused its first write: nothing was written, and a report sent
+// again once the cluster is up is counted, as after CLUSTERDOWN. (Read as
+// a script's own failure, as it once was, the report degraded, its
+// publish was refused the same way, and the call failed INTERNAL.)
+//
+// The others refuse a key the script did not declare (a dedupe set, a
+// parked window) while the shard's slot moves to another master and that
+// key has moved already or is not there yet, or when its slot is served
+// by no one. The report did nothing, and the dedupe set that would say
+// whether its id was counted is out of reach; published on its own
+// (degraded), a retry of a counted report would be pushed twice. Since the
+// scripts declare the probe key, Redis refuses them before they run
+// during a move (TRYAGAIN) and on an unserved slot (CLUSTERDOWN); these
+// stay as a guard. Redis 7.0 calls a key of a moving slot a non local
+// key; 7.2 and later say the slot is rehashing.
+var unavailableInScript = []string{
+	"Script attempted to execute a write command while the cluster is down",
+	"Script attempted to execute a command while the cluster is down",
+	"Script attempted to access a non local key",
+	"undeclared keys were accessed during rehashing of the slot",
+	"Script attempted to access a slot not served",
+}
 
 // pipelineError is the error of a pipeline as a whole, or nil when Exec's
 // error is only one of its commands' own (which stays on that command).
