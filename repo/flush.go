@@ -76,7 +76,12 @@ type FlushResult struct {
 // are run once more with EVAL (see runReports). The error is set only
 // when Redis did not answer; then no result can be trusted and every
 // window stays pending, so retrying is safe: a window that was in fact
-// published answers Gone the second time.
+// published answers Gone the second time. That holds for the windows
+// answered before a connection was lost part way too: go-redis (v9.23)
+// puts the connection's error on every command of the pipeline, its
+// answered ones included, so they are counted gone, not published, and
+// their push lag is not observed. Telling them apart would mean reading
+// the value go-redis leaves beside that error, which it does not promise.
 func (r *Repo) Flush(ctx context.Context, ws []Window) ([]FlushResult, error) {
 	out := make([]FlushResult, len(ws))
 	todo := make([]int, len(ws))
