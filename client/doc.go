@@ -13,13 +13,15 @@
 // as soon as BatchSize sendable contributions (see below) are queued or the
 // oldest of them has waited Linger, at most Concurrency batches at a time. A failed batch is retried
 // up to MaxRetries times with jittered exponential backoff, by default for
-// about 11-32 s, so a replica restart or a Redis failover loses nothing
-// (combo-service deduplicates by contribution id within its window.dedupe,
-// so a retry never counts twice), except one refused
-// with INVALID_ARGUMENT, which can never succeed as sent: if the refusal
-// names one item (e.g. "contributions[3].quantity: ..."), only that item is
-// dropped and the rest is sent again at once; otherwise the whole batch is
-// dropped. Each attempt is bounded by RPCTimeout, passed to Kitex as a
+// about 11-32 s, so a replica restart or a Redis failover loses nothing.
+// combo-service deduplicates by contribution id within its window.dedupe,
+// so a retry does not count twice; the one exception is a report the
+// service had to publish on its own while Redis refused writes (degraded,
+// see README), which a retry pushes again. A batch refused with
+// INVALID_ARGUMENT is not retried, since it can never succeed as sent: if
+// the refusal names one item (e.g. "contributions[3].quantity: ..."), only
+// that item is dropped and the rest is sent again at once; otherwise the
+// whole batch is dropped. Each attempt is bounded by RPCTimeout, passed to Kitex as a
 // call option, so it overrides the client's own RPC timeout.
 //
 // Reports of one combo key (activity_id, user_id, item_type) reach the

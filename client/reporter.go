@@ -87,7 +87,10 @@ type ReporterStats struct {
 // with the default options), then the batch is dropped: a batch whose
 // acknowledgement was lost is sent again, which combo-service deduplicates
 // by contribution id within its window.dedupe (60 s by default, longer
-// than the default retries take). Contributions
+// than the default retries take); but while Redis refuses writes (OOM,
+// MISCONF, NOREPLICAS) the service cannot remember the id of a report it
+// publishes on its own (degraded), and a batch sent again then pushes it
+// again. Contributions
 // held in memory are lost if the process dies without Close; the caller's
 // DB row is the durable copy.
 //
