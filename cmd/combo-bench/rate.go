@@ -15,12 +15,15 @@ import (
 // and how late reports left is reported as send delay. RPC latency is
 // taken from the moment the pacer released a report, not from when a
 // caller got to send it: a stall that leaves reports waiting for a free
-// caller shows in their latency too (no coordinated omission).
+// caller shows in their latency too (no coordinated omission). So does a
+// longer stall, which fills the queue and holds the pacer up: a report
+// released late is timed from its due time plus one tick, when it should
+// have gone.
 func runRate(cfg config, cli comboservice.Client, wl *workload) load {
 	type job struct {
 		n        int64
 		due      time.Time // its place in the schedule
-		released time.Time // the tick that let it go (at most 1 ms after due)
+		released time.Time // the tick that let it go, at most 1 ms after due
 	}
 	jobs := make(chan job, max(int(cfg.Rate), 1))
 	recs := make([]*recorder, cfg.Concurrency)
@@ -57,7 +60,14 @@ func runRate(cfg config, cli comboservice.Client, wl *workload) load {
 			if due.After(now) {
 				break
 			}
-			jobs <- job{n: n, due: due, released: now}
+			// now is the tick that found it due, or, after the pacer was
+			// held up by a full queue, a later one: timed from there, the
+			// reports due meanwhile would leave the hold-up out.
+			released := now
+			if late := due.Add(time.Millisecond); released.After(late) {
+				released = late
+			}
+			jobs <- job{n: n, due: due, released: released}
 		}
 	}
 	tick.Stop()

@@ -56,3 +56,24 @@ func TestRateLatencyCountsTheWaitForACaller(t *testing.T) {
 		t.Fatalf("latency p99 %.1f ms below the send delay's %.1f ms: the wait for a caller is left out", lat.P99, l.sendDelay.P99)
 	}
 }
+
+// A stall longer than the queue's second holds the pacer up: the reports
+// due meanwhile are released at once after it, and their latency counts
+// from their due time, not from that late release. Each report's answer
+// comes after a caller took it, so its latency is at least its send delay.
+// Timed from the late release, the median latency was 1.7 ms against a
+// median send delay of 1 s.
+func TestRateLatencyCountsAHeldUpPacer(t *testing.T) {
+	cli := &stallingClient{stallFrom: 300 * time.Millisecond, stallTo: 2300 * time.Millisecond}
+	cfg := config{Rate: 1000, Duration: 3 * time.Second, Concurrency: 4}
+	l := runRate(cfg, cli, newWorkload())
+	lat := summarize(l.rec.latencies)
+	if l.sendDelay.Max < 1500 {
+		t.Fatalf("send delay max %.1f ms: the pacer was not held up past the queue's second, the test proves nothing", l.sendDelay.Max)
+	}
+	// At most a tick (1 ms, more on a busy machine) below: half is a wide margin.
+	if lat.P50 < l.sendDelay.P50/2 || lat.P99 < l.sendDelay.P99/2 {
+		t.Fatalf("latency p50 %.1f p99 %.1f ms, send delay p50 %.1f p99 %.1f ms: the pacer's hold-up is left out",
+			lat.P50, lat.P99, l.sendDelay.P50, l.sendDelay.P99)
+	}
+}
