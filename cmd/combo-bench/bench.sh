@@ -148,6 +148,15 @@ if [ -n "$unconserved" ]; then
 else
   echo "every run conserved"
 fi
+# Conservation holds over what was acknowledged: a run whose RPCs failed
+# (every one, at worst) is conserved over less. Say which.
+with_errors=$(jq -r 'input_filename as $f | [.. | objects | select(has("errors")) | .errors]
+  | select(any(. > 0)) | $f' "$OUT"/*.json 2>/dev/null || true)
+if [ -n "$with_errors" ]; then
+  echo "RPC ERRORS (see each run's errors and first_error) in:" $with_errors
+else
+  echo "no run had an RPC error"
+fi
 
 # Medians of the runs.
 med() { jq -s "map($1) | sort | .[length/2|floor]" "${@:2}"; }

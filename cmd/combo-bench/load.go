@@ -39,6 +39,9 @@ type load struct {
 	// schedule; large values mean the bench, not the service, fell behind.
 	sendDelay *durStats
 	notes     []string
+	// failedAttempts (reporter mode): reports in RPC attempts that failed,
+	// whether the Reporter then delivered them or dropped them.
+	failedAttempts int64
 }
 
 // closedLoop runs c callers, each sending its next request as soon as its
@@ -200,6 +203,12 @@ func runReporter(cfg config, cli comboservice.Client, wl *workload) (load, error
 	sender.mu.Lock()
 	l.rec = sender.rec
 	sender.mu.Unlock()
+	// The recorder saw RPC attempts, a retried batch's reports once per
+	// attempt. The run's reports are the Reporter's: each taken once, and
+	// an error only if it never got through.
+	l.failedAttempts = l.rec.errors
+	l.rec.sent = int64(st.Accepted) + refused.Load()
+	l.rec.errors = int64(st.Dropped) + refused.Load()
 	l.notes = append(l.notes, fmt.Sprintf("reporter: accepted %d, sent %d, dropped %d, retried %d, queue-full waits %d, refused %d",
 		st.Accepted, st.Sent, st.Dropped, st.Retried, queueFull.Load(), refused.Load()))
 	if closeErr != nil {

@@ -17,6 +17,9 @@ type result struct {
 	Degraded   int64   `json:"degraded"`
 	Throughput float64 `json:"reports_per_s"`
 	FirstError string  `json:"first_error,omitempty"`
+	// FailedAttempts (reporter mode): reports in RPC attempts that failed,
+	// retried or dropped; Sent and Errors count each report once.
+	FailedAttempts int64 `json:"failed_attempt_reports,omitempty"`
 
 	Latency   durStats     `json:"rpc_latency"`
 	SendDelay *durStats    `json:"send_delay,omitempty"`
@@ -34,6 +37,7 @@ func newResult(cfg config, mode string, l load) result {
 		Calls:   r.calls, Sent: r.sent, Acked: r.acked, Errors: r.errors,
 		Duplicates: r.duplicates, Degraded: r.degraded,
 		Latency: summarize(r.latencies), SendDelay: l.sendDelay, Notes: l.notes,
+		FailedAttempts: l.failedAttempts,
 	}
 	if l.elapsed > 0 {
 		res.Throughput = float64(r.acked) / l.elapsed.Seconds()

@@ -163,9 +163,12 @@ func checkPushes(rec *recorder, pushes []pushed, window, grace time.Duration) pu
 		c.QtyReported += want
 		c.QtyPushed += got
 		switch {
-		case got == want:
+		// A key with failed RPCs is uncertain even when its pushes match
+		// what was acknowledged: with every RPC failed and nothing pushed,
+		// they match at 0, and the run would look checked.
 		case extra > 0 && got >= want && got <= want+extra:
 			c.KeysUncertain++
+		case got == want:
 		default:
 			c.KeysMismatched++
 		}

@@ -79,6 +79,11 @@ func TestCheckPushesConserved(t *testing.T) {
 	if !got.Conserved || got.WindowsPushed != 2 || got.WindowsMissing != 0 || got.KeysMismatched != 0 {
 		t.Fatalf("check = %+v, want conserved", got)
 	}
+	// c's only RPC failed and nothing of c was pushed: 0 = 0, but checked
+	// over nothing acknowledged, so uncertain, not exact.
+	if got.KeysUncertain != 1 {
+		t.Fatalf("keys uncertain %d, want 1 (the key whose RPC failed)", got.KeysUncertain)
+	}
 	if got.Lag.P50 != 40 || got.Lag.Max != 60 {
 		t.Fatalf("lag = %+v, want p50 40 max 60", got.Lag)
 	}
