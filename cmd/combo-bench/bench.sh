@@ -158,8 +158,9 @@ else
   echo "no run had an RPC error"
 fi
 
-# Medians of the runs.
-med() { jq -s "map($1) | sort | .[length/2|floor]" "${@:2}"; }
+# Medians of the runs, as benchplot and the docs take them: the mean of
+# the two middle values of an even number of runs.
+med() { jq -s "map($1) | sort | if length % 2 == 1 then .[length/2|floor] else (.[length/2-1] + .[length/2]) / 2 end" "${@:2}"; }
 echo
 if has load; then
 echo "compare (C=32, 10 s): median reports/s and ratio over naive"
