@@ -576,8 +576,12 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 		}
 		w.retryLater(q, failed)
 	}
-	// A batch where every window failed is a failing Redis: back off.
-	return len(failed) < len(batch)
+	// Redis answered, if only with errors: the failed windows wait their
+	// own growing delays (retryLater). Backing the flusher off too held up
+	// every window of the shard falling due meanwhile, for up to 2 s, behind
+	// one that Redis kept refusing alone (a channel the ACL user may not
+	// publish on).
+	return true
 }
 
 // retireIfDone asks Redis to retire win, whose flush just panicked, if it
