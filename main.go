@@ -149,7 +149,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	// flushes must not queue behind the request path's pipelines for a
 	// pooled connection, or windows close late. Its pool fits its shards:
 	// each shard's reader holds a connection in a blocking read.
-	workerStore := repo.New(newClient(worker.Conns(cfg.Redis.Shards)), settings)
+	workerStore := repo.New(newClient(worker.Conns(cfg.Redis.Shards, len(cfg.Redis.Addrs) > 0)), settings)
 	// Scripts are loaded now so pipelines can use EVALSHA at once; a node
 	// that lacks them later (down now, restarted, failed over) gets them
 	// by EVAL on its first NOSCRIPT.

@@ -8,6 +8,10 @@
 //     delivered), then new ones (">"), with a finite BLOCK;
 //   - one claimer: takes over entries idle on another consumer longer than
 //     ClaimIdle (XAUTOCLAIM), so a dead replica's windows are published;
+//     one per shard with NodePerShard, so that on a Redis Cluster a master
+//     that does not answer holds up only its own shards' claims. When a
+//     claim fails (its reply lost, maybe after Redis ran it), this
+//     consumer's own pending entries of the shard are read again;
 //   - one flusher per shard, with its own due queue: sleeps until its
 //     earliest due window, flushes all due windows in batches of BatchSize.
 //     Per shard, because a shard's windows live on one Redis node: on a
@@ -17,7 +21,7 @@
 //   - one housekeeper: samples stream length and pending count, and removes
 //     dead consumers once they have nothing pending.
 //
-// Shutdown order: stop the readers, the claimer and the housekeeper (nothing new is taken),
+// Shutdown order: stop the readers, the claimers and the housekeeper (nothing new is taken),
 // read once more this replica's own pending entries it does not hold and
 // what its last RPCs enqueued (new entries up to the newest one at that
 // moment), let the flushers
@@ -122,12 +126,19 @@ func (c *Config) defaults() {
 // once on one node, the least its client's pool must have: per shard, one
 // held by its reader's blocking read for up to Block, one for its flusher
 // (past the client's own pipeline pool) and one for a reading of its
-// node's clock (read for all shards at once on a cluster); and one each
-// for the claimer and the housekeeper. With fewer, the readers of idle
-// shards hold every connection while the others wait for one and fail:
-// windows are read and published late, and dead replicas' windows are not
-// taken over.
-func Conns(shards int) int { return 3*max(shards, 1) + 2 }
+// node's clock (read for all shards at once on a cluster); one for the
+// claimer, or with nodePerShard (Config.NodePerShard) one per shard, each
+// shard having its own; and one for the housekeeper. With fewer, the
+// readers of idle shards hold every connection while the others wait for
+// one and fail: windows are read and published late, and dead replicas'
+// windows are not taken over.
+func Conns(shards int, nodePerShard bool) int {
+	shards = max(shards, 1)
+	if nodePerShard {
+		return 4*shards + 1
+	}
+	return 3*shards + 2
+}
 
 // Worker is one replica's consumer of the window streams.
 type Worker struct {
@@ -192,7 +203,17 @@ func (w *Worker) Start() {
 			})
 		}
 		// Housekeeping's first round reads Redis's clock at once.
-		w.takers.Go(func() { w.claimLoop(w.takeCtx) })
+		if w.cfg.NodePerShard {
+			// Each shard's node on its own (as the readers): a master
+			// that does not answer held up the claims of every shard
+			// after it for OpTimeout each, every round, and a dead
+			// replica's windows there could go stale unpublished.
+			for shard := range w.cfg.Shards {
+				w.takers.Go(func() { w.claimLoop(w.takeCtx, shard) })
+			}
+		} else {
+			w.takers.Go(func() { w.claimLoop(w.takeCtx, allShards) })
+		}
 		w.takers.Go(func() { w.housekeepingLoop(w.takeCtx) })
 	})
 }
@@ -361,7 +382,12 @@ func (w *Worker) deletedEntries(shard int, ids []string) {
 		zap.Int("shard", shard), zap.Strings("ids", ids))
 }
 
-func (w *Worker) claimLoop(ctx context.Context) {
+// allShards, as claimLoop's shard: one loop scans every shard in turn.
+const allShards = -1
+
+// claimLoop scans shard's pending entries (every shard's, one after
+// another, for allShards) for idle ones, again and again until ctx ends.
+func (w *Worker) claimLoop(ctx context.Context, shard int) {
 	every := max(w.cfg.ClaimIdle/2, 100*time.Millisecond)
 	// An entry becomes claimable ClaimIdle after its delivery and is found
 	// at the next scan: up to a period later. When window.stale leaves
@@ -380,11 +406,44 @@ func (w *Worker) claimLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
-			if err := w.claimShard(ctx, shard); err != nil && ctx.Err() == nil && !errors.Is(err, errRecovered) {
-				w.redisError(metrics.OpClaim, err)
-			}
+		if shard != allShards {
+			w.claimOrReread(ctx, shard)
+			continue
 		}
+		for s := 0; s < w.cfg.Shards && ctx.Err() == nil; s++ {
+			w.claimOrReread(ctx, s)
+		}
+	}
+}
+
+// claimOrReread scans shard's pending entries for idle ones. When the scan
+// fails, Redis may have claimed entries for this consumer and lost only
+// the reply (a timeout, a reset), or a panic may have come between the
+// claim and holding them: they are ours now, and no claim returns them
+// before they idle ClaimIdle again, by when window.stale may have passed.
+// So this consumer's own pending entries are read again, as the reader
+// does after a failed read; those held already are skipped.
+func (w *Worker) claimOrReread(ctx context.Context, shard int) {
+	err := w.claimShard(ctx, shard)
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	if !errors.Is(err, errRecovered) {
+		w.redisError(metrics.OpClaim, err)
+	}
+	start := "0"
+	for ctx.Err() == nil && w.Held() < w.cfg.MaxHeld {
+		n, err := w.readOnce(ctx, shard, start, -1) // own entries: never blocks
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, errRecovered) {
+				w.redisError(metrics.OpRead, err)
+			}
+			return
+		}
+		if n.last == "" {
+			return
+		}
+		start = n.last
 	}
 }
 
