@@ -117,7 +117,7 @@ func New(reg prometheus.Registerer) *Metrics {
 				"misses that window: it is pushed as an item of its own, where MergeLatest merges it.",
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 3, 5, 10, 30, 60, 300}}),
 		Reclaimed: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "reclaimed_entries_total",
-			Help: "Stream entries taken over from another consumer (XAUTOCLAIM)."}),
+			Help: "Stream entries taken over once idle past claim_idle (XAUTOCLAIM): another consumer's, or this replica's own that it had let go (a window whose flush panicked)."}),
 		ClaimDeleted: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "claim_deleted_entries_total",
 			Help: "Pending entries XAUTOCLAIM reported as deleted from the stream: their windows cannot be published."}),
 		GroupsRecreated: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "stream_groups_recreated_total",
