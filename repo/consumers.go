@@ -22,7 +22,10 @@ func (r *Repo) PruneConsumers(ctx context.Context, shard int, self string, idle 
 	stream := r.keys.Stream(shard)
 	consumers, err := r.rdb.XInfoConsumers(ctx, stream, Group).Result()
 	if err != nil {
-		if redis.HasErrorPrefix(err, "NOGROUP") {
+		// No group, or no stream yet ("ERR no such key"; HasErrorPrefix
+		// drops "ERR "): a new Redis, before the shard's reader made them
+		// (XGROUP CREATE MKSTREAM); nobody to remove.
+		if redis.HasErrorPrefix(err, "NOGROUP") || redis.HasErrorPrefix(err, "no such key") {
 			return nil, nil
 		}
 		return nil, wrap("repo.PruneConsumers", err)

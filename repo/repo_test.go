@@ -166,6 +166,19 @@ func TestUnavailable(t *testing.T) {
 
 // Real Redis only: miniredis does not track consumer idle time for every
 // command, and the embedded mode never has dead replicas to prune.
+// On a new Redis the housekeeper may run before the shard's reader has
+// made the stream: there is nobody to remove, and no error (it once
+// answered "ERR no such key", logged and counted as a Redis error, at a
+// normal start).
+func TestPruneConsumersBeforeTheStreamExists(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		removed, err := repo.New(rdb, settings()).PruneConsumers(context.Background(), 0, "me", time.Hour)
+		if err != nil || len(removed) != 0 {
+			t.Fatalf("PruneConsumers with no stream yet: %v, %v; want nothing and no error", removed, err)
+		}
+	})
+}
+
 func TestPruneConsumersKeepsPending(t *testing.T) {
 	func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
