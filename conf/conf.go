@@ -201,13 +201,11 @@ func (c Config) Validate() error {
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
 	}
-	if _, _, err := net.SplitHostPort(c.Server.Addr); err != nil {
-		bad("server.addr", "must be host:port, got %q", c.Server.Addr)
+	if !isListenAddr(c.Server.Addr) {
+		bad("server.addr", "must be host:port (host may be empty, port 0..65535), got %q", c.Server.Addr)
 	}
-	if c.Metrics.Addr != "" {
-		if _, _, err := net.SplitHostPort(c.Metrics.Addr); err != nil {
-			bad("metrics.addr", "must be host:port or empty, got %q", c.Metrics.Addr)
-		}
+	if c.Metrics.Addr != "" && !isListenAddr(c.Metrics.Addr) {
+		bad("metrics.addr", "must be host:port (host may be empty, port 0..65535) or empty, got %q", c.Metrics.Addr)
 	}
 	if c.Server.ShutdownTimeout <= 0 {
 		bad("server.shutdown_timeout", "must be > 0, got %s", c.Server.ShutdownTimeout)
@@ -230,8 +228,8 @@ func (c Config) Validate() error {
 	}
 	validateSentinel(c.Redis, bad)
 	if c.Embedded() {
-		if _, _, err := net.SplitHostPort(c.Redis.EmbeddedAddr); err != nil {
-			bad("redis.embedded_addr", "must be host:port, got %q", c.Redis.EmbeddedAddr)
+		if !isListenAddr(c.Redis.EmbeddedAddr) {
+			bad("redis.embedded_addr", "must be host:port (host may be empty, port 0..65535), got %q", c.Redis.EmbeddedAddr)
 		}
 		// It has only the default user: logged in as another, every
 		// command failed WRONGPASS and the service was never ready.
@@ -384,6 +382,18 @@ func checkHostPort(addr, passwordKey string) string {
 	return ""
 }
 
+// isListenAddr: addr is an address to listen on, host:port with a port
+// number (0: any free port). A port out of range passed as host:port and
+// failed only at listen, naming the value but not the key.
+func isListenAddr(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	_, err = strconv.ParseUint(port, 10, 16)
+	return err == nil
+}
+
 // Load reads the optional YAML file at path (empty: none) and the COMBO_*
 // environment over Default(), and validates the result.
 func Load(path string) (Config, error) {
@@ -430,6 +440,9 @@ func Read(path string) (Config, error) {
 		// to tell viper, and the contract's file is YAML.
 		v.SetConfigType("yaml")
 		if err := v.ReadInConfig(); err != nil {
+			if keys := unknownAliasKeys(path, err); keys != "" {
+				return Config{}, fmt.Errorf("conf.Load: read %s: %s: a YAML alias to an unknown anchor (an unquoted value that starts with '*'): quote the value", path, keys)
+			}
 			return Config{}, fmt.Errorf("conf.Load: read %s: %s", path, withoutYAMLValues(err))
 		}
 		raw, err := os.ReadFile(path)
@@ -553,9 +566,11 @@ func numbersAreExact(from, to reflect.Type, data any) (any, error) {
 			// The weak decoding reads "" as false: COMBO_REDIS_TLS= (a
 			// template's unset variable) turned off a file's tls: true
 			// and dialed plain TCP, the password in clear. Empty is no
-			// choice; " true" and "yes" are refused by the decoder.
-			if strings.TrimSpace(data.(string)) == "" {
-				return nil, fmt.Errorf("want true or false, got %q", data)
+			// choice; " true" and "yes" are refused by the decoder. So are
+			// 1, t and TRUE, which it took (strconv.ParseBool): README
+			// says a boolean is true or false, as YAML's is.
+			if v := data.(string); v != "true" && v != "false" {
+				return nil, fmt.Errorf("want true or false, got %q", v)
 			}
 		default:
 			return nil, fmt.Errorf("want true or false, got %v (%s)", data, from.Kind())

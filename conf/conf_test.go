@@ -517,3 +517,105 @@ func TestLoadRefusesAYAMLTagWhereAValueGoes(t *testing.T) {
 		t.Fatalf("Load of a quoted \"!s3cret rest\": password %q, %v; want it as written", c.Redis.Password, err)
 	}
 }
+
+// YAML reads a leading 0 as octal and 0x as hex, where the environment
+// reads base 10: "db: 010" wrote into db 8 while COMBO_REDIS_DB=010 meant
+// 10. Such a number is refused, naming the key; decimal, 10_000_000 and a
+// quoted string pass.
+func TestLoadRefusesAnIntegerInAnotherBase(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	for _, yaml := range []string{"redis:\n  db: 010\n", "redis:\n  shards: 0x10\n", "redis:\n  shards: 0o10\n",
+		"redis:\n  addr: \"h:6379\"\n  password: 012345\n"} {
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path)
+		if err == nil || !strings.Contains(err.Error(), "in another base") || strings.Contains(err.Error(), "12345") {
+			t.Errorf("Load(%q): %v; want a refusal naming the key, without the value", yaml, err)
+		}
+	}
+	for yaml, check := range map[string]func(c Config) bool{
+		"redis:\n  db: 10\n  shards: 8\n":                      func(c Config) bool { return c.Redis.DB == 10 && c.Redis.Shards == 8 },
+		"redis:\n  stream_maxlen: 10_000_000\n":                func(c Config) bool { return c.Redis.StreamMaxLen == 10_000_000 },
+		"redis:\n  db: 0\n":                                    func(c Config) bool { return c.Redis.DB == 0 },
+		"redis:\n  addr: \"h:6379\"\n  password: \"012345\"\n": func(c Config) bool { return c.Redis.Password == "012345" },
+	} {
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := Load(path); err != nil || !check(c) {
+			t.Errorf("Load(%q): %+v, %v; want it as written", yaml, c.Redis, err)
+		}
+	}
+}
+
+// viper reads keys in lower case: "addr" and "Addr" in one section are one
+// key written twice, and one of them was silently lost (an empty Addr
+// could switch a replica to the embedded Redis).
+func TestLoadRefusesAKeyWrittenInTwoCases(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	for _, yaml := range []string{
+		"redis:\n  addr: \"10.0.0.1:6379\"\n  Addr: \"\"\n",
+		"redis:\n  Addr: \"\"\n  addr: \"10.0.0.1:6379\"\n",
+		"window:\n  size: 2s\nWindow:\n  size: 5s\n",
+	} {
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "written twice") {
+			t.Errorf("Load(%q): %v; want a refusal of the key written twice", yaml, err)
+		}
+	}
+}
+
+// A listening address's port is a number 0..65535: ":99999" passed as
+// host:port and failed only at listen, naming the value but not the key.
+func TestValidateRefusesAPortOutOfRange(t *testing.T) {
+	for key, mutate := range map[string]func(c *Config){
+		"server.addr":         func(c *Config) { c.Server.Addr = ":99999" },
+		"metrics.addr":        func(c *Config) { c.Metrics.Addr = ":-1" },
+		"redis.embedded_addr": func(c *Config) { c.Redis.EmbeddedAddr = "127.0.0.1:99999" },
+	} {
+		c := Default()
+		mutate(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), key+":") {
+			t.Errorf("%s: want an error naming it, got %v", key, err)
+		}
+	}
+	c := Default()
+	c.Server.Addr, c.Metrics.Addr, c.Redis.EmbeddedAddr = ":0", "127.0.0.1:9100", "127.0.0.1:0"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("ports 0 and 9100: %v", err)
+	}
+}
+
+// A boolean is true or false, from the environment too: 1, t and TRUE
+// were taken (strconv.ParseBool), though README says otherwise.
+func TestLoadTakesOnlyTrueOrFalseForABoolean(t *testing.T) {
+	for _, v := range []string{"1", "t", "TRUE", "yes", " true"} {
+		t.Setenv("COMBO_METRICS_PPROF", v)
+		if _, err := Load(""); err == nil || !strings.Contains(err.Error(), "metrics.pprof") {
+			t.Errorf("COMBO_METRICS_PPROF=%q: %v; want a refusal naming metrics.pprof", v, err)
+		}
+	}
+	for v, want := range map[string]bool{"true": true, "false": false} {
+		t.Setenv("COMBO_METRICS_PPROF", v)
+		if c, err := Load(""); err != nil || c.Metrics.Pprof != want {
+			t.Errorf("COMBO_METRICS_PPROF=%s: %v, %v", v, c.Metrics.Pprof, err)
+		}
+	}
+}
+
+// An unquoted value starting with '*' is an alias; to no anchor, YAML
+// refuses the file naming neither key nor line. The refusal names the key,
+// never the value (it may be a password).
+func TestLoadNamesTheKeyOfAnAliasToNoAnchor(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	if err := os.WriteFile(path, []byte("server:\n  addr: \":8888\"\nredis:\n  addr: \"h:6379\"\n  password: *s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if err == nil || !strings.Contains(err.Error(), "redis.password: a YAML alias") || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("Load: %v; want a refusal naming redis.password, without the value", err)
+	}
+}

@@ -3,6 +3,8 @@ package conf
 import (
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -19,9 +21,14 @@ import (
 //     '&' names an anchor: "password: &x s3cret" loads as "s3cret". An
 //     anchor that an alias uses (password: &pw …, then
 //     sentinel_password: *pw) is YAML meant as YAML, and passes.
+//   - an integer written in another base: YAML reads "db: 010" as octal 8
+//     (and 0x10 as 16), where COMBO_REDIS_DB=010 is 10, so the service
+//     wrote into a db nobody wrote.
+//   - one key written twice in two cases ("addr" and "Addr"): viper reads
+//     keys in lower case and keeps one of the two, whichever it likes.
 //
-// The refusal names the key, never the tag or anchor, which may be part
-// of a secret.
+// The refusal names the key, never the tag, anchor or number, which may be
+// part of a secret.
 func refuseTags(raw []byte) error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
@@ -52,9 +59,20 @@ func refuseTags(raw []byte) error {
 		if n.Kind == yaml.AliasNode {
 			used[n.Alias] = true
 		}
+		if n.Kind == yaml.ScalarNode && n.Style == 0 && n.ShortTag() == "!!int" && !plainDecimal.MatchString(n.Value) {
+			errs = append(errs, fmt.Errorf("%s: an integer YAML reads in another base (a leading 0 is octal, 0x hex): want it in decimal, or quoted if it is text", name))
+			return
+		}
 		if n.Kind == yaml.MappingNode {
+			spelled := map[string]string{} // lower case -> as written
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k := n.Content[i].Value
+				if first, ok := spelled[strings.ToLower(k)]; ok && first != k {
+					errs = append(errs, fmt.Errorf("%s: the key %q is written twice, also as %q: viper reads keys in lower case and keeps only one",
+						name, first, k))
+				} else {
+					spelled[strings.ToLower(k)] = k
+				}
 				if key != "" {
 					k = key + "." + k
 				}
@@ -74,3 +92,47 @@ func refuseTags(raw []byte) error {
 	}
 	return errors.Join(errs...)
 }
+
+// plainDecimal is an integer as a person writes it (10_000_000 too), with
+// no base prefix and no leading 0.
+var plainDecimal = regexp.MustCompile(`^[-+]?(0|[1-9][0-9]*(_[0-9]+)*)$`)
+
+// unknownAliasKeys names the keys (section.key, comma separated) of the
+// YAML file at path whose unquoted value starts with '*', when err is the
+// YAML reader's refusal of an alias to no anchor: that refusal names
+// neither key nor line, and quotes the alias, which may be a password
+// ("password: *s3cret"). The file's keys sit at section.key, in block
+// style; a value in flow style ({password: *x}) is not found, and the
+// caller falls back to the reader's own words.
+func unknownAliasKeys(path string, err error) string {
+	if !strings.Contains(err.Error(), "unknown anchor") {
+		return ""
+	}
+	raw, rerr := os.ReadFile(path)
+	if rerr != nil {
+		return ""
+	}
+	var keys []string
+	section := ""
+	for _, line := range strings.Split(string(raw), "\n") {
+		m := blockKey.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		if m[1] == "" {
+			section = m[2]
+		}
+		if strings.HasPrefix(m[3], "*") {
+			if m[1] == "" {
+				keys = append(keys, m[2])
+			} else {
+				keys = append(keys, section+"."+m[2])
+			}
+		}
+	}
+	return strings.Join(keys, ", ")
+}
+
+// blockKey is a line "key: value" of a block mapping: its indentation, its
+// key and its value.
+var blockKey = regexp.MustCompile(`^(\s*)([A-Za-z0-9_]+)\s*:\s*(.*)$`)
