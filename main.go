@@ -47,24 +47,23 @@ func main() {
 		os.Exit(2)
 	}
 
-	load := conf.Load
 	if *probe != "" {
-		load = conf.Read // metrics.addr is all it needs
-	}
-	cfg, err := load(*confPath)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		if *probe != "" {
+		// metrics.addr is all it needs, read so that no edit of the file
+		// since the service started fails the probe of a live service.
+		addr, err := conf.MetricsAddr(*confPath)
+		if err == nil {
+			err = healthcheck(addr, *probe, 2*time.Second)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "healthcheck:", err)
 			os.Exit(1) // a HEALTHCHECK knows 0 and 1; Docker reserves 2
 		}
-		os.Exit(2)
-	}
-	if *probe != "" {
-		if err := healthcheck(cfg.Metrics.Addr, *probe, 2*time.Second); err != nil {
-			fmt.Fprintln(os.Stderr, "healthcheck:", err)
-			os.Exit(1)
-		}
 		os.Exit(0)
+	}
+	cfg, err := conf.Load(*confPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	log, err := logging.New(cfg.Log.Level, cfg.Log.Format)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
 )
 
 // Config is every knob of the service. CONTRACT.md §4 names the required
@@ -397,7 +398,7 @@ func isListenAddr(addr string) bool {
 // Load reads the optional YAML file at path (empty: none) and the COMBO_*
 // environment over Default(), and validates the result.
 func Load(path string) (Config, error) {
-	c, err := Read(path)
+	c, err := read(path)
 	if err != nil {
 		return Config{}, err
 	}
@@ -407,11 +408,39 @@ func Load(path string) (Config, error) {
 	return c, nil
 }
 
-// Read is Load without Validate, which reads the redis.tls_* files: for
-// the -healthcheck probe, which needs metrics.addr only and must not fail
-// a live service over files it goes on without (a rotation half done) or
-// a configuration edited since it started.
-func Read(path string) (Config, error) {
+// MetricsAddr is metrics.addr as the -healthcheck probe needs it: from
+// COMBO_METRICS_ADDR if set, else from the file at path (empty: none),
+// else the default. It reads nothing else, and refuses nothing else: the
+// probe must not fail a live service over files it goes on without (a
+// redis.tls_* rotation half done) or a configuration edited since it
+// started, even one Load would refuse (a typo, a bare duration).
+func MetricsAddr(path string) (string, error) {
+	if addr, ok := os.LookupEnv("COMBO_METRICS_ADDR"); ok {
+		return addr, nil
+	}
+	if path == "" {
+		return Default().Metrics.Addr, nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("conf.MetricsAddr: %w", err)
+	}
+	var file struct {
+		Metrics struct {
+			Addr *string `yaml:"addr"`
+		} `yaml:"metrics"`
+	}
+	if err := yaml.Unmarshal(raw, &file); err != nil {
+		return "", fmt.Errorf("conf.MetricsAddr: read %s: %s", path, withoutYAMLValues(err))
+	}
+	if file.Metrics.Addr == nil {
+		return Default().Metrics.Addr, nil
+	}
+	return *file.Metrics.Addr, nil
+}
+
+// read is Load without Validate.
+func read(path string) (Config, error) {
 	v := viper.New()
 	v.SetEnvPrefix("COMBO")
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))

@@ -619,3 +619,36 @@ func TestLoadNamesTheKeyOfAnAliasToNoAnchor(t *testing.T) {
 		t.Fatalf("Load: %v; want a refusal naming redis.password, without the value", err)
 	}
 }
+
+// The -healthcheck probe reads metrics.addr alone: from the environment,
+// else the file, else the default, whatever else the file holds now (a
+// typo, a bare duration: Load refuses both).
+func TestMetricsAddrReadsNothingElse(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	write := func(body string) {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("metrics:\n  addr: \"127.0.0.1:9200\"\nlog:\n  levle: debug\nwindow:\n  size: 1\n")
+	if _, err := Load(path); err == nil {
+		t.Fatal("Load took the edited file: the test proves nothing")
+	}
+	for _, tc := range []struct{ body, env, want string }{
+		{"metrics:\n  addr: \"127.0.0.1:9200\"\nlog:\n  levle: debug\nwindow:\n  size: 1\n", "", "127.0.0.1:9200"},
+		{"window:\n  size: 1\n", "", Default().Metrics.Addr},
+		{"metrics:\n  addr: \"\"\n", "", ""},
+		{"metrics:\n  addr: \"127.0.0.1:9200\"\n", ":9300", ":9300"},
+	} {
+		write(tc.body)
+		if tc.env != "" {
+			t.Setenv("COMBO_METRICS_ADDR", tc.env)
+		}
+		if got, err := MetricsAddr(path); err != nil || got != tc.want {
+			t.Errorf("MetricsAddr of %q (env %q): %q, %v; want %q", tc.body, tc.env, got, err, tc.want)
+		}
+	}
+	if got, err := MetricsAddr(""); err != nil || got != ":9300" {
+		t.Errorf("MetricsAddr with no file: %q, %v; want the environment's", got, err)
+	}
+}

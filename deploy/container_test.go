@@ -645,12 +645,20 @@ func TestHealthcheckProbesOnlyMetricsAddr(t *testing.T) {
 	if err := os.WriteFile(edited, []byte("window:\n  size: 1ms\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Edited so that Load refuses it, not only Validate: a typo, a bare
+	// duration. The probe reads metrics.addr alone, here from the file.
+	typo := filepath.Join(dir, "typo.yaml")
+	if err := os.WriteFile(typo, []byte("metrics:\n  addr: \"0.0.0.0:"+port(t, s.metrics)+"\"\nlog:\n  levle: debug\nwindow:\n  size: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for name, env := range map[string][]string{
-		"half-rotated redis.tls_ca_file": {"COMBO_REDIS_ADDR=127.0.0.1:6379", "COMBO_REDIS_TLS=true", "COMBO_REDIS_TLS_CA_FILE=" + halfRotated},
-		"config edited to invalid":       {"COMBO_CONFIG=" + edited},
+		"half-rotated redis.tls_ca_file": {"COMBO_REDIS_ADDR=127.0.0.1:6379", "COMBO_REDIS_TLS=true", "COMBO_REDIS_TLS_CA_FILE=" + halfRotated,
+			"COMBO_METRICS_ADDR=0.0.0.0:" + port(t, s.metrics)},
+		"config edited to invalid":              {"COMBO_CONFIG=" + edited, "COMBO_METRICS_ADDR=0.0.0.0:" + port(t, s.metrics)},
+		"config edited with a typo, addr in it": {"COMBO_CONFIG=" + typo},
 	} {
 		probe := exec.Command(svc, "-healthcheck", "/healthz")
-		probe.Env = append(os.Environ(), append(env, "COMBO_METRICS_ADDR=0.0.0.0:"+port(t, s.metrics))...)
+		probe.Env = append(os.Environ(), env...)
 		if out, err := probe.CombinedOutput(); err != nil {
 			t.Errorf("%s: combo-service -healthcheck /healthz of a live service: %v\n%s", name, err, out)
 		}
