@@ -365,7 +365,7 @@ func (w *Worker) dropBad(ctx context.Context, shard int, ids []string) {
 	}
 	w.metrics.BadEntries.Add(float64(len(ids)))
 	w.log.Warn("dropping stream entries that cannot be flushed", zap.Int("shard", shard), zap.Strings("ids", ids))
-	if err := w.op(ctx, func(ctx context.Context) error { return w.store.Drop(ctx, shard, ids) }); err != nil {
+	if err := w.op(ctx, func(ctx context.Context) error { return w.store.Drop(ctx, shard, ids) }); err != nil && ctx.Err() == nil {
 		// They stay pending; the claimer brings them back and we try again.
 		w.redisError(metrics.OpDrop, err)
 	}
@@ -589,7 +589,9 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 		return err
 	})
 	if err != nil {
-		w.redisError(metrics.OpFlush, err)
+		if w.flushCtx.Err() == nil { // not Shutdown's deadline cutting it short
+			w.redisError(metrics.OpFlush, err)
+		}
 		w.retryLater(q, batch)
 		return false
 	}

@@ -709,14 +709,14 @@ func TestHousekeeperResyncsTheClock(t *testing.T) {
 	}
 }
 
-// Shutdown's deadline stops the flusher at once, even while it backs off
-// from a Redis that keeps refusing (up to 2 s a wait): the deadline is the
-// operator's bound on how long a stop takes.
+// Shutdown's deadline stops the flusher at once, even while it waits to
+// retry a window Redis keeps refusing (its waits grow to 5 s): the
+// deadline is the operator's bound on how long a stop takes.
 func TestShutdownDeadlineCutsFlushBackoff(t *testing.T) {
 	r, _, _, m := setup(t)
 	store := &refusing{Repo: r}
 	wk := startReported(t, store, r, m)
-	// Six refusals: the flusher's waits have grown past a second.
+	// Six refusals: the window's waits have grown past a second.
 	waitFor(t, "six refused flushes", func() bool { return store.calls.Load() >= 6 })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -866,5 +866,43 @@ func TestWindowReadBeforeTheFirstClockReadingGoesOutOnTime(t *testing.T) {
 	// 200 ms; the skew was 3 s.
 	if took := time.Since(start); took > 1500*time.Millisecond {
 		t.Fatalf("window pushed %s after its report, want well under the 3s skew", took.Round(time.Millisecond))
+	}
+}
+
+// hangingFlush is the real store whose flushes never answer: they wait
+// out their context.
+type hangingFlush struct {
+	*repo.Repo
+	started chan struct{}
+}
+
+func (s *hangingFlush) Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error) {
+	select {
+	case s.started <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A flush that Shutdown's deadline cuts short is the stop, not a failure of
+// Redis: combo_redis_errors_total stays as it was (it counted one at every
+// stop that left a flush under way, for alerts on Redis errors to see).
+func TestShutdownDeadlineCountsNoRedisError(t *testing.T) {
+	r, _, _, m := setup(t)
+	store := &hangingFlush{Repo: r, started: make(chan struct{}, 1)}
+	wk := startReported(t, store, r, m)
+	select {
+	case <-store.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no flush began")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := wk.Shutdown(ctx); err == nil {
+		t.Fatal("Shutdown reported the hung window published")
+	}
+	if n := testutil.ToFloat64(m.RedisErrors.WithLabelValues(metrics.OpFlush)); n != 0 {
+		t.Fatalf("combo_redis_errors_total{op=\"flush\"} = %v after a stop cut a flush short, want 0", n)
 	}
 }
