@@ -167,3 +167,25 @@ func TestShutdownFinalReadEndsUnderOthersLoad(t *testing.T) {
 		}
 	}
 }
+
+// blindReads is the real store whose reads find nothing: windows reported
+// stay unread.
+type blindReads struct{ *repo.Repo }
+
+func (blindReads) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
+	return nil, nil, nil, nil
+}
+
+// Shutdown given a context already ended reads nothing more, and says so.
+// It said only that no window was still held ("0 windows still held"), or,
+// had its flushers finished before it looked, nothing at all, though a
+// window of this replica's last reports was left unread.
+func TestShutdownWithAnEndedContextSaysWindowsWereLeftUnread(t *testing.T) {
+	r, _, _, m := setup(t)
+	wk := startReported(t, blindReads{r}, r, m)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := wk.Shutdown(ctx); err == nil || !strings.Contains(err.Error(), "left unread") {
+		t.Fatalf("Shutdown with an ended context: %v; want it to say windows were left unread", err)
+	}
+}

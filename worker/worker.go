@@ -788,6 +788,8 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		}
 		if len(todo) == 0 {
 			readErr = nil
+		} else if readErr == nil { // ctx had ended before any final read
+			readErr = fmt.Errorf("final read of %d shards not begun: %w", len(todo), ctx.Err())
 		}
 		close(w.draining)
 		select {
