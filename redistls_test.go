@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -328,5 +329,56 @@ func TestRedisTLSDialerParsesTheBytesItCompared(t *testing.T) {
 	}
 	if got := d.config(); loads.Load() != 2 || !got.RootCAs.Equal(want.RootCAs) {
 		t.Fatalf("after %d loads the dialer trusts another CA than the file holds", loads.Load())
+	}
+}
+
+// A CA bundle caught half rewritten (the new CA whole, the old one cut
+// short) is not read whole: the dialer keeps the bundle it last read whole,
+// and new connections go on. Go's PEM readers stop quietly at the cut
+// block, so it was taken whole: files_read said 1, the log said the files
+// changed, and new connections were refused (the server's CA was the cut
+// one).
+func TestRedisTLSDialerRefusesAHalfWrittenCABundle(t *testing.T) {
+	r := testredis.Start(t, testredis.Options{TLS: true})
+	other := testredis.NewTLSFiles(t, t.TempDir())
+	ca, err := os.ReadFile(r.TLS.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newCA, err := os.ReadFile(other.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(bundle, ca, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := conf.Redis{TLS: true, TLSCAFile: bundle, TLSCertFile: r.TLS.ClientCert, TLSKeyFile: r.TLS.ClientKey}
+	core, logs := observer.New(zap.WarnLevel)
+	d, err := newRedisTLSDialer(cfg.TLSConfigFrom, cfg.TLSFiles(), time.Second, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := append(append([]byte{}, newCA...), ca[:len(ca)/2]...)
+	if err := os.WriteFile(bundle, half, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.filesRead(); got != 0 {
+		t.Fatalf("combo_redis_tls_files_read %v with the CA bundle half written, want 0", got)
+	}
+	warned := logs.FilterMessageSnippet("could not read the redis.tls_* files again")
+	if warned.Len() != 1 || !strings.Contains(fmt.Sprint(warned.All()[0].ContextMap()["error"]), "redis.tls_ca_file") {
+		t.Fatalf("warnings %v, want one naming redis.tls_ca_file", logs.All())
+	}
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, Dialer: d.Dial, MaxRetries: -1})
+	defer c.Close()
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING with the CA bundle half written: %v, want the bundle last read whole", err)
+	}
+	if err := os.WriteFile(bundle, append(append([]byte{}, newCA...), ca...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.filesRead(); got != 1 {
+		t.Fatalf("combo_redis_tls_files_read %v with the bundle whole, want 1", got)
 	}
 }

@@ -1,8 +1,11 @@
 package conf
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -48,15 +51,22 @@ func (r Redis) tlsConfig(read func(path string) ([]byte, error)) (cfg *tls.Confi
 		if err != nil {
 			return nil, "redis.tls_ca_file", err
 		}
+		certs, err := wholePEMCertificates(pem)
+		if err != nil {
+			return nil, "redis.tls_ca_file", fmt.Errorf("%s %w", r.TLSCAFile, err)
+		}
 		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, "redis.tls_ca_file", fmt.Errorf("%s holds no PEM certificate", r.TLSCAFile)
+		for _, c := range certs {
+			cfg.RootCAs.AddCert(c)
 		}
 	}
 	if r.TLSCertFile != "" || r.TLSKeyFile != "" {
 		certPEM, err := read(r.TLSCertFile)
 		if err != nil {
 			return nil, "redis.tls_cert_file", err
+		}
+		if _, err := wholePEMCertificates(certPEM); err != nil {
+			return nil, "redis.tls_cert_file", fmt.Errorf("%s %w", r.TLSCertFile, err)
 		}
 		keyPEM, err := read(r.TLSKeyFile)
 		if err != nil {
@@ -74,6 +84,40 @@ func (r Redis) tlsConfig(read func(path string) ([]byte, error)) (cfg *tls.Confi
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	return cfg, "", nil
+}
+
+// wholePEMCertificates parses every PEM block of data as a certificate,
+// and refuses data that is not whole: a block that does not parse, or bytes
+// after the last block (a block cut short has no END line, and is left
+// there). x509.CertPool.AppendCertsFromPEM and tls.X509KeyPair stop
+// quietly at the first such block: a CA bundle caught half rewritten (the
+// new CA whole, the old one cut) was taken as read whole, and new
+// connections were refused by a Redis whose certificate the old CA signed.
+func wholePEMCertificates(data []byte) ([]*x509.Certificate, error) {
+	var certs []*x509.Certificate
+	rest := data
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			continue // as AppendCertsFromPEM: a key or parameters beside the certificates
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("holds a certificate that does not parse (number %d; a file half written?): %w", len(certs)+1, err)
+		}
+		certs = append(certs, c)
+	}
+	if len(certs) == 0 {
+		return nil, errors.New("holds no PEM certificate")
+	}
+	if len(bytes.TrimSpace(rest)) > 0 {
+		return nil, fmt.Errorf("holds something after its %d whole certificates (a file half written?)", len(certs))
+	}
+	return certs, nil
 }
 
 // validateTLS refuses redis.tls_* settings that would be ignored or could
