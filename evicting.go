@@ -20,12 +20,7 @@ import (
 // the check of the master alone would have passed. A replica the Sentinels
 // see as down is skipped; one that does not answer is named in the error.
 func evictingReplicas(ctx context.Context, r conf.Redis, tlsConfig *tls.Config) (map[string]string, error) {
-	node := func(addr, username, password string) *redis.Options {
-		return &redis.Options{
-			Addr: addr, Username: username, Password: password, TLSConfig: tlsConfig,
-			DialTimeout: r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout, MaxRetries: -1, DialerRetries: 1,
-		}
-	}
+	node := func(addr, username, password string) *redis.Options { return nodeOptions(r, tlsConfig, addr, username, password) }
 	var replicas []map[string]string
 	var errs []error
 	for _, addr := range r.SentinelAddrs { // the first that answers
@@ -54,4 +49,13 @@ func evictingReplicas(ctx context.Context, r conf.Redis, tlsConfig *tls.Config) 
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// nodeOptions are the options of a one-off client of one node (a Sentinel,
+// a replica) that a start-up check asks: redis.timeout, no retries.
+func nodeOptions(r conf.Redis, tlsConfig *tls.Config, addr, username, password string) *redis.Options {
+	return &redis.Options{
+		Addr: addr, Username: username, Password: password, TLSConfig: tlsConfig,
+		DialTimeout: r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout, MaxRetries: -1, DialerRetries: 1,
+	}
 }

@@ -157,6 +157,11 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		log.Warn("could not load Lua scripts yet; will send them on first use", zap.Error(err))
 	}
 	warnEvicting(loadCtx, cfg, store, log)
+	if cfg.Redis.Sentinel() {
+		if tlsConfig, err := cfg.Redis.TLSConfig(); err == nil { // read and checked by Validate already
+			checkSentinels(loadCtx, cfg.Redis, tlsConfig, log)
+		}
+	}
 	cancel()
 
 	// The ports are taken before the worker starts: one in use stops the

@@ -167,3 +167,46 @@ func TestWarnsOfAnEvictingReplicaOfTheSentinels(t *testing.T) {
 		t.Fatalf("warnings %v, want one naming the replica %s and allkeys-lru", logs.All(), replica.Addr)
 	}
 }
+
+// At start the Sentinels are asked what a failover needs of them: a master
+// of redis.sentinel_master's name, and a Sentinel user allowed
+// +switch-master (Redis 7 gives a new ACL user no channels, and go-redis's
+// subscription then fails without a word: a review lost ten times the
+// reports at a failover). What is missing is logged, naming the Sentinel.
+func TestSentinelsAreCheckedAtStart(t *testing.T) {
+	master := testredis.Start(t, testredis.Options{})
+	sentinel := testredis.StartSentinel(t, sentinelMaster, master)
+	ctx := context.Background()
+	for _, acl := range [][]any{
+		{"ACL", "SETUSER", "no-channels", "on", ">spw", "+@all"},
+		{"ACL", "SETUSER", "switch-master", "on", ">spw", "+@all", "&+switch-master"},
+	} {
+		if err := sentinel.Client().Do(ctx, acl...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		user, master string
+		want         string // a log line's snippet, or "" for none
+	}{
+		{"no-channels", sentinelMaster, "may not SUBSCRIBE to +switch-master"},
+		{"switch-master", sentinelMaster, ""},
+		{"switch-master", "no-such-master", "knows no master of that name (redis.sentinel_master)"},
+	} {
+		core, logs := observer.New(zap.WarnLevel)
+		r := conf.Default().Redis
+		r.SentinelAddrs, r.SentinelMaster = []string{sentinel.Addr}, tc.master
+		r.SentinelUsername, r.SentinelPassword = tc.user, "spw"
+		checkSentinels(ctx, r, nil, zap.New(core))
+		got := logs.All()
+		if tc.want == "" {
+			if len(got) != 0 {
+				t.Errorf("user %s, master %s: logged %v, want nothing", tc.user, tc.master, got)
+			}
+			continue
+		}
+		if len(got) != 1 || !strings.Contains(got[0].Message, tc.want) || got[0].ContextMap()["sentinel"] != sentinel.Addr {
+			t.Errorf("user %s, master %s: logged %v, want one line saying %q and naming the Sentinel", tc.user, tc.master, got, tc.want)
+		}
+	}
+}
