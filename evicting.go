@@ -20,7 +20,9 @@ import (
 // the check of the master alone would have passed. A replica the Sentinels
 // see as down is skipped; one that does not answer is named in the error.
 func evictingReplicas(ctx context.Context, r conf.Redis, tlsConfig *tls.Config) (map[string]string, error) {
-	node := func(addr, username, password string) *redis.Options { return nodeOptions(r, tlsConfig, addr, username, password) }
+	node := func(addr, username, password string) *redis.Options {
+		return nodeOptions(r, tlsConfig, addr, username, password)
+	}
 	var replicas []map[string]string
 	var errs []error
 	for _, addr := range r.SentinelAddrs { // the first that answers
