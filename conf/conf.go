@@ -355,6 +355,15 @@ func (c Config) Warnings() []string {
 		ws = append(ws, fmt.Sprintf("window.dedupe (%s) is shorter than client.Reporter's default retries (%s): "+
 			"a batch that got through but is retried that late is counted twice", c.Window.Dedupe, ReporterRetryHorizon))
 	}
+	// The report path holds, per node, a connection for each shard's shared
+	// pipeline, one for the rest and one for a batch of its own (repo's
+	// aloneSlots floors the batches at one): below that, calls queue for a
+	// connection on redis.timeout's clock and may fail UNAVAILABLE, counted
+	// or not, while Redis answers.
+	if need := c.Redis.Shards + 2; c.Redis.PoolSize > 0 && c.Redis.PoolSize < need {
+		ws = append(ws, fmt.Sprintf("redis.pool_size (%d) is below redis.shards + 2 (%d): reports may wait for a connection "+
+			"and fail UNAVAILABLE while Redis answers", c.Redis.PoolSize, need))
+	}
 	return ws
 }
 

@@ -300,6 +300,15 @@ func TestWarnings(t *testing.T) {
 	if ws := c.Warnings(); len(ws) != 1 || !strings.Contains(ws[0], "client.Reporter") {
 		t.Fatalf("want a warning about the Reporter's retries, got %q", ws)
 	}
+	c = Default()
+	c.Redis.PoolSize = c.Redis.Shards + 1 // a pool that cannot hold every shard's pipeline and a batch
+	if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], "redis.pool_size") {
+		t.Fatalf("want a warning naming redis.pool_size, got %q", ws)
+	}
+	c.Redis.PoolSize = c.Redis.Shards + 2
+	if ws := c.Warnings(); len(ws) != 0 {
+		t.Fatalf("pool_size shards + 2 warns: %q", ws)
+	}
 }
 
 // An address written as a URL or with userinfo is refused without
