@@ -281,6 +281,18 @@ func unready(err error) error {
 // report script fails, and its report is published on its own (degraded).
 var degradingReplies = []string{"OOM", "MISCONF", "NOREPLICAS"}
 
+// RefusesWrites says err is Redis refusing a write for its own state (OOM,
+// MISCONF, NOREPLICAS): every write fails alike until Redis recovers, so a
+// loop retrying one should back off as a whole, not window by window.
+func RefusesWrites(err error) bool {
+	for _, p := range degradingReplies {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // wrap names the operation and marks "Redis did not answer" failures with
 // ErrUnavailable; replies Redis did send (script errors, WRONGTYPE, OOM)
 // stay as they are.
