@@ -11,9 +11,10 @@ import (
 	"github.com/combo-service/combo-service/conf"
 )
 
-// switchMaster is the Sentinel channel on which go-redis learns of a
-// failover at once.
-const switchMaster = "+switch-master"
+// failoverChannels are the Sentinel channels go-redis's failover client
+// subscribes to, in one SUBSCRIBE (go-redis v9.23 sentinel.go): a user
+// denied either is refused both.
+var failoverChannels = []string{"+switch-master", "+replica-reconf-done"}
 
 // checkSentinels asks each Sentinel, once at start, what a failover needs
 // of it, and logs what is missing, naming the Sentinel:
@@ -21,7 +22,8 @@ const switchMaster = "+switch-master"
 //     report fails, with go-redis's words "all sentinels ... are
 //     unreachable: redis: nil", which name neither the setting nor the
 //     cause;
-//   - that the Sentinel user may SUBSCRIBE to +switch-master. Redis 7
+//   - that the Sentinel user may SUBSCRIBE to +switch-master and
+//     +replica-reconf-done, as go-redis does. Redis 7
 //     gives a new ACL user no channels, on a Sentinel too: go-redis's
 //     subscription then fails without a word, and the service learns of a
 //     failover only when the old master is demoted, about 10 s later,
@@ -40,9 +42,9 @@ func checkSentinels(ctx context.Context, r conf.Redis, tlsConfig *tls.Config, lo
 				zap.String("sentinel", addr), zap.String("sentinel_master", r.SentinelMaster))
 		case err == nil:
 			if err := subscribeSwitchMaster(ctx, sc); err != nil && redis.HasErrorPrefix(err, "NOPERM") {
-				log.Warn("the Sentinel user may not SUBSCRIBE to "+switchMaster+": a failover is then noticed only when "+
-					"the old master is demoted, about 10 s later, and reports it acknowledges meanwhile are lost; "+
-					"grant it the channel (ACL SETUSER <user> &"+switchMaster+", see README)",
+				log.Warn("the Sentinel user may not SUBSCRIBE to +switch-master and +replica-reconf-done: a failover is then "+
+					"noticed only when the old master is demoted, about 10 s later, and reports it acknowledges meanwhile "+
+					"are lost; grant it the channels (ACL SETUSER <user> &+switch-master &+replica-reconf-done, see README)",
 					zap.String("sentinel", addr), zap.Error(err))
 			}
 		}
@@ -51,7 +53,7 @@ func checkSentinels(ctx context.Context, r conf.Redis, tlsConfig *tls.Config, lo
 }
 
 func subscribeSwitchMaster(ctx context.Context, sc *redis.SentinelClient) error {
-	ps := sc.Subscribe(ctx, switchMaster)
+	ps := sc.Subscribe(ctx, failoverChannels...)
 	defer ps.Close()
 	_, err := ps.Receive(ctx)
 	return err
