@@ -434,18 +434,30 @@ func MetricsAddr(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("conf.MetricsAddr: %w", err)
 	}
-	var file struct {
-		Metrics struct {
-			Addr *string `yaml:"addr"`
-		} `yaml:"metrics"`
-	}
+	var file map[string]any
 	if err := yaml.Unmarshal(raw, &file); err != nil {
 		return "", fmt.Errorf("conf.MetricsAddr: read %s: %s", path, withoutYAMLValues(err))
 	}
-	if file.Metrics.Addr == nil {
+	// Keys in any case, as viper reads them (Metrics: {Addr: ...} too).
+	metrics, _ := lookupFold(file, "metrics").(map[string]any)
+	switch addr := lookupFold(metrics, "addr").(type) {
+	case string:
+		return addr, nil
+	case nil:
 		return Default().Metrics.Addr, nil
+	default:
+		return "", fmt.Errorf("conf.MetricsAddr: read %s: metrics.addr is no string", path)
 	}
-	return *file.Metrics.Addr, nil
+}
+
+// lookupFold is m's value under key, whatever the case of m's keys.
+func lookupFold(m map[string]any, key string) any {
+	for k, v := range m {
+		if strings.EqualFold(k, key) {
+			return v
+		}
+	}
+	return nil
 }
 
 // read is Load without Validate.

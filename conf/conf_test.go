@@ -647,7 +647,9 @@ func TestMetricsAddrReadsNothingElse(t *testing.T) {
 		{"metrics:\n  addr: \"127.0.0.1:9200\"\nlog:\n  levle: debug\nwindow:\n  size: 1\n", "", "127.0.0.1:9200"},
 		{"window:\n  size: 1\n", "", Default().Metrics.Addr},
 		{"metrics:\n  addr: \"\"\n", "", ""},
-		{"metrics:\n  addr: \"127.0.0.1:9200\"\n", ":9300", ":9300"},
+		// viper reads keys in any case, and the service listens there.
+		{"Metrics:\n  Addr: \"127.0.0.1:9201\"\n", "", "127.0.0.1:9201"},
+		{"metrics:\n  addr: \"127.0.0.1:9200\"\n", ":9300", ":9300"}, // the environment last: it stays set
 	} {
 		write(tc.body)
 		if tc.env != "" {
