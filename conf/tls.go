@@ -86,12 +86,12 @@ func (r Redis) tlsConfig(read func(path string) ([]byte, error)) (cfg *tls.Confi
 	return cfg, "", nil
 }
 
-// wholePEMCertificates parses every PEM block of data as a certificate,
-// and refuses data that is not whole: a block that does not parse, or bytes
-// after the last block (a block cut short has no END line, and is left
-// there). x509.CertPool.AppendCertsFromPEM and tls.X509KeyPair stop
-// quietly at the first such block: a CA bundle caught half rewritten (the
-// new CA whole, the old one cut) was taken as read whole, and new
+// wholePEMCertificates parses the PEM certificates of data, as
+// x509.CertPool.AppendCertsFromPEM does (text around the blocks, and a
+// block Go cannot parse, are skipped), and refuses data that ends in a
+// block cut short: a BEGIN line with no END. AppendCertsFromPEM and
+// tls.X509KeyPair stop quietly there: a CA bundle caught half rewritten
+// (the new CA whole, the old one cut) was taken as read whole, and new
 // connections were refused by a Redis whose certificate the old CA signed.
 func wholePEMCertificates(data []byte) ([]*x509.Certificate, error) {
 	var certs []*x509.Certificate
@@ -103,19 +103,17 @@ func wholePEMCertificates(data []byte) ([]*x509.Certificate, error) {
 			break
 		}
 		if block.Type != "CERTIFICATE" {
-			continue // as AppendCertsFromPEM: a key or parameters beside the certificates
+			continue // a key or parameters beside the certificates
 		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("holds a certificate that does not parse (number %d; a file half written?): %w", len(certs)+1, err)
+		if c, err := x509.ParseCertificate(block.Bytes); err == nil {
+			certs = append(certs, c)
 		}
-		certs = append(certs, c)
+	}
+	if bytes.Contains(rest, []byte("-----BEGIN")) {
+		return nil, fmt.Errorf("ends in a PEM block cut short, after %d whole certificates (a file half written?)", len(certs))
 	}
 	if len(certs) == 0 {
 		return nil, errors.New("holds no PEM certificate")
-	}
-	if len(bytes.TrimSpace(rest)) > 0 {
-		return nil, fmt.Errorf("holds something after its %d whole certificates (a file half written?)", len(certs))
 	}
 	return certs, nil
 }

@@ -167,3 +167,35 @@ func TestTLSClientCertificateLeafIsParsed(t *testing.T) {
 		t.Fatalf("client certificate leaf %v, want the parsed testredis client certificate", leaf)
 	}
 }
+
+// A CA bundle is read as Go's own reader reads it, text around the blocks
+// and a block Go cannot parse skipped, but one that ends in a block cut
+// short (a BEGIN line with no END: a file caught half rewritten) is not
+// read whole.
+func TestCABundleIsReadWholeOrRefused(t *testing.T) {
+	pki := testredis.NewTLSFiles(t, t.TempDir())
+	ca, err := os.ReadFile(pki.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unparsable := "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
+	for name, tc := range map[string]struct {
+		data string
+		ok   bool
+	}{
+		"a comment after the last block":    {string(ca) + "# end of bundle\n", true},
+		"a block Go cannot parse beside it": {unparsable + string(ca), true},
+		"Windows line endings":              {strings.ReplaceAll(string(ca), "\n", "\r\n"), true},
+		"a block cut short after it":        {string(ca) + string(ca[:len(ca)/2]), false},
+		"nothing but a cut block":           {string(ca[:len(ca)/2]), false},
+	} {
+		path := filepath.Join(t.TempDir(), "ca.crt")
+		if err := os.WriteFile(path, []byte(tc.data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Redis{TLS: true, TLSCAFile: path}.TLSConfig()
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "redis.tls_ca_file")) {
+			t.Errorf("%s: %v; want ok %v (an error naming redis.tls_ca_file)", name, err, tc.ok)
+		}
+	}
+}
