@@ -203,10 +203,10 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
 	}
 	if !isListenAddr(c.Server.Addr) {
-		bad("server.addr", "must be host:port (host may be empty, port 0..65535), got %q", c.Server.Addr)
+		bad("server.addr", "must be host:port (host may be empty, port 0..65535 or a service name), got %q", c.Server.Addr)
 	}
 	if c.Metrics.Addr != "" && !isListenAddr(c.Metrics.Addr) {
-		bad("metrics.addr", "must be host:port (host may be empty, port 0..65535) or empty, got %q", c.Metrics.Addr)
+		bad("metrics.addr", "must be host:port (host may be empty, port 0..65535 or a service name) or empty, got %q", c.Metrics.Addr)
 	}
 	if c.Server.ShutdownTimeout <= 0 {
 		bad("server.shutdown_timeout", "must be > 0, got %s", c.Server.ShutdownTimeout)
@@ -230,7 +230,7 @@ func (c Config) Validate() error {
 	validateSentinel(c.Redis, bad)
 	if c.Embedded() {
 		if !isListenAddr(c.Redis.EmbeddedAddr) {
-			bad("redis.embedded_addr", "must be host:port (host may be empty, port 0..65535), got %q", c.Redis.EmbeddedAddr)
+			bad("redis.embedded_addr", "must be host:port (host may be empty, port 0..65535 or a service name), got %q", c.Redis.EmbeddedAddr)
 		}
 		// It has only the default user: logged in as another, every
 		// command failed WRONGPASS and the service was never ready.
@@ -360,7 +360,9 @@ func (c Config) Warnings() []string {
 	// aloneSlots floors the batches at one): below that, calls queue for a
 	// connection on redis.timeout's clock and may fail UNAVAILABLE, counted
 	// or not, while Redis answers.
-	if need := c.Redis.Shards + 2; c.Redis.PoolSize > 0 && c.Redis.PoolSize < need {
+	// On one Redis every shard is on the node; a Cluster's masters share
+	// them, in a way known only once its slot map is read.
+	if need := c.Redis.Shards + 2; len(c.Redis.Addrs) == 0 && c.Redis.PoolSize > 0 && c.Redis.PoolSize < need {
 		ws = append(ws, fmt.Sprintf("redis.pool_size (%d) is below redis.shards + 2 (%d): reports may wait for a connection "+
 			"and fail UNAVAILABLE while Redis answers", c.Redis.PoolSize, need))
 	}
@@ -393,14 +395,15 @@ func checkHostPort(addr, passwordKey string) string {
 }
 
 // isListenAddr: addr is an address to listen on, host:port with a port
-// number (0: any free port). A port out of range passed as host:port and
+// that net.Listen takes (a number 0..65535, a service name such as http;
+// 0 or none: any free port). A port out of range passed as host:port and
 // failed only at listen, naming the value but not the key.
 func isListenAddr(addr string) bool {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
 	}
-	_, err = strconv.ParseUint(port, 10, 16)
+	_, err = net.LookupPort("tcp", port)
 	return err == nil
 }
 

@@ -309,6 +309,11 @@ func TestWarnings(t *testing.T) {
 	if ws := c.Warnings(); len(ws) != 0 {
 		t.Fatalf("pool_size shards + 2 warns: %q", ws)
 	}
+	c.Redis.PoolSize = c.Redis.Shards + 1
+	c.Redis.Addr, c.Redis.Addrs = "", []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}
+	if ws := c.Warnings(); len(ws) != 0 { // its masters share the shards
+		t.Fatalf("a Cluster's pool_size warns: %q", ws)
+	}
 }
 
 // An address written as a URL or with userinfo is refused without
@@ -595,6 +600,10 @@ func TestValidateRefusesAPortOutOfRange(t *testing.T) {
 	c.Server.Addr, c.Metrics.Addr, c.Redis.EmbeddedAddr = ":0", "127.0.0.1:9100", "127.0.0.1:0"
 	if err := c.Validate(); err != nil {
 		t.Fatalf("ports 0 and 9100: %v", err)
+	}
+	c.Metrics.Addr = "localhost:" // as net.Listen takes it: any free port
+	if err := c.Validate(); err != nil {
+		t.Fatalf("an empty port: %v", err)
 	}
 }
 
