@@ -41,7 +41,7 @@ func checkSentinels(ctx context.Context, r conf.Redis, tlsConfig *tls.Config, lo
 			log.Error("this Sentinel knows no master of that name (redis.sentinel_master): reports fail while no Sentinel does",
 				zap.String("sentinel", addr), zap.String("sentinel_master", r.SentinelMaster))
 		case err == nil:
-			if err := subscribeSwitchMaster(ctx, sc); err != nil && redis.HasErrorPrefix(err, "NOPERM") {
+			if err := subscribeFailoverChannels(ctx, sc); err != nil && redis.HasErrorPrefix(err, "NOPERM") {
 				log.Warn("the Sentinel user may not SUBSCRIBE to +switch-master and +replica-reconf-done: a failover is then "+
 					"noticed only when the old master is demoted, about 10 s later, and reports it acknowledges meanwhile "+
 					"are lost; grant it the channels (ACL SETUSER <user> &+switch-master &+replica-reconf-done, see README)",
@@ -52,7 +52,9 @@ func checkSentinels(ctx context.Context, r conf.Redis, tlsConfig *tls.Config, lo
 	}
 }
 
-func subscribeSwitchMaster(ctx context.Context, sc *redis.SentinelClient) error {
+// subscribeFailoverChannels subscribes as go-redis does, and says whether
+// the Sentinel let it.
+func subscribeFailoverChannels(ctx context.Context, sc *redis.SentinelClient) error {
 	ps := sc.Subscribe(ctx, failoverChannels...)
 	defer ps.Close()
 	_, err := ps.Receive(ctx)

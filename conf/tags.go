@@ -10,7 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// refuseTags names each key of the YAML file raw whose value YAML's own
+// refuseMisreadYAML names each key of the YAML file raw whose value YAML's own
 // syntax would silently cut short, and which no key of the contract
 // needs:
 //   - a local tag. Unquoted, a value starting with '!' is a tag, not text:
@@ -29,7 +29,7 @@ import (
 //
 // The refusal names the key, never the tag, anchor or number, which may be
 // part of a secret.
-func refuseTags(raw []byte) error {
+func refuseMisreadYAML(raw []byte) error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
 		// viper read the file first, so this is not expected; its values

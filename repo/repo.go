@@ -266,13 +266,8 @@ func (r *Repo) Ready(ctx context.Context) error {
 // unready is err unless it is a write refused for Redis's own state,
 // which leaves reports degraded and the replica ready.
 func unready(err error) error {
-	if err == nil || isUnavailable(err) {
-		return err
-	}
-	for _, p := range degradingReplies {
-		if redis.HasErrorPrefix(err, p) {
-			return nil
-		}
+	if err != nil && !isUnavailable(err) && RefusesWrites(err) {
+		return nil
 	}
 	return err
 }

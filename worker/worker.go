@@ -645,8 +645,8 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 	// one that Redis kept refusing alone (a channel the ACL user may not
 	// publish on). But a Redis refusing every write (OOM, MISCONF,
 	// NOREPLICAS) refuses them all alike: without backing off, a backlog of
-	// windows was retried as fast as their own delays came due, 33 times as
-	// often (20,000 held windows: 6,000 flushes a second).
+	// windows was retried as fast as their own delays came due (20,000 held
+	// windows: about 1,900 flushes a second against 200 backing off).
 	return len(failed) < len(batch) || !refusingWrites
 }
 
