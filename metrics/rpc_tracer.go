@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/pkg/stats"
@@ -41,6 +42,8 @@ type RPCTracer struct {
 // callerOther. So is a name longer than maxCallerLen: TTHeader carries up
 // to 64 KB, and a label value is repeated on every line of its series (17
 // per method and status), so 100 such names made a scrape some 600 MB.
+// And so is a name that is not UTF-8, which Prometheus refuses as a label
+// value: WithLabelValues panicked, and the RPC went uncounted.
 const (
 	maxCallers   = 100
 	maxCallerLen = 128
@@ -114,7 +117,7 @@ func (t *RPCTracer) seriesFor(l rpcLabels) rpcSeries {
 	}
 	t.mu.Lock()
 	if !t.callers[l.caller] {
-		if len(t.callers) < maxCallers && len(l.caller) <= maxCallerLen {
+		if len(t.callers) < maxCallers && len(l.caller) <= maxCallerLen && utf8.ValidString(l.caller) {
 			t.callers[l.caller] = true
 		} else {
 			l.caller = callerOther

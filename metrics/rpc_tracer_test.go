@@ -125,6 +125,25 @@ func TestRPCTracerBoundsCallers(t *testing.T) {
 	}
 }
 
+// A caller name that is not UTF-8 (a Latin-1 "café", or the header of a
+// request refused as garbage) is no Prometheus label value: WithLabelValues
+// panicked, Kitex recovered and logged a stack trace, and the RPC was never
+// counted.
+func TestRPCTracerCountsACallerNameThatIsNotUTF8AsOther(t *testing.T) {
+	tr := NewRPCTracer(prometheus.NewRegistry())
+	for range 3 {
+		finishedRPC(tr, "caf\xe9", "ReportContribution", stats.LevelBase, nil)
+	}
+	if got := testutil.ToFloat64(tr.throughput.WithLabelValues(callerOther, "combo-service", "ReportContribution", "succeed", "0")); got != 3 {
+		t.Errorf("RPCs of a caller named %q counted %v times as %q, want 3", "caf\xe9", got, callerOther)
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.callers) != 0 {
+		t.Errorf("the name took a caller slot: %v", tr.callers)
+	}
+}
+
 // BenchmarkRPCTracerFinish is the tracer's cost per RPC once its label set
 // has been seen: go test -run '^$' -bench RPCTracer -benchmem ./metrics/
 func BenchmarkRPCTracerFinish(b *testing.B) {
