@@ -71,14 +71,14 @@ func FuzzContribution(f *testing.F) {
 		named(t, Contribution(c, "contribution"), "contribution", bad)
 
 		// In a batch, the bad row is named by its index.
-		if index < 0 {
-			index = -index
-		}
-		cs := make([]*combo.Contribution, index%5+1)
+		// Unsigned: -index of math.MinInt64 is itself, and a negative
+		// length made the test panic, not the code under test.
+		n := int(uint(index)%5) + 1
+		cs := make([]*combo.Contribution, n)
 		for i := range cs {
 			cs[i] = good()
 		}
-		i := index % len(cs)
+		i := int(uint(index) % uint(n))
 		cs[i] = c
 		named(t, Contributions(cs), fmt.Sprintf("contributions[%d]", i), bad)
 
