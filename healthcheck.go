@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -16,6 +17,14 @@ import (
 // the service, so it always checks the port the service really uses.
 func healthcheck(metricsAddr, path string, timeout time.Duration) error {
 	host, port, err := net.SplitHostPort(metricsAddr)
+	if err == nil && port != "" {
+		// A service name (":http") is a port net.Listen takes, and conf
+		// lets it through; a URL needs the number.
+		var n int
+		if n, err = net.LookupPort("tcp", port); err == nil {
+			port = strconv.Itoa(n)
+		}
+	}
 	if err != nil || port == "" || port == "0" {
 		return fmt.Errorf("metrics.addr %q has no fixed port to probe", metricsAddr)
 	}

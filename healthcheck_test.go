@@ -1,0 +1,43 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A metrics.addr whose port is a service name is one the service listens
+// on (net.Listen resolves it), so the probe must find it too: it built
+// "http://127.0.0.1:http/healthz", which no URL parser takes.
+func TestHealthcheckResolvesAServiceNamePort(t *testing.T) {
+	port, err := net.LookupPort("tcp", "http")
+	if err != nil {
+		t.Skipf("no services database here: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		t.Skipf("cannot listen on port %d: %v", port, err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			http.NotFound(w, r)
+		}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	if err := healthcheck("127.0.0.1:http", "/healthz", 5*time.Second); err != nil {
+		t.Fatalf("healthcheck of metrics.addr 127.0.0.1:http (port %d): %v", port, err)
+	}
+}
+
+func TestHealthcheckRefusesAnAddressWithNoFixedPort(t *testing.T) {
+	for _, addr := range []string{"", ":0", "127.0.0.1:", "127.0.0.1:no-such-service-name", "no-port"} {
+		err := healthcheck(addr, "/healthz", time.Second)
+		if err == nil || !strings.Contains(err.Error(), "has no fixed port to probe") {
+			t.Errorf("healthcheck(%q) = %v, want it to say metrics.addr has no fixed port to probe", addr, err)
+		}
+	}
+}
