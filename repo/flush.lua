@@ -1,7 +1,8 @@
 -- flush.lua: publish one window's merged record, exactly once, and retire it.
--- Reading the window, PUBLISH, deleting it and XACK+XDEL of its entry happen
--- in one atomic step: a report can never land between the read and the
--- delete, and a crash can never leave a window published but still pending.
+-- Reading the window, deleting it, XACK+XDEL of its entry and PUBLISH, in
+-- that order, happen in one atomic step: a report can never land between
+-- the read and the delete, a crash can never leave a window published but
+-- still pending, and a refused write stops the script before it publishes.
 --
 -- KEYS[1]  stream  STREAM windows waiting to close
 -- KEYS[2]  cur     STRING the combo key's newest unpublished window
