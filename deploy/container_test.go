@@ -2,7 +2,7 @@
 // in deploy/ against the code: the Dockerfile builds the binaries exactly as
 // build.sh and the README do, those binaries are static and work, the
 // compose file validates, the example config loads, and the alert rules are
-// well formed and name metrics the service exports.
+// well formed and name metrics, and label values, the service exports.
 //
 // External tools: docker-compose (Debian package docker-compose) and
 // promtool (Debian package prometheus) are required under CI (CI set) and
@@ -16,6 +16,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"io/fs"
 	"maps"
@@ -25,6 +28,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -991,6 +995,76 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	return names
 }
 
+// exportedLabelValues are the label values metrics/metrics.go exports at 0
+// for each metric and label, read from its value lists (reportOutcomes and
+// the like) and the constants they name. A matcher on any other value
+// would select nothing, and its alert would never fire.
+func exportedLabelValues(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	lists := map[string]string{ // list name: metric{label}
+		"reportOutcomes":  "combo_reports_total{outcome}",
+		"flushedStatuses": "combo_windows_flushed_total{status}",
+		"redisOps":        "combo_redis_errors_total{op}",
+		"loops":           "combo_loop_panics_total{loop}",
+	}
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root(t), "metrics", "metrics.go"), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consts := map[string]string{}
+	values := map[string]map[string]bool{}
+	str := func(e ast.Expr) (string, bool) {
+		if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+			s, err := strconv.Unquote(lit.Value)
+			return s, err == nil
+		}
+		if id, ok := e.(*ast.Ident); ok {
+			s, ok := consts[id.Name]
+			return s, ok
+		}
+		return "", false
+	}
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || (g.Tok != token.CONST && g.Tok != token.VAR) {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				if i >= len(vs.Values) {
+					continue
+				}
+				if g.Tok == token.CONST {
+					if s, ok := str(vs.Values[i]); ok {
+						consts[name.Name] = s
+					}
+					continue
+				}
+				key, ok := lists[name.Name]
+				cl, isList := vs.Values[i].(*ast.CompositeLit)
+				if !ok || !isList {
+					continue
+				}
+				values[key] = map[string]bool{}
+				for _, e := range cl.Elts {
+					s, ok := str(e)
+					if !ok {
+						t.Fatalf("metrics.go: %s holds %T, not a string constant", name.Name, e)
+					}
+					values[key][s] = true
+				}
+			}
+		}
+	}
+	for name, key := range lists {
+		if len(values[key]) == 0 {
+			t.Fatalf("metrics.go has no list %s of %s values", name, key)
+		}
+	}
+	return values
+}
+
 func TestAlertRules(t *testing.T) {
 	var rf ruleFile
 	dec := yaml.NewDecoder(strings.NewReader(read(t, "deploy/alerts.yml")))
@@ -1053,6 +1127,28 @@ func TestAlertRules(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no rules")
+	}
+
+	// Label values in matchers, in the rules and their annotations and in
+	// the tests' input series, must be ones the service exports.
+	labelValues := exportedLabelValues(t)
+	selector := regexp.MustCompile(`\b(combo_[a-z0-9_]+)\{([^{}]*)\}`)
+	matcher := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)\s*"([^"]*)"`)
+	for _, file := range []string{"deploy/alerts.yml", "deploy/alerts_test.yml"} {
+		for _, sel := range selector.FindAllStringSubmatch(read(t, file), -1) {
+			for _, m := range matcher.FindAllStringSubmatch(sel[2], -1) {
+				known := labelValues[sel[1]+"{"+m[1]+"}"]
+				if known == nil {
+					continue
+				}
+				for _, v := range strings.Split(m[2], "|") { // an =~ alternation
+					if !known[v] {
+						t.Errorf("%s: %s, which the service does not export (it has %s=%v)",
+							file, sel[0], m[1], slices.Sorted(maps.Keys(known)))
+					}
+				}
+			}
+		}
 	}
 
 	promtool := tool(t, "promtool", "prometheus", true)
