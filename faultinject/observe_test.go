@@ -108,6 +108,7 @@ type outcome struct {
 	lost       int           // windows missing (see verify)
 	duplicated int           // pushes of a window already pushed
 	degraded   int           // reports answered degraded: pushed on their own
+	early      int           // pushes of aggregated windows less than W after their first report was sent
 	maxDelay   time.Duration // see delayHeader
 }
 
@@ -231,12 +232,14 @@ func verify(t *testing.T, cl *cluster, g *loadgen, o *observer) outcome {
 		}
 	}
 	type group struct {
-		key     comboKey
-		minID   int64
-		qty     int64
-		firstAk time.Time
-		ids     int
-		pushed  bool
+		key       comboKey
+		minID     int64
+		qty       int64
+		firstAk   time.Time
+		firstSent time.Time // the earliest first attempt of its reports
+		degraded  bool      // published on its own at once, by design
+		ids       int
+		pushed    bool
 	}
 	groups := map[int64]*group{}
 	for id, e := range entries {
@@ -246,8 +249,12 @@ func verify(t *testing.T, cl *cluster, g *loadgen, o *observer) outcome {
 		root := find(id)
 		gr := groups[root]
 		if gr == nil {
-			gr = &group{key: e.key, minID: id, firstAk: e.ack}
+			gr = &group{key: e.key, minID: id, firstAk: e.ack, firstSent: e.sent}
 			groups[root] = gr
+		}
+		gr.degraded = gr.degraded || e.degraded
+		if e.sent.Before(gr.firstSent) {
+			gr.firstSent = e.sent
 		}
 		gr.qty += int64(e.c.Quantity)
 		gr.ids++
@@ -293,6 +300,18 @@ func verify(t *testing.T, cl *cluster, g *loadgen, o *observer) outcome {
 		}
 		if d := p.at.Sub(gr.firstAk.Add(cl.opts.window + cl.opts.grace)); d > out.maxDelay {
 			out.maxDelay = d
+		}
+		// Never early (CONTRACT.md §3): the report that opened the window
+		// arrived after its first attempt started, and the window is due
+		// W + grace after that arrival, so no push of an aggregated
+		// window may come less than W after its reports' first send. A
+		// kill, a claim or a Redis restart must not shortcut that.
+		if !gr.degraded {
+			if early := gr.firstSent.Add(cl.opts.window).Sub(p.at); early > 0 {
+				out.early++
+				t.Errorf("window %d %s published %s before W had passed since its first report was sent",
+					rec.ID, key, early)
+			}
 		}
 	}
 	var missing []string

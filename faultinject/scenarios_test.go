@@ -257,7 +257,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		}
 	}
 	settle(t, g, o, 15*time.Second, defaultQuiet(cl))
-	record(t, 5, "kill -9 redis-server under load, restart it (AOF)", verify(t, cl, g, o))
+	record(t, 5, "kill -9 redis-server under load, restart it (AOF); the replicas held off it² until the subscriber is back", verify(t, cl, g, o))
 }
 
 // 6. Duplicate reports: the same id sent to two replicas at once, once
