@@ -19,11 +19,11 @@ const (
 	// MergeLatest of 10,000 rows with every string at its bound, is about
 	// 47 MB; a ReportContributions of 1,000 such items about 5 MB.
 	MaxRequestBytes = 64 << 20
-	// MaxContainerItems bounds the items of all the lists in a request
-	// together. A valid request has one list, at most MergeLatest's 10,000
-	// records; twice that lets a request a little over its bound reach the
-	// handler, whose INVALID_ARGUMENT names the field (the contract's
-	// error), while the decoding stays small. Per list alone, a struct
+	// MaxContainerItems bounds the items of all the lists, sets and maps
+	// in a request together. A valid request has one list, at most
+	// MergeLatest's 10,000 records; twice that lets a request a little
+	// over its bound reach the handler, whose INVALID_ARGUMENT names the
+	// field (the contract's error), while the decoding stays small. Per list alone, a struct
 	// repeating its list field thousands of times made the generated code
 	// allocate each copy (an empty struct is a byte on the wire, 144 in
 	// memory): 9 GB for a 64 MB request. The same budget, on its own,
@@ -44,12 +44,15 @@ const (
 // MaxContainerItems, without allocating; a request that fails is refused
 // as a protocol error, before anything is decoded.
 //
-// The check reads lists by the element type on the wire, and the
-// generated code by the IDL's: a list<string> on the wire, read as the
-// IDL's list<struct>, would make the two read different bytes, and the
-// code a list header the check never saw. Every list in the IDL holds
-// structs, and it has no set and no map (TestIDLListsHoldStructs), so a
-// request with any other container is refused.
+// The generated code reads a list field of the IDL by the IDL's element
+// type, whatever the wire says: a list<string> on the wire, read as the
+// IDL's list<struct>, would make it read other bytes than the check, and
+// a list header the check never saw. So the check knows each method's
+// arguments as the IDL has them (methods): such a list must hold the
+// IDL's element type. Any other field, a newer client's included, the
+// generated code skips by its wire type, and the check walks it by its
+// wire type too, with the same bounds, whatever lists, sets or maps it
+// holds.
 //
 // Only framed requests (TTHeader, as client.NewClient sends, or Framed)
 // are taken: an unframed one's size is known only once it has been read
@@ -104,25 +107,76 @@ func (g guardedCodec) DecodePayload(ctx context.Context, msg remote.Message, in 
 
 // CheckRequest walks a Thrift binary message (its header and its
 // arguments struct) without decoding it: every length must fit in buf,
-// lists must hold structs and at most MaxContainerItems items in all,
-// struct fields be at most as many, there must be no set and no map, and
-// every type byte must be one of Thrift's.
+// the lists, sets and maps hold at most MaxContainerItems items in all,
+// struct fields are at most as many, every type byte is one of Thrift's,
+// and each field the generated code reads by the IDL's type (the
+// method's schema) has that type's elements on the wire.
 func CheckRequest(buf []byte) error {
-	_, _, _, l, err := thrift.Binary.ReadMessageBegin(buf)
+	name, _, _, l, err := thrift.Binary.ReadMessageBegin(buf)
 	if err != nil {
 		return err
 	}
 	b := budget{items: MaxContainerItems, structs: MaxContainerItems}
-	_, err = walk(buf[l:], thrift.STRUCT, maxDepth, &b)
+	// A method the service does not have gets no schema, every field
+	// walked by its wire type: Kitex refuses it by its name, answering an
+	// exception, without decoding its arguments.
+	_, err = walk(buf[l:], thrift.STRUCT, methods[name], maxDepth, &b)
 	return err
 }
 
-// budget counts down what a request may still hold: items of lists, and
-// struct values that are fields (a list's structs are its items).
+// A schema is what the guard must know of one struct of the IDL: its
+// fields that the generated code reads by the IDL's type, not the
+// wire's. Those are its struct fields, read with their struct's schema,
+// and its lists, read by the IDL's element type. Any other field, and a
+// known one whose wire type is not the IDL's, the generated code skips
+// by its wire type (thrift.Binary.Skip), allocating nothing: a newer
+// client's fields are walked by their wire type, whatever it is.
+type schema struct {
+	name   string
+	fields map[int16]field
+}
+
+type field struct {
+	name string
+	t    thrift.TType // STRUCT, or LIST
+	elem thrift.TType // a LIST's element type
+	of   *schema      // the STRUCT's, or the LIST's structs'
+}
+
+// methods are the schemas of the service's arguments structs, by method
+// name, as Kitex picks the arguments struct (TestSchemaIsTheIDLs).
+var methods = func() map[string]*schema {
+	contribution := &schema{name: "Contribution"}
+	record := &schema{name: "ContributionRecord"}
+	args := func(method string, req *schema) *schema {
+		return &schema{name: "ComboService" + method + "Args", fields: map[int16]field{
+			1: {name: "req", t: thrift.STRUCT, of: req}}}
+	}
+	return map[string]*schema{
+		"ReportContribution": args("ReportContribution", &schema{name: "ReportContributionRequest", fields: map[int16]field{
+			1: {name: "contribution", t: thrift.STRUCT, of: contribution}}}),
+		"ReportContributions": args("ReportContributions", &schema{name: "ReportContributionsRequest", fields: map[int16]field{
+			1: {name: "contributions", t: thrift.LIST, elem: thrift.STRUCT, of: contribution}}}),
+		"MergeLatest": args("MergeLatest", &schema{name: "MergeLatestRequest", fields: map[int16]field{
+			2: {name: "records", t: thrift.LIST, elem: thrift.STRUCT, of: record}}}),
+	}
+}()
+
+// budget counts down what a request may still hold: items of lists, sets
+// and maps (a map's keys and values each), and struct values that are
+// fields (a list's structs are its items).
 type budget struct{ items, structs int }
 
-// walk checks one value of type t at the start of b and returns its size.
-func walk(b []byte, t thrift.TType, depth int, left *budget) (int, error) {
+func (b *budget) take(n int) error {
+	if b.items -= n; b.items < 0 {
+		return fmt.Errorf("lists, sets and maps of more than %d items in all", MaxContainerItems)
+	}
+	return nil
+}
+
+// walk checks one value of type t at the start of b, a struct with
+// schema s (nil: none known), and returns its size.
+func walk(b []byte, t thrift.TType, s *schema, depth int, left *budget) (int, error) {
 	if depth == 0 {
 		return 0, errors.New("nested too deep")
 	}
@@ -130,7 +184,7 @@ func walk(b []byte, t thrift.TType, depth int, left *budget) (int, error) {
 	case thrift.STRUCT:
 		off := 0
 		for {
-			ft, _, l, err := thrift.Binary.ReadFieldBegin(b[off:])
+			ft, id, l, err := thrift.Binary.ReadFieldBegin(b[off:])
 			if err != nil {
 				return 0, err
 			}
@@ -143,7 +197,12 @@ func walk(b []byte, t thrift.TType, depth int, left *budget) (int, error) {
 					return 0, fmt.Errorf("more than %d struct fields in all", MaxContainerItems)
 				}
 			}
-			n, err := walk(b[off:], ft, depth-1, left)
+			var n int
+			if f, ok := s.field(id); ok && f.t == ft {
+				n, err = walkKnown(b[off:], s, id, f, depth-1, left)
+			} else {
+				n, err = walk(b[off:], ft, nil, depth-1, left)
+			}
 			if err != nil {
 				return 0, err
 			}
@@ -154,32 +213,113 @@ func walk(b []byte, t thrift.TType, depth int, left *budget) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		if et != thrift.STRUCT {
-			return 0, fmt.Errorf("a list of Thrift type %d: the IDL's lists hold structs", et)
+		return walkItems(b, l, size, []thrift.TType{et}, depth, left)
+	case thrift.SET:
+		et, size, l, err := thrift.Binary.ReadSetBegin(b)
+		if err != nil {
+			return 0, err
 		}
-		if left.items -= size; left.items < 0 {
-			return 0, fmt.Errorf("lists of more than %d items in all", MaxContainerItems)
+		return walkItems(b, l, size, []thrift.TType{et}, depth, left)
+	case thrift.MAP:
+		kt, vt, size, l, err := thrift.Binary.ReadMapBegin(b)
+		if err != nil {
+			return 0, err
 		}
-		off := l
-		for range size {
-			n, err := walk(b[off:], et, depth-1, left)
+		return walkItems(b, l, size, []thrift.TType{kt, vt}, depth, left)
+	case thrift.BOOL, thrift.BYTE, thrift.I16, thrift.I32, thrift.I64, thrift.DOUBLE, thrift.STRING:
+		// Skip checks their length against b.
+		return thrift.Binary.Skip(b, t)
+	default:
+		// Not Thrift (isType): Skip must not see it.
+		return 0, fmt.Errorf("a value of Thrift type %d: no such type", t)
+	}
+}
+
+// isType says whether t is a type a value may have: any other type byte
+// is not Thrift (UUID, 16, Skip refuses too). Skip must not see one: it
+// indexes a table by the type, a signed byte, so one of 0x80 or more
+// panicked (index out of range); Kitex recovered, but logged a stack
+// trace for every such 20-byte request. The generated code's Skip of an
+// unknown field would panic the same way, for a container's element type
+// even with no items.
+func isType(t thrift.TType) bool {
+	switch t {
+	case thrift.BOOL, thrift.BYTE, thrift.I16, thrift.I32, thrift.I64, thrift.DOUBLE, thrift.STRING,
+		thrift.STRUCT, thrift.LIST, thrift.SET, thrift.MAP:
+		return true
+	}
+	return false
+}
+
+// walkItems checks the size items of a list, set or map whose header, l
+// bytes, starts b: each item is one value of each of types in turn.
+func walkItems(b []byte, l, size int, types []thrift.TType, depth int, left *budget) (int, error) {
+	for _, t := range types {
+		if !isType(t) {
+			return 0, fmt.Errorf("a list, set or map of Thrift type %d: no such type", t)
+		}
+	}
+	if err := left.take(size * len(types)); err != nil {
+		return 0, err
+	}
+	off := l
+	for range size {
+		for _, t := range types {
+			n, err := walk(b[off:], t, nil, depth-1, left)
 			if err != nil {
 				return 0, err
 			}
 			off += n
 		}
-		return off, nil
-	case thrift.SET, thrift.MAP:
-		return 0, fmt.Errorf("a set or map (Thrift type %d): the IDL has none", t)
-	case thrift.BOOL, thrift.BYTE, thrift.I16, thrift.I32, thrift.I64, thrift.DOUBLE, thrift.STRING:
-		// Skip checks their length against b.
-		return thrift.Binary.Skip(b, t)
-	default:
-		// Any other type byte is not Thrift. Skip must not see it: it
-		// indexes a table by the type, a signed byte, so one of 0x80 or
-		// more panicked (index out of range); Kitex recovered, but logged
-		// a stack trace for every such 20-byte request. The generated
-		// code's Skip of an unknown field would panic the same way.
-		return 0, fmt.Errorf("a field of Thrift type %d: no such type", t)
 	}
+	return off, nil
+}
+
+// walkKnown checks field id of struct s, f, whose wire type is the IDL's:
+// the generated code reads it by the IDL's type.
+func walkKnown(b []byte, s *schema, id int16, f field, depth int, left *budget) (int, error) {
+	if f.t == thrift.STRUCT {
+		return walk(b, thrift.STRUCT, f.of, depth, left)
+	}
+	et, size, l, err := thrift.Binary.ReadListBegin(b)
+	if err != nil {
+		return 0, err
+	}
+	// The generated code reads the list's items by the IDL's element type
+	// whatever the wire says: a list<string> on the wire, read as the
+	// IDL's list<struct>, would make it read other bytes than the check,
+	// and a list header the check never saw (a review's 300 GB bypass).
+	if et != f.elem {
+		return 0, fmt.Errorf("%s field %d (%s): a list of Thrift type %d, where the IDL's holds %s",
+			s.name, id, f.name, et, f.elemName())
+	}
+	if err := left.take(size); err != nil {
+		return 0, err
+	}
+	off := l
+	for range size {
+		n, err := walk(b[off:], et, f.of, depth-1, left)
+		if err != nil {
+			return 0, err
+		}
+		off += n
+	}
+	return off, nil
+}
+
+// elemName names a list field's element type, as the IDL does.
+func (f field) elemName() string {
+	if f.elem == thrift.STRUCT {
+		return f.of.name + " structs"
+	}
+	return fmt.Sprintf("Thrift type %d", f.elem)
+}
+
+// field is s's field id the generated code reads by the IDL's type.
+func (s *schema) field(id int16) (field, bool) {
+	if s == nil {
+		return field{}, false
+	}
+	f, ok := s.fields[id]
+	return f, ok
 }

@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -107,6 +109,15 @@ func TestCheckRequest(t *testing.T) {
 		"records just past the contract's bound, for the handler to refuse": listRequest("MergeLatest", 2, validate.MaxMergeRecords+1, validate.MaxMergeRecords+1),
 		"a list field twice, MaxContainerItems in all":                      repeatedList(MaxContainerItems/2, MaxContainerItems/2),
 		"no arguments at all": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1), byte(thrift.STOP)),
+		// Fields the IDL does not have, as a newer client sends: the
+		// generated code skips them by their wire type.
+		"a set the IDL does not have": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1),
+			byte(thrift.STRUCT), 0, 1, byte(thrift.SET), 0, 9, byte(thrift.I32), 0, 0, 0, 1, 0, 0, 0, 7, 0, 0),
+		"a map the IDL does not have": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1),
+			byte(thrift.STRUCT), 0, 1, byte(thrift.MAP), 0, 9, byte(thrift.I32), byte(thrift.I32), 0, 0, 0, 0, 0, 0),
+		"a map of MaxContainerItems items in all, keys and values": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1),
+			append(append([]byte{byte(thrift.STRUCT), 0, 1, byte(thrift.MAP), 0, 9, byte(thrift.BYTE), byte(thrift.BYTE)},
+				binary.BigEndian.AppendUint32(nil, MaxContainerItems/2)...), append(make([]byte, MaxContainerItems), 0, 0)...)...),
 	}
 	for name, b := range valid {
 		if err := CheckRequest(b); err != nil {
@@ -129,10 +140,17 @@ func TestCheckRequest(t *testing.T) {
 		// the wire says: a list of one string would be read as structs,
 		// and a list header hidden in the string with them.
 		"a list of strings where the IDL has structs": typeConfused(),
-		"a set": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1),
-			byte(thrift.STRUCT), 0, 1, byte(thrift.SET), 0, 9, byte(thrift.I32), 0, 0, 0, 1, 0, 0, 0, 7, 0, 0),
-		"a map": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1),
-			byte(thrift.STRUCT), 0, 1, byte(thrift.MAP), 0, 9, byte(thrift.I32), byte(thrift.I32), 0, 0, 0, 0, 0, 0),
+		// Skip indexes its table by a container's element types before
+		// it counts the items: an empty one panicked as well.
+		"an empty set of type 0x93": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1),
+			byte(thrift.STRUCT), 0, 1, byte(thrift.SET), 0, 9, 0x93, 0, 0, 0, 0, 0, 0),
+		"an empty map of keys of type 0x80": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1),
+			byte(thrift.STRUCT), 0, 1, byte(thrift.MAP), 0, 9, 0x80, byte(thrift.I32), 0, 0, 0, 0, 0, 0),
+		"an empty list of UUIDs": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1),
+			byte(thrift.STRUCT), 0, 1, byte(thrift.LIST), 0, 9, 16, 0, 0, 0, 0, 0, 0),
+		"a map past MaxContainerItems items in all, keys and values": append(thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1),
+			append(append([]byte{byte(thrift.STRUCT), 0, 1, byte(thrift.MAP), 0, 9, byte(thrift.BYTE), byte(thrift.BYTE)},
+				binary.BigEndian.AppendUint32(nil, MaxContainerItems/2+1)...), make([]byte, MaxContainerItems+2)...)...),
 		// Each copy of a struct field is a struct of its own too: 64 MB of
 		// copies made the generated code allocate 2.3 GB and take 0.9 s,
 		// 50 times the largest valid request.
@@ -239,6 +257,27 @@ func TestGuardedServer(t *testing.T) {
 			t.Fatalf("after %s: the server no longer serves: %v", name, err)
 		}
 	}
+	// A method the service does not have is walked by wire type only,
+	// and Kitex answers it without decoding it: the list of strings that
+	// ReportContributions would read as structs is harmless there.
+	unknown := typeConfused()
+	unknown = append(thrift.Binary.AppendMessageBegin(nil, "NoSuchMethod", thrift.CALL, 1),
+		unknown[thrift.Binary.MessageBeginLength("ReportContributions"):]...)
+	if err := CheckRequest(unknown); err != nil {
+		t.Fatalf("an unknown method's arguments refused: %v", err)
+	}
+	if answer := call(t, addr, unknown); !strings.Contains(string(answer), "method NoSuchMethod") {
+		t.Errorf("an unknown method answered %q, want Kitex's exception naming it", answer)
+	}
+	if err := report(addr); err != nil {
+		t.Fatalf("after an unknown method: the server no longer serves: %v", err)
+	}
+	// A newer client's field the IDL does not have is skipped, and the
+	// request answered.
+	answer := call(t, addr, withExtraField(extraFields()["13: list<string>"]))
+	if _, typ, _, _, err := thrift.Binary.ReadMessageBegin(answer); err != nil || typ != thrift.REPLY {
+		t.Errorf("a contribution with a 13: list<string> answered %q, want a reply", answer)
+	}
 	if err := report(addr, kclient.WithTransportProtocol(transport.PurePayload)); err == nil {
 		t.Error("an unframed request was taken")
 	}
@@ -250,6 +289,30 @@ func TestGuardedServer(t *testing.T) {
 	if err := report(addr, kclient.WithTransportProtocol(transport.Framed)); err != nil {
 		t.Errorf("a Framed client: %v", err)
 	}
+}
+
+// call sends payload to addr in a Framed request and returns the answer's
+// payload (nil if the connection ended without one).
+func call(t *testing.T, addr string, payload []byte) []byte {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(payload))), payload...)); err != nil {
+		t.Fatal(err)
+	}
+	var size [4]byte
+	if _, err := io.ReadFull(conn, size[:]); err != nil {
+		return nil
+	}
+	answer := make([]byte, binary.BigEndian.Uint32(size[:]))
+	if _, err := io.ReadFull(conn, answer); err != nil {
+		t.Fatalf("an answer cut short: %v", err)
+	}
+	return answer
 }
 
 // Connections past max_connections are closed as they are accepted.
@@ -341,30 +404,213 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	}
 }
 
-// Every list in the IDL holds structs, and it has no set and no map: the
-// check refuses any other container, since the generated code would read
-// it by the IDL's type, not the wire's (guardedCodec). A new field with
-// another container type must change the check first.
-func TestIDLListsHoldStructs(t *testing.T) {
+// withExtraField is a ReportContribution whose contribution carries
+// extra, a field the IDL does not have, after its own: as a newer client
+// that added one would send it.
+func withExtraField(extra []byte) []byte {
+	c := batch(1).Req.Contributions[0]
+	b := thrift.Binary.AppendMessageBegin(nil, "ReportContribution", thrift.CALL, 1)
+	b = append(b, byte(thrift.STRUCT), 0, 1) // args.req
+	b = append(b, byte(thrift.STRUCT), 0, 1) // req.contribution
+	body := make([]byte, c.BLength())
+	c.FastWriteNocopy(body, nil)
+	b = append(b, body[:len(body)-1]...) // the contribution without its STOP
+	b = append(b, extra...)
+	return append(b, byte(thrift.STOP), byte(thrift.STOP), byte(thrift.STOP))
+}
+
+// extraFields are fields 13 a newer client's Contribution may carry.
+func extraFields() map[string][]byte {
+	str := func(s string) []byte { return append(binary.BigEndian.AppendUint32(nil, uint32(len(s))), s...) }
+	header := func(t thrift.TType, elems []thrift.TType, n uint32) []byte {
+		b := append([]byte{byte(t), 0, 13}, func() []byte {
+			var e []byte
+			for _, t := range elems {
+				e = append(e, byte(t))
+			}
+			return e
+		}()...)
+		return binary.BigEndian.AppendUint32(b, n)
+	}
+	return map[string][]byte{
+		"13: string":              append([]byte{byte(thrift.STRING), 0, 13}, str("vip")...),
+		"13: list<string>":        append(append(header(thrift.LIST, []thrift.TType{thrift.STRING}, 2), str("a")...), str("bc")...),
+		"13: list<i64>":           append(header(thrift.LIST, []thrift.TType{thrift.I64}, 2), make([]byte, 16)...),
+		"13: map<string,string>":  append(append(header(thrift.MAP, []thrift.TType{thrift.STRING, thrift.STRING}, 1), str("k")...), str("v")...),
+		"13: set<i32>":            append(header(thrift.SET, []thrift.TType{thrift.I32}, 3), make([]byte, 12)...),
+		"13: list<list<string>>":  append(append(header(thrift.LIST, []thrift.TType{thrift.LIST}, 1), byte(thrift.STRING), 0, 0, 0, 1), str("x")...),
+		"13: map<i32,list<i8>>":   append(append(header(thrift.MAP, []thrift.TType{thrift.I32, thrift.LIST}, 1), 0, 0, 0, 1, byte(thrift.BYTE), 0, 0, 0, 2), 1, 2),
+		"13: list<struct>":        append(header(thrift.LIST, []thrift.TType{thrift.STRUCT}, 2), byte(thrift.STRING), 0, 1, 0, 0, 0, 0, byte(thrift.STOP), byte(thrift.STOP)),
+		"13: an empty list<bool>": header(thrift.LIST, []thrift.TType{thrift.BOOL}, 0),
+	}
+}
+
+// A newer client's field the IDL does not have is skipped by the
+// generated code by its wire type, whatever lists, sets or maps it
+// holds: the guard takes it, and the request decodes whole. A type that
+// is not Thrift's is refused by both.
+func TestNewerClientFields(t *testing.T) {
+	want := batch(1).Req.Contributions[0]
+	for name, extra := range extraFields() {
+		b := withExtraField(extra)
+		if err := CheckRequest(b); err != nil {
+			t.Errorf("%s: refused: %v", name, err)
+			continue
+		}
+		_, _, _, l, _ := thrift.Binary.ReadMessageBegin(b)
+		var args combo.ComboServiceReportContributionArgs
+		if _, err := args.FastRead(b[l:]); err != nil {
+			t.Errorf("%s: the generated code does not read it: %v", name, err)
+		} else if got := args.Req.GetContribution(); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: decoded contribution %v, want %v", name, got, want)
+		}
+	}
+	uuid := withExtraField(append([]byte{16, 0, 13}, make([]byte, 16)...))
+	if err := CheckRequest(uuid); err == nil {
+		t.Error("13: uuid (Thrift type 16): passed")
+	}
+	_, _, _, l, _ := thrift.Binary.ReadMessageBegin(uuid)
+	if _, err := (&combo.ComboServiceReportContributionArgs{}).FastRead(uuid[l:]); err == nil {
+		t.Error("13: uuid (Thrift type 16): the generated code reads it, the guard should not refuse it")
+	}
+}
+
+// A field the IDL has, sent with another wire type, is skipped by the
+// generated code like an unknown one: the guard walks it by its wire
+// type. Only where the wire type is the IDL's list must the elements be
+// the IDL's, and the refusal names the field.
+func TestKnownFieldOfAnotherType(t *testing.T) {
+	args := func(method string, field ...byte) []byte {
+		b := thrift.Binary.AppendMessageBegin(nil, method, thrift.CALL, 1)
+		b = append(b, byte(thrift.STRUCT), 0, 1)
+		b = append(b, field...)
+		return append(b, byte(thrift.STOP), byte(thrift.STOP))
+	}
+	for name, b := range map[string][]byte{
+		"contributions as a set of strings":              args("ReportContributions", byte(thrift.SET), 0, 1, byte(thrift.STRING), 0, 0, 0, 1, 0, 0, 0, 1, 'x'),
+		"MergeLatest's activity_id as a list of strings": args("MergeLatest", byte(thrift.LIST), 0, 1, byte(thrift.STRING), 0, 0, 0, 1, 0, 0, 0, 1, 'x'),
+		"MergeLatest's records as a map":                 args("MergeLatest", byte(thrift.MAP), 0, 2, byte(thrift.I32), byte(thrift.STRING), 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0),
+		"contribution as a list of i64":                  args("ReportContribution", byte(thrift.LIST), 0, 1, byte(thrift.I64), 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9),
+	} {
+		if err := CheckRequest(b); err != nil {
+			t.Errorf("%s: refused: %v", name, err)
+			continue
+		}
+		method, _, _, l, _ := thrift.Binary.ReadMessageBegin(b)
+		if _, err := argsOf()[method].FastRead(b[l:]); err != nil {
+			t.Errorf("%s: the generated code does not read it: %v", name, err)
+		}
+	}
+	for name, c := range map[string]struct {
+		b    []byte
+		want string
+	}{
+		"contributions of strings": {typeConfused(), "ReportContributionsRequest field 1 (contributions): a list of Thrift type 11, where the IDL's holds Contribution structs"},
+		"records of i64": {args("MergeLatest", byte(thrift.LIST), 0, 2, byte(thrift.I64), 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9),
+			"MergeLatestRequest field 2 (records): a list of Thrift type 10, where the IDL's holds ContributionRecord structs"},
+	} {
+		if err := CheckRequest(c.b); err == nil || err.Error() != c.want {
+			t.Errorf("%s: %v, want %q", name, err, c.want)
+		}
+	}
+}
+
+// The guard knows each method's arguments as the IDL has them (methods):
+// every field the generated code reads by the IDL's type, a struct or a
+// list, is there, with the IDL's types, and no other; every method Kitex
+// serves has its schema, named as its arguments struct. A new field, or
+// a method, must be there before the guard takes it.
+func TestSchemaIsTheIDLs(t *testing.T) {
 	b, err := os.ReadFile("../../idl/combo.thrift")
 	if err != nil {
 		t.Fatal(err)
 	}
-	idl := string(b)
-	if strings.Contains(idl, "set<") || strings.Contains(idl, "map<") {
-		t.Fatal("the IDL has a set or a map: walk refuses them")
+	idl := regexp.MustCompile(`//[^\n]*`).ReplaceAllString(string(b), "")
+	type idlField struct{ typ, name string }
+	structs := map[string]map[int16]idlField{}
+	for _, m := range regexp.MustCompile(`(?s)(?:struct|exception)\s+(\w+)\s*\{(.*?)\}`).FindAllStringSubmatch(idl, -1) {
+		fields := map[int16]idlField{}
+		for _, f := range regexp.MustCompile(`(\d+)\s*:\s*([\w<>, ]+?)\s+(\w+)\s*(?:,|;|\n|$)`).FindAllStringSubmatch(m[2], -1) {
+			id, _ := strconv.Atoi(f[1])
+			fields[int16(id)] = idlField{strings.ReplaceAll(f[2], " ", ""), f[3]}
+		}
+		if len(fields) == 0 {
+			t.Fatalf("struct %s: no field found: the pattern is wrong", m[1])
+		}
+		structs[m[1]] = fields
 	}
-	structs := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^\s*(?:struct|exception)\s+(\w+)`).FindAllStringSubmatch(idl, -1) {
-		structs[m[1]] = true
+	base := map[string]thrift.TType{"bool": thrift.BOOL, "byte": thrift.BYTE, "i8": thrift.BYTE, "i16": thrift.I16,
+		"i32": thrift.I32, "i64": thrift.I64, "double": thrift.DOUBLE, "string": thrift.STRING, "binary": thrift.STRING}
+
+	var check func(s *schema, name string)
+	check = func(s *schema, name string) {
+		if s.name != name {
+			t.Errorf("schema %s where the IDL has %s", s.name, name)
+		}
+		fields, ok := structs[name]
+		if !ok {
+			t.Errorf("%s: no such struct in the IDL", name)
+			return
+		}
+		for id, f := range fields {
+			known, ok := s.fields[id]
+			elem := strings.TrimSuffix(strings.TrimPrefix(f.typ, "list<"), ">")
+			switch {
+			case base[f.typ] != 0:
+				if ok {
+					t.Errorf("%s field %d (%s): %s in the IDL, Thrift type %d in the schema", name, id, f.name, f.typ, known.t)
+				}
+			case structs[f.typ] != nil:
+				if !ok || known.t != thrift.STRUCT || known.name != f.name {
+					t.Errorf("%s field %d (%s): a struct %s in the IDL, not in the schema", name, id, f.name, f.typ)
+				} else {
+					check(known.of, f.typ)
+				}
+			case strings.HasPrefix(f.typ, "list<") && (base[elem] != 0 || structs[elem] != nil):
+				switch {
+				case !ok || known.t != thrift.LIST || known.name != f.name:
+					t.Errorf("%s field %d (%s): a %s in the IDL, not in the schema", name, id, f.name, f.typ)
+				case structs[elem] != nil && known.elem == thrift.STRUCT:
+					check(known.of, elem)
+				case base[elem] != known.elem:
+					t.Errorf("%s field %d (%s): a %s in the IDL, of Thrift type %d in the schema", name, id, f.name, f.typ, known.elem)
+				}
+			default:
+				// A set, a map, or a list of containers: the generated
+				// code reads them by the IDL's types too, and walkKnown
+				// checks lists of one level only.
+				t.Errorf("%s field %d (%s): a %s, which the guard cannot check: teach walkKnown first", name, id, f.name, f.typ)
+			}
+		}
+		for id := range s.fields {
+			if _, ok := fields[id]; !ok {
+				t.Errorf("%s field %d: in the schema, not in the IDL", name, id)
+			}
+		}
 	}
-	lists := regexp.MustCompile(`list<\s*(\w+)\s*>`).FindAllStringSubmatch(idl, -1)
-	if len(lists) == 0 {
-		t.Fatal("no list found: the pattern is wrong")
+	calls := regexp.MustCompile(`(?m)^\s*\w+\s+(\w+)\s*\(\s*(\d+)\s*:\s*(\w+)\s+(\w+)\s*\)`).FindAllStringSubmatch(idl, -1)
+	if len(calls) == 0 {
+		t.Fatal("no method found: the pattern is wrong")
 	}
-	for _, m := range lists {
-		if !structs[m[1]] {
-			t.Errorf("list<%s>: not a struct of the IDL, and walk refuses lists of anything else", m[1])
+	for _, m := range calls {
+		s, ok := methods[m[1]]
+		if !ok {
+			t.Errorf("method %s: no schema", m[1])
+			continue
+		}
+		id, _ := strconv.Atoi(m[2])
+		structs[s.name] = map[int16]idlField{int16(id): {m[3], m[4]}}
+		check(s, s.name)
+	}
+	served := comboservice.NewServiceInfo().Methods
+	if len(served) != len(methods) || len(calls) != len(methods) {
+		t.Errorf("%d methods served, %d in the IDL, %d schemas", len(served), len(calls), len(methods))
+	}
+	for name, m := range served {
+		if s, ok := methods[name]; !ok {
+			t.Errorf("method %s: served, no schema", name)
+		} else if got := fmt.Sprintf("%T", m.NewArgs()); got != "*combo."+s.name {
+			t.Errorf("method %s: Kitex decodes a %s, the schema is %s's", name, got, s.name)
 		}
 	}
 }
