@@ -9,6 +9,7 @@ import (
 	"github.com/cloudwego/kitex/pkg/remote"
 	"github.com/cloudwego/kitex/pkg/remote/codec"
 	"github.com/cloudwego/kitex/pkg/remote/codec/perrors"
+	"github.com/cloudwego/kitex/transport"
 
 	"github.com/combo-service/combo-service/validate"
 )
@@ -71,6 +72,23 @@ func newGuardedCodec() remote.Codec {
 const errUnframed = "combo-service takes framed requests only (TTHeader or Framed transport): " +
 	"an unframed request's size is known only once it is read"
 
+// noPayload says why a request of payload length n (0 or less) has no
+// payload to check, by its transport (which DecodeMeta has set): only an
+// unframed one is not known to have any. A TTHeader frame's payload length
+// is what its length leaves past its header, negative for a malformed one.
+func noPayload(msg remote.Message, n int) string {
+	switch tp := msg.RPCInfo().Config().TransportProtocol(); {
+	case tp&transport.Framed != 0:
+		return "combo-service: a Framed request whose frame is empty (length 0)"
+	case tp&transport.TTHeader != 0 && n < 0:
+		return fmt.Sprintf("combo-service: a TTHeader frame shorter than its header "+
+			"(its length leaves %d bytes for the payload)", n)
+	case tp&transport.TTHeader != 0:
+		return "combo-service: a TTHeader frame with nothing past its header"
+	}
+	return errUnframed
+}
+
 func (g guardedCodec) Encode(ctx context.Context, msg remote.Message, out remote.ByteBuffer) error {
 	return g.inner.Encode(ctx, msg, out)
 }
@@ -93,7 +111,7 @@ func (g guardedCodec) DecodeMeta(ctx context.Context, msg remote.Message, in rem
 func (g guardedCodec) DecodePayload(ctx context.Context, msg remote.Message, in remote.ByteBuffer) error {
 	n := msg.PayloadLen()
 	if n <= 0 {
-		return perrors.NewProtocolErrorWithType(perrors.InvalidData, errUnframed)
+		return perrors.NewProtocolErrorWithType(perrors.InvalidData, noPayload(msg, n))
 	}
 	buf, err := in.Peek(n)
 	if err != nil {

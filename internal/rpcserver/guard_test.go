@@ -16,6 +16,8 @@ import (
 
 	"github.com/cloudwego/gopkg/protocol/thrift"
 	kclient "github.com/cloudwego/kitex/client"
+	"github.com/cloudwego/kitex/pkg/remote"
+	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/server"
 	"github.com/cloudwego/kitex/transport"
 	"github.com/prometheus/client_golang/prometheus"
@@ -612,5 +614,59 @@ func TestSchemaIsTheIDLs(t *testing.T) {
 		} else if got := fmt.Sprintf("%T", m.NewArgs()); got != "*combo."+s.name {
 			t.Errorf("method %s: Kitex decodes a %s, the schema is %s's", name, got, s.name)
 		}
+	}
+}
+
+// decodeError is what the guarded codec says of the bytes b, a request
+// as a server reads it, up to Kitex's decoding of the payload (nil: the
+// guard lets it through).
+func decodeError(b []byte) error {
+	ri := rpcinfo.NewRPCInfo(rpcinfo.NewEndpointInfo("", "", nil, nil), rpcinfo.NewEndpointInfo("", "", nil, nil),
+		rpcinfo.NewInvocation("", ""), rpcinfo.NewRPCConfig(), rpcinfo.NewRPCStats())
+	msg := remote.NewMessage(nil, ri, remote.Call, remote.Server)
+	g := newGuardedCodec().(guardedCodec)
+	g.meta = noPayloadDecoding{g.meta}
+	return g.Decode(context.Background(), msg, remote.NewReaderBuffer(b))
+}
+
+// noPayloadDecoding stops before Kitex decodes the payload: that needs
+// a server's service searcher.
+type noPayloadDecoding struct{ remote.MetaDecoder }
+
+func (noPayloadDecoding) DecodePayload(context.Context, remote.Message, remote.ByteBuffer) error {
+	return nil
+}
+
+// ttHeader is a TTHeader frame of the given length field, with a 4-byte
+// header (Thrift binary, no transform, padding), then payload.
+func ttHeader(length uint32, payload []byte) []byte {
+	b := binary.BigEndian.AppendUint32(nil, length)
+	b = append(b, 0x10, 0x00, 0, 0) // magic, flags
+	b = binary.BigEndian.AppendUint32(b, 1)
+	b = append(b, 0, 1)       // header size, in 4 bytes
+	b = append(b, 0, 0, 0, 0) // protocol, transforms, padding
+	return append(b, payload...)
+}
+
+// A request with no payload is refused saying why, by its transport: a
+// malformed TTHeader or Framed one is not sent looking for an unframed
+// client.
+func TestNoPayloadSaysWhy(t *testing.T) {
+	call := request("ReportContributions", batch(1))
+	for name, c := range map[string]struct {
+		b    []byte
+		want string
+	}{
+		"a TTHeader frame shorter than its header": {ttHeader(10, call), "TTHeader frame shorter than its header (its length leaves -4 bytes"},
+		"a TTHeader frame as long as its header":   {ttHeader(14, call), "TTHeader frame with nothing past its header"},
+		"an empty Framed frame":                    {append([]byte{0, 0, 0, 0}, call...), "a Framed request whose frame is empty"},
+		"an unframed request":                      {call, "takes framed requests only"},
+	} {
+		if err := decodeError(c.b); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want it to say %q", name, err, c.want)
+		}
+	}
+	if err := decodeError(ttHeader(uint32(14+len(call)), call)); err != nil {
+		t.Errorf("a valid TTHeader request: %v", err)
 	}
 }
