@@ -10,6 +10,7 @@ import (
 	"github.com/cloudwego/kitex/pkg/remote/codec"
 	"github.com/cloudwego/kitex/pkg/remote/codec/perrors"
 	"github.com/cloudwego/kitex/transport"
+	"github.com/cloudwego/netpoll"
 
 	"github.com/combo-service/combo-service/validate"
 )
@@ -114,6 +115,11 @@ func (g guardedCodec) DecodePayload(ctx context.Context, msg remote.Message, in 
 		return perrors.NewProtocolErrorWithType(perrors.InvalidData, noPayload(msg, n))
 	}
 	buf, err := in.Peek(n)
+	if errors.Is(err, netpoll.ErrReadTimeout) {
+		return perrors.NewProtocolErrorWithErrMsg(err, fmt.Sprintf("combo-service: read the request: "+
+			"%d bytes did not arrive within the read timeout (%s, rpcserver.ReadWriteTimeout): %v",
+			n, msg.RPCInfo().Config().ReadWriteTimeout(), err))
+	}
 	if err != nil {
 		return perrors.NewProtocolErrorWithErrMsg(err, "combo-service: read the request: "+err.Error())
 	}

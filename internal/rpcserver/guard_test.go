@@ -16,6 +16,7 @@ import (
 
 	"github.com/cloudwego/gopkg/protocol/thrift"
 	kclient "github.com/cloudwego/kitex/client"
+	"github.com/cloudwego/kitex/pkg/klog"
 	"github.com/cloudwego/kitex/pkg/remote"
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/server"
@@ -211,12 +212,19 @@ func serve(t *testing.T, maxConns int) string {
 // serveIdle is serve with idle connections closed after idle.
 func serveIdle(t *testing.T, maxConns int, idle time.Duration) string {
 	t.Helper()
+	return serveWith(t, maxConns, idle, ReadWriteTimeout)
+}
+
+// serveWith is serve with idle connections closed after idle, and
+// requests read within readWrite.
+func serveWith(t *testing.T, maxConns int, idle, readWrite time.Duration) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	svr := comboservice.NewServer(&okService{}, append(options(prometheus.NewRegistry(), maxConns, idle),
+	svr := comboservice.NewServer(&okService{}, append(options(prometheus.NewRegistry(), maxConns, idle, readWrite),
 		server.WithListener(ln), StopOn(ctx))...)
 	done := make(chan error, 1)
 	go func() { done <- svr.Run() }()
@@ -668,5 +676,59 @@ func TestNoPayloadSaysWhy(t *testing.T) {
 	}
 	if err := decodeError(ttHeader(uint32(14+len(call)), call)); err != nil {
 		t.Errorf("a valid TTHeader request: %v", err)
+	}
+}
+
+// lineWriter passes each write (a log line) to a channel, dropping it if
+// the channel is full.
+type lineWriter chan string
+
+func (w lineWriter) Write(p []byte) (int, error) {
+	select {
+	case w <- string(p):
+	default:
+	}
+	return len(p), nil
+}
+
+// A valid request that does not arrive whole within the read timeout is
+// cut, and the log says it was the read timeout, and its value.
+func TestSlowRequestIsCut(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	lines := make(lineWriter, 100)
+	klog.SetOutput(lines)
+	t.Cleanup(func() { klog.SetOutput(os.Stderr) })
+	addr := serveWith(t, 100, MaxConnIdle, timeout)
+
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	call := request("ReportContributions", batch(1))
+	start := time.Now()
+	// The frame, and the request's first bytes only: the rest would come
+	// after the timeout.
+	if _, err := conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(call))), call[:20]...)); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(start.Add(5 * time.Second))
+	var one [1]byte
+	if _, err := conn.Read(one[:]); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("a request short of its bytes after %s: read %v, want the connection closed", time.Since(start), err)
+	}
+	if d := time.Since(start); d < timeout {
+		t.Fatalf("cut after %s, before the read timeout (%s)", d, timeout)
+	}
+	want := fmt.Sprintf("%d bytes did not arrive within the read timeout (%s, rpcserver.ReadWriteTimeout)", len(call), timeout)
+	for deadline := time.After(5 * time.Second); ; {
+		select {
+		case l := <-lines:
+			if strings.Contains(l, want) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no log line says %q", want)
+		}
 	}
 }

@@ -14,8 +14,10 @@ import (
 // kernel answers: a silent connection stayed open for ever, and with the
 // connection limit, enough of them shut every caller out. A timer per
 // connection is reset at each read and closes the connection when it
-// fires. A request in progress is never cut: its reads reset the timer,
-// and no handler runs near that long (callers time out in about a second).
+// fires. This never cuts a request in progress: its reads reset the
+// timer, and no handler runs near that long (callers time out in about a
+// second). A request that does not arrive whole within ReadWriteTimeout
+// is cut, but by Kitex's read timeout, not here.
 type idleCloser struct {
 	idle   time.Duration
 	timers *sync.Map // net.Conn -> *time.Timer

@@ -56,18 +56,31 @@ func StopOn(ctx context.Context) server.Option {
 // one minute, so only connections no client reuses are closed.
 const MaxConnIdle = 2 * time.Minute
 
+// ReadWriteTimeout bounds how long a request may take to arrive whole
+// (server.WithReadWriteTimeout, of which a Kitex server applies only the
+// read side): netpoll waits at most this long for the rest of a request
+// once its header is read, then Kitex closes the connection. It is
+// Kitex's default, set here so that it is said: the largest valid
+// request, a MergeLatest of about 47 MB, must come at about 10 MB/s or
+// more (13 MB/s at MaxRequestBytes), which any link inside a data centre
+// does; a peer that stalls holds its connection and its buffered bytes no
+// longer than this.
+const ReadWriteTimeout = 5 * time.Second
+
 // Options are the server options every combo-service RPC server shares;
 // the caller adds its listener and how it stops. RPCs are counted and
 // timed (kitex_server_throughput, kitex_server_latency_us) on reg. At most
 // maxConns connections are held at once (server.max_connections), idle
 // ones are closed (MaxConnIdle), and a request is bounded and checked
-// before it is decoded (guardedCodec).
+// before it is decoded (guardedCodec), and must arrive within
+// ReadWriteTimeout.
 func Options(reg prometheus.Registerer, maxConns int) []server.Option {
-	return options(reg, maxConns, MaxConnIdle)
+	return options(reg, maxConns, MaxConnIdle, ReadWriteTimeout)
 }
 
-func options(reg prometheus.Registerer, maxConns int, idle time.Duration) []server.Option {
+func options(reg prometheus.Registerer, maxConns int, idle, readWrite time.Duration) []server.Option {
 	return []server.Option{
+		server.WithReadWriteTimeout(readWrite),
 		// Only Kitex's netpoll transports (TTHeader, Framed): its default
 		// also takes HTTP/2 (gRPC) and TTHeader streaming connections,
 		// which decode with codecs of their own, past guardedCodec. A
