@@ -222,9 +222,14 @@ func walk(b []byte, t thrift.TType, s *schema, depth int, left *budget) (int, er
 				}
 			}
 			var n int
-			if f, ok := s.field(id); ok && f.t == ft {
+			switch f, ok := s.field(id); {
+			case ok && f.t == ft:
 				n, err = walkKnown(b[off:], s, id, f, depth-1, left)
-			} else {
+			case ft == thrift.STRING || ft == thrift.I64 || ft == thrift.I32:
+				// Most fields of a valid request: Skip checks them, here
+				// without a call of walk (a third of the check's time).
+				n, err = thrift.Binary.Skip(b[off:], ft)
+			default:
 				n, err = walk(b[off:], ft, nil, depth-1, left)
 			}
 			if err != nil {
