@@ -36,13 +36,21 @@ func contribution(id int64, itemType string, createdAt int64) *combo.Contributio
 // backends runs fn against a real redis-server and the embedded miniredis,
 // since the service runs on both.
 func backends(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
-	t.Run("redis-server", func(t *testing.T) { fn(t, testredis.Start(t, testredis.Options{}).Client()) })
-	t.Run("miniredis", func(t *testing.T) {
-		m := miniredis.RunT(t)
-		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { c.Close() })
-		fn(t, c)
-	})
+	t.Run("redis-server", func(t *testing.T) { fn(t, serviceLikeClient(t, testredis.Start(t, testredis.Options{}).Addr)) })
+	t.Run("miniredis", func(t *testing.T) { fn(t, serviceLikeClient(t, miniredis.RunT(t).Addr())) })
+}
+
+// serviceLikeClient is a client that, like the service's (main.go's
+// openRedis), never sends a command again by itself and times out by the
+// repo's contexts. go-redis's defaults resent a whole pipeline of report
+// scripts whose reply took over its 3 s read timeout (miniredis under
+// load): the scripts had run, and the second run answered "duplicate".
+// The read timeout is only a backstop above every test's redis.timeout.
+func serviceLikeClient(t *testing.T, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true,
+		ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // subscribedRepo is a repo with its scripts loaded and consumer group
