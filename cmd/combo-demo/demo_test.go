@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"slices"
 	"strings"
@@ -112,5 +113,20 @@ func TestUsageDoesNotShowThePassword(t *testing.T) {
 	fs = flag.NewFlagSet("combo-demo", flag.ContinueOnError)
 	if o, err := parseFlags(fs, []string{"-redis-password", "other"}); err != nil || o.redisPassword != "other" {
 		t.Fatalf("-redis-password other: %q, %v; want the flag's", o.redisPassword, err)
+	}
+}
+
+// A random scenario too short for any tap is refused before anything is
+// dialled (it used to dial, then index the empty script and panic).
+func TestEmptyRandomScenarioIsRefused(t *testing.T) {
+	if s := random(1001, 1002, 3*time.Second, 500*time.Millisecond, 1); len(s) != 0 {
+		t.Fatalf("seed 1 over 500ms gives %d taps; the test needs a seed that gives none", len(s))
+	}
+	// An address nothing listens on: dialling it would fail with another message.
+	o := options{addr: "127.0.0.1:1", redisAddr: "127.0.0.1:1", window: 3 * time.Second, scenario: "random",
+		duration: 500 * time.Millisecond, seed: 1, activity: 1001, color: "never"}
+	code, err := run(context.Background(), o)
+	if code != 2 || err == nil || !strings.Contains(err.Error(), "gives no taps") {
+		t.Fatalf("run = %d, %v; want 2 and an error saying the scenario gives no taps", code, err)
 	}
 }

@@ -157,6 +157,12 @@ func run(ctx context.Context, o options) (int, error) {
 	default:
 		return 2, fmt.Errorf("-scenario must be script or random, got %q", o.scenario)
 	}
+	if len(script) == 0 {
+		// Each user's first tap falls within the first second: a short
+		// -duration can leave none, and there is nothing to show or check.
+		return 2, fmt.Errorf("-scenario random -duration %s -seed %d gives no taps (every user's first tap falls after -duration): "+
+			"use a longer -duration or another -seed", o.duration, o.seed)
+	}
 
 	// Subscribe first and wait for Redis to confirm, so no push is missed.
 	rdb := redis.NewClient(&redis.Options{Addr: o.redisAddr, Password: o.redisPassword, DialTimeout: 2 * time.Second})
