@@ -6,6 +6,8 @@
 // old feed showed it: "小明 送烟花 ×1") and the merged feed it receives on
 // act:*:contributions ("小明 送烟花 ×3"). It ends with a summary and checks:
 // every tap's quantity is in exactly one push, every window is pushed once,
+// no push arrives before W after its window's first tap nor long after
+// W + grace (by -window and -grace, which may differ from the service's),
 // and MergeLatest (the poll path) merges the same taps into the same records.
 //
 //	go run .                                     # the service; note embedded_redis_addr in its log
@@ -43,7 +45,7 @@ import (
 
 type options struct {
 	addr, redisAddr, redisPassword string
-	window, duration               time.Duration
+	window, grace, duration        time.Duration
 	scenario, color                string
 	activity                       int64
 	seed                           uint64
@@ -75,7 +77,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	// environment's is read after parsing instead.
 	fs.StringVar(&o.redisPassword, "redis-password", "", "Redis password (default $COMBO_REDIS_PASSWORD)")
 	fs.DurationVar(&o.window, "window", envDuration("COMBO_WINDOW_SIZE", 3*time.Second),
-		"the service's window.size W (default $COMBO_WINDOW_SIZE or 3s); paces the scenario, the checks use the service's answers")
+		"the service's window.size W (default $COMBO_WINDOW_SIZE or 3s); paces the scenario and bounds when a push may arrive")
+	fs.DurationVar(&o.grace, "grace", envDuration("COMBO_WINDOW_GRACE", 200*time.Millisecond),
+		"the service's window.grace (default $COMBO_WINDOW_GRACE or 200ms); with -window, bounds when a push may arrive")
 	fs.StringVar(&o.scenario, "scenario", "script", "script: a fixed ~4 W story (about 15 s at W = 3s); random: seeded random taps for -duration")
 	fs.DurationVar(&o.duration, "duration", 15*time.Second, "how long -scenario random taps")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of -scenario random")
@@ -117,14 +121,38 @@ type tap struct {
 type win struct {
 	id       int64
 	activity int64
-	firstAt  time.Time
+	firstAt  time.Time // its first tap's at
 	taps     int
 	qty      int64
+	degraded bool // published on its own at once: no window timing
 	pushes   []push.Record
-	pushedAt time.Time
+	pushedAt time.Time // when its first push arrived
 }
 
+// lateSlack is how much later than W + grace a push may arrive before the
+// run fails: the contract's bound under normal load is W + grace + 100 ms,
+// and a demo shares its machine with the service, Redis and a terminal.
+const lateSlack = time.Second
+
+// timing is when a window's push may arrive after its first tap, by the
+// window and grace the demo was told (-window, -grace), which may differ
+// from the service's own.
+type timing struct{ w, grace time.Duration }
+
+// early says whether a push after d is before the window could close. A
+// tap's at is read before the RPC, so the service's arrival time is later
+// and a correct push lands at least W after it; but the service reads
+// arrival in whole milliseconds, which can put it up to 1 ms earlier.
+func (tm timing) early(d time.Duration) bool { return d < tm.w-time.Millisecond }
+
+// slow says whether a push after d missed the contract's normal-load bound;
+// late, whether it missed even the demo's generous one.
+func (tm timing) slow(d time.Duration) bool { return d > tm.w+tm.grace+100*time.Millisecond }
+func (tm timing) late(d time.Duration) bool { return d > tm.lateBound() }
+func (tm timing) lateBound() time.Duration  { return tm.w + tm.grace + lateSlack }
+
 type state struct {
+	tm      timing
 	mu      sync.Mutex
 	ours    map[int64]bool // every contribution id this run sends
 	taps    []*tap
@@ -136,6 +164,9 @@ type state struct {
 func run(ctx context.Context, o options) (int, error) {
 	if o.window < 10*time.Millisecond {
 		return 2, fmt.Errorf("-window must be >= 10ms, got %s", o.window)
+	}
+	if o.grace < 0 {
+		return 2, fmt.Errorf("-grace must be >= 0, got %s", o.grace)
 	}
 	if o.activity <= 0 || o.activity == 1<<63-1 {
 		return 2, fmt.Errorf("-activity must be > 0, got %d", o.activity)
@@ -189,7 +220,7 @@ func run(ctx context.Context, o options) (int, error) {
 	}
 
 	b := &board{out: os.Stdout, st: style{on: colour}, left: leftWidth(script)}
-	st := &state{ours: map[int64]bool{}, wins: map[int64]*win{}, pushed: make(chan struct{}, 1)}
+	st := newState(timing{o.window, o.grace})
 	last := script[len(script)-1].At
 	b.plain("%s", b.st.bold(fmt.Sprintf("combo-demo: %d taps by %d users in activities %d and %d over %.1fs; RPC %s, pushes from Redis %s, W = %s",
 		len(script), countUsers(script), a1, a2, last.Seconds(), o.addr, o.redisAddr, o.window)))
@@ -222,8 +253,9 @@ func run(ctx context.Context, o options) (int, error) {
 		st.send(ctx, cli, b, k, base+int64(i))
 	}
 
-	// Wait for the last windows: published W (+ grace) after they opened.
-	deadline := st.lastOpen().Add(o.window + max(o.window, 2*time.Second))
+	// Wait for the last windows: published W (+ grace) after they opened;
+	// a push later than the late bound still shows up, to be called late.
+	deadline := st.lastOpen().Add(max(o.window+max(o.window, 2*time.Second), st.tm.lateBound()+500*time.Millisecond))
 	if !interrupted {
 		b.note(time.Now(), fmt.Sprintf("all taps sent; waiting for the last windows (up to %.1fs)", time.Until(deadline).Seconds()))
 	}
@@ -287,6 +319,10 @@ func feedText(activity int64, nick, itemName string, qty int64) string {
 	return fmt.Sprintf("[%d] %s 送%s ×%d", activity, nick, itemName, qty)
 }
 
+func newState(tm timing) *state {
+	return &state{tm: tm, ours: map[int64]bool{}, wins: map[int64]*win{}, pushed: make(chan struct{}, 1)}
+}
+
 func (st *state) send(ctx context.Context, cli comboservice.Client, b *board, k click, id int64) {
 	c := &combo.Contribution{
 		Id: id, ActivityId: k.Activity, UserId: k.User.ID, StarId: k.Activity % 1000,
@@ -326,6 +362,7 @@ func (st *state) send(ctx context.Context, cli comboservice.Client, b *board, k 
 		}
 		w.taps++
 		w.qty += int64(c.Quantity)
+		w.degraded = w.degraded || t.degraded
 	}
 	st.taps = append(st.taps, t)
 	st.mu.Unlock()
@@ -335,45 +372,56 @@ func (st *state) send(ctx context.Context, cli comboservice.Client, b *board, k 
 // receive prints and records every push until the subscription closes.
 func (st *state) receive(sub *redis.PubSub, b *board) {
 	for msg := range sub.Channel() {
-		now := time.Now()
-		m, err := push.Decode([]byte(msg.Payload))
-		if err != nil {
-			b.merged(now, "undecodable push on "+msg.Channel, err.Error())
-			continue
-		}
-		r := m.Record
-		st.mu.Lock()
-		if !st.ours[r.ID] {
-			st.ignored++
-			st.mu.Unlock()
-			continue // another client's window, or an earlier run's
-		}
-		w := st.wins[r.ID]
-		if w == nil { // the push beat the RPC answer: not expected, but keep it
-			w = &win{id: r.ID, activity: m.ActivityID, firstAt: now}
-			st.wins[r.ID] = w
-		}
-		w.pushes = append(w.pushes, r)
-		w.pushedAt = now
-		detail := fmt.Sprintf("%d tap%s, pushed %.2fs after the first", w.taps, plural(w.taps), now.Sub(w.firstAt).Seconds())
-		problem := ""
-		switch {
-		case len(w.pushes) > 1:
-			problem = fmt.Sprintf("PUSHED %d TIMES", len(w.pushes))
-		case int64(r.Quantity) != w.qty:
-			problem = fmt.Sprintf("expected ×%d", w.qty)
-		case m.ActivityID != w.activity || msg.Channel != push.Channel(w.activity):
-			problem = "on the wrong channel " + msg.Channel
-		}
+		st.onPush(b, msg.Channel, msg.Payload, time.Now())
+	}
+}
+
+// onPush prints and records one push that arrived at now.
+func (st *state) onPush(b *board, channel, payload string, now time.Time) {
+	m, err := push.Decode([]byte(payload))
+	if err != nil {
+		b.merged(now, "undecodable push on "+channel, err.Error())
+		return
+	}
+	r := m.Record
+	st.mu.Lock()
+	if !st.ours[r.ID] {
+		st.ignored++
 		st.mu.Unlock()
-		if problem != "" {
-			detail = b.st.red(problem) + " " + detail
-		}
-		b.merged(now, feedText(m.ActivityID, r.Nickname, r.ItemName, int64(r.Quantity)), detail)
-		select {
-		case st.pushed <- struct{}{}:
-		default:
-		}
+		return // another client's window, or an earlier run's
+	}
+	w := st.wins[r.ID]
+	if w == nil { // the push beat the RPC answer: not expected, but keep it
+		w = &win{id: r.ID, activity: m.ActivityID, firstAt: now}
+		st.wins[r.ID] = w
+	}
+	w.pushes = append(w.pushes, r)
+	if len(w.pushes) == 1 {
+		w.pushedAt = now
+	}
+	after := now.Sub(w.firstAt)
+	detail := fmt.Sprintf("%d tap%s, pushed %.2fs after the first", w.taps, plural(w.taps), after.Seconds())
+	problem := ""
+	switch {
+	case len(w.pushes) > 1:
+		problem = fmt.Sprintf("PUSHED %d TIMES", len(w.pushes))
+	case int64(r.Quantity) != w.qty:
+		problem = fmt.Sprintf("expected ×%d", w.qty)
+	case m.ActivityID != w.activity || channel != push.Channel(w.activity):
+		problem = "on the wrong channel " + channel
+	case !w.degraded && st.tm.early(after):
+		problem = fmt.Sprintf("EARLY: before W = %s", st.tm.w)
+	case !w.degraded && st.tm.late(after):
+		problem = fmt.Sprintf("LATE: after W + grace + %s = %s", lateSlack, st.tm.lateBound())
+	}
+	st.mu.Unlock()
+	if problem != "" {
+		detail = b.st.red(problem) + " " + detail
+	}
+	b.merged(now, feedText(m.ActivityID, r.Nickname, r.ItemName, int64(r.Quantity)), detail)
+	select {
+	case st.pushed <- struct{}{}:
+	default:
 	}
 }
 
@@ -428,6 +476,7 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 	defer st.mu.Unlock()
 	var sentQty, pushedQty int64
 	var counted, dups, degraded, failed, items, missing, twice, wrongQty int
+	var timed, early, slow, late int
 	for _, t := range st.taps {
 		switch {
 		case t.err != nil:
@@ -456,6 +505,17 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 		}
 		if len(w.pushes) > 0 && int64(w.pushes[0].Quantity) != w.qty {
 			wrongQty++
+		}
+		if len(w.pushes) > 0 && !w.degraded {
+			timed++
+			switch after := w.pushedAt.Sub(w.firstAt); {
+			case st.tm.early(after):
+				early++
+			case st.tm.late(after):
+				late++
+			case st.tm.slow(after):
+				slow++
+			}
 		}
 	}
 
@@ -487,6 +547,17 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 		detail += fmt.Sprintf(" (%d never pushed, %d pushed more than once, %d with another quantity)", missing, twice, wrongQty)
 	}
 	line("windows", detail+" "+mark(once))
+	onTime := early == 0 && late == 0
+	detail = fmt.Sprintf("%d/%d pushes between W and W + grace + %s after their window's first tap", timed-early-late, timed, lateSlack)
+	if !onTime {
+		detail += fmt.Sprintf(" (%d early, %d late)", early, late)
+	}
+	line("push timing", detail+" "+mark(onTime))
+	b.plain("  %s", b.st.dim(fmt.Sprintf("%s by -window %s and -grace %s, as the demo was told: the service's own may differ",
+		strings.Repeat(" ", 30), st.tm.w, st.tm.grace)))
+	if slow > 0 {
+		b.plain("  %s", b.st.yellow(fmt.Sprintf("%d pushes came later than W + grace + 100ms, the contract's bound under normal load: a busy machine?", slow)))
+	}
 	pollOK, pollDetail := st.comparePoll(ctx, cli, activities)
 	line("poll path (MergeLatest)", pollDetail+" "+mark(pollOK))
 	if st.ignored > 0 {
@@ -499,7 +570,7 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 		b.plain("  %s", b.st.red(fmt.Sprintf("no push at all: is %s the Redis the service publishes on? "+
 			"With the embedded Redis, pass -redis with the embedded_redis_addr the service logged.", o.redisAddr)))
 	}
-	return conserved && once && pollOK && failed == 0
+	return conserved && once && onTime && pollOK && failed == 0
 }
 
 // comparePoll asks MergeLatest to merge the counted taps, as the poll path

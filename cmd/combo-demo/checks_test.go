@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/kitex/client/callopt"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/push"
+	"github.com/combo-service/combo-service/window"
+)
+
+// fakeService answers ReportContribution with report (by default: every
+// tap a window of its own) and MergeLatest by the contract's window rule,
+// as the service does; it needs no Redis, so the checks can be fed pushes
+// at chosen times.
+type fakeService struct {
+	w      time.Duration
+	report func(c *combo.Contribution) (*combo.ReportContributionResponse, error)
+	merges int
+}
+
+func (f *fakeService) ReportContribution(_ context.Context, req *combo.ReportContributionRequest, _ ...callopt.Option) (*combo.ReportContributionResponse, error) {
+	if f.report != nil {
+		return f.report(req.Contribution)
+	}
+	c := req.Contribution
+	return &combo.ReportContributionResponse{WindowId: c.Id, WindowQuantity: c.Quantity}, nil
+}
+
+func (f *fakeService) ReportContributions(context.Context, *combo.ReportContributionsRequest, ...callopt.Option) (*combo.ReportContributionsResponse, error) {
+	return nil, errors.New("the demo does not batch")
+}
+
+func (f *fakeService) MergeLatest(_ context.Context, req *combo.MergeLatestRequest, _ ...callopt.Option) (*combo.MergeLatestResponse, error) {
+	if len(req.Records) > 10000 {
+		return nil, errors.New("records: must hold at most 10000 items")
+	}
+	f.merges++
+	rows := make([]window.Row, 0, len(req.Records))
+	for _, r := range req.Records {
+		rows = append(rows, window.Row{ID: r.Id, ActivityID: req.ActivityId, UserID: r.UserId, StarID: r.StarId, ItemID: r.ItemId,
+			ItemType: r.ItemType, ItemName: r.ItemName, ItemIcon: r.ItemIcon, Nickname: r.Nickname, AvatarURL: r.AvatarUrl,
+			Quantity: r.Quantity, CreatedAt: r.CreatedAt})
+	}
+	resp := &combo.MergeLatestResponse{}
+	for _, m := range window.Merge(rows, f.w) {
+		resp.Records = append(resp.Records, &combo.ContributionRecord{Id: m.ID, UserId: m.UserID, Nickname: m.Nickname,
+			AvatarUrl: m.AvatarURL, StarId: m.StarID, ItemId: m.ItemID, ItemType: m.ItemType, ItemName: m.ItemName,
+			ItemIcon: m.ItemIcon, Quantity: m.Quantity, ComboCount: m.Quantity, CreatedAt: m.CreatedAt})
+	}
+	return resp, nil
+}
+
+// session is one demo run without the network: taps go to a fakeService,
+// pushes are handed to onPush at the times a test chooses.
+type session struct {
+	t   *testing.T
+	st  *state
+	b   *board
+	out *strings.Builder
+	svc *fakeService
+	o   options
+}
+
+func newSession(t *testing.T, w, grace time.Duration) *session {
+	out := &strings.Builder{}
+	o := options{window: w, grace: grace, scenario: "test", redisAddr: "127.0.0.1:6379", activity: 1001}
+	return &session{t: t, st: newState(timing{w, grace}), out: out, svc: &fakeService{w: w}, o: o,
+		b: &board{out: out, start: time.Now(), left: 30}}
+}
+
+// tap sends one tap of user u (item fireworks, quantity 1) with id.
+func (s *session) tap(id int64, u user) *tap {
+	s.st.mu.Lock()
+	s.st.ours[id] = true
+	s.st.mu.Unlock()
+	s.st.send(context.Background(), s.svc, s.b, click{Activity: 1001, User: u, Item: fireworks, Qty: 1}, id)
+	return s.st.taps[len(s.st.taps)-1]
+}
+
+// push delivers the push of record r (of activity 1001) at time at.
+func (s *session) push(r push.Record, at time.Time) {
+	payload, err := json.Marshal(push.Message{ActivityID: 1001, Type: push.Type, Record: r})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.st.onPush(s.b, push.Channel(1001), string(payload), at)
+}
+
+func (s *session) summary(interrupted bool) bool {
+	return s.st.summary(context.Background(), s.svc, s.b, s.o, time.Second, []int64{1001, 1002}, interrupted)
+}
+
+// A tap's at is read before the RPC, so a push less than W after it came
+// before the window could close: the run fails. A push within W + grace +
+// lateSlack passes; one later fails.
+func TestPushTimingIsChecked(t *testing.T) {
+	const w, grace = 3 * time.Second, 200 * time.Millisecond
+	for _, c := range []struct {
+		after         time.Duration
+		ok            bool
+		want, wantNot string
+	}{
+		{w / 2, false, "(1 early, 0 late)", ""},
+		{w * 82 / 100, false, "(1 early, 0 late)", ""},
+		{w - 500*time.Microsecond, true, "1/1 pushes between W and", "early"}, // arrival read in whole ms
+		{w, true, "1/1 pushes between W and", "normal load"},
+		{w + grace + 100*time.Millisecond, true, "1/1 pushes", "normal load"},
+		{w + grace + 300*time.Millisecond, true, "1 pushes came later than W + grace + 100ms", ""},
+		{4800 * time.Millisecond, false, "(0 early, 1 late)", ""},
+	} {
+		s := newSession(t, w, grace)
+		tp := s.tap(1, xiaoming)
+		s.push(push.RecordOf(tp.c), tp.at.Add(c.after))
+		ok := s.summary(false)
+		out := s.out.String()
+		if ok != c.ok || !strings.Contains(out, c.want) || (c.wantNot != "" && strings.Contains(out, c.wantNot)) {
+			t.Errorf("push %s after the tap: summary %v, want %v with %q and without %q:\n%s", c.after, ok, c.ok, c.want, c.wantNot, out)
+		}
+		if !strings.Contains(out, "by -window 3s and -grace 200ms, as the demo was told") {
+			t.Errorf("the summary does not say which W the timing was checked by:\n%s", out)
+		}
+	}
+}
