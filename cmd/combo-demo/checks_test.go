@@ -93,8 +93,10 @@ func (s *session) push(r push.Record, at time.Time) {
 	s.st.onPush(s.b, push.Channel(1001), string(payload), at)
 }
 
-func (s *session) summary(interrupted bool) bool {
-	return s.st.summary(context.Background(), s.svc, s.b, s.o, time.Second, []int64{1001, 1002}, interrupted)
+// summary prints the summary of a run interrupted at interruptedAt (zero:
+// a complete run).
+func (s *session) summary(interruptedAt time.Time) bool {
+	return s.st.summary(context.Background(), s.svc, s.b, s.o, time.Second, []int64{1001, 1002}, interruptedAt)
 }
 
 // A tap's at is read before the RPC, so a push less than W after it came
@@ -118,7 +120,7 @@ func TestPushTimingIsChecked(t *testing.T) {
 		s := newSession(t, w, grace)
 		tp := s.tap(1, xiaoming)
 		s.push(push.RecordOf(tp.c), tp.at.Add(c.after))
-		ok := s.summary(false)
+		ok := s.summary(time.Time{})
 		out := s.out.String()
 		if ok != c.ok || !strings.Contains(out, c.want) || (c.wantNot != "" && strings.Contains(out, c.wantNot)) {
 			t.Errorf("push %s after the tap: summary %v, want %v with %q and without %q:\n%s", c.after, ok, c.ok, c.want, c.wantNot, out)
@@ -126,5 +128,41 @@ func TestPushTimingIsChecked(t *testing.T) {
 		if !strings.Contains(out, "by -window 3s and -grace 200ms, as the demo was told") {
 			t.Errorf("the summary does not say which W the timing was checked by:\n%s", out)
 		}
+	}
+}
+
+// Ctrl-C midway: a window opened just before cannot have been pushed yet,
+// so it is left out rather than failed, no "no push at all" hint is given,
+// and the exit code says interrupted (130), not failed (1). A window that
+// was due and never pushed still fails the run.
+func TestInterruptedRunLeavesOutWindowsNotDue(t *testing.T) {
+	const w, grace = 3 * time.Second, 200 * time.Millisecond
+	s := newSession(t, w, grace)
+	a := s.tap(1, xiaoming)
+	s.push(push.RecordOf(a.c), a.at.Add(w+50*time.Millisecond))
+	b := s.tap(2, xiaohong) // interrupted 1 s after it: not due
+	ok := s.summary(b.at.Add(time.Second))
+	out := s.out.String()
+	if !ok || !strings.Contains(out, "interrupted: 1 windows (1 taps)") || strings.Contains(out, "✗") ||
+		!strings.Contains(out, "1/1 windows pushed exactly once") || !strings.Contains(out, "1/1 merged records identical") {
+		t.Errorf("interrupted with a window not due: summary %v, want true and the window left out:\n%s", ok, out)
+	}
+	if code, _ := verdict(ok, true); code != 130 {
+		t.Errorf("verdict of an interrupted run whose checks passed = %d, want 130", code)
+	}
+
+	s = newSession(t, w, grace)
+	c := s.tap(3, lucy) // interrupted before any push: no hint that Redis is wrong
+	if ok := s.summary(c.at.Add(time.Second)); !ok || strings.Contains(s.out.String(), "no push at all") {
+		t.Errorf("interrupted before any push could be due: summary %v:\n%s", ok, s.out.String())
+	}
+
+	s = newSession(t, w, grace)
+	d := s.tap(4, aqiang) // interrupted well after it was due: missing
+	if ok := s.summary(d.at.Add(w + grace + lateSlack + time.Second)); ok || !strings.Contains(s.out.String(), "1 never pushed") {
+		t.Errorf("interrupted after a window was due and not pushed: summary %v, want false:\n%s", ok, s.out.String())
+	}
+	if code, _ := verdict(false, true); code != 1 {
+		t.Errorf("verdict of an interrupted run with a failed check = %d, want 1", code)
 	}
 }

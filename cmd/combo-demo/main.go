@@ -17,7 +17,9 @@
 // SIGTERM stops only the go tool and leaves the service running.)
 //
 // It exits 1 if a check fails, 2 on bad flags or when it cannot reach the
-// service or Redis.
+// service or Redis, and 130 when interrupted (Ctrl-C, SIGTERM) with every
+// check passed on what it covered: windows opened less than W + grace + 1 s
+// before the interruption, not yet pushed, could not be due and are left out.
 package main
 
 import (
@@ -241,10 +243,8 @@ func run(ctx context.Context, o options) (int, error) {
 	})
 	defer watchdog.Stop()
 
-	interrupted := false
 	for i, k := range script {
 		if !sleepUntil(ctx, b.start.Add(k.At)) {
-			interrupted = true
 			break
 		}
 		if k.Note != "" {
@@ -256,6 +256,7 @@ func run(ctx context.Context, o options) (int, error) {
 	// Wait for the last windows: published W (+ grace) after they opened;
 	// a push later than the late bound still shows up, to be called late.
 	deadline := st.lastOpen().Add(max(o.window+max(o.window, 2*time.Second), st.tm.lateBound()+500*time.Millisecond))
+	interrupted := ctx.Err() != nil
 	if !interrupted {
 		b.note(time.Now(), fmt.Sprintf("all taps sent; waiting for the last windows (up to %.1fs)", time.Until(deadline).Seconds()))
 	}
@@ -272,12 +273,25 @@ func run(ctx context.Context, o options) (int, error) {
 		sleepUntil(ctx, time.Now().Add(300*time.Millisecond))
 	}
 	_ = sub.Close()
+	var interruptedAt time.Time
+	if interrupted {
+		interruptedAt = time.Now()
+	}
 
 	pollCtx, cancelPoll := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancelPoll()
-	ok := st.summary(pollCtx, cli, b, o, time.Since(b.start), []int64{a1, a2}, interrupted)
-	if !ok {
+	ok := st.summary(pollCtx, cli, b, o, time.Since(b.start), []int64{a1, a2}, interruptedAt)
+	return verdict(ok, interrupted)
+}
+
+// verdict is the exit code: a failed check outranks the interruption, which
+// must not read as a failure (1) nor as a complete run (0).
+func verdict(ok, interrupted bool) (int, error) {
+	switch {
+	case !ok:
 		return 1, errors.New("a check failed (see the summary)")
+	case interrupted:
+		return 130, errors.New("interrupted: the checks passed on what was covered (see the summary)")
 	}
 	return 0, nil
 }
@@ -334,7 +348,9 @@ func (st *state) send(ctx context.Context, cli comboservice.Client, b *board, k 
 		CreatedAt: time.Now().UnixMilli(),
 	}
 	t := &tap{c: c, at: time.Now()}
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	// Not cancelled by Ctrl-C: a tap already sent is counted by the service,
+	// so its answer is awaited rather than reported as a failure.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	resp, err := cli.ReportContribution(rctx, &combo.ReportContributionRequest{Contribution: c})
 	cancel()
 	note := ""
@@ -470,19 +486,40 @@ func (st *state) lastOpen() time.Time {
 	return t
 }
 
+// notDue is the windows not pushed by interruptedAt that could not be due:
+// opened less than the late bound before it. None when not interrupted.
+func (st *state) notDue(interruptedAt time.Time) map[int64]bool {
+	nd := map[int64]bool{}
+	if interruptedAt.IsZero() {
+		return nd
+	}
+	for _, w := range st.wins {
+		if len(w.pushes) == 0 && interruptedAt.Sub(w.firstAt) < st.tm.lateBound() {
+			nd[w.id] = true
+		}
+	}
+	return nd
+}
+
 // summary prints the totals and the checks; it reports whether all passed.
-func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board, o options, elapsed time.Duration, activities []int64, interrupted bool) bool {
+// After an interruption (interruptedAt not zero), the windows that could
+// not be due yet and their taps are left out of the checks.
+func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board, o options, elapsed time.Duration, activities []int64, interruptedAt time.Time) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	interrupted := !interruptedAt.IsZero()
+	notDue := st.notDue(interruptedAt)
 	var sentQty, pushedQty int64
 	var counted, dups, degraded, failed, items, missing, twice, wrongQty int
-	var timed, early, slow, late int
+	var timed, early, slow, late, leftOut int
 	for _, t := range st.taps {
 		switch {
 		case t.err != nil:
 			failed++
 		case t.dup:
 			dups++
+		case notDue[t.windowID]:
+			leftOut++
 		default:
 			counted++
 			sentQty += int64(t.c.Quantity)
@@ -492,6 +529,9 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 		}
 	}
 	for _, w := range st.wins {
+		if notDue[w.id] {
+			continue
+		}
 		switch len(w.pushes) {
 		case 0:
 			missing++
@@ -529,10 +569,15 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 	b.plain("")
 	b.plain("%s", b.st.bold(fmt.Sprintf("Summary (%.1fs, W = %s, scenario %s)", elapsed.Seconds(), o.window, o.scenario)))
 	if interrupted {
-		b.plain("  %s", b.st.yellow("interrupted: the checks below cover what was sent"))
+		b.plain("  %s", b.st.yellow(fmt.Sprintf("interrupted: %d windows (%d taps) opened less than W + grace + %s before, not pushed yet, "+
+			"could not be due and are left out of the checks", len(notDue), leftOut, lateSlack)))
 	}
-	line("taps sent", fmt.Sprintf("%d (quantity %d): %d counted, %d duplicate, %d degraded, %d failed",
-		len(st.taps), sentQty, counted, dups, degraded, failed))
+	notDueTaps := ""
+	if interrupted {
+		notDueTaps = fmt.Sprintf(", %d in windows not due", leftOut)
+	}
+	line("taps sent", fmt.Sprintf("%d (quantity %d counted): %d counted%s, %d duplicate, %d degraded, %d failed",
+		len(st.taps), sentQty, counted, notDueTaps, dups, degraded, failed))
 	line("feed items without merging", strconv.Itoa(counted))
 	saved := ""
 	if counted > 0 && items > 0 {
@@ -542,7 +587,8 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 	conserved := sentQty == pushedQty
 	line("conservation", fmt.Sprintf("quantity tapped %d = quantity pushed %d %s", sentQty, pushedQty, mark(conserved)))
 	once := missing == 0 && twice == 0 && wrongQty == 0
-	detail := fmt.Sprintf("%d/%d windows pushed exactly once, with the quantity the service reported", len(st.wins)-missing-twice-wrongQty, len(st.wins))
+	checked := len(st.wins) - len(notDue)
+	detail := fmt.Sprintf("%d/%d windows pushed exactly once, with the quantity the service reported", checked-missing-twice-wrongQty, checked)
 	if !once {
 		detail += fmt.Sprintf(" (%d never pushed, %d pushed more than once, %d with another quantity)", missing, twice, wrongQty)
 	}
@@ -558,7 +604,7 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 	if slow > 0 {
 		b.plain("  %s", b.st.yellow(fmt.Sprintf("%d pushes came later than W + grace + 100ms, the contract's bound under normal load: a busy machine?", slow)))
 	}
-	pollOK, pollDetail := st.comparePoll(ctx, cli, activities)
+	pollOK, pollDetail := st.comparePoll(ctx, cli, activities, notDue)
 	line("poll path (MergeLatest)", pollDetail+" "+mark(pollOK))
 	if st.ignored > 0 {
 		line("ignored", fmt.Sprintf("%d pushes of windows this run did not open", st.ignored))
@@ -566,7 +612,7 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 	if failed > 0 {
 		b.plain("  %s", b.st.red("some taps failed: the service answered with an error (see the left column)"))
 	}
-	if items == 0 && counted > 0 {
+	if items == 0 && counted > 0 && !interrupted {
 		b.plain("  %s", b.st.red(fmt.Sprintf("no push at all: is %s the Redis the service publishes on? "+
 			"With the embedded Redis, pass -redis with the embedded_redis_addr the service logged.", o.redisAddr)))
 	}
@@ -577,7 +623,11 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 // would merge the DB rows, and compares its records with the pushes. The
 // contract says they are identical when each key's reports arrive in
 // created_at order, which the demo's sequential taps do.
-func (st *state) comparePoll(ctx context.Context, cli comboservice.Client, activities []int64) (bool, string) {
+//
+// The taps of windows in notDue are left out: their windows were not pushed.
+// They are the newest of their keys (a later window of a key opens W after
+// an earlier one), so the other windows merge alike without them.
+func (st *state) comparePoll(ctx context.Context, cli comboservice.Client, activities []int64, notDue map[int64]bool) (bool, string) {
 	pushed := map[int64]push.Record{}
 	for _, w := range st.wins {
 		if len(w.pushes) > 0 {
@@ -589,7 +639,7 @@ func (st *state) comparePoll(ctx context.Context, cli comboservice.Client, activ
 	for _, act := range activities {
 		var rows []*combo.ContributionRecord
 		for _, t := range st.taps {
-			if t.err != nil || t.dup || t.c.ActivityId != act {
+			if t.err != nil || t.dup || t.c.ActivityId != act || notDue[t.windowID] {
 				continue
 			}
 			c := t.c
