@@ -166,3 +166,23 @@ func TestInterruptedRunLeavesOutWindowsNotDue(t *testing.T) {
 		t.Errorf("verdict of an interrupted run with a failed check = %d, want 1", code)
 	}
 }
+
+// With Redis refusing writes, each report is published on its own before
+// its RPC answers "degraded": its push is not flagged as carrying the wrong
+// quantity, and the poll path, which would merge such taps, is not compared.
+func TestDegradedReportsAreNotFlagged(t *testing.T) {
+	const w, grace = 3 * time.Second, 200 * time.Millisecond
+	s := newSession(t, w, grace)
+	s.svc.report = func(c *combo.Contribution) (*combo.ReportContributionResponse, error) {
+		s.push(push.RecordOf(c), time.Now()) // published at once, before the answer
+		return &combo.ReportContributionResponse{WindowId: c.Id, WindowQuantity: c.Quantity, Degraded: true}, nil
+	}
+	s.tap(1, xiaoming)
+	s.tap(2, xiaoming) // same key within W: the poll path merges the two
+	ok := s.summary(time.Time{})
+	out := s.out.String()
+	if !ok || strings.Contains(out, "expected ×") || strings.Contains(out, "EARLY") ||
+		!strings.Contains(out, "2 reports degraded: the service could not aggregate (Redis refusing writes?)") {
+		t.Errorf("degraded reports: summary %v, want true, no push flagged, and the degraded count explained:\n%s", ok, out)
+	}
+}
