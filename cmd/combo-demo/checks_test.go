@@ -186,3 +186,53 @@ func TestDegradedReportsAreNotFlagged(t *testing.T) {
 		t.Errorf("degraded reports: summary %v, want true, no push flagged, and the degraded count explained:\n%s", ok, out)
 	}
 }
+
+// keyedService answers reports by the window rule per combo key, like the
+// service: a report joins its key's open window when its created_at is
+// within W of the window's anchor. It is shared by the runs of a test.
+type keyedService struct {
+	fakeService
+	open map[window.Key]*combo.ReportContributionResponse
+	at   map[window.Key]int64 // the open window's anchor
+}
+
+func newKeyedService(w time.Duration) *keyedService {
+	k := &keyedService{fakeService: fakeService{w: w}, open: map[window.Key]*combo.ReportContributionResponse{}, at: map[window.Key]int64{}}
+	k.report = func(c *combo.Contribution) (*combo.ReportContributionResponse, error) {
+		key := window.Key{ActivityID: c.ActivityId, UserID: c.UserId, ItemType: c.ItemType}
+		if r := k.open[key]; r != nil && c.CreatedAt < k.at[key]+w.Milliseconds() {
+			r.WindowQuantity += c.Quantity
+			return &combo.ReportContributionResponse{WindowId: r.WindowId, WindowQuantity: r.WindowQuantity}, nil
+		}
+		k.open[key] = &combo.ReportContributionResponse{WindowId: c.Id, WindowQuantity: c.Quantity}
+		k.at[key] = c.CreatedAt
+		return &combo.ReportContributionResponse{WindowId: c.Id, WindowQuantity: c.Quantity}, nil
+	}
+	return k
+}
+
+// Two runs on the same activity at once (docker-compose up runs the demo,
+// then docker-compose run demo): each run's taps open windows of its own,
+// so both pass against a correct service, each ignoring the other's pushes.
+func TestConcurrentRunsKeepToTheirOwnWindows(t *testing.T) {
+	const w, grace = 3 * time.Second, 200 * time.Millisecond
+	svc := newKeyedService(w)
+	a, b := newSession(t, w, grace), newSession(t, w, grace)
+	a.svc, b.svc = &svc.fakeService, &svc.fakeService
+	a.st.userBase, b.st.userBase = 1_000_000, 2_000_000 // as run sets it: from each run's base id
+	ta := a.tap(1_000_000, xiaoming)
+	tb := b.tap(2_000_000, xiaoming) // same user and item of the scenario, a moment later
+	for _, tp := range []*tap{ta, tb} {
+		r := push.RecordOf(tp.c)
+		r.Quantity = svc.open[window.Key{ActivityID: 1001, UserID: tp.c.UserId, ItemType: "fireworks"}].WindowQuantity
+		r.ComboCount = r.Quantity
+		for _, s := range []*session{a, b} { // both runs subscribe to the channel
+			s.push(r, tp.at.Add(w+10*time.Millisecond))
+		}
+	}
+	for name, s := range map[string]*session{"first": a, "second": b} {
+		if ok := s.summary(time.Time{}); !ok || !strings.Contains(s.out.String(), "1 pushes of windows this run did not open") {
+			t.Errorf("the %s of two concurrent runs: summary %v, want true, ignoring the other's push:\n%s", name, ok, s.out.String())
+		}
+	}
+}

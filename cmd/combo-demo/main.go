@@ -85,7 +85,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	fs.StringVar(&o.scenario, "scenario", "script", "script: a fixed ~4 W story (about 15 s at W = 3s); random: seeded random taps for -duration")
 	fs.DurationVar(&o.duration, "duration", 15*time.Second, "how long -scenario random taps")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of -scenario random")
-	fs.Int64Var(&o.activity, "activity", 1001, "first activity id; the second is this + 1")
+	fs.Int64Var(&o.activity, "activity", 1001, "first activity id; the second is this + 1 (runs at the same time may share them: each run's users are its own)")
 	fs.StringVar(&o.color, "color", "auto", "auto, always or never (auto: a terminal without NO_COLOR)")
 	err := fs.Parse(args)
 	if o.redisPassword == "" {
@@ -164,6 +164,9 @@ type state struct {
 	taps     []*tap
 	wins     map[int64]*win
 	ignored  int // pushes of windows this run did not open
+	// userBase is added to the scenario's user ids, which are the same in
+	// every run, to make this run's combo keys its own.
+	userBase int64
 	pushed   chan struct{}
 }
 
@@ -235,7 +238,11 @@ func run(ctx context.Context, o options) (int, error) {
 	b.header()
 
 	b.start = time.Now()
-	base := b.start.UnixMilli() * 1000 // unique ids: one run per ms, fewer than 1000 taps per ms
+	base := b.start.UnixMilli() * 1000 // unique ids: one run per ms, fewer than 1000 taps per run
+	// Each run's users are its own, so are its combo keys: runs at the same
+	// time (docker-compose up, then docker-compose run demo) would otherwise
+	// join each other's windows and both fail against a correct service.
+	st.userBase = base
 	for i := range script {
 		st.ours[base+int64(i)] = true
 	}
@@ -342,12 +349,13 @@ func newState(tm timing) *state {
 }
 
 func (st *state) send(ctx context.Context, cli comboservice.Client, b *board, k click, id int64) {
+	uid := st.userBase + k.User.ID
 	c := &combo.Contribution{
-		Id: id, ActivityId: k.Activity, UserId: k.User.ID, StarId: k.Activity % 1000,
+		Id: id, ActivityId: k.Activity, UserId: uid, StarId: k.Activity % 1000,
 		ItemId: k.Item.ID, ItemType: k.Item.Type, ItemName: k.Item.Name,
 		ItemIcon:  "https://cdn.example.com/gift/" + k.Item.Type + ".png",
 		Nickname:  k.User.Nick,
-		AvatarUrl: "https://cdn.example.com/avatar/" + strconv.FormatInt(k.User.ID, 10) + ".png",
+		AvatarUrl: "https://cdn.example.com/avatar/" + strconv.FormatInt(uid, 10) + ".png",
 		Quantity:  k.Qty,
 		CreatedAt: time.Now().UnixMilli(),
 	}
