@@ -333,13 +333,15 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer) (str
 		addr = fmt.Sprintf("%s via sentinels %v", cfg.Redis.SentinelMaster, cfg.Redis.SentinelAddrs)
 	case addr == "":
 		mr := miniredis.NewMiniRedis()
-		watch := "redis-cli -p "
+		// --raw: in a terminal redis-cli otherwise quotes each payload and
+		// escapes its non-ASCII bytes, which is not the JSON published.
+		watch := "redis-cli --raw -p "
 		if cfg.Redis.Password != "" {
 			// The password is taken with the embedded Redis, so it must
 			// guard it: without this every client got in, on whatever
 			// redis.embedded_addr listens on, password or not.
 			mr.RequireAuth(cfg.Redis.Password)
-			watch = "redis-cli --askpass -p "
+			watch = "redis-cli --raw --askpass -p "
 		}
 		if err := mr.StartAddr(cfg.Redis.EmbeddedAddr); err != nil {
 			return "", nil, nil, fmt.Errorf("start embedded redis on %s: %w", cfg.Redis.EmbeddedAddr, err)
