@@ -51,7 +51,7 @@ func TestFit(t *testing.T) {
 // any window size it is scaled to.
 func TestScriptedMergesAsNarrated(t *testing.T) {
 	for _, w := range []time.Duration{time.Second, 3 * time.Second, 10 * time.Second} {
-		s := scripted(1001, 1002, w)
+		s := scripted(1001, 1002, w, 200*time.Millisecond)
 		if !slices.IsSortedFunc(s, func(a, b click) int { return int(a.At - b.At) }) {
 			t.Fatalf("W=%s: taps are not in time order", w)
 		}
@@ -129,4 +129,41 @@ func TestEmptyRandomScenarioIsRefused(t *testing.T) {
 	if code != 2 || err == nil || !strings.Contains(err.Error(), "gives no taps") {
 		t.Fatalf("run = %d, %v; want 2 and an error saying the scenario gives no taps", code, err)
 	}
+}
+
+// The note before the pause says every window has been pushed only when it
+// is true: grace is not scaled with W, so at W <= 333 ms (grace 200 ms) the
+// last window before the pause is still open when the pause ends.
+func TestScriptedPauseNoteIsTrue(t *testing.T) {
+	const pushedNote = "every window has closed and been pushed"
+	for _, c := range []struct {
+		w, grace time.Duration
+		pushed   bool
+	}{
+		{3 * time.Second, 200 * time.Millisecond, true},
+		{time.Second, 200 * time.Millisecond, true},
+		{333 * time.Millisecond, 200 * time.Millisecond, false},
+		{200 * time.Millisecond, 200 * time.Millisecond, false},
+		{3 * time.Second, 2 * time.Second, false},
+	} {
+		s := scripted(1001, 1002, c.w, c.grace)
+		note := s[17].Note
+		if strings.Contains(note, pushedNote) != c.pushed || !strings.Contains(note, "pause") {
+			t.Errorf("W=%s grace=%s: note %q, want pushed claimed: %v", c.w, c.grace, note, c.pushed)
+		}
+		// Always true: the pause is longer than W, so no window spans it.
+		before := len(window.Merge(rowsOf(s[:17]), c.w)) + len(window.Merge(rowsOf(s[17:]), c.w))
+		if all := len(window.Merge(rowsOf(s), c.w)); before != all {
+			t.Errorf("W=%s: a window spans the pause (%d windows, %d when split there)", c.w, all, before)
+		}
+	}
+}
+
+func rowsOf(s []click) []window.Row {
+	rows := make([]window.Row, len(s))
+	for i, k := range s {
+		rows[i] = window.Row{ID: int64(i + 1), ActivityID: k.Activity, UserID: k.User.ID, ItemType: k.Item.Type,
+			Quantity: k.Qty, CreatedAt: 1_700_000_000_000 + k.At.Milliseconds()}
+	}
+	return rows
 }

@@ -188,7 +188,7 @@ func run(ctx context.Context, o options) (int, error) {
 	var script []click
 	switch o.scenario {
 	case "script":
-		script = scripted(a1, a2, o.window)
+		script = scripted(a1, a2, o.window, o.grace)
 	case "random":
 		if o.duration <= 0 {
 			return 2, fmt.Errorf("-duration must be > 0, got %s", o.duration)

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/combo-service/combo-service/window"
 )
 
 type user struct {
@@ -50,7 +52,9 @@ var (
 // a big single gift, the same user in a second activity (never merged), the
 // window anchored at its first click (a click 3.1 s after it opens a new
 // window though the previous click was 1.2 s before), and a long pause.
-func scripted(a1, a2 int64, w time.Duration) []click {
+// grace is the service's window.grace: it is not scaled with W, so only
+// for W large enough does the pause outlast every window's push.
+func scripted(a1, a2 int64, w, grace time.Duration) []click {
 	at := func(sec float64) time.Duration { return time.Duration(sec / 3 * float64(w)) }
 	c := func(sec float64, act int64, u user, it item, q int32) click {
 		return click{At: at(sec), Activity: act, User: u, Item: it, Qty: q}
@@ -73,7 +77,7 @@ func scripted(a1, a2 int64, w time.Duration) []click {
 		c(4.1, a1, lucy, heart, 1),
 		c(4.4, a1, lucy, heart, 1),
 		c(4.6, a2, aqiang, glowstick, 1),
-		// pause: every open window closes and is pushed
+		// pause, longer than W: every key's next click opens a new window
 		c(8.6, a1, xiaoming, fireworks, 1),
 		c(8.9, a1, xiaoming, fireworks, 1),
 		c(9.1, a1, xiaohong, rocket, 1),
@@ -90,8 +94,29 @@ func scripted(a1, a2 int64, w time.Duration) []click {
 	s[7].Note = "back to 烟花 within W of its first tap: same window"
 	s[9].Note = fmt.Sprintf("小明 in activity %d: activities never merge", a2)
 	s[11].Note = fmt.Sprintf("%s after 小明's first 烟花 (W is anchored there): a new window", at(3.1).Round(10*time.Millisecond))
-	s[17].Note = fmt.Sprintf("after a %s pause every window has closed and been pushed", at(4).Round(10*time.Millisecond))
+	pause := at(4).Round(10 * time.Millisecond)
+	s[17].Note = fmt.Sprintf("after a %s pause, longer than W, every key's next tap opens a new window", pause)
+	if pushedBefore(s[:17], w, grace, s[17].At) {
+		s[17].Note = fmt.Sprintf("after a %s pause every window has closed and been pushed", pause)
+	}
 	return s
+}
+
+// pushedBefore says whether every window of clicks is due for its push by
+// t under normal load: W + grace + 100 ms (the contract's bound) after it
+// opened.
+func pushedBefore(clicks []click, w, grace, t time.Duration) bool {
+	rows := make([]window.Row, len(clicks))
+	for i, k := range clicks {
+		rows[i] = window.Row{ID: int64(i + 1), ActivityID: k.Activity, UserID: k.User.ID, ItemType: k.Item.Type,
+			Quantity: k.Qty, CreatedAt: k.At.Milliseconds()}
+	}
+	for _, m := range window.Merge(rows, w) {
+		if time.Duration(m.CreatedAt)*time.Millisecond+w+grace+100*time.Millisecond > t {
+			return false
+		}
+	}
+	return true
 }
 
 // random is a seeded random scenario lasting about d: each user taps bursts
