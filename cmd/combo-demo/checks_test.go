@@ -236,3 +236,40 @@ func TestConcurrentRunsKeepToTheirOwnWindows(t *testing.T) {
 		}
 	}
 }
+
+// Over 10000 rows in one activity, the poll check asks MergeLatest in calls
+// of whole combo keys, each within its limit, instead of failing "not
+// checked".
+func TestPollCheckSplitsByComboKey(t *testing.T) {
+	const w = time.Hour // every tap of a key in one window, however slow the machine
+	svc := newKeyedService(w)
+	s := newSession(t, w, 200*time.Millisecond)
+	s.svc = &svc.fakeService
+	first := map[window.Key]*tap{}
+	var keys []window.Key
+	for i := range 10_050 {
+		u := user{ID: int64(1 + i%67), Nick: "u"} // 67 keys of about 150 rows
+		tp := s.tap(int64(1+i), u)
+		k := window.Key{ActivityID: 1001, UserID: tp.c.UserId, ItemType: "fireworks"}
+		if first[k] == nil {
+			first[k] = tp
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		r := push.RecordOf(first[k].c)
+		r.Quantity = svc.open[k].WindowQuantity
+		r.ComboCount = r.Quantity
+		s.push(r, first[k].at.Add(w))
+	}
+	ok := s.summary(time.Time{})
+	if !ok || !strings.Contains(s.out.String(), "67/67 merged records identical") || svc.merges != 2 {
+		t.Errorf("10050 rows of 67 keys: summary %v after %d MergeLatest calls, want true after 2:\n%s",
+			ok, svc.merges, lastLines(s.out.String(), 12))
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

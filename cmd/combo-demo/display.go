@@ -13,8 +13,8 @@ import (
 )
 
 // cells is how many terminal columns s takes: East Asian wide and fullwidth
-// runes (小明, 烟花, ×…) take two, combining marks and zero-width joiners none,
-// everything else one. Ambiguous-width runes count as one, as in most
+// runes (小明, 烟花) take two, combining marks and zero-width joiners none,
+// everything else one. Ambiguous-width runes (×, …) count as one, as in most
 // non-CJK-locale terminals.
 func cells(s string) int {
 	n := 0

@@ -43,6 +43,7 @@ import (
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 	"github.com/combo-service/combo-service/push"
+	"github.com/combo-service/combo-service/validate"
 )
 
 type options struct {
@@ -658,6 +659,11 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 // The taps of windows in notDue are left out: their windows were not pushed.
 // They are the newest of their keys (a later window of a key opens W after
 // an earlier one), so the other windows merge alike without them.
+type comboKey struct {
+	user     int64
+	itemType string
+}
+
 func (st *state) comparePoll(ctx context.Context, cli comboservice.Client, activities []int64, notDue map[int64]bool) (bool, string) {
 	pushed := map[int64]push.Record{}
 	for _, w := range st.wins {
@@ -668,37 +674,63 @@ func (st *state) comparePoll(ctx context.Context, cli comboservice.Client, activ
 	same, total := 0, 0
 	var diffs []string
 	for _, act := range activities {
-		var rows []*combo.ContributionRecord
+		// By combo key, in the order of each key's first tap: MergeLatest
+		// takes at most validate.MaxMergeRecords rows a call, and windows
+		// never span keys, so calls of whole keys merge as one call would.
+		byKey := map[comboKey][]*combo.ContributionRecord{}
+		var keys []comboKey
 		for _, t := range st.taps {
 			if t.err != nil || t.dup || t.degraded || t.c.ActivityId != act || notDue[t.windowID] {
 				continue
 			}
 			c := t.c
-			rows = append(rows, &combo.ContributionRecord{
+			k := comboKey{c.UserId, c.ItemType}
+			if byKey[k] == nil {
+				keys = append(keys, k)
+			}
+			byKey[k] = append(byKey[k], &combo.ContributionRecord{
 				Id: c.Id, UserId: c.UserId, Nickname: c.Nickname, AvatarUrl: c.AvatarUrl, StarId: c.StarId,
 				ItemId: c.ItemId, ItemType: c.ItemType, ItemName: c.ItemName, ItemIcon: c.ItemIcon,
 				Quantity: c.Quantity, ComboCount: c.Quantity, CreatedAt: c.CreatedAt,
 			})
 		}
-		if len(rows) == 0 {
-			continue
-		}
-		if len(rows) > 10000 {
-			return false, fmt.Sprintf("not checked: %d rows exceed MergeLatest's 10000", len(rows))
-		}
-		resp, err := cli.MergeLatest(ctx, &combo.MergeLatestRequest{ActivityId: act, Records: rows})
-		if err != nil {
-			return false, "MergeLatest failed: " + err.Error()
-		}
-		for _, r := range resp.Records {
-			total++
-			p, ok := pushed[r.Id]
-			if ok && p.Quantity == r.Quantity && p.ComboCount == r.ComboCount && p.CreatedAt == r.CreatedAt &&
-				p.UserID == r.UserId && p.ItemType == r.ItemType && p.Nickname == r.Nickname && p.ItemName == r.ItemName {
-				same++
-				continue
+		var rows []*combo.ContributionRecord
+		merge := func() error {
+			if len(rows) == 0 {
+				return nil
 			}
-			diffs = append(diffs, fmt.Sprintf("id %d ×%d", r.Id, r.Quantity))
+			resp, err := cli.MergeLatest(ctx, &combo.MergeLatestRequest{ActivityId: act, Records: rows})
+			if err != nil {
+				return fmt.Errorf("MergeLatest of %d rows of activity %d failed: %w", len(rows), act, err)
+			}
+			rows = rows[:0]
+			for _, r := range resp.Records {
+				total++
+				p, ok := pushed[r.Id]
+				if ok && p.Quantity == r.Quantity && p.ComboCount == r.ComboCount && p.CreatedAt == r.CreatedAt &&
+					p.UserID == r.UserId && p.ItemType == r.ItemType && p.Nickname == r.Nickname && p.ItemName == r.ItemName {
+					same++
+					continue
+				}
+				diffs = append(diffs, fmt.Sprintf("id %d ×%d", r.Id, r.Quantity))
+			}
+			return nil
+		}
+		for _, k := range keys {
+			kr := byKey[k]
+			if len(kr) > validate.MaxMergeRecords {
+				return false, fmt.Sprintf("not checked: %d rows of one combo key (activity %d, user %d, %s) exceed MergeLatest's %d",
+					len(kr), act, k.user, k.itemType, validate.MaxMergeRecords)
+			}
+			if len(rows)+len(kr) > validate.MaxMergeRecords {
+				if err := merge(); err != nil {
+					return false, err.Error()
+				}
+			}
+			rows = append(rows, kr...)
+		}
+		if err := merge(); err != nil {
+			return false, err.Error()
 		}
 	}
 	ok := same == total && total == len(pushed)
