@@ -10,6 +10,7 @@ import (
 
 	"github.com/cloudwego/kitex/client/callopt"
 
+	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/push"
 	"github.com/combo-service/combo-service/window"
@@ -272,4 +273,48 @@ func TestPollCheckSplitsByComboKey(t *testing.T) {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// receive, through a real Redis: this run's pushes are recorded, other
+// runs' ignored, an undecodable one shown; it returns when the subscription
+// closes.
+func TestReceiveThroughRedis(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	rdb := srv.Client()
+	ctx := context.Background()
+	sub := rdb.PSubscribe(ctx, push.ChannelPattern)
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatalf("PSUBSCRIBE %s: %v", push.ChannelPattern, err)
+	}
+	s := newSession(t, 3*time.Second, 200*time.Millisecond)
+	tp := s.tap(1, xiaoming)
+	done := make(chan struct{})
+	go func() { s.st.receive(sub, s.b); close(done) }()
+
+	other := push.RecordOf(tp.c)
+	other.ID = 99 // a window this run did not open
+	otherPayload, _ := json.Marshal(push.Message{ActivityID: 1001, Type: push.Type, Record: other})
+	ours, _ := json.Marshal(push.Message{ActivityID: 1001, Type: push.Type, Record: push.RecordOf(tp.c)})
+	for _, payload := range []string{string(otherPayload), "not json", string(ours)} {
+		if err := rdb.Publish(ctx, push.Channel(1001), payload).Err(); err != nil {
+			t.Fatalf("PUBLISH: %v", err)
+		}
+	}
+	select { // one connection delivers in order: ours comes last
+	case <-s.st.pushed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no push recorded within 10s")
+	}
+	_ = sub.Close()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("receive did not return after the subscription closed")
+	}
+	s.st.mu.Lock()
+	w, ignored := s.st.wins[1], s.st.ignored
+	s.st.mu.Unlock()
+	if w == nil || len(w.pushes) != 1 || ignored != 1 || !strings.Contains(s.out.String(), "undecodable push on act:1001:contributions") {
+		t.Errorf("after one push of ours, one of another run and one undecodable: window %+v, %d ignored:\n%s", w, ignored, s.out.String())
+	}
 }
