@@ -47,17 +47,16 @@ func StartSentinel(tb testing.TB, name string, master *Server) *Server {
 
 // startSentinel runs redis-server in sentinel mode on a configuration file
 // of its own: a Sentinel rewrites it with what it learns.
-func (s *Server) startSentinel() {
-	s.tb.Helper()
+func (s *Server) startSentinel() error {
 	conf := filepath.Join(s.Dir, "sentinel.conf")
 	if _, err := os.Stat(conf); err != nil { // a restart keeps what it learned
 		if err := os.WriteFile(conf, []byte(s.sentinel), 0o600); err != nil {
-			s.tb.Fatalf("testredis: %v", err)
+			return err
 		}
 	}
 	args := append([]string{conf, "--sentinel"}, s.listenArgs()...)
 	if s.TLS != nil {
 		args = append(args, "--tls-replication", "yes") // to the master
 	}
-	s.run(args)
+	return s.run(args)
 }

@@ -75,17 +75,26 @@ func Start(tb testing.TB, opts Options) *Server {
 // launch starts s on port of loopback and stops it when the test ends.
 func (s *Server) launch(port int) {
 	s.tb.Helper()
+	// Registered before the start: a start that fails ends in Fatalf, and
+	// whatever it left running must still be stopped with the test.
+	s.tb.Cleanup(s.Stop)
 	s.Port = port
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	s.start()
-	s.tb.Cleanup(s.Stop)
 }
 
 func (s *Server) start() {
 	s.tb.Helper()
+	if err := s.startErr(); err != nil {
+		s.tb.Fatalf("testredis: %v", err)
+	}
+}
+
+// startErr starts the server on s.Port and waits until it answers; on an
+// error no process of it is left running.
+func (s *Server) startErr() error {
 	if s.sentinel != "" {
-		s.startSentinel()
-		return
+		return s.startSentinel()
 	}
 	args := append(s.listenArgs(), "--save", "")
 	if s.opts.AppendOnly {
@@ -94,7 +103,7 @@ func (s *Server) start() {
 		args = append(args, "--appendonly", "no")
 	}
 	args = append(args, s.opts.Args...)
-	s.run(args)
+	return s.run(args)
 }
 
 // listenArgs are the redis-server arguments every server and Sentinel
@@ -117,18 +126,26 @@ func (s *Server) listenArgs() []string {
 	return args
 }
 
-// run starts redis-server with args and waits until it answers.
-func (s *Server) run(args []string) {
-	s.tb.Helper()
+// readyTimeout bounds the wait for a started server to answer; a variable
+// so that tests of a server that never answers need not wait it out.
+var readyTimeout = 10 * time.Second
+
+// run starts redis-server with args and waits until it answers. When it
+// does not, it kills it before returning the error: the caller fails the
+// test, and a server left running would outlive the test binary, its
+// directory deleted under it.
+func (s *Server) run(args []string) error {
 	cmd := exec.Command("redis-server", args...)
 	if err := cmd.Start(); err != nil {
-		s.tb.Fatalf("testredis: start redis-server: %v", err)
+		return fmt.Errorf("start redis-server: %w", err)
 	}
 	s.cmd = cmd
-	if err := waitReady(s.options(), 10*time.Second); err != nil {
+	if err := waitReady(s.options(), readyTimeout); err != nil {
+		s.Kill()
 		log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
-		s.tb.Fatalf("testredis: %v\n%s", err, log)
+		return fmt.Errorf("%w\n%s", err, log)
 	}
+	return nil
 }
 
 // Client returns a client for this server, closed when the test ends.
