@@ -49,7 +49,7 @@ func startCluster(tb testing.TB, n int, pki *TLSFiles) *Cluster {
 	for range n {
 		s := &Server{Dir: tb.TempDir(), tb: tb, TLS: pki, opts: Options{Args: args}}
 		// The cluster bus listens on port+10000: pick a port that leaves room.
-		s.launch(clusterPort(tb))
+		s.launch(clusterPort)
 		c.Nodes = append(c.Nodes, s)
 		c.Addrs = append(c.Addrs, s.Addr)
 	}

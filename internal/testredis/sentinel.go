@@ -41,7 +41,7 @@ func StartSentinel(tb testing.TB, name string, master *Server) *Server {
 		"sentinel monitor %[1]s 127.0.0.1 %[2]d 1\n"+
 			"sentinel down-after-milliseconds %[1]s 500\n"+
 			"sentinel failover-timeout %[1]s 5000\n", name, master.Port)}
-	s.launch(FreePort(tb))
+	s.launch(FreePort)
 	return s
 }
 

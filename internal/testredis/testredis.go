@@ -5,12 +5,14 @@ package testredis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -42,7 +44,14 @@ type Server struct {
 	// empty for a Redis.
 	sentinel string
 	cmd      *exec.Cmd
-	tb       testing.TB
+	// exited is closed once cmd has exited and been reaped (cmd.Wait
+	// returned): a start sees a child that died at once without waiting
+	// out its timeout, and signal waits on it.
+	exited chan struct{}
+	// logFrom is the size of redis.log when cmd started: the log of
+	// earlier starts in Dir (such as one that lost its port) is not its.
+	logFrom int64
+	tb      testing.TB
 }
 
 // require skips the test when a Redis program is not installed and CI is
@@ -68,25 +77,42 @@ func Start(tb testing.TB, opts Options) *Server {
 		f := NewTLSFiles(tb, s.Dir)
 		s.TLS = &f
 	}
-	s.launch(FreePort(tb))
+	s.launch(FreePort)
 	return s
 }
 
-// launch starts s on port of loopback and stops it when the test ends.
-func (s *Server) launch(port int) {
+// launchAttempts bounds the ports a new server tries: each is lost only to
+// another process binding it in the moment between FreePort and the bind.
+const launchAttempts = 5
+
+// launch starts s on a port of loopback that pick chooses, and stops it
+// when the test ends. A free port is free only until someone binds it, and
+// other test binaries start servers in parallel: when another process took
+// the port first, launch tries another.
+func (s *Server) launch(pick func(testing.TB) int) {
 	s.tb.Helper()
 	// Registered before the start: a start that fails ends in Fatalf, and
 	// whatever it left running must still be stopped with the test.
 	s.tb.Cleanup(s.Stop)
-	s.Port = port
-	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	s.start()
+	var err error
+	for range launchAttempts {
+		s.Port = pick(s.tb)
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+		if err = s.startErr(); !errors.Is(err, errPortTaken) {
+			break
+		}
+	}
+	if err != nil {
+		s.tb.Fatalf("testredis: %v", err)
+	}
 }
 
+// start starts s again on its port, which it cannot leave: clients and
+// the test know it by that address.
 func (s *Server) start() {
 	s.tb.Helper()
 	if err := s.startErr(); err != nil {
-		s.tb.Fatalf("testredis: %v", err)
+		s.tb.Fatalf("testredis: start again on port %d: %v", s.Port, err)
 	}
 }
 
@@ -130,22 +156,116 @@ func (s *Server) listenArgs() []string {
 // so that tests of a server that never answers need not wait it out.
 var readyTimeout = 10 * time.Second
 
+// errPortTaken is the error of a start that lost its port to another
+// process.
+var errPortTaken = errors.New("port taken by another process")
+
 // run starts redis-server with args and waits until it answers. When it
 // does not, it kills it before returning the error: the caller fails the
 // test, and a server left running would outlive the test binary, its
 // directory deleted under it.
 func (s *Server) run(args []string) error {
 	cmd := exec.Command("redis-server", args...)
-	if err := cmd.Start(); err != nil {
+	// A configuration error goes to stderr, not to the log file.
+	stderr, err := os.Create(filepath.Join(s.Dir, "redis.stderr"))
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	s.logFrom = 0
+	if fi, err := os.Stat(filepath.Join(s.Dir, "redis.log")); err == nil {
+		s.logFrom = fi.Size()
+	}
+	err = cmd.Start()
+	_ = stderr.Close() // the child has its own descriptor
+	if err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
-	s.cmd = cmd
-	if err := waitReady(s.options(), readyTimeout); err != nil {
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
+	if err := s.waitOwn(readyTimeout); err != nil {
 		s.Kill()
-		log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
-		return fmt.Errorf("%w\n%s", err, log)
+		return fmt.Errorf("%w\n%s", err, s.output())
 	}
 	return nil
+}
+
+// waitOwn waits until s answers PING, or its process exits, or timeout
+// passes. A PONG is not enough: when another process bound the port first,
+// our redis-server exits, and the PONG may come from someone else's Redis
+// (another package's, under go test ./...), whose data the test would then
+// read and wipe. So the server that answers must be our child (INFO's
+// process_id); when it is not, or our child died of the port in use, the
+// error is errPortTaken.
+func (s *Server) waitOwn(timeout time.Duration) error {
+	o := s.options()
+	// Short timeouts of its own: the context's deadline does not bound the
+	// connection's handshake, and a listener that never answers (not a
+	// Redis) would hold each try for the default 3 s read timeout.
+	o.MaxRetries, o.DialTimeout = -1, 200*time.Millisecond
+	o.ReadTimeout, o.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond
+	c := redis.NewClient(o)
+	defer c.Close()
+	pid := strconv.Itoa(s.cmd.Process.Pid)
+	deadline := time.After(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err() // PING, not INFO: it fails while the AOF loads
+		var info string
+		if err == nil {
+			info, err = c.Info(ctx, "server").Result()
+		}
+		cancel()
+		if err == nil {
+			if got := infoField(info, "process_id"); got != pid {
+				return fmt.Errorf("%w: %s is served by process %s, not by our redis-server (%s)", errPortTaken, s.Addr, got, pid)
+			}
+			return nil
+		}
+		select {
+		case <-s.exited:
+			return s.exitErr()
+		case <-deadline:
+			select { // an exit says more than the timeout
+			case <-s.exited:
+				return s.exitErr()
+			default:
+			}
+			return fmt.Errorf("redis at %s not ready after %s: %w", s.Addr, timeout, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// exitErr is the error of a start whose redis-server exited before it
+// answered: errPortTaken when it could not bind its port.
+func (s *Server) exitErr() error {
+	if strings.Contains(s.output(), "Address already in use") {
+		return fmt.Errorf("%w: redis-server could not bind %s (or its cluster bus port): %v", errPortTaken, s.Addr, s.cmd.ProcessState)
+	}
+	return fmt.Errorf("redis-server exited before it answered at %s: %v", s.Addr, s.cmd.ProcessState)
+}
+
+// infoField is the value of field in the text of INFO.
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// output is what the server of the last start wrote, to its stderr and
+// its log file.
+func (s *Server) output() string {
+	stderr, _ := os.ReadFile(filepath.Join(s.Dir, "redis.stderr"))
+	log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+	if s.logFrom <= int64(len(log)) {
+		log = log[s.logFrom:]
+	}
+	return string(stderr) + string(log)
 }
 
 // Client returns a client for this server, closed when the test ends.
@@ -176,15 +296,13 @@ func (s *Server) signal(sig syscall.Signal) {
 		return
 	}
 	_ = s.cmd.Process.Signal(sig)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.exited:
 	case <-time.After(10 * time.Second):
 		_ = s.cmd.Process.Kill()
-		<-done
+		<-s.exited
 	}
-	s.cmd = nil
+	s.cmd, s.exited = nil, nil
 }
 
 // Restart starts the server again on the same port and directory (with AOF,

@@ -1,8 +1,11 @@
 package testredis
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -11,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // fatalTB is a testing.TB whose Fatal ends only the goroutine that calls
@@ -121,5 +126,150 @@ func TestStartThatFailsLeavesNoServer(t *testing.T) {
 	if pids := processesUnder(t, f.dir); len(pids) > 0 {
 		killAll(pids)
 		t.Fatalf("after a failed Start and its cleanups, processes %v still run (Fatal: %s)", pids, msg)
+	}
+}
+
+// startOther starts a redis-server by hand on port, as another package's
+// test would, with the key "owner" set to "other".
+func startOther(t *testing.T, port int) *redis.Client {
+	t.Helper()
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--dir", t.TempDir(), "--save", "", "--appendonly", "no", "--daemonize", "no")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if err := WaitReady(addr, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Set(context.Background(), "owner", "other", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// firstThen picks port first, then free ports.
+func firstThen(port int) func(testing.TB) int {
+	first := true
+	return func(tb testing.TB) int {
+		if first {
+			first = false
+			return port
+		}
+		return FreePort(tb)
+	}
+}
+
+// checkOwn fails the test unless s is served by the redis-server it
+// started, which does not see the other server's key.
+func checkOwn(t *testing.T, s *Server, taken int) {
+	t.Helper()
+	if s.Port == taken {
+		t.Fatalf("server on port %d, the port another process holds", taken)
+	}
+	c := s.Client()
+	ctx := context.Background()
+	if v, err := c.Get(ctx, "owner").Result(); err != redis.Nil {
+		t.Fatalf("GET owner on our server: %q, %v; want redis.Nil (it is the other server)", v, err)
+	}
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := infoField(info, "process_id"), strconv.Itoa(s.cmd.Process.Pid); got != want {
+		t.Fatalf("our server answers as process %s; want %s", got, want)
+	}
+}
+
+// When another redis-server took the free port first, our redis-server
+// could not bind it and exited, but the start took the other server's PONG
+// as its own: the test ran on someone else's Redis. It now moves on to
+// another port.
+func TestLaunchOnPortOfAnotherRedisMovesOn(t *testing.T) {
+	require(t, "redis-server")
+	port := FreePort(t)
+	other := startOther(t, port)
+	s := &Server{Dir: t.TempDir(), tb: t}
+	s.launch(firstThen(port))
+	checkOwn(t, s, port)
+	if v, err := other.Get(context.Background(), "owner").Result(); err != nil || v != "other" {
+		t.Fatalf("the other server's key: %q, %v; want \"other\"", v, err)
+	}
+}
+
+// A port held by something that is not Redis never answers PING: our
+// redis-server exits at once, and the start sees it exit (rather than
+// waiting out the ready timeout) and moves on to another port.
+func TestLaunchOnPortHeldByNonRedisMovesOn(t *testing.T) {
+	require(t, "redis-server")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() { // accept and never answer
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	defer func(d time.Duration) { readyTimeout = d }(readyTimeout)
+	readyTimeout = 5 * time.Second
+	port := l.Addr().(*net.TCPAddr).Port
+	s := &Server{Dir: t.TempDir(), tb: t}
+	start := time.Now()
+	s.launch(firstThen(port))
+	if s.Port == port {
+		t.Fatalf("server on port %d, the port the listener holds", port)
+	}
+	// Both starts take well under a second; a start that did not watch its
+	// child waited out the ready timeout on the held port first.
+	if d := time.Since(start); d >= readyTimeout {
+		t.Fatalf("launch took %s, the ready timeout (%s) or more: it did not see its redis-server exit", d, readyTimeout)
+	}
+}
+
+// A restart keeps its port: when another redis-server took it after Kill,
+// Start fails naming the port, and leaves the other server's data alone.
+func TestStartAgainOnTakenPortFails(t *testing.T) {
+	require(t, "redis-server")
+	s := Start(t, Options{})
+	s.Kill()
+	other := startOther(t, s.Port)
+	f := newFatalTB(t)
+	s.tb = f
+	msg := f.run(s.Start)
+	if !strings.Contains(msg, "port "+strconv.Itoa(s.Port)) || !strings.Contains(msg, errPortTaken.Error()) {
+		t.Fatalf("Start again on a taken port: Fatal %q; want it to name port %d as taken", msg, s.Port)
+	}
+	if v, err := other.Get(context.Background(), "owner").Result(); err != nil || v != "other" {
+		t.Fatalf("the other server's key: %q, %v; want \"other\"", v, err)
+	}
+	if pids := processesUnder(t, s.Dir); len(pids) > 0 {
+		killAll(pids)
+		t.Fatalf("after a failed Start, processes %v still run", pids)
+	}
+}
+
+// The log of an earlier start in the directory (one that lost its port) is
+// not the new start's: a server that fails for another reason is not
+// taken for one that lost its port, and not retried on other ports.
+func TestStartFailureIsNotBlamedOnAnEarlierLog(t *testing.T) {
+	require(t, "redis-server")
+	f := newFatalTB(t)
+	s := &Server{Dir: t.TempDir(), tb: f, opts: Options{Args: []string{"--no-such-option", "x"}}}
+	earlier := "# Warning: Could not create server TCP listening socket 127.0.0.1:1: bind: Address already in use\n"
+	if err := os.WriteFile(filepath.Join(s.Dir, "redis.log"), []byte(earlier), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	msg := f.run(func() { s.launch(FreePort) })
+	if !strings.Contains(msg, "exited before it answered") || strings.Contains(msg, errPortTaken.Error()) {
+		t.Fatalf("start with a bad option: Fatal %q; want it to exit, not to have lost its port", msg)
 	}
 }
