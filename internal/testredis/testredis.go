@@ -176,7 +176,8 @@ func (s *Server) run(args []string) error {
 	if fi, err := os.Stat(filepath.Join(s.Dir, "redis.log")); err == nil {
 		s.logFrom = fi.Size()
 	}
-	err = cmd.Start()
+	// On Linux it dies with the test binary (spawn_linux.go).
+	err = startCmd(cmd)
 	_ = stderr.Close() // the child has its own descriptor
 	if err != nil {
 		return fmt.Errorf("start redis-server: %w", err)

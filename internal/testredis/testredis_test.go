@@ -1,8 +1,11 @@
 package testredis
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -272,4 +275,69 @@ func TestStartFailureIsNotBlamedOnAnEarlierLog(t *testing.T) {
 	if !strings.Contains(msg, "exited before it answered") || strings.Contains(msg, errPortTaken.Error()) {
 		t.Fatalf("start with a bad option: Fatal %q; want it to exit, not to have lost its port", msg)
 	}
+}
+
+// A test binary killed (as by -timeout's panic) takes its redis-servers
+// with it: this test runs itself as a child that starts a server and
+// waits, kills the child, and waits for the server to go.
+func TestServerDiesWithTestBinary(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("a parent-death signal is Linux's")
+	}
+	require(t, "redis-server")
+	if os.Getenv("TESTREDIS_DEATH_CHILD") == "1" {
+		s := Start(t, Options{})
+		fmt.Printf("testredis-pid %d\n", s.cmd.Process.Pid)
+		_, _ = io.Copy(io.Discard, os.Stdin) // until killed (or the parent goes)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestServerDiesWithTestBinary$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "TESTREDIS_DEATH_CHILD=1")
+	stdin, err := cmd.StdinPipe() // held open: the child waits on it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := 0
+	var lines []string
+	for sc := bufio.NewScanner(out); pid == 0 && sc.Scan(); {
+		lines = append(lines, sc.Text())
+		_, _ = fmt.Sscanf(sc.Text(), "testredis-pid %d", &pid)
+	}
+	if pid == 0 {
+		t.Fatalf("the child printed no server pid:\n%s", strings.Join(lines, "\n"))
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	// The server is no child of ours: nothing signals its end, so poll.
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("redis-server %d still runs 10 s after its test binary was killed", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// alive reports whether process pid runs: a zombie is gone, only not
+// reaped yet by whoever inherited it.
+func alive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, in parentheses: "pid (comm) S ...".
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
