@@ -21,8 +21,9 @@ const (
 	// MergeLatest of 10,000 rows with every string at its bound, is about
 	// 47 MB; a ReportContributions of 1,000 such items about 5 MB.
 	MaxRequestBytes = 64 << 20
-	// MaxContainerItems bounds the items of all the lists, sets and maps
-	// in a request together. A valid request has one list, at most
+	// MaxContainerItems bounds the items of all the IDL's lists in a
+	// request together (what the generated code allocates; a field it
+	// skips is bounded by its bytes alone). A valid request has one list, at most
 	// MergeLatest's 10,000 records; twice that lets a request a little
 	// over its bound reach the handler, whose INVALID_ARGUMENT names the
 	// field (the contract's error), while the decoding stays small. Per list alone, a struct
@@ -53,8 +54,10 @@ const (
 // arguments as the IDL has them (methods): such a list must hold the
 // IDL's element type. Any other field, a newer client's included, the
 // generated code skips by its wire type, and the check walks it by its
-// wire type too, with the same bounds, whatever lists, sets or maps it
-// holds.
+// wire type too, whatever lists, sets or maps it holds: every length
+// within the bytes, every type byte Thrift's, the same depth bound; the
+// item budgets are for what the generated code allocates, which skipping
+// does not.
 //
 // Only framed requests (TTHeader, as client.NewClient sends, or Framed)
 // are taken: an unframed one's size is known only once it has been read
@@ -131,7 +134,7 @@ func (g guardedCodec) DecodePayload(ctx context.Context, msg remote.Message, in 
 
 // CheckRequest walks a Thrift binary message (its header and its
 // arguments struct) without decoding it: every length must fit in buf,
-// the lists, sets and maps hold at most MaxContainerItems items in all,
+// the IDL's lists hold at most MaxContainerItems items in all, the IDL's
 // struct fields are at most as many, every type byte is one of Thrift's,
 // and each field the generated code reads by the IDL's type (the
 // method's schema) has that type's elements on the wire.
@@ -186,14 +189,14 @@ var methods = func() map[string]*schema {
 	}
 }()
 
-// budget counts down what a request may still hold: items of lists, sets
-// and maps (a map's keys and values each), and struct values that are
+// budget counts down what the generated code may still allocate for a
+// request: items of the IDL's lists, and struct values that are the IDL's
 // fields (a list's structs are its items).
 type budget struct{ items, structs int }
 
 func (b *budget) take(n int) error {
 	if b.items -= n; b.items < 0 {
-		return fmt.Errorf("lists, sets and maps of more than %d items in all", MaxContainerItems)
+		return fmt.Errorf("lists of more than %d items in all", MaxContainerItems)
 	}
 	return nil
 }
@@ -216,14 +219,18 @@ func walk(b []byte, t thrift.TType, s *schema, depth int, left *budget) (int, er
 			if ft == thrift.STOP {
 				return off, nil
 			}
-			if ft == thrift.STRUCT {
-				if left.structs--; left.structs < 0 {
-					return 0, fmt.Errorf("more than %d struct fields in all", MaxContainerItems)
-				}
-			}
 			var n int
 			switch f, ok := s.field(id); {
 			case ok && f.t == ft:
+				// The generated code allocates a struct for each copy of
+				// a known struct field, and a list's items: these spend
+				// the budget. A field it skips allocates nothing, and is
+				// bounded by its bytes alone.
+				if ft == thrift.STRUCT {
+					if left.structs--; left.structs < 0 {
+						return 0, fmt.Errorf("more than %d struct fields in all", MaxContainerItems)
+					}
+				}
 				n, err = walkKnown(b[off:], s, id, f, depth-1, left)
 			case ft == thrift.STRING || ft == thrift.I64 || ft == thrift.I32:
 				// Most fields of a valid request: Skip checks them, here
@@ -288,9 +295,9 @@ func walkItems(b []byte, l, size int, types []thrift.TType, depth int, left *bud
 			return 0, fmt.Errorf("a list, set or map of Thrift type %d: no such type", t)
 		}
 	}
-	if err := left.take(size * len(types)); err != nil {
-		return 0, err
-	}
+	// No budget spent: the generated code skips these (they are never a
+	// known list, which walkKnown reads), allocating nothing, and each
+	// item is at least a byte of the request, so its size bounds the walk.
 	off := l
 	for range size {
 		for _, t := range types {
