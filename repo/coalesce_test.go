@@ -56,9 +56,11 @@ func hookedRepo(t *testing.T, before func()) *repo.Repo {
 // at fault).
 func TestNoCallerRunsPipelinesForOthersForLong(t *testing.T) {
 	type caller struct {
-		id     string // the contribution id of its current call
-		others int    // pipelines it ran during that call that did not carry it
+		id      string // the contribution id of its current call
+		others  int    // pipelines it ran during that call that did not carry it
+		carried int64  // the number of the report pipeline that carried it
 	}
+	var seq atomic.Int64 // report pipelines started
 	var mu sync.Mutex
 	callers := map[int64]*caller{} // by goroutine: the test's callers only
 	rdb := testredis.Start(t, testredis.Options{}).Client()
@@ -68,26 +70,33 @@ func TestNoCallerRunsPipelinesForOthersForLong(t *testing.T) {
 	}
 	rdb.AddHook(cmdsHook(func(cmds []redis.Cmder) {
 		time.Sleep(2 * time.Millisecond) // a round trip
-		mu.Lock()
-		defer mu.Unlock()
-		c := callers[goroutineID()]
-		if c == nil {
-			return // a drain goroutine's: it runs for no caller
-		}
 		if name := cmds[0].Name(); name != "evalsha" && name != "eval" {
 			return // not reports: a new connection's CLIENT SETINFO
 		}
-		for _, cmd := range cmds {
-			for _, a := range cmd.Args() {
-				if fmt.Sprint(a) == c.id {
-					return
+		n := seq.Add(1)
+		carries := func(id string) bool {
+			for _, cmd := range cmds {
+				for _, a := range cmd.Args() {
+					if fmt.Sprint(a) == id {
+						return true
+					}
 				}
 			}
+			return false
 		}
-		c.others++
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range callers {
+			if c.carried == 0 && carries(c.id) {
+				c.carried = n
+			}
+		}
+		if c := callers[goroutineID()]; c != nil && !carries(c.id) {
+			c.others++ // a drain goroutine's pipelines run for no caller
+		}
 	}))
 	const n = 16
-	var id, calls, most atomic.Int64
+	var id, calls, most, longest atomic.Int64
 	var failed atomic.Value
 	stop := time.Now().Add(1500 * time.Millisecond)
 	var wg sync.WaitGroup
@@ -100,8 +109,9 @@ func TestNoCallerRunsPipelinesForOthersForLong(t *testing.T) {
 			for time.Now().Before(stop) {
 				next := id.Add(1)
 				mu.Lock()
-				me.id, me.others = fmt.Sprint(next), 0
+				me.id, me.others, me.carried = fmt.Sprint(next), 0, 0
 				mu.Unlock()
+				queued := seq.Load()
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				_, err := r.Report(ctx, []*combo.Contribution{contribution(next, "rose", base+next)})
 				cancel()
@@ -111,9 +121,11 @@ func TestNoCallerRunsPipelinesForOthersForLong(t *testing.T) {
 				}
 				calls.Add(1)
 				mu.Lock()
-				others := int64(me.others)
+				others, waited := int64(me.others), me.carried-queued
 				mu.Unlock()
 				for m := most.Load(); others > m && !most.CompareAndSwap(m, others); m = most.Load() {
+				}
+				for m := longest.Load(); waited > m && !longest.CompareAndSwap(m, waited); m = longest.Load() {
 				}
 			}
 		})
@@ -126,6 +138,14 @@ func TestNoCallerRunsPipelinesForOthersForLong(t *testing.T) {
 	// first pipeline a caller runs carries its own call, and answers it.
 	if m := most.Load(); m > 0 {
 		t.Fatalf("a call ran %d pipelines that did not carry it (over %d calls): a caller ran others' pipelines", m, calls.Load())
+	}
+	// Nor does a call wait behind others, whoever runs the pipelines (most
+	// are drain goroutines'): the pipeline carrying it is the first or
+	// second to start once it is queued (the one in flight, then its
+	// own). Two more are allowed for a caller descheduled between reading
+	// the count and queueing its call.
+	if w := longest.Load(); w > 4 {
+		t.Fatalf("a call was carried by the %dth report pipeline to start after it was queued (over %d calls): calls wait behind others", w, calls.Load())
 	}
 }
 
