@@ -318,3 +318,17 @@ func TestReceiveThroughRedis(t *testing.T) {
 		t.Errorf("after one push of ours, one of another run and one undecodable: window %+v, %d ignored:\n%s", w, ignored, s.out.String())
 	}
 }
+
+// Runs started a millisecond apart never share a contribution id or a
+// user, even when the first is a long random run: with a base of ms * 1000
+// a run of over 1,000 taps took the next millisecond's ids.
+func TestRunsAMillisecondApartShareNoIDs(t *testing.T) {
+	start := time.Now()
+	taps := random(1001, 1002, 3*time.Second, 90*time.Minute, 1)
+	if len(taps) <= 1000 {
+		t.Fatalf("a 90-minute random run has %d taps; the test needs over 1000", len(taps))
+	}
+	if last, next := runBase(start)+int64(len(taps)-1), runBase(start.Add(time.Millisecond)); last >= next {
+		t.Errorf("a run of %d taps ends at id %d, at or past the base %d of a run started 1 ms later", len(taps), last, next)
+	}
+}

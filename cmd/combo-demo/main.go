@@ -239,7 +239,7 @@ func run(ctx context.Context, o options) (int, error) {
 	b.header()
 
 	b.start = time.Now()
-	base := b.start.UnixMilli() * 1000 // unique ids: one run per ms, fewer than 1000 taps per run
+	base := runBase(b.start)
 	// Each run's users are its own, so are its combo keys: runs at the same
 	// time (docker-compose up, then docker-compose run demo) would otherwise
 	// join each other's windows and both fail against a correct service.
@@ -744,3 +744,9 @@ func (st *state) comparePoll(ctx context.Context, cli comboservice.Client, activ
 	}
 	return ok, detail
 }
+
+// runBase is the first contribution id of a run started at start; its taps
+// take the ids after it, and its users are offset by it too. Runs started a
+// millisecond apart get bases a million apart, so two runs' ids and users
+// never meet unless one taps a million times (a random run of days).
+func runBase(start time.Time) int64 { return start.UnixMilli() * 1_000_000 }
