@@ -476,7 +476,7 @@ func (r *replica) start() {
 	cmd := exec.Command(r.cl.bin)
 	cmd.Env = append(r.env(), r.extraEnv...)
 	cmd.Stdout, cmd.Stderr = f, f
-	err = startCmd(cmd)
+	err = testredis.StartChild(cmd) // dies with the test binary
 	f.Close() // the child has its own descriptor
 	if err != nil {
 		t.Fatalf("%s: start: %v", r.name, err)

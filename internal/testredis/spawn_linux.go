@@ -9,9 +9,9 @@ import (
 	"syscall"
 )
 
-// redis-servers are started with PR_SET_PDEATHSIG = SIGKILL, so a test
-// binary that dies (a -timeout panic, a crash, a SIGKILL) does not leave
-// its servers behind. The kernel sends the signal when the *thread* that
+// redis-servers (and, through StartChild, faultinject's replicas) are
+// started with PR_SET_PDEATHSIG = SIGKILL, so a test binary that dies (a
+// -timeout panic, a crash, a SIGKILL) does not leave them behind. The kernel sends the signal when the *thread* that
 // forked the child exits, and Go may retire threads; so every child is
 // forked from one goroutine locked to its thread for the life of the test
 // binary (as faultinject's spawn_linux_test.go does).
@@ -25,7 +25,8 @@ var (
 	spawnCh   = make(chan spawnReq)
 )
 
-func startCmd(cmd *exec.Cmd) error {
+// StartChild starts cmd, a process that must not outlive the test binary.
+func StartChild(cmd *exec.Cmd) error {
 	spawnOnce.Do(func() {
 		go func() {
 			runtime.LockOSThread() // never unlocked: this thread lives as long as the process

@@ -4,6 +4,6 @@ package testredis
 
 import "os/exec"
 
-// startCmd starts cmd; only Linux has a parent-death signal to tie the
-// server's life to the test binary's.
-func startCmd(cmd *exec.Cmd) error { return cmd.Start() }
+// StartChild starts cmd; only Linux has a parent-death signal to tie the
+// child's life to the test binary's.
+func StartChild(cmd *exec.Cmd) error { return cmd.Start() }

@@ -177,7 +177,7 @@ func (s *Server) run(args []string) error {
 		s.logFrom = fi.Size()
 	}
 	// On Linux it dies with the test binary (spawn_linux.go).
-	err = startCmd(cmd)
+	err = StartChild(cmd)
 	_ = stderr.Close() // the child has its own descriptor
 	if err != nil {
 		return fmt.Errorf("start redis-server: %w", err)

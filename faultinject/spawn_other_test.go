@@ -1,7 +1,0 @@
-//go:build unix && !linux
-
-package faultinject
-
-import "os/exec"
-
-func startCmd(cmd *exec.Cmd) error { return cmd.Start() }
