@@ -11,10 +11,10 @@ import (
 
 // redis-servers (and, through StartChild, faultinject's replicas) are
 // started with PR_SET_PDEATHSIG = SIGKILL, so a test binary that dies (a
-// -timeout panic, a crash, a SIGKILL) does not leave them behind. The kernel sends the signal when the *thread* that
-// forked the child exits, and Go may retire threads; so every child is
-// forked from one goroutine locked to its thread for the life of the test
-// binary (as faultinject's spawn_linux_test.go does).
+// -timeout panic, a crash, a SIGKILL) does not leave them behind. The
+// kernel sends the signal when the *thread* that forked the child exits,
+// and Go may retire threads; so every child is forked from one goroutine
+// locked to its thread for the life of the test binary.
 type spawnReq struct {
 	cmd  *exec.Cmd
 	done chan error
