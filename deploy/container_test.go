@@ -41,6 +41,7 @@ import (
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/worker"
 )
 
 // root is the repository root (tests run in deploy/).
@@ -1063,6 +1064,25 @@ func exportedLabelValues(t *testing.T) map[string]map[string]bool {
 		}
 	}
 	return values
+}
+
+// TestHeldCapIsTheWorkers keeps the held-window cap that ComboStreamUnread's
+// description and README name equal to the worker's: an operator reading
+// "every replica holds its cap" checks combo_held_windows against it.
+func TestHeldCapIsTheWorkers(t *testing.T) {
+	capRef := regexp.MustCompile(`(?:cap of|at) ([0-9][0-9,]*)(?:,? a fixed cap| windows)`)
+	want := strconv.Itoa(worker.DefaultMaxHeld)
+	for _, file := range []string{"deploy/alerts.yml", "deploy/alerts_test.yml", "README.md"} {
+		found := capRef.FindAllStringSubmatch(read(t, file), -1)
+		if len(found) == 0 {
+			t.Errorf("%s names no held-window cap (want %s)", file, want)
+		}
+		for _, m := range found {
+			if strings.ReplaceAll(m[1], ",", "") != want {
+				t.Errorf("%s: %q, but worker.DefaultMaxHeld is %s", file, m[0], want)
+			}
+		}
+	}
 }
 
 func TestAlertRules(t *testing.T) {

@@ -65,6 +65,12 @@ type Store interface {
 	PruneConsumers(ctx context.Context, shard int, self string, idle time.Duration) ([]string, error)
 }
 
+// DefaultMaxHeld is the cap on the windows one replica holds when
+// Config.MaxHeld is 0. deploy/alerts.yml and README name it
+// (ComboStreamUnread's cause "every replica at its cap"); a test there
+// keeps them in step with this value.
+const DefaultMaxHeld = 200_000
+
 // Config tunes the worker.
 type Config struct {
 	Consumer  string        // stable name in the consumer group
@@ -79,7 +85,8 @@ type Config struct {
 	BatchSize int           // windows per pipelined flush
 	Block     time.Duration // XREADGROUP BLOCK, finite
 	// MaxHeld pauses reading and claiming while this many windows are
-	// held, so a replica that falls behind leaves entries to the others.
+	// held, so a replica that falls behind leaves entries to the others
+	// (0 = DefaultMaxHeld).
 	MaxHeld int
 	// OpTimeout bounds one Redis call of a loop.
 	OpTimeout time.Duration
@@ -112,7 +119,7 @@ func (c *Config) defaults() {
 		c.Block = time.Second
 	}
 	if c.MaxHeld < 1 {
-		c.MaxHeld = 200_000
+		c.MaxHeld = DefaultMaxHeld
 	}
 	if c.OpTimeout <= 0 {
 		c.OpTimeout = 2 * time.Second
