@@ -169,6 +169,11 @@ type Worker struct {
 	flushDone chan struct{} // closed when every flusher has exited
 
 	startOnce, shutdownOnce sync.Once
+
+	// heldGauge orders the held_windows gauge's updates: without it a
+	// reader and a flusher could each count, then set in the other order,
+	// and leave an old count on the gauge until the next change.
+	heldGauge sync.Mutex
 }
 
 // New returns a worker; Start runs it.
@@ -232,6 +237,15 @@ func (w *Worker) Held() int {
 		n += q.holding()
 	}
 	return n
+}
+
+// setHeldGauge sets held_windows to Held(). Counting under the lock makes
+// the last update the newest count: each change to a queue happens before
+// the count of the update that follows it.
+func (w *Worker) setHeldGauge() {
+	w.heldGauge.Lock()
+	w.metrics.HeldWindows.Set(float64(w.Held()))
+	w.heldGauge.Unlock()
 }
 
 // Running reports whether the worker has started and not shut down.
@@ -362,7 +376,7 @@ func (w *Worker) hold(shard int, ws []repo.Window) int {
 		items[i] = dueItem{w: win, due: win.Due}
 	}
 	n := w.qs[shard].push(items...)
-	w.metrics.HeldWindows.Set(float64(w.Held()))
+	w.setHeldGauge()
 	return n
 }
 
@@ -582,7 +596,7 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 			w.retireIfDone(batch[0].w)
 			ok = true
 		}
-		w.metrics.HeldWindows.Set(float64(w.Held()))
+		w.setHeldGauge()
 	}()
 	ws := make([]repo.Window, len(batch))
 	for i, it := range batch {
