@@ -582,3 +582,53 @@ func TestPushAndMergeLatestAgreeOnTheEdges(t *testing.T) {
 		})
 	}
 }
+
+// A DB row whose report was refused (the DB kept it; the push path never
+// counted it) is left out of MergeLatest, so the poll feed shows what the
+// pushes showed instead of failing whole while that row is among the
+// latest. A request none of whose rows is valid is the caller's mistake,
+// and is refused naming the first row's field.
+func TestMergeLatestLeavesOutRowsTheReportRefused(t *testing.T) {
+	s := startService(t, options{})
+	ctx := context.Background()
+	var dbRows []*combo.Contribution
+	a := inOneWindow(t, func(a int64) {
+		dbRows = nil
+		for range 3 {
+			c := gift(a, 1, "firework", 1)
+			dbRows = append(dbRows, c)
+			s.report(c)
+		}
+	})
+	bad := gift(a, 2, "rocket", 1)
+	bad.Nickname = strings.Repeat("名", 100) // 300 bytes: the DB took it, the report is refused
+	_, err := s.rpc.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: bad})
+	if ce := comboErr(t, err); ce.Code != 1 {
+		t.Fatalf("bad row: %+v", ce)
+	}
+	dbRows = append(dbRows, bad)
+	got := s.pushes.waitFor(1, wait, forActivity(a))
+
+	recs := make([]*combo.ContributionRecord, len(dbRows))
+	for i, c := range dbRows {
+		recs[i] = &combo.ContributionRecord{Id: c.Id, UserId: c.UserId, Nickname: c.Nickname, AvatarUrl: c.AvatarUrl,
+			StarId: c.StarId, ItemId: c.ItemId, ItemType: c.ItemType, ItemName: c.ItemName, ItemIcon: c.ItemIcon,
+			Quantity: c.Quantity, CreatedAt: c.CreatedAt}
+	}
+	resp, err := s.rpc.MergeLatest(ctx, &combo.MergeLatestRequest{ActivityId: a, Records: recs, Limit: 20})
+	if err != nil {
+		t.Fatalf("the poll feed fails whole while the push feed shows window %d: %v", got[0].msg.Record.ID, err)
+	}
+	if len(resp.Records) != 1 || resp.Records[0].Id != got[0].msg.Record.ID || resp.Records[0].Quantity != 3 {
+		t.Fatalf("poll %+v, push %+v", resp.Records, got[0].msg.Record)
+	}
+
+	// Every row in seconds: refused, naming the first.
+	for _, r := range recs {
+		r.CreatedAt /= 1000
+	}
+	_, err = s.rpc.MergeLatest(ctx, &combo.MergeLatestRequest{ActivityId: a, Records: recs})
+	if ce := comboErr(t, err); ce.Code != 1 || !strings.HasPrefix(ce.Message, "records[0].created_at: must be unix milliseconds") {
+		t.Fatalf("every row in seconds: %+v", ce)
+	}
+}

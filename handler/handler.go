@@ -100,17 +100,41 @@ func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportCont
 // MergeLatest merges DB rows by the window rule (the poll path). Pure: it
 // touches no Redis. ContributionRecord carries no activity_id, so every
 // record is taken as a row of req.activity_id.
+//
+// A row its report would have been refused for (the DB kept it, the push
+// path answered INVALID_ARGUMENT and never counted it) is left out, so both
+// paths show the same feed: refusing the call would empty the activity's
+// whole poll feed for as long as that row is among its latest. Such rows
+// are counted and logged; only a request none of whose rows is valid is
+// refused, naming the first row's fault, since that is the caller's own
+// mistake (seconds for milliseconds) and an empty feed would hide it.
 func (h *Handler) MergeLatest(ctx context.Context, req *combo.MergeLatestRequest) (*combo.MergeLatestResponse, error) {
 	if err := validate.MergeLatest(req); err != nil {
 		return nil, h.fail(ctx, err, 0)
 	}
-	rows := make([]window.Row, len(req.Records))
+	rows := make([]window.Row, 0, len(req.Records))
+	var firstBad error
 	for i, r := range req.Records {
-		rows[i] = window.Row{
+		if err := validate.Record(req.ActivityId, r, i); err != nil {
+			if firstBad == nil {
+				firstBad = err
+			}
+			continue
+		}
+		rows = append(rows, window.Row{
 			ID: r.Id, ActivityID: req.ActivityId, UserID: r.UserId, StarID: r.StarId, ItemID: r.ItemId,
 			ItemType: r.ItemType, ItemName: r.ItemName, ItemIcon: r.ItemIcon, Nickname: r.Nickname,
 			AvatarURL: r.AvatarUrl, Quantity: r.Quantity, CreatedAt: r.CreatedAt,
+		})
+	}
+	if firstBad != nil {
+		if len(rows) == 0 {
+			return nil, h.fail(ctx, firstBad, 0)
 		}
+		skipped := len(req.Records) - len(rows)
+		h.metrics.MergeRowsSkipped.Add(float64(skipped))
+		h.log.Warn("MergeLatest: rows a report would be refused for left out", zap.Int64("activity", req.ActivityId),
+			zap.Int("skipped", skipped), zap.Int("rows", len(req.Records)), zap.NamedError("first", firstBad))
 	}
 	merged := window.Merge(rows, h.window)
 	if req.Limit > 0 && len(merged) > int(req.Limit) {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -165,5 +167,46 @@ func TestDebugLogsEachReport(t *testing.T) {
 				t.Fatalf("reported lines for ids %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// MergeLatest leaves out the rows a report would be refused for, counts
+// them and warns once per call naming the first; a call with no valid row
+// is refused, naming that row.
+func TestMergeLatestSkipsRowsAReportWouldBeRefusedFor(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	m := metrics.New(prometheus.NewRegistry())
+	h := New(&scriptedStore{}, 3*time.Second, m, zap.New(core))
+	rec := func(id int64, at int64) *combo.ContributionRecord {
+		return &combo.ContributionRecord{Id: id, UserId: 42, ItemId: 3, ItemType: "rose", Quantity: 1, CreatedAt: at}
+	}
+	const t0 = 1732950000000
+	badQty := rec(9, t0+20)
+	badQty.Quantity = 0
+	resp, err := h.MergeLatest(context.Background(), &combo.MergeLatestRequest{ActivityId: 7,
+		Records: []*combo.ContributionRecord{rec(1, t0), rec(2, t0+1000), rec(3, t0/1000), badQty}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Records) != 1 || resp.Records[0].Id != 1 || resp.Records[0].Quantity != 2 {
+		t.Fatalf("merged %+v, want the two valid rows as one record of id 1", resp.Records)
+	}
+	if got := testutil.ToFloat64(m.MergeRowsSkipped); got != 2 {
+		t.Fatalf("combo_merge_rows_skipped_total %v, want 2", got)
+	}
+	warns := logs.FilterMessageSnippet("left out").All()
+	if len(warns) != 1 || warns[0].ContextMap()["skipped"] != int64(2) ||
+		!strings.HasPrefix(warns[0].ContextMap()["first"].(string), "records[2].created_at") {
+		t.Fatalf("warnings %v, want one naming records[2].created_at and 2 skipped", warns)
+	}
+
+	_, err = h.MergeLatest(context.Background(), &combo.MergeLatestRequest{ActivityId: 7,
+		Records: []*combo.ContributionRecord{rec(3, t0/1000), badQty}})
+	var ce *combo.ComboError
+	if !errors.As(err, &ce) || ce.Code != CodeInvalidArgument || !strings.HasPrefix(ce.Message, "records[0].created_at") {
+		t.Fatalf("no valid row: %v, want INVALID_ARGUMENT naming records[0].created_at", err)
+	}
+	if got := testutil.ToFloat64(m.MergeRowsSkipped); got != 2 {
+		t.Fatalf("a refused call counted skipped rows: %v", got)
 	}
 }

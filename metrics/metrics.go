@@ -78,8 +78,11 @@ type Metrics struct {
 	WindowsFlushed *prometheus.CounterVec // by status: published, stale, gone, lost
 	PushLag        prometheus.Histogram   // publish time minus due time
 	ReportAge      prometheus.Histogram   // arrival time minus created_at
-	Reclaimed      prometheus.Counter
-	ClaimDeleted   prometheus.Counter
+	// MergeRowsSkipped counts MergeLatest rows left out because a report
+	// of them would be refused (the push path never counted them).
+	MergeRowsSkipped prometheus.Counter
+	Reclaimed        prometheus.Counter
+	ClaimDeleted     prometheus.Counter
 	// GroupsRecreated counts consumer groups found missing and created
 	// again: Redis lost a stream with its waiting windows.
 	GroupsRecreated prometheus.Counter
@@ -116,6 +119,8 @@ func New(reg prometheus.Registerer) *Metrics {
 				"0 when ahead). One that arrives more than window.size + window.grace after its window's first report " +
 				"misses that window: it is pushed as an item of its own, where MergeLatest merges it.",
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 3, 5, 10, 30, 60, 300}}),
+		MergeRowsSkipped: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "merge_rows_skipped_total",
+			Help: "MergeLatest rows left out of the merge because their report would be refused (INVALID_ARGUMENT), so the push path never counted them either."}),
 		Reclaimed: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "reclaimed_entries_total",
 			Help: "Stream entries taken over once idle past claim_idle (XAUTOCLAIM): another consumer's, or this replica's own that it had let go (a window whose flush panicked)."}),
 		ClaimDeleted: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "claim_deleted_entries_total",

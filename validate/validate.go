@@ -116,8 +116,8 @@ func Contributions(cs []*combo.Contribution) error {
 	return nil
 }
 
-// MergeLatest checks a poll-path merge request. Records come from the
-// caller's DB, so they are held to the same rules as reported rows.
+// MergeLatest checks a poll-path merge request as a whole: the activity and
+// the number of records. Single records are judged by Record.
 func MergeLatest(req *combo.MergeLatestRequest) error {
 	if req == nil {
 		return fail("req", "required")
@@ -128,19 +128,23 @@ func MergeLatest(req *combo.MergeLatestRequest) error {
 	if len(req.Records) > MaxMergeRecords {
 		return fail("records", "must hold at most %d items, got %d", MaxMergeRecords, len(req.Records))
 	}
-	for i, r := range req.Records {
-		if r == nil {
-			return fail(fmt.Sprintf("records[%d]", i), "required")
-		}
-		// A record is a row without its activity_id (the request carries it),
-		// so it is checked as the contribution it was reported as.
-		if e := check(&combo.Contribution{
-			Id: r.Id, ActivityId: req.ActivityId, UserId: r.UserId, StarId: r.StarId,
-			ItemId: r.ItemId, ItemType: r.ItemType, ItemName: r.ItemName, ItemIcon: r.ItemIcon,
-			Nickname: r.Nickname, AvatarUrl: r.AvatarUrl, Quantity: r.Quantity, CreatedAt: r.CreatedAt,
-		}); e != nil {
-			return e.under(fmt.Sprintf("records[%d]", i))
-		}
+	return nil
+}
+
+// Record checks one DB row given to MergeLatest by the rules its report
+// met: a row the push path refused is one MergeLatest leaves out, so both
+// paths show the same feed. i is its index in records; the error's path is
+// built only on failure.
+func Record(activityID int64, r *combo.ContributionRecord, i int) error {
+	if r == nil {
+		return fail(fmt.Sprintf("records[%d]", i), "required")
+	}
+	if e := check(&combo.Contribution{
+		Id: r.Id, ActivityId: activityID, UserId: r.UserId, StarId: r.StarId,
+		ItemId: r.ItemId, ItemType: r.ItemType, ItemName: r.ItemName, ItemIcon: r.ItemIcon,
+		Nickname: r.Nickname, AvatarUrl: r.AvatarUrl, Quantity: r.Quantity, CreatedAt: r.CreatedAt,
+	}); e != nil {
+		return e.under(fmt.Sprintf("records[%d]", i))
 	}
 	return nil
 }

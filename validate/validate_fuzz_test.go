@@ -85,8 +85,7 @@ func FuzzContribution(f *testing.F) {
 		// A MergeLatest record is the row without its activity_id.
 		r := &combo.ContributionRecord{Id: id, UserId: user, Nickname: nick, AvatarUrl: nick + url, StarId: star, ItemId: item,
 			ItemType: itemType, ItemName: name, ItemIcon: url, Quantity: qty, ComboCount: qty, CreatedAt: created}
-		req := &combo.MergeLatestRequest{ActivityId: 7, Records: []*combo.ContributionRecord{r}}
 		delete(bad, "activity_id")
-		named(t, MergeLatest(req), "records[0]", bad)
+		named(t, Record(7, r, 0), "records[0]", bad)
 	})
 }

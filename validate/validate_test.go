@@ -131,8 +131,6 @@ func TestMergeLatest(t *testing.T) {
 		{"nil", nil, "req: required"},
 		{"activity", &combo.MergeLatestRequest{ActivityId: 0}, "activity_id: must be > 0"},
 		{"too many", &combo.MergeLatestRequest{ActivityId: 1, Records: make([]*combo.ContributionRecord, MaxMergeRecords+1)}, "records: must hold at most 10000"},
-		{"nil record", &combo.MergeLatestRequest{ActivityId: 1, Records: []*combo.ContributionRecord{rec(), nil}}, "records[1]: required"},
-		{"bad record", &combo.MergeLatestRequest{ActivityId: 1, Records: []*combo.ContributionRecord{rec(), {Id: 5, UserId: 2, ItemId: 3, ItemType: "x", Quantity: 0, CreatedAt: 1732950000123}}}, "records[1].quantity"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,6 +145,19 @@ func TestMergeLatest(t *testing.T) {
 				t.Fatalf("got %v, want prefix %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestRecord(t *testing.T) {
+	if err := Record(1, &combo.ContributionRecord{Id: 1, UserId: 2, ItemId: 3, ItemType: "x", Quantity: 1, CreatedAt: 1732950000123}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := Record(1, nil, 1); err == nil || err.Error() != "records[1]: required" {
+		t.Fatal(err)
+	}
+	err := Record(1, &combo.ContributionRecord{Id: 5, UserId: 2, ItemId: 3, ItemType: "x", CreatedAt: 1732950000123}, 1)
+	if err == nil || !strings.HasPrefix(err.Error(), "records[1].quantity") {
+		t.Fatal(err)
 	}
 }
 
