@@ -177,11 +177,15 @@ func createdAt(field string, v int64) *Error {
 		return fail(field, "must be unix milliseconds >= %d, got %d", int64(MinCreatedAt), v)
 	}
 	if v > MaxCreatedAt {
-		unit := "microseconds"
-		if v >= 1e18 {
-			unit = "nanoseconds"
+		// Name a unit only where the value would be a date since 2001 in
+		// it: just past the bound it would be 1978 in microseconds.
+		switch {
+		case v >= 1e18:
+			return fail(field, "must be unix milliseconds <= %d (year 9999), got %d (that looks like nanoseconds)", int64(MaxCreatedAt), v)
+		case v >= 1e15:
+			return fail(field, "must be unix milliseconds <= %d (year 9999), got %d (that looks like microseconds)", int64(MaxCreatedAt), v)
 		}
-		return fail(field, "must be unix milliseconds <= %d (year 9999), got %d (that looks like %s)", int64(MaxCreatedAt), v, unit)
+		return fail(field, "must be unix milliseconds <= %d (year 9999), got %d", int64(MaxCreatedAt), v)
 	}
 	return nil
 }

@@ -173,3 +173,18 @@ func BenchmarkContributions(b *testing.B) {
 		}
 	}
 }
+
+// Just past year 9999 a value is no date since 2001 in microseconds
+// (1978), so no unit is guessed.
+func TestCreatedAtPastTheBoundGuessesOnlyAPlausibleUnit(t *testing.T) {
+	for v, want := range map[int64]string{
+		253402300800000:     "got 253402300800000",
+		1732950000123000:    "got 1732950000123000 (that looks like microseconds)",
+		1732950000123000000: "got 1732950000123000000 (that looks like nanoseconds)",
+	} {
+		e := createdAt("created_at", v)
+		if e == nil || !strings.HasSuffix(e.Reason, want) {
+			t.Errorf("created_at %d: %v, want the reason to end %q", v, e, want)
+		}
+	}
+}
