@@ -117,21 +117,34 @@ func Single(c *combo.Contribution) ([]byte, error) {
 	return json.Marshal(Message{ActivityID: c.ActivityId, Type: Type, Record: RecordOf(c)})
 }
 
-// Decode parses one pushed message strictly: every record member must be
-// present, so a consumer notices a producer that drops fields.
+// Decode parses one pushed message strictly, as the tests' check of every
+// producer: activity_id, type (Type) and record, and every record member,
+// must be present and not null, so a consumer notices a producer that drops
+// or nulls fields.
 func Decode(payload []byte) (Message, error) {
 	var m Message
 	if err := json.Unmarshal(payload, &m); err != nil {
 		return Message{}, fmt.Errorf("push.Decode: %w", err)
 	}
 	var raw struct {
-		Record map[string]json.RawMessage `json:"record"`
+		ActivityID json.RawMessage            `json:"activity_id"`
+		Type       json.RawMessage            `json:"type"`
+		Record     map[string]json.RawMessage `json:"record"`
 	}
 	if err := json.Unmarshal(payload, &raw); err != nil {
 		return Message{}, fmt.Errorf("push.Decode: %w", err)
 	}
+	absent := func(v json.RawMessage) bool { return v == nil || string(v) == "null" }
+	switch {
+	case absent(raw.ActivityID):
+		return Message{}, fmt.Errorf("push.Decode: no activity_id")
+	case m.Type != Type:
+		return Message{}, fmt.Errorf("push.Decode: type %s, want %q", raw.Type, Type)
+	case raw.Record == nil:
+		return Message{}, fmt.Errorf("push.Decode: no record")
+	}
 	for _, k := range RecordKeys {
-		if _, ok := raw.Record[k]; !ok {
+		if absent(raw.Record[k]) {
 			return Message{}, fmt.Errorf("push.Decode: record has no %q", k)
 		}
 	}

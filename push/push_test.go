@@ -12,7 +12,7 @@ import (
 
 func sample() *combo.Contribution {
 	return &combo.Contribution{Id: math.MaxInt64, ActivityId: 7, UserId: 1<<53 + 1, StarId: 0, ItemId: 3,
-		ItemType: `a"b\c{}: 烟花`, ItemName: "<烟花>", ItemIcon: "https://cdn/i.png?a=1&b=2", Nickname: "小明\n",
+		ItemType: `a"b\c{}: 烟花`, ItemName: "<烟花>", ItemIcon: "https://cdn/i.png?a=1&b=2", Nickname: "小明\n\"q\" \\",
 		AvatarUrl: "", Quantity: 3, CreatedAt: 1732950000123}
 }
 
@@ -129,4 +129,42 @@ func FuzzFragmentMatchesEncodingJSON(f *testing.F) {
 			t.Fatalf("Fragment(%q) = %q, want %q", s, got, want)
 		}
 	})
+}
+
+// Decode refuses what a producer must never send: a message without its
+// activity_id or type, and a record member that is null or missing.
+func TestDecodeRefusesMissingAndNullMembers(t *testing.T) {
+	good, err := Single(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Decode(good); err != nil {
+		t.Fatalf("a producer's own message: %v", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(good, &m); err != nil {
+		t.Fatal(err)
+	}
+	variants := map[string]func(m map[string]any){
+		"no activity_id":   func(m map[string]any) { delete(m, "activity_id") },
+		"null activity_id": func(m map[string]any) { m["activity_id"] = nil },
+		"no type":          func(m map[string]any) { delete(m, "type") },
+		"other type":       func(m map[string]any) { m["type"] = "other" },
+		"no record":        func(m map[string]any) { delete(m, "record") },
+	}
+	for _, k := range RecordKeys {
+		variants["null "+k] = func(m map[string]any) { m["record"].(map[string]any)[k] = nil }
+		variants["no "+k] = func(m map[string]any) { delete(m["record"].(map[string]any), k) }
+	}
+	for name, change := range variants {
+		var c map[string]any
+		if err := json.Unmarshal(good, &c); err != nil {
+			t.Fatal(err)
+		}
+		change(c)
+		b, _ := json.Marshal(c)
+		if _, err := Decode(b); err == nil {
+			t.Errorf("%s: Decode accepted %s", name, b)
+		}
+	}
 }

@@ -280,9 +280,9 @@ func TestMerge(t *testing.T) {
 		},
 		{
 			// Rows of one created_at are taken in id order, as the push path
-			// takes reports arriving in created_at order: where a window
-			// fills up, the smaller ids are in it and the larger open the
-			// next one.
+			// takes them only if they also arrive in id order (README: the
+			// i32 split): where a window fills up, the smaller ids are in it
+			// and the larger open the next one.
 			name: "equal created_at: an overflow cuts the rows in id order",
 			rows: []Row{
 				row(3, 1, 1, "rose", 1, t0),
