@@ -46,7 +46,7 @@ func (w *Worker) readClocks(ctx context.Context) {
 		wg.Go(func() {
 			defer func() {
 				if p := recover(); p != nil {
-					w.panicked(metrics.LoopHousekeeping, p, zap.Int("shard", shard))
+					w.panicked(metrics.LoopHousekeeping, loopPanic, p, zap.Int("shard", shard))
 				}
 			}()
 			err := w.op(ctx, func(ctx context.Context) error {
@@ -68,7 +68,7 @@ func (w *Worker) readClocks(ctx context.Context) {
 func (w *Worker) housekeep(ctx context.Context, lastPrune *time.Time) {
 	defer func() {
 		if p := recover(); p != nil {
-			w.panicked(metrics.LoopHousekeeping, p)
+			w.panicked(metrics.LoopHousekeeping, loopPanic, p)
 		}
 	}()
 	w.readClocks(ctx)

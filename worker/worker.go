@@ -38,6 +38,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -332,7 +333,7 @@ type readResult struct {
 func (w *Worker) readOnce(ctx context.Context, shard int, start string, block time.Duration) (res readResult, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			w.panicked(metrics.LoopRead, p, zap.Int("shard", shard))
+			w.panicked(metrics.LoopRead, loopPanic, p, zap.Int("shard", shard))
 			err = fmt.Errorf("worker.read: %w: %v", errRecovered, p)
 		}
 	}()
@@ -472,7 +473,7 @@ func (w *Worker) claimOrReread(ctx context.Context, shard int) {
 func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			w.panicked(metrics.LoopClaim, p, zap.Int("shard", shard))
+			w.panicked(metrics.LoopClaim, loopPanic, p, zap.Int("shard", shard))
 			err = fmt.Errorf("worker.claim: %w: %v", errRecovered, p)
 		}
 	}()
@@ -566,7 +567,22 @@ func (w *Worker) flushLoop(q *dueQueue) {
 
 // flushBatch flushes one batch and reports whether Redis answered. Items
 // not retired go back to the queue.
-func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
+func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) bool {
+	return w.flushItems(q, batch, nil)
+}
+
+// panickedAlone collects the windows of a split batch whose flush panicked
+// on its own, to be named in one line: a line each, under the sampled
+// logger, would name only the first in a second.
+type panickedAlone struct {
+	ids   []string
+	first any    // the first one's panic value
+	stack string // and where it was raised
+}
+
+// flushItems is flushBatch; split is set when batch is one window of a
+// batch that panicked, and collects it if it panics again.
+func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) (ok bool) {
 	defer func() {
 		switch p := recover(); {
 		case p != nil && len(batch) > 1:
@@ -576,19 +592,31 @@ func (w *Worker) flushBatch(q *dueQueue, batch []dueItem) (ok bool) {
 			// so only a window that panics alone is left (the flush script
 			// publishes a window at most once, whatever ran before the
 			// panic).
-			w.panicked(metrics.LoopFlush, p, zap.Int("windows", len(batch)))
+			w.panicked(metrics.LoopFlush, "recovered panic flushing a batch; flushing its windows one at a time", p,
+				zap.Int("windows", len(batch)))
 			ok = true
+			var alone panickedAlone
 			for _, it := range batch {
-				if !w.flushBatch(q, []dueItem{it}) {
+				if !w.flushItems(q, []dueItem{it}, &alone) {
 					ok = false
 				}
 			}
-		case p != nil:
-			ids := make([]string, len(batch))
-			for i, it := range batch {
-				ids[i] = strconv.Itoa(it.w.Shard) + "/" + it.w.ID
+			if len(alone.ids) > 0 {
+				w.log.Error("windows whose flush panicked on their own; left pending for the claimer",
+					zap.Strings("ids", alone.ids), zap.String("loop", metrics.LoopFlush), zap.Any("panic", alone.first),
+					zap.String("stack", alone.stack))
 			}
-			w.panicked(metrics.LoopFlush, p, zap.Strings("ids", ids))
+		case p != nil:
+			id := strconv.Itoa(batch[0].w.Shard) + "/" + batch[0].w.ID
+			if split != nil {
+				w.metrics.LoopPanics.WithLabelValues(metrics.LoopFlush).Inc()
+				if split.ids = append(split.ids, id); split.first == nil {
+					split.first, split.stack = p, string(debug.Stack())
+				}
+			} else {
+				w.panicked(metrics.LoopFlush, "recovered panic flushing a window; left pending for the claimer", p,
+					zap.Strings("ids", []string{id}))
+			}
 			w.metrics.BadEntries.Add(float64(len(batch)))
 			// Forget it locally; it stays pending and the claimer retries
 			// it after ClaimIdle, so nothing is lost, until it is stale.
@@ -684,7 +712,7 @@ func (w *Worker) retireIfDone(win repo.Window) {
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			w.panicked(metrics.LoopFlush, p, zap.Int("shard", win.Shard), zap.String("window", win.ID), zap.String("during", "retire"))
+			w.panicked(metrics.LoopFlush, "recovered panic retiring a window", p, zap.Int("shard", win.Shard), zap.String("window", win.ID), zap.String("during", "retire"))
 		}
 	}()
 	var res repo.FlushResult
@@ -904,9 +932,15 @@ func (w *Worker) redisError(op string, err error) {
 // there too, it would page whoever watches Redis for a bug of ours).
 var errRecovered = errors.New("recovered panic")
 
-func (w *Worker) panicked(loop string, p any, fields ...zap.Field) {
+// loopPanic is the message of a panic recovered in a read, claim or
+// housekeeping loop. The flusher's panics have messages of their own: the
+// logger is sampled by message, and a batch's panic and its window's,
+// raised in the same instant, must not hide each other.
+const loopPanic = "recovered panic in worker loop"
+
+func (w *Worker) panicked(loop, msg string, p any, fields ...zap.Field) {
 	w.metrics.LoopPanics.WithLabelValues(loop).Inc()
-	w.log.Error("recovered panic in worker loop", append(fields, zap.String("loop", loop), zap.Any("panic", p), zap.Stack("stack"))...)
+	w.log.Error(msg, append(fields, zap.String("loop", loop), zap.Any("panic", p), zap.Stack("stack"))...)
 }
 
 // maxID returns the larger stream id ("ms-seq").

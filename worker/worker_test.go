@@ -11,8 +11,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/combo-service/combo-service/internal/logging"
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
@@ -226,6 +230,39 @@ func TestPanickingWindowDoesNotHoldBackItsBatch(t *testing.T) {
 	}
 	if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 1 {
 		t.Fatalf("stream holds %d entries, want the bad window's alone, still pending", n)
+	}
+}
+
+// Every window whose flush panics on its own is named in the log, under
+// the sampled logger the service gives the worker: the batch's panic and
+// its windows', raised in the same instant, once shared one message, and
+// the sampler kept only the batch's line, which names no window.
+func TestWindowsWhoseFlushPanicsAreNamed(t *testing.T) {
+	r, _, _, m := setup(t)
+	core, logs := observer.New(zapcore.InfoLevel)
+	wk := worker.New(poisoned{r}, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		logging.Sampled(zap.New(core).Named("worker")), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	second := contribution(4, 666)
+	second.UserId = 2 // a second bad window in the same batch
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 666), second, contribution(2, 5), contribution(3, 6)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both bad windows' flushes to panic on their own", func() bool { return testutil.ToFloat64(m.BadEntries) >= 2 })
+	named := map[string]bool{}
+	for _, e := range logs.All() {
+		if ids, ok := e.ContextMap()["ids"].([]any); ok && e.Level == zapcore.ErrorLevel {
+			for _, id := range ids {
+				named[id.(string)] = true
+			}
+		}
+	}
+	if len(named) != 2 {
+		t.Fatalf("windows named in the log: %v, want both bad ones (bad entries counted: %v)", named, testutil.ToFloat64(m.BadEntries))
+	}
+	if got := testutil.ToFloat64(m.LoopPanics.WithLabelValues(metrics.LoopFlush)); got != 3 {
+		t.Fatalf("flush panics counted %v, want 3: the batch's and each window's", got)
 	}
 }
 
