@@ -127,6 +127,12 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		m.PipelineReports.Observe(float64(reports))
 		m.PipelineSeconds.Observe(took.Seconds())
 	}
+	reportLog := logging.Sampled(log.Named("repo"))
+	reportSettings.OnPanic = func(p any, stack []byte) {
+		m.LoopPanics.WithLabelValues(metrics.LoopReportPipeline).Inc()
+		reportLog.Error("recovered panic in a report pipeline; its calls fail INTERNAL",
+			zap.Any("panic", p), zap.ByteString("stack", stack))
+	}
 	// On a Redis Cluster the pool is per node: the batches that may run
 	// pipelines of their own at once are bounded per node, by its own
 	// shards, read from the slot map (as if one node served them all if

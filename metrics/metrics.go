@@ -50,14 +50,17 @@ const (
 )
 
 // The background loops (label loop of combo_loop_panics_total): the
-// worker's, and the one that reads which Redis Cluster node serves each
-// shard.
+// worker's, the one that reads which Redis Cluster node serves each
+// shard, and the report path's shared pipelines.
 const (
 	LoopRead         = "read"
 	LoopClaim        = "claim"
 	LoopFlush        = "flush"
 	LoopHousekeeping = "housekeeping"
 	LoopShardNodes   = "shard_nodes"
+	// LoopReportPipeline is the report path's shared pipelines, run by a
+	// caller or by the goroutine that carries on for queued calls.
+	LoopReportPipeline = "report_pipeline"
 )
 
 // Every label value above is exported at 0 from the start. A labelled
@@ -68,7 +71,7 @@ var (
 	reportOutcomes  = []string{OutcomeOK, OutcomeDuplicate, OutcomeDegraded, OutcomeInvalid, OutcomeUnavailable, OutcomeInternal, OutcomeCanceled, OutcomeDraining}
 	flushedStatuses = []string{FlushedPublished, FlushedStale, FlushedGone, FlushedLost}
 	redisOps        = []string{OpPrepare, OpRead, OpDrop, OpRetire, OpClaim, OpFlush, OpFlushScript, OpFinalRead, OpTime, OpStreamStats, OpPruneConsumers}
-	loops           = []string{LoopRead, LoopClaim, LoopFlush, LoopHousekeeping, LoopShardNodes}
+	loops           = []string{LoopRead, LoopClaim, LoopFlush, LoopHousekeeping, LoopShardNodes, LoopReportPipeline}
 )
 
 // Metrics are the service's collectors.

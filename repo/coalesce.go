@@ -4,12 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
+
+// ErrPipelinePanic fails the calls of a report pipeline that panicked
+// (Settings.OnPanic has the panic). Nothing is known of what Redis did
+// with them: like any unanswered report, they may have been counted, and a
+// retry answers duplicate if so.
+var ErrPipelinePanic = errors.New("internal error: the report pipeline panicked")
 
 // coalescer lets concurrent Report calls share pipelines. A call joins the
 // pending list; if fewer than maxInFlight pipelines are running, the caller
@@ -216,7 +223,10 @@ func (c *coalescer) run(batch []*reportCall) error {
 	// and in drain, which no one recovers, it ended the process.
 	defer func() {
 		if p := recover(); p != nil {
-			err := fmt.Errorf("repo.Report: panic in a shared pipeline: %v", p)
+			if c.r.set.OnPanic != nil {
+				c.r.set.OnPanic(p, debug.Stack())
+			}
+			err := fmt.Errorf("repo.Report: %w", ErrPipelinePanic)
 			for _, call := range batch {
 				if !answered(call) {
 					call.err = err

@@ -537,7 +537,14 @@ func TestPanicInAPipelineFailsOnlyItsCalls(t *testing.T) {
 			var pipelines atomic.Int64
 			release := make(chan struct{})
 			rdb := testredis.Start(t, testredis.Options{}).Client()
-			r := repo.New(rdb, settings())
+			s := settings()
+			var panics atomic.Int64
+			var stack atomic.Value
+			s.OnPanic = func(p any, st []byte) {
+				panics.Add(1)
+				stack.Store(fmt.Sprintf("%v\n%s", p, st))
+			}
+			r := repo.New(rdb, s)
 			if err := r.LoadScripts(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -579,8 +586,10 @@ func TestPanicInAPipelineFailsOnlyItsCalls(t *testing.T) {
 						continue
 					}
 					failed++
-					if errors.Is(err, repo.ErrCallerGone) || errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "repo.Report") {
-						t.Errorf("a call of a panicking pipeline: %v, want it failed by repo.Report, not as Redis down or its caller gone", err)
+					if errors.Is(err, repo.ErrCallerGone) || errors.Is(err, repo.ErrUnavailable) || !errors.Is(err, repo.ErrPipelinePanic) ||
+						!strings.Contains(err.Error(), "repo.Report") || strings.Contains(err.Error(), "injected") {
+						t.Errorf("a call of a panicking pipeline: %v, want repo.Report's ErrPipelinePanic, without the panic's text, "+
+							"not Redis down or its caller gone", err)
 					}
 				case <-time.After(10 * time.Second):
 					t.Fatal("a report never returned")
@@ -588,6 +597,11 @@ func TestPanicInAPipelineFailsOnlyItsCalls(t *testing.T) {
 			}
 			if failed != tc.failed {
 				t.Errorf("%d calls failed, want the %d the panicking pipeline carried", failed, tc.failed)
+			}
+			// The panic reaches OnPanic once, with where it was raised.
+			if st, _ := stack.Load().(string); panics.Load() != 1 || !strings.HasPrefix(st, "injected\n") ||
+				!strings.Contains(st, "scriptPipelineHook") {
+				t.Errorf("OnPanic called %d times, last with %q; want once, with the panic and the hook's frame", panics.Load(), st)
 			}
 			// The shard goes on: a later report is sent and counted.
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

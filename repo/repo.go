@@ -52,6 +52,12 @@ type Settings struct {
 	// the last reply, retries included). It shows how well concurrent
 	// calls share round trips, and Redis's latency as the service sees it.
 	ObservePipeline func(reports int, took time.Duration)
+	// OnPanic, if set, is called when a pipeline of the report path
+	// panics (a bug, a hook of the Redis client), with the panic and the
+	// stack where it was raised; the calls it carried fail with
+	// ErrPipelinePanic, which says no more, so that the service logs and
+	// counts the panic once and its callers do not get its text.
+	OnPanic func(p any, stack []byte)
 }
 
 // Repo runs the service's Redis operations.
