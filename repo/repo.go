@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/combo-service/combo-service/push"
+	"github.com/combo-service/combo-service/window"
 )
 
 // ErrUnavailable wraps every failure where Redis did not answer (refused,
@@ -92,7 +93,7 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 	r := &Repo{
 		delay: s.Window + s.Grace + time.Millisecond,
 		rdb:   rdb, keys: NewKeys(s.Shards), set: s,
-		windowMs: s.Window.Milliseconds(), bucketSec: strconv.FormatInt(int64(max((s.Dedupe+time.Second-1)/time.Second, 1)), 10),
+		windowMs: window.SizeMillis(s.Window), bucketSec: strconv.FormatInt(int64(max((s.Dedupe+time.Second-1)/time.Second, 1)), 10),
 		delayMs: ms(s.Window + s.Grace + time.Millisecond), staleMs: ms(s.Stale),
 		// A window's record outlives its stale deadline a little, so the flush
 		// that finds it stale can count it; then Redis reclaims the memory

@@ -89,12 +89,14 @@ func Joins(anchor, createdAt, sizeMs, total int64, q int32) bool {
 	return total <= MaxQuantity-s && total >= math.MinInt32-s
 }
 
-// sizeMillis converts the window size to whole milliseconds, rounding up.
+// SizeMillis converts the window size to whole milliseconds, rounding up;
+// the push path (repo) takes W from it too, so both paths cut a window at
+// the same millisecond whatever the size.
 // Rounding up is exact, not an approximation: created_at values are whole
 // milliseconds, and for an integer gap d, d < size holds exactly when
 // d < ceil(size in ms). A size <= 0 yields 0, which Joins reads as "no
 // merging".
-func sizeMillis(size time.Duration) int64 {
+func SizeMillis(size time.Duration) int64 {
 	if size <= 0 {
 		return 0
 	}
@@ -130,7 +132,7 @@ type win struct {
 //
 // size <= 0 means no merging: every (distinct-id) row is its own window. A
 // size below a millisecond behaves like 1 ms, since created_at has
-// millisecond resolution (see sizeMillis).
+// millisecond resolution (see SizeMillis).
 //
 // The result is never nil. Merge runs in O(n log n) with three allocations:
 // an index slice, the window list and the output.
@@ -138,7 +140,7 @@ func Merge(rows []Row, size time.Duration) []Row {
 	if len(rows) == 0 {
 		return []Row{}
 	}
-	sizeMs := sizeMillis(size)
+	sizeMs := SizeMillis(size)
 
 	// Sort indices, not rows: the input stays untouched and a swap moves one
 	// word instead of a whole Row. (Sorting compact copies of the compared
