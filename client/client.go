@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -62,7 +64,13 @@ func NewClient(hostPorts []string, opts ...kclient.Option) (comboservice.Client,
 	if err != nil {
 		return nil, err
 	}
-	all := make([]kclient.Option, 0, 4+len(opts))
+	all := make([]kclient.Option, 0, 10+len(opts))
+	// spreadDialer (dial.go) dials a name's addresses in random order,
+	// sharing the connect timeout among them. A caller's own WithDialer
+	// replaces it: see setsOnceOption.
+	if dialer := kclient.WithDialer(spreadDialer{}); !setsOnceOption(opts, dialer) {
+		all = append(all, dialer)
+	}
 	all = append(all,
 		kclient.WithResolver(resolver),
 		kclient.WithRPCTimeout(DefaultClientRPCTimeout),
@@ -85,6 +93,29 @@ func NewClient(hostPorts []string, opts ...kclient.Option) (comboservice.Client,
 	)
 	all = append(all, opts...)
 	return comboservice.NewClient(ServiceName, all...)
+}
+
+// setsOnceOption reports whether opts hold an option Kitex would take
+// for a second opt: one whose function has the same name, which is how
+// Kitex tells options apart. Kitex panics when an option it takes once,
+// WithDialer among them, is set twice. In a build without inlining (dlv's,
+// -gcflags=all=-l) every WithDialer option's function is named
+// "github.com/cloudwego/kitex/client.WithDialer.func1", so a caller's own
+// WithDialer would make NewClient panic unless NewClient leaves its own
+// out; with inlining each is named after the place it was built, Kitex
+// takes both, and the caller's, applied later, wins.
+func setsOnceOption(opts []kclient.Option, opt kclient.Option) bool {
+	name := funcName(opt.F)
+	for _, o := range opts {
+		if o.F != nil && funcName(o.F) == name {
+			return true
+		}
+	}
+	return false
+}
+
+func funcName(f any) string {
+	return runtime.FuncForPC(reflect.ValueOf(f).Pointer()).Name()
 }
 
 // staticResolver is the fixed list of TCP addresses hostPorts, each

@@ -4,12 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	kclient "github.com/cloudwego/kitex/client"
+	"github.com/cloudwego/kitex/pkg/remote"
+	"github.com/cloudwego/netpoll"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 )
 
 func TestIsComboError(t *testing.T) {
@@ -89,5 +95,71 @@ func TestNewClientRefusesHostsWithSpaces(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("hostPorts[1] must be host:port, got %q", hp)) {
 			t.Errorf("NewClient(%q) = %v, want an error naming hostPorts[1]", hp, err)
 		}
+	}
+}
+
+// dialCounter is a caller's own dialer: netpoll's, counting its dials.
+type dialCounter struct{ n atomic.Int64 }
+
+func (d *dialCounter) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
+	d.n.Add(1)
+	return netpoll.DialConnection(network, address, timeout)
+}
+
+// A caller's kclient.WithDialer replaces NewClient's dialer, in a build
+// without inlining too (go test -gcflags=all=-l), where Kitex panicked on
+// a second WithDialer.
+func TestNewClientTakesTheCallersDialer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := accepted(t, ln)
+	d := &dialCounter{}
+	cli, err := NewClient([]string{ln.Addr().String()}, kclient.WithDialer(d), kclient.WithRPCTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = report(cli) // the listener answers nothing: the call fails, after the dial
+	select {
+	case <-conns:
+	case <-time.After(waitFor):
+		t.Fatalf("no TCP connection to %s within %s", ln.Addr(), waitFor)
+	}
+	if d.n.Load() == 0 {
+		t.Fatal("the caller's dialer was not used")
+	}
+}
+
+// dialerOption builds every option it returns at one place, so they share
+// one function name, as all WithDialer options do in a build without
+// inlining.
+//
+//go:noinline
+func dialerOption(d remote.Dialer) kclient.Option { return kclient.WithDialer(d) }
+
+// setsOnceOption finds a second option exactly when Kitex would panic on
+// it: two built at one place (one name) always; two built at two places
+// when the build inlines kclient.WithDialer into each (two names) or not.
+func TestSetsOnceOptionMatchesKitex(t *testing.T) {
+	build := func(opts ...kclient.Option) (panicked bool) {
+		defer func() { panicked = recover() != nil }()
+		_, _ = comboservice.NewClient(ServiceName, append(opts, kclient.WithHostPorts("127.0.0.1:8888"))...)
+		return false
+	}
+	ours := dialerOption(&dialCounter{})
+	if !build(ours, dialerOption(&dialCounter{})) {
+		t.Fatal("Kitex took two WithDialer options built at one place")
+	}
+	for name, o := range map[string]kclient.Option{
+		"built at one place":  dialerOption(&dialCounter{}),
+		"built at two places": kclient.WithDialer(&dialCounter{}),
+	} {
+		if found, panics := setsOnceOption([]kclient.Option{o}, ours), build(ours, o); found != panics {
+			t.Errorf("WithDialer %s: setsOnceOption %v, Kitex panics %v", name, found, panics)
+		}
+	}
+	if setsOnceOption([]kclient.Option{kclient.WithRPCTimeout(time.Second)}, ours) {
+		t.Error("setsOnceOption found a WithDialer among other options")
 	}
 }

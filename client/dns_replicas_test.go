@@ -1,0 +1,262 @@
+package client_test
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	kclient "github.com/cloudwego/kitex/client"
+	"github.com/cloudwego/kitex/server"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/combo-service/combo-service/client"
+	"github.com/combo-service/combo-service/internal/rpcserver"
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
+)
+
+// These tests give a host name several A records, as a headless Kubernetes
+// service or docker compose replicas do, each record a replica on its own
+// loopback address (all of 127/8 is loopback on Linux). They swap the
+// process's resolver, as the name tests of package client do: none of
+// them runs in parallel.
+
+// fakeARecords makes the process's resolver answer every A query with
+// *ips, in that order (and AAAA queries with no record), for this test.
+func fakeARecords(t *testing.T, ips *atomic.Pointer[[]string]) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			q, end := buf[:n], 12
+			for end < len(q) && q[end] != 0 {
+				end += int(q[end]) + 1
+			}
+			end += 5 // the root label, QTYPE, QCLASS
+			if n < 12 || end > n {
+				continue
+			}
+			// The query's id and question; a response, recursion
+			// desired and available, one question.
+			r := append(append(append([]byte{}, q[:2]...), 0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0), q[12:end]...)
+			if binary.BigEndian.Uint16(q[end-4:]) == 1 { // A
+				list := *ips.Load()
+				binary.BigEndian.PutUint16(r[6:], uint16(len(list)))
+				for _, ip := range list {
+					// Name: a pointer to the question's; A, IN, TTL 0, 4 bytes.
+					r = append(append(r, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4), net.ParseIP(ip).To4()...)
+				}
+			}
+			_, _ = pc.WriteTo(r, from)
+		}
+	}()
+	saved := net.DefaultResolver
+	net.DefaultResolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "udp", pc.LocalAddr().String())
+	}}
+	t.Cleanup(func() { net.DefaultResolver = saved })
+}
+
+// counting answers ReportContribution after a millisecond, so that
+// concurrent callers each hold a connection, and counts the calls.
+type counting struct{ n atomic.Int64 }
+
+func (c *counting) ReportContribution(_ context.Context, r *combo.ReportContributionRequest) (*combo.ReportContributionResponse, error) {
+	c.n.Add(1)
+	time.Sleep(time.Millisecond)
+	return &combo.ReportContributionResponse{WindowId: r.Contribution.Id, WindowQuantity: 1}, nil
+}
+
+func (c *counting) ReportContributions(context.Context, *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
+	return &combo.ReportContributionsResponse{}, nil
+}
+
+func (c *counting) MergeLatest(context.Context, *combo.MergeLatestRequest) (*combo.MergeLatestResponse, error) {
+	return &combo.MergeLatestResponse{}, nil
+}
+
+// replica serves the service's Kitex set-up (rpcserver.Options) on
+// ip:port until the test ends.
+func replica(t *testing.T, ip string, port int) *counting {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &counting{}
+	ctx, stop := context.WithCancel(context.Background())
+	svr := comboservice.NewServer(h, append(rpcserver.Options(prometheus.NewRegistry(), 100), server.WithListener(ln), rpcserver.StopOn(ctx))...)
+	done := make(chan error, 1)
+	go func() { done <- svr.Run() }()
+	t.Cleanup(func() { stop(); <-done })
+	return h
+}
+
+// freePort is a TCP port free on 127.0.0.1, and so, most likely, on the
+// other loopback addresses.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// newReplicasClient is NewClient for combo-replicas.test:port.
+func newReplicasClient(t *testing.T, port int, opts ...kclient.Option) comboservice.Client {
+	t.Helper()
+	cli, err := client.NewClient([]string{"combo-replicas.test:" + strconv.Itoa(port)}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cli
+}
+
+// load makes calls from callers goroutines at once for d.
+func load(cli comboservice.Client, callers int, d time.Duration) {
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for g := range callers {
+		wg.Go(func() {
+			for i := int64(1); time.Now().Before(end); i++ {
+				_, _ = cli.ReportContribution(context.Background(), &combo.ReportContributionRequest{
+					Contribution: &combo.Contribution{Id: int64(g)<<32 | i, Quantity: 1}})
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// A name with several A records: each connection the client dials goes
+// to one of them at random, so every replica takes calls. netpoll alone
+// dialed the first record every time.
+func TestDNSNameWithSeveralARecordsSpreadsCalls(t *testing.T) {
+	port := freePort(t)
+	ips := []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}
+	var reps []*counting
+	for _, ip := range ips {
+		reps = append(reps, replica(t, ip, port))
+	}
+	var dns atomic.Pointer[[]string]
+	dns.Store(&ips)
+	fakeARecords(t, &dns)
+	cli := newReplicasClient(t, port)
+
+	// 32 callers hold about 32 connections: a replica is dialed by none
+	// of them with a chance of 3 × (2/3)^32, under 10^-5.
+	load(cli, 32, 300*time.Millisecond)
+	for i, r := range reps {
+		t.Logf("%s: %d calls", ips[i], r.n.Load())
+		if r.n.Load() == 0 {
+			t.Errorf("replica %s took no call", ips[i])
+		}
+	}
+}
+
+// A replica added to the name later takes calls on the connections dialed
+// after it was added (here, as the load grows); netpoll alone dialed the
+// first record, the old replica. Connections already open stay where they
+// are: see the package comment.
+func TestDNSNameGainingAReplicaTakesNewConnections(t *testing.T) {
+	port := freePort(t)
+	old, added := replica(t, "127.0.0.2", port), replica(t, "127.0.0.3", port)
+	var dns atomic.Pointer[[]string]
+	dns.Store(&[]string{"127.0.0.2"})
+	fakeARecords(t, &dns)
+	cli := newReplicasClient(t, port)
+
+	load(cli, 8, 200*time.Millisecond)
+	dns.Store(&[]string{"127.0.0.2", "127.0.0.3"})
+	before := old.n.Load()
+	// About 32 more connections, each to 127.0.0.3 with a chance of 1/2.
+	load(cli, 40, 300*time.Millisecond)
+	t.Logf("after the new replica joined: old %d calls, new %d", old.n.Load()-before, added.n.Load())
+	if added.n.Load() == 0 {
+		t.Error("the replica added to the name took no call on the connections dialed since")
+	}
+}
+
+// blackhole listens on ip:port with its accept queue full and never
+// accepts: the kernel drops further SYNs, as for a replica whose packets
+// are dropped.
+func blackhole(t *testing.T, ip string, port int) {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	sa := &syscall.SockaddrInet4{Port: port}
+	copy(sa.Addr[:], net.ParseIP(ip).To4())
+	if err := syscall.Bind(fd, sa); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort(ip, strconv.Itoa(port))
+	for i := 0; ; i++ {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err != nil {
+			return // a SYN went unanswered: the queue is full
+		}
+		t.Cleanup(func() { c.Close() })
+		if i == 10 {
+			t.Fatalf("%s still takes connections after %d", addr, i+1)
+		}
+	}
+}
+
+// A name whose first A record drops packets: the connect timeout is shared
+// among the records, so the live one is reached in time, at each dial.
+// netpoll alone gave the first record the whole connect timeout, and every
+// call failed (Kitex retried the dial until the RPC timeout, each time on
+// the dead record).
+func TestDNSNameFirstRecordDeadFallsBack(t *testing.T) {
+	port := freePort(t)
+	blackhole(t, "127.0.0.2", port)
+	up := replica(t, "127.0.0.3", port)
+	var dns atomic.Pointer[[]string]
+	dns.Store(&[]string{"127.0.0.2", "127.0.0.3"})
+	fakeARecords(t, &dns)
+	// A short-connection client dials at each call. The dead record gets
+	// half the connect timeout when it is tried first, 200 ms: a call that
+	// took the whole 400 ms would have waited for it alone.
+	const connect = 400 * time.Millisecond
+	cli := newReplicasClient(t, port, kclient.WithShortConnection(),
+		kclient.WithConnectTimeout(connect), kclient.WithRPCTimeout(2*time.Second))
+
+	// The records are tried in random order: 127.0.0.2 first in about
+	// half of the dials, in none of 8 with a chance of 1/256.
+	const calls = 8
+	for i := range calls {
+		start := time.Now()
+		_, err := cli.ReportContribution(context.Background(), &combo.ReportContributionRequest{
+			Contribution: &combo.Contribution{Id: int64(i + 1), Quantity: 1}})
+		took := time.Since(start)
+		if err != nil || took >= connect-50*time.Millisecond {
+			t.Fatalf("call %d: %v after %s, want an answer well within the connect timeout (%s)", i, err, took, connect)
+		}
+	}
+	if got := up.n.Load(); got != calls {
+		t.Errorf("the live replica 127.0.0.3 took %d of %d calls", got, calls)
+	}
+}
