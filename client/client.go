@@ -48,13 +48,19 @@ const (
 // and a connect timeout of DefaultClientConnectTimeout. A host name is
 // looked up at each dial, so one not in DNS yet when the client is built
 // works once it is; an entry that is no host:port with a numeric port is
-// refused with an error naming it. opts are applied after these
-// defaults, so a caller's client.WithRPCTimeout (or any other option)
-// overrides them, with one exception: Kitex ORs transport protocols
-// together, so TTHeader framing stays on (Framed alone still gives
-// TTHeaderFramed, and PurePayload, unframed, is refused by the service,
-// which takes framed requests only). A caller that must speak without
-// TTHeader builds its client with comboservice.NewClient and
+// refused with an error naming it. A name with several addresses (a
+// headless Kubernetes service, docker compose replicas) has each new
+// connection dialed to one of them at random, each tried with a share of
+// the connect timeout, so that a replica dropping packets no longer takes
+// all of every dial's. Calls go over pooled connections, though: a replica
+// added to the name later takes calls only as connections are dialed again,
+// not at once (see "Replicas behind one name" in the package comment). opts
+// are applied after these defaults, so a caller's client.WithRPCTimeout (or
+// any other option) overrides them, with one exception: Kitex ORs transport
+// protocols together, so TTHeader framing stays on (Framed alone still
+// gives TTHeaderFramed, and PurePayload, unframed, is refused by the
+// service, which takes framed requests only). A caller that must speak
+// without TTHeader builds its client with comboservice.NewClient and
 // transport.Framed. The returned client satisfies BatchSender.
 func NewClient(hostPorts []string, opts ...kclient.Option) (comboservice.Client, error) {
 	if len(hostPorts) == 0 {

@@ -62,12 +62,32 @@
 // the later reports of its key, so its window may differ from the poll
 // path's.
 //
+// # Replicas behind one name
+//
+// NewClient looks a host name up at each new connection and dials one of
+// its addresses at random, each tried with a share of the connect timeout:
+// a name with one address per replica (a headless Kubernetes service,
+// docker compose replicas) has its connections spread over them, and a
+// replica that drops packets no longer takes all of every dial's timeout.
+// Calls go over pooled connections, and a connection stays with the replica
+// it was dialed to: a replica added to the name later takes calls only as
+// connections are dialed again, that is when the load grows past the
+// connections open, when idle ones are closed (after a minute unused), or
+// when a stopping replica makes its callers drop theirs (a rolling deploy).
+// Under a steady load it may take none until then: Kitex's pool (v0.16.3)
+// has no bound on a connection's age that would force it. A ClusterIP or
+// other address balanced per connection (kube-proxy) is no different. For
+// calls spread over the replicas at once, list each replica's own
+// host:port: Kitex balances each call among the entries of hostPorts (a
+// list fixed when the client is built).
+//
 // # Usage in activityService
 //
 // Build one Reporter at start-up, report each purchase right after its DB
 // write commits, and Close it on shutdown after the RPC server has stopped
 // taking requests:
 //
+//	// One name for the replicas: see "Replicas behind one name" above.
 //	cli, err := client.NewClient([]string{"combo-service:8888"})
 //	if err != nil {
 //		return err
