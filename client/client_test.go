@@ -37,10 +37,15 @@ func TestNewClient(t *testing.T) {
 	if _, err := NewClient(nil); err == nil {
 		t.Fatal("NewClient(nil): want an error")
 	}
-	// Building does not dial; the client satisfies BatchSender.
-	cli, err := NewClient([]string{"127.0.0.1:8888"})
+	// Building dials nothing (a caller's dialer, which replaces
+	// NewClient's, is not called); the client satisfies BatchSender.
+	d := &dialCounter{}
+	cli, err := NewClient([]string{"127.0.0.1:8888"}, kclient.WithDialer(d))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := d.n.Load(); n != 0 {
+		t.Fatalf("NewClient dialed %d times while building the client", n)
 	}
 	var _ BatchSender = cli
 }
