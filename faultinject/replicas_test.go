@@ -477,7 +477,8 @@ func (r *replica) start() {
 	cmd.Env = append(r.env(), r.extraEnv...)
 	cmd.Stdout, cmd.Stderr = f, f
 	err = testredis.StartChild(cmd) // dies with the test binary
-	f.Close() // the child has its own descriptor
+	// The child has its own descriptor.
+	f.Close()
 	if err != nil {
 		t.Fatalf("%s: start: %v", r.name, err)
 	}
