@@ -19,8 +19,13 @@ import (
 // naming the peer, so zap's sampler (keyed by the whole message) would
 // thin none of them: a flood the service refuses would become a flood of
 // log lines. Lines at info and above are sampled here by Kitex's format
-// string instead: the first, then at most one a second, which says how
-// many were suppressed since.
+// string instead: the first, then at most one a second. The next line of a
+// format written after some were suppressed says how many
+// (suppressed_since_last) and when the first of them came
+// (suppressed_since); all came within a second of that, as a line is
+// suppressed only within a second of the last one written. That next line
+// may come hours later, or never (no timer writes the count on its own):
+// the time says when the suppressed lines were.
 func Klog(l *zap.Logger) klog.FullLogger {
 	return &klogger{s: l.Named("kitex").WithOptions(zap.AddCallerSkip(4)).Sugar(), seen: map[string]klogSample{}, now: time.Now}
 }
@@ -33,17 +38,18 @@ type klogger struct {
 }
 
 type klogSample struct {
-	at         time.Time
-	suppressed int
+	at         time.Time // the last line written
+	suppressed int       // lines suppressed since
+	since      time.Time // the first of them
 }
 
 var _ klog.FullLogger = (*klogger)(nil)
 
 // pass reports whether a line of key may be written now, and how many of
-// key's lines were suppressed before it.
-func (k *klogger) pass(lvl zapcore.Level, key string) (bool, int) {
+// key's lines were suppressed before it, the first at since.
+func (k *klogger) pass(lvl zapcore.Level, key string) (ok bool, suppressed int, since time.Time) {
 	if lvl < zapcore.InfoLevel {
-		return true, 0
+		return true, 0, time.Time{}
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -51,23 +57,26 @@ func (k *klogger) pass(lvl zapcore.Level, key string) (bool, int) {
 	if st.at.IsZero() && len(k.seen) >= 1024 {
 		// Kitex's formats are far fewer; a bound all the same. A new key
 		// past it is written, unsampled, and the others keep their counts.
-		return true, 0
+		return true, 0, time.Time{}
 	}
 	if !st.at.IsZero() && now.Sub(st.at) < time.Second {
+		if st.suppressed == 0 {
+			st.since = now
+		}
 		st.suppressed++
 		k.seen[key] = st
-		return false, 0
+		return false, 0, time.Time{}
 	}
 	k.seen[key] = klogSample{at: now}
-	return true, st.suppressed
+	return true, st.suppressed, st.since
 }
 
 func (k *klogger) write(lvl zapcore.Level, key, msg string) {
-	ok, suppressed := k.pass(lvl, key)
+	ok, suppressed, since := k.pass(lvl, key)
 	switch {
 	case !ok:
 	case suppressed > 0:
-		k.s.Logw(lvl, msg, "suppressed_since_last", suppressed)
+		k.s.Logw(lvl, msg, "suppressed_since_last", suppressed, "suppressed_since", since)
 	default:
 		k.s.Log(lvl, msg)
 	}

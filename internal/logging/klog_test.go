@@ -90,3 +90,44 @@ func TestKlogBoundKeepsCounts(t *testing.T) {
 		t.Fatalf("%d of 2000 distinct lines written", n)
 	}
 }
+
+// The count of a burst's suppressed lines may come with a line of the same
+// format hours later; it says when the burst was, or the count would be
+// read as about the line it comes with.
+func TestKlogDatesSuppressedCount(t *testing.T) {
+	k, logs, clock := observedKlog(zapcore.InfoLevel)
+	const f = "KITEX: processing request error, remoteAddr=%v, error=%s"
+	burst := *clock
+	k.Errorf(f, 0, "refused")
+	for i := range 99 {
+		*clock = burst.Add(time.Duration(i+1) * time.Millisecond)
+		k.Errorf(f, i+1, "refused")
+	}
+	*clock = burst.Add(time.Hour)
+	k.Errorf(f, 100, "refused")
+	lines := logs.All()
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want 2", len(lines))
+	}
+	got := lines[1].ContextMap()
+	if got["suppressed_since_last"] != int64(99) {
+		t.Errorf("an hour later: %v, want 99 suppressed", got)
+	}
+	if since, _ := got["suppressed_since"].(time.Time); !since.Equal(burst.Add(time.Millisecond)) {
+		t.Errorf("an hour later: suppressed_since %v, want the first suppressed line's time %v", got["suppressed_since"], burst.Add(time.Millisecond))
+	}
+
+	// A second burst is dated by its own first suppressed line.
+	*clock = clock.Add(10 * time.Millisecond)
+	second := *clock
+	k.Errorf(f, 101, "refused")
+	*clock = clock.Add(time.Second)
+	k.Errorf(f, 102, "refused")
+	got = logs.All()[logs.Len()-1].ContextMap()
+	if since, _ := got["suppressed_since"].(time.Time); got["suppressed_since_last"] != int64(1) || !since.Equal(second) {
+		t.Errorf("second burst: %v, want 1 suppressed since %v", got, second)
+	}
+	if _, ok := lines[0].ContextMap()["suppressed_since"]; ok {
+		t.Errorf("the first line has suppressed_since, with nothing suppressed")
+	}
+}
