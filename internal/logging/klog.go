@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/cloudwego/kitex/pkg/klog"
@@ -27,52 +26,21 @@ import (
 // may come hours later, or never (no timer writes the count on its own):
 // the time says when the suppressed lines were.
 func Klog(l *zap.Logger) klog.FullLogger {
-	return &klogger{s: l.Named("kitex").WithOptions(zap.AddCallerSkip(4)).Sugar(), seen: map[string]klogSample{}, now: time.Now}
+	return &klogger{s: l.Named("kitex").WithOptions(zap.AddCallerSkip(4)).Sugar(), sample: newKeySampler()}
 }
 
 type klogger struct {
-	s    *zap.SugaredLogger
-	mu   sync.Mutex
-	seen map[string]klogSample // by format (Kitex's formats are a fixed set)
-	now  func() time.Time
-}
-
-type klogSample struct {
-	at         time.Time // the last line written
-	suppressed int       // lines suppressed since
-	since      time.Time // the first of them
+	s      *zap.SugaredLogger
+	sample *keySampler // by format (Kitex's formats are a fixed set)
 }
 
 var _ klog.FullLogger = (*klogger)(nil)
 
-// pass reports whether a line of key may be written now, and how many of
-// key's lines were suppressed before it, the first at since.
-func (k *klogger) pass(lvl zapcore.Level, key string) (ok bool, suppressed int, since time.Time) {
-	if lvl < zapcore.InfoLevel {
-		return true, 0, time.Time{}
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	now, st := k.now(), k.seen[key]
-	if st.at.IsZero() && len(k.seen) >= 1024 {
-		// Kitex's formats are far fewer; a bound all the same. A new key
-		// past it is written, unsampled, and the others keep their counts.
-		return true, 0, time.Time{}
-	}
-	if !st.at.IsZero() && now.Sub(st.at) < time.Second {
-		if st.suppressed == 0 {
-			st.since = now
-		}
-		st.suppressed++
-		k.seen[key] = st
-		return false, 0, time.Time{}
-	}
-	k.seen[key] = klogSample{at: now}
-	return true, st.suppressed, st.since
-}
-
 func (k *klogger) write(lvl zapcore.Level, key, msg string) {
-	ok, suppressed, since := k.pass(lvl, key)
+	ok, suppressed, since := true, 0, time.Time{}
+	if lvl >= zapcore.InfoLevel {
+		ok, suppressed, since = k.sample.pass(key)
+	}
 	switch {
 	case !ok:
 	case suppressed > 0:

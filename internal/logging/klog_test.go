@@ -20,7 +20,7 @@ func observedKlog(lvl zapcore.Level) (*klogger, *observer.ObservedLogs, *time.Ti
 	core, logs := observer.New(lvl)
 	k := Klog(zap.New(core)).(*klogger)
 	clock := time.Unix(1_700_000_000, 0)
-	k.now = func() time.Time { return clock }
+	k.sample.now = func() time.Time { return clock }
 	return k, logs, &clock
 }
 

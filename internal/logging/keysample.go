@@ -1,0 +1,50 @@
+package logging
+
+import (
+	"sync"
+	"time"
+)
+
+// keySampler passes the first line of each key, then at most one a second,
+// and counts the lines it holds back in between. Klog and NetpollWriter
+// sample by it where zap's sampler, keyed by the whole message, would
+// thin nothing: their lines name peers and errors.
+type keySampler struct {
+	mu   sync.Mutex
+	seen map[string]keySample
+	now  func() time.Time
+}
+
+type keySample struct {
+	at         time.Time // the last line written
+	suppressed int       // lines suppressed since
+	since      time.Time // the first of them
+}
+
+func newKeySampler() *keySampler {
+	return &keySampler{seen: map[string]keySample{}, now: time.Now}
+}
+
+// pass reports whether a line of key may be written now, and how many of
+// key's lines were suppressed before it, the first at since.
+func (s *keySampler) pass(key string) (ok bool, suppressed int, since time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now, st := s.now(), s.seen[key]
+	if st.at.IsZero() && len(s.seen) >= 1024 {
+		// The keys (Kitex's formats, netpoll's lines) are far fewer; a
+		// bound all the same. A new key past it is written, unsampled,
+		// and the others keep their counts.
+		return true, 0, time.Time{}
+	}
+	if !st.at.IsZero() && now.Sub(st.at) < time.Second {
+		if st.suppressed == 0 {
+			st.since = now
+		}
+		st.suppressed++
+		s.seen[key] = st
+		return false, 0, time.Time{}
+	}
+	s.seen[key] = keySample{at: now}
+	return true, st.suppressed, st.since
+}
