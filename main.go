@@ -72,6 +72,7 @@ func main() {
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do if stderr is gone
 	klog.SetLogger(logging.Klog(log))
+	rpcserver.SetNetpollLogger(log)
 	redis.SetLogger(logging.Redis(log))
 	for _, name := range conf.UnknownEnv(os.Environ()) {
 		log.Warn("environment variable is no configuration key: ignored (misspelled?)", zap.String("name", name))

@@ -20,9 +20,11 @@ import (
 	"github.com/cloudwego/kitex/server"
 	"github.com/cloudwego/netpoll"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/combo-service/combo-service/client"
 	"github.com/combo-service/combo-service/internal/connreset"
+	"github.com/combo-service/combo-service/internal/logging"
 	"github.com/combo-service/combo-service/metrics"
 )
 
@@ -35,11 +37,25 @@ import (
 // cut the service's CPU per RPC by about a tenth (BENCHMARKS.md).
 // netpoll reads this setting when it starts its pollers, hence init: a
 // program that imports this package gets it before its main runs.
+//
+// netpoll also logs, with a log.Logger of its own, to stderr unless told
+// otherwise here: plain text amid the service's JSON, whatever log.level
+// says, and a line per connection after an accept fails for want of file
+// descriptors. It is given netpollLog instead, which main sends to the
+// service's logger (SetNetpollLogger).
 func init() {
-	if err := netpoll.Configure(netpoll.Config{Runner: gopool.CtxGo}); err != nil {
+	if err := netpoll.Configure(netpoll.Config{Runner: gopool.CtxGo, LoggerOutput: netpollLog}); err != nil {
 		panic("netpoll.Configure: " + err.Error())
 	}
 }
+
+// netpollLog is netpoll's log output: stderr, as netpoll's own, until
+// SetNetpollLogger.
+var netpollLog = logging.NewNetpollWriter()
+
+// SetNetpollLogger sends netpoll's log lines to l from now on, at warn and
+// sampled (logging.NetpollWriter); nil sends them to stderr again.
+func SetNetpollLogger(l *zap.Logger) { netpollLog.SetLogger(l) }
 
 // StopOn makes the server stop taking RPCs when ctx ends (Run then drains
 // the ones in flight and returns).
