@@ -922,9 +922,15 @@ func (w *Worker) groupLost(shard int, err error) {
 		zap.Int("shard", shard), zap.Error(err))
 }
 
+// redisError counts and logs a failed Redis operation. The op is in the
+// message ("redis flush_script failed; retrying"), not only in a field:
+// the worker's log is sampled by message (logging.Sampled), and with one
+// message for all, one op failing without end (reads timing out on a dead
+// master) hid every other op's failure (NOPERM on flush_script) for as
+// long as it lasted.
 func (w *Worker) redisError(op string, err error) {
 	w.metrics.RedisErrors.WithLabelValues(op).Inc()
-	w.log.Warn("redis operation failed; retrying", zap.String("op", op), zap.Error(err))
+	w.log.Warn("redis "+op+" failed; retrying", zap.String("op", op), zap.Error(err))
 }
 
 // errRecovered marks the error of a read or claim that panicked: the panic
