@@ -236,7 +236,7 @@ func TestEmbeddedRedisRequiresThePassword(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	addr, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry())
+	addr, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestEmbeddedRedisRequiresThePassword(t *testing.T) {
 // windows rely on it to stay bounded.
 func TestEmbeddedRedisExpiresKeys(t *testing.T) {
 	cfg := conf.Default()
-	addr, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry())
+	addr, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func TestEmbeddedRedisCommandsDoNotWalkKeys(t *testing.T) {
 	// -race on an idle machine, past the default 500 ms redis.timeout on a
 	// busy one; this test is about each command's cost, not the timeout.
 	cfg.Redis.Timeout = 30 * time.Second
-	_, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry())
+	_, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +487,7 @@ func TestRedisUsername(t *testing.T) {
 	}{{"combo", true}, {"", false}} {
 		cfg := conf.Default()
 		cfg.Redis.Addr, cfg.Redis.Username, cfg.Redis.Password = srv.Addr, tc.user, "pw"
-		_, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry())
+		_, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

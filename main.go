@@ -113,7 +113,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	m := metrics.New(reg)
 	m.StreamMaxLength.Set(float64(cfg.Redis.StreamMaxLen))
 
-	redisAddr, newClient, closeRedis, err := openRedis(cfg, log, reg)
+	redisAddr, newClient, closeRedis, err := openRedis(cfg, log, reg, m.LogSuppressed)
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		m.PipelineReports.Observe(float64(reports))
 		m.PipelineSeconds.Observe(took.Seconds())
 	}
-	reportLog := logging.Sampled(log.Named("repo"))
+	reportLog := logging.Sampled(log.Named("repo"), m.LogSuppressed)
 	reportSettings.OnPanic = func(p any, stack []byte) {
 		m.LoopPanics.WithLabelValues(metrics.LoopReportPipeline).Inc()
 		reportLog.Error("recovered panic in a report pipeline; its calls fail INTERNAL",
@@ -147,7 +147,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	cancelStart()
 	store := repo.New(reportClient, reportSettings)
 	if _, cluster := reportClient.(*redis.ClusterClient); cluster {
-		nodes := newShardNodeWatch(store.RefreshShardNodes, shardNodesEvery, cfg.Redis.Timeout, logging.Sampled(log.Named("shard_nodes")), m)
+		nodes := newShardNodeWatch(store.RefreshShardNodes, shardNodesEvery, cfg.Redis.Timeout, logging.Sampled(log.Named("shard_nodes"), m.LogSuppressed), m)
 		nodes.Start()
 		defer nodes.Stop() // before closeRedis, deferred earlier
 	}
@@ -193,10 +193,10 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		// On a Redis Cluster (redis.addrs) shards live on masters whose
 		// clocks may differ.
 		NodePerShard: len(cfg.Redis.Addrs) > 0,
-	}, logging.Sampled(log.Named("worker")), m)
+	}, logging.Sampled(log.Named("worker"), m.LogSuppressed), m)
 	w.Start()
 
-	h := handler.New(store, cfg.Window.Size, m, logging.Sampled(log.Named("handler")))
+	h := handler.New(store, cfg.Window.Size, m, logging.Sampled(log.Named("handler"), m.LogSuppressed))
 	svr := comboservice.NewServer(h,
 		append(rpcserver.Options(reg, cfg.Server.MaxConnections),
 			server.WithListener(ln),
@@ -292,7 +292,7 @@ func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *z
 // the client certificate, if one is set.
 // A client's pool holds redis.pool_size connections (0: go-redis's 10 per
 // CPU) per node, or minConns if that is more.
-func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer) (string, func(minConns int) redis.UniversalClient, func(), error) {
+func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, suppressed logging.Suppressed) (string, func(minConns int) redis.UniversalClient, func(), error) {
 	tlsConfig, err := cfg.Redis.TLSConfig() // nil: plain TCP
 	if err != nil {
 		return "", nil, nil, err
@@ -318,7 +318,7 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer) (str
 		// Each new connection reads the files again: a certificate rotated
 		// in place is used without a restart. TLSConfig stays set: go-redis
 		// reads from it that the connections are TLS.
-		d, err := newRedisTLSDialer(cfg.Redis.TLSConfigFrom, cfg.Redis.TLSFiles(), cfg.Redis.Timeout, log)
+		d, err := newRedisTLSDialer(cfg.Redis.TLSConfigFrom, cfg.Redis.TLSFiles(), cfg.Redis.Timeout, log, suppressed)
 		if err != nil {
 			return "", nil, nil, err
 		}

@@ -37,6 +37,9 @@ func TestMetricsCountRPCsAndReports(t *testing.T) {
 		// deploy/alerts.yml's ComboStreamNearMaxLen compares the stream
 		// with it.
 		"combo_stream_max_length 250000\n",
+		// The sampled loggers' counts of lines left out, from the start.
+		`combo_log_lines_suppressed_total{logger="handler"} 0`,
+		`combo_log_lines_suppressed_total{logger="worker"} 0`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -52,9 +52,10 @@ var redisKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, I
 
 // newRedisTLSDialer reads the files once; their errors are the caller's.
 // files are the paths load reads; with none given, every dial and scrape
-// loads the files again.
-func newRedisTLSDialer(load tlsLoad, files []string, timeout time.Duration, log *zap.Logger) (*redisTLSDialer, error) {
-	d := &redisTLSDialer{load: load, files: files, timeout: timeout, log: log, warn: logging.Sampled(log)}
+// loads the files again. The warnings log leaves out as repeats are
+// counted by suppressed (may be nil).
+func newRedisTLSDialer(load tlsLoad, files []string, timeout time.Duration, log *zap.Logger, suppressed logging.Suppressed) (*redisTLSDialer, error) {
+	d := &redisTLSDialer{load: load, files: files, timeout: timeout, log: log, warn: logging.Sampled(log, suppressed)}
 	var read func(string) ([]byte, error)
 	d.lastBytes, read = d.readFiles()
 	cfg, err := load(read)

@@ -42,7 +42,7 @@ func countingDialer(t *testing.T, cfg conf.Redis) (*redisTLSDialer, *atomic.Int3
 		loads.Add(1)
 		return cfg.TLSConfigFrom(read)
 	}
-	d, err := newRedisTLSDialer(load, cfg.TLSFiles(), time.Second, zap.NewNop())
+	d, err := newRedisTLSDialer(load, cfg.TLSFiles(), time.Second, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestRedisTLSDialerNotesEachChangeOfTheFiles(t *testing.T) {
 	old := testredis.NewTLSFiles(t, t.TempDir())
 	cfg := conf.Redis{TLS: true, TLSCAFile: old.CA, TLSCertFile: old.ClientCert, TLSKeyFile: old.ClientKey}
 	core, logs := observer.New(zap.InfoLevel)
-	d, err := newRedisTLSDialer(cfg.TLSConfigFrom, cfg.TLSFiles(), time.Second, zap.New(core))
+	d, err := newRedisTLSDialer(cfg.TLSConfigFrom, cfg.TLSFiles(), time.Second, zap.New(core), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestRedisTLSDialerKeepsTheNewerOfTwoReadsAtOnce(t *testing.T) {
 		}
 	}
 	core, logs := observer.New(zap.InfoLevel)
-	d, err := newRedisTLSDialer(load, nil, time.Second, zap.New(core))
+	d, err := newRedisTLSDialer(load, nil, time.Second, zap.New(core), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestRedisTLSDialerKeepsTheFilesLastReadWhole(t *testing.T) {
 	r := testredis.Start(t, testredis.Options{TLS: true})
 	cfg := conf.Redis{TLS: true, TLSCAFile: r.TLS.CA, TLSCertFile: r.TLS.ClientCert, TLSKeyFile: r.TLS.ClientKey}
 	core, logs := observer.New(zap.WarnLevel)
-	d, err := newRedisTLSDialer(cfg.TLSConfigFrom, cfg.TLSFiles(), time.Second, zap.New(core))
+	d, err := newRedisTLSDialer(cfg.TLSConfigFrom, cfg.TLSFiles(), time.Second, zap.New(core), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestRedisTLSDialerFilesReadInEachState(t *testing.T) {
 		c := conf.Default()
 		c.Redis.Addr = "127.0.0.1:1" // not dialed
 		c.Redis.TLS, c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile = true, cfg.TLSCAFile, cfg.TLSCertFile, cfg.TLSKeyFile
-		_, _, closeAll, err := openRedis(c, zap.NewNop(), reg)
+		_, _, closeAll, err := openRedis(c, zap.NewNop(), reg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +258,7 @@ func TestRedisTLSDialerFilesReadInEachState(t *testing.T) {
 func TestRedisTLSDialerExpiryReadsTheFilesAtEachScrape(t *testing.T) {
 	old := testredis.NewTLSFiles(t, t.TempDir())
 	cfg := conf.Redis{TLS: true, TLSCAFile: old.CA, TLSCertFile: old.ClientCert, TLSKeyFile: old.ClientKey}
-	d, err := newRedisTLSDialer(cfg.TLSConfigFrom, cfg.TLSFiles(), time.Second, zap.NewNop())
+	d, err := newRedisTLSDialer(cfg.TLSConfigFrom, cfg.TLSFiles(), time.Second, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +317,7 @@ func TestRedisTLSDialerParsesTheBytesItCompared(t *testing.T) {
 		}
 		return cfg.TLSConfigFrom(read)
 	}
-	d, err := newRedisTLSDialer(load, cfg.TLSFiles(), time.Second, zap.NewNop())
+	d, err := newRedisTLSDialer(load, cfg.TLSFiles(), time.Second, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +355,7 @@ func TestRedisTLSDialerRefusesAHalfWrittenCABundle(t *testing.T) {
 	}
 	cfg := conf.Redis{TLS: true, TLSCAFile: bundle, TLSCertFile: r.TLS.ClientCert, TLSKeyFile: r.TLS.ClientKey}
 	core, logs := observer.New(zap.WarnLevel)
-	d, err := newRedisTLSDialer(cfg.TLSConfigFrom, cfg.TLSFiles(), time.Second, zap.New(core))
+	d, err := newRedisTLSDialer(cfg.TLSConfigFrom, cfg.TLSFiles(), time.Second, zap.New(core), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -145,7 +145,7 @@ func TestDebugLogsEachReport(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			core, logs := observer.New(tc.level)
 			// Sampled, as main builds the handler's logger.
-			h := New(&scriptedStore{}, 3*time.Second, metrics.New(prometheus.NewRegistry()), logging.Sampled(zap.New(core)))
+			h := New(&scriptedStore{}, 3*time.Second, metrics.New(prometheus.NewRegistry()), logging.Sampled(zap.New(core), nil))
 			ctx := context.Background()
 			if tc.batch {
 				req := &combo.ReportContributionsRequest{Contributions: []*combo.Contribution{gift(1), gift(2), gift(3)}}

@@ -102,6 +102,9 @@ type Metrics struct {
 	// The report path's shared pipelines (repo.Settings.ObservePipeline).
 	PipelineReports prometheus.Histogram
 	PipelineSeconds prometheus.Histogram
+	// LogLinesSuppressed counts the log lines the sampled loggers left
+	// out (LogSuppressed), by logger.
+	LogLinesSuppressed *prometheus.CounterVec
 }
 
 // New registers the collectors on reg.
@@ -152,6 +155,9 @@ func New(reg prometheus.Registerer) *Metrics {
 		PipelineSeconds: f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "report_pipeline_seconds",
 			Help:    "Time from sending a report pipeline to Redis to its last reply (NOSCRIPT retries included).",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}),
+		LogLinesSuppressed: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "log_lines_suppressed_total",
+			Help: "Log lines at info or above left out because the same message was logged less than a second before, " +
+				"by logger: worker, handler, shard_nodes, main (the Redis TLS dialer's)."}, []string{"logger"}),
 	}
 	for _, o := range reportOutcomes {
 		m.Reports.WithLabelValues(o)
@@ -166,6 +172,16 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.LoopPanics.WithLabelValues(l)
 	}
 	return m
+}
+
+// LogSuppressed counts n log lines left out by the logger named logger; it
+// is the logging.Suppressed of the service's sampled loggers. The unnamed
+// logger's lines count as logger "main".
+func (m *Metrics) LogSuppressed(logger string, n int) {
+	if logger == "" {
+		logger = "main"
+	}
+	m.LogLinesSuppressed.WithLabelValues(logger).Add(float64(n))
 }
 
 // RegisterClientCertificateExpiry exports when the client certificate new

@@ -34,3 +34,17 @@ func TestLabelledCountersStartAtZero(t *testing.T) {
 		t.Errorf(`combo_windows_flushed_total{status="stale"} = %v at start, want 0`, v)
 	}
 }
+
+// LogSuppressed counts by logger, the unnamed one as "main".
+func TestLogSuppressedByLogger(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	m.LogSuppressed("worker", 0)
+	m.LogSuppressed("worker", 3)
+	m.LogSuppressed("", 2)
+	if got := testutil.ToFloat64(m.LogLinesSuppressed.WithLabelValues("worker")); got != 3 {
+		t.Errorf("worker: %v, want 3", got)
+	}
+	if got := testutil.ToFloat64(m.LogLinesSuppressed.WithLabelValues("main")); got != 2 {
+		t.Errorf("main: %v, want 2", got)
+	}
+}

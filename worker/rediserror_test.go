@@ -18,7 +18,7 @@ import (
 // the others', in the same second.
 func TestRedisErrorOfOneOpHidesNoOther(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
-	w := &Worker{log: logging.Sampled(zap.New(core)), metrics: metrics.New(prometheus.NewRegistry())}
+	w := &Worker{log: logging.Sampled(zap.New(core), nil), metrics: metrics.New(prometheus.NewRegistry())}
 	for range 100 {
 		w.redisError(metrics.OpRead, errors.New("i/o timeout"))
 	}

@@ -241,7 +241,7 @@ func TestWindowsWhoseFlushPanicsAreNamed(t *testing.T) {
 	r, _, _, m := setup(t)
 	core, logs := observer.New(zapcore.InfoLevel)
 	wk := worker.New(poisoned{r}, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
-		logging.Sampled(zap.New(core).Named("worker")), m)
+		logging.Sampled(zap.New(core).Named("worker"), nil), m)
 	wk.Start()
 	defer wk.Shutdown(context.Background())
 	second := contribution(4, 666)

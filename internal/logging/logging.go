@@ -44,15 +44,35 @@ func New(level, format string) (*zap.Logger, error) {
 // info or above and then at most one per second, for background loops and
 // request errors, which repeat by the thousand during a Redis outage (every
 // request is also counted in a metric). Debug lines are never thinned: an
-// operator who turns debug on asked for every one.
-func Sampled(l *zap.Logger) *zap.Logger {
+// operator who turns debug on asked for every one. Lines are told apart by
+// their message alone, not their fields: what must not hide another line
+// needs a message of its own.
+//
+// Each line left out is counted by suppressed, unless it is nil (the
+// service counts them in combo_log_lines_suppressed_total).
+func Sampled(l *zap.Logger, suppressed Suppressed) *zap.Logger {
+	var opts []zapcore.SamplerOption
+	if suppressed != nil {
+		suppressed(l.Name(), 0)
+		opts = append(opts, zapcore.SamplerHook(func(e zapcore.Entry, d zapcore.SamplingDecision) {
+			if d&zapcore.LogDropped != 0 {
+				suppressed(e.LoggerName, 1)
+			}
+		}))
+	}
 	return l.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 		return zapcore.NewTee(
 			levelRange{c, zapcore.DebugLevel, zapcore.InfoLevel},
-			zapcore.NewSamplerWithOptions(levelRange{c, zapcore.InfoLevel, zapcore.InvalidLevel}, time.Second, 1, 0),
+			zapcore.NewSamplerWithOptions(levelRange{c, zapcore.InfoLevel, zapcore.InvalidLevel}, time.Second, 1, 0, opts...),
 		)
 	}))
 }
+
+// Suppressed counts the log lines a sampled logger left out: n more for
+// the logger named logger ("" for an unnamed one). Sampled calls it with
+// n = 0 as it builds a logger, so that the count exists, at 0, before the
+// first line is left out.
+type Suppressed func(logger string, n int)
 
 // levelRange is c for the levels lo <= l < hi only.
 type levelRange struct {
@@ -77,8 +97,12 @@ func (r levelRange) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Ch
 
 // Redis adapts a zap logger to go-redis's internal logger (pool dial
 // failures and the like), sampled like the background loops: during an
-// outage it would otherwise print a line per connection attempt.
-func Redis(l *zap.Logger) RedisLogger { return RedisLogger{s: Sampled(l.Named("go-redis")).Sugar()} }
+// outage it would otherwise print a line per connection attempt. The
+// lines left out are not counted: go-redis's logger is the process's, set
+// before any metrics are.
+func Redis(l *zap.Logger) RedisLogger {
+	return RedisLogger{s: Sampled(l.Named("go-redis"), nil).Sugar()}
+}
 
 // RedisLogger implements go-redis's internal.Logging.
 type RedisLogger struct{ s *zap.SugaredLogger }

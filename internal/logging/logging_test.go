@@ -16,7 +16,7 @@ import (
 // operator turned on to see each request, are all written.
 func TestSampledThinsOnlyInfoAndAbove(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
-	l := Sampled(zap.New(core)).With(zap.String("loop", "x"))
+	l := Sampled(zap.New(core), nil).With(zap.String("loop", "x"))
 	for range 5 {
 		l.Debug("reported")
 		l.Warn("redis operation failed; retrying")
@@ -34,7 +34,7 @@ func TestSampledThinsOnlyInfoAndAbove(t *testing.T) {
 		t.Errorf("fields lost: %v", logs.All()[0].ContextMap())
 	}
 	core, logs = observer.New(zapcore.InfoLevel)
-	Sampled(zap.New(core)).Debug("reported")
+	Sampled(zap.New(core), nil).Debug("reported")
 	if logs.Len() != 0 {
 		t.Error("a debug line written at level info")
 	}
@@ -59,5 +59,33 @@ func TestJSONDurationsCarryTheirUnit(t *testing.T) {
 	out, _ := io.ReadAll(r)
 	if !strings.Contains(string(out), `"window":"3.2s"`) {
 		t.Fatalf("log line %s, want \"window\":\"3.2s\"", out)
+	}
+}
+
+// What Sampled leaves out is counted, by logger, from 0: only lines it
+// thins, not debug lines, nor lines below the logger's level.
+func TestSampledCountsWhatItLeavesOut(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	counts := map[string]int{}
+	count := func(logger string, n int) { counts[logger] += n }
+	l := Sampled(zap.New(core).Named("worker"), count)
+	if n, ok := counts["worker"]; !ok || n != 0 {
+		t.Fatalf("counts %v once built, want worker at 0", counts)
+	}
+	for range 5 {
+		l.Debug("reported")
+		l.Warn("redis read failed; retrying", zap.String("op", "read"))
+		l.With(zap.Int("shard", 1)).Warn("redis read failed; retrying")
+	}
+	l.Warn("redis flush_script failed; retrying")
+	if logs.Len() != 2 {
+		t.Fatalf("%d lines written, want 2: %v", logs.Len(), logs.All())
+	}
+	if counts["worker"] != 9 || len(counts) != 1 {
+		t.Errorf("counts %v, want worker: 9", counts)
+	}
+	Sampled(zap.New(core), count).Warn("x")
+	if _, ok := counts[""]; !ok {
+		t.Errorf("counts %v: the unnamed logger's count not made", counts)
 	}
 }
