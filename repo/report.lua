@@ -100,9 +100,10 @@ local function run(first, out, seen, seen1, bucket, bucketSec)
       if added == 0 then status, wid, qty = 1, '0', 0; break end
       out[3 * j - 1] = set
       if added == 2 then
-        -- Ids of this bucket are looked up until the next one ends; the
-        -- sets go one bucket after that.
-        expireAt = expireAt or format('%d', (bucket + 3) * bucketSec)
+        -- Ids of this bucket are looked up until the next one ends, and
+        -- never after: the set goes then. Lookups and expiry both run on
+        -- this node's clock, so no set is read once it has expired.
+        expireAt = expireAt or format('%d', (bucket + 2) * bucketSec)
         call('EXPIREAT', set, expireAt)
       end
       if call('SISMEMBER', seen1 .. sub, id) == 1 then

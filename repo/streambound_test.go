@@ -207,8 +207,8 @@ func TestDedupeSetMadeAfterAFailureExpires(t *testing.T) {
 			t.Fatalf("dedupe sets %v, want %d", keys, len(cs))
 		}
 		for _, k := range keys {
-			if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > 3*s.Dedupe {
-				t.Errorf("dedupe set %s expires in %v, want within 3 buckets", k, ttl)
+			if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > 2*s.Dedupe {
+				t.Errorf("dedupe set %s expires in %v, want within 2 buckets", k, ttl)
 			}
 		}
 	})
@@ -234,8 +234,8 @@ func TestDegradedPublishMakesAnExpiringDedupeSet(t *testing.T) {
 		if len(keys) != 1 {
 			t.Fatalf("dedupe sets %v, want 1", keys)
 		}
-		if ttl := rdb.PTTL(ctx, keys[0]).Val(); ttl <= 0 || ttl > 3*settings().Dedupe {
-			t.Errorf("dedupe set %s expires in %v, want within 3 buckets", keys[0], ttl)
+		if ttl := rdb.PTTL(ctx, keys[0]).Val(); ttl <= 0 || ttl > 2*settings().Dedupe {
+			t.Errorf("dedupe set %s expires in %v, want within 2 buckets", keys[0], ttl)
 		}
 		if res, err := r.Report(ctx, []*combo.Contribution{c}); err != nil || res[0].Outcome != repo.Duplicate {
 			t.Fatalf("the published report sent again: %+v %v, want a duplicate", res, err)
