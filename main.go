@@ -422,12 +422,22 @@ func countDownTTLs(mr *miniredis.Miniredis, tick time.Duration) (stop func()) {
 	return func() { close(done); <-exited }
 }
 
+// portOf is what follows "-p " in the watch_pushes hint, for the embedded
+// Redis listening at addr (its listener's address): the port, then
+// " -h host" when redis-cli's default host, 127.0.0.1, does not reach it
+// (redis.embedded_addr on 127.0.0.2 or ::1, say: without -h the hint's
+// command connected to 127.0.0.1, to another Redis or to nothing). A
+// listener on every address (0.0.0.0, ::) is reached on 127.0.0.1.
 func portOf(addr string) string {
-	_, port, err := net.SplitHostPort(addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return addr
 	}
-	return port
+	if ip := net.ParseIP(host); host == "" || host == "localhost" ||
+		ip != nil && (ip.IsUnspecified() || ip.Equal(net.IPv4(127, 0, 0, 1))) {
+		return port
+	}
+	return port + " -h " + host
 }
 
 // serveMetrics serves /metrics, /healthz (the process is alive) and
