@@ -510,7 +510,6 @@ func read(path string) (Config, error) {
 	hook := mapstructure.ComposeDecodeHookFunc(
 		durationsAreStrings,
 		numbersAreExact,
-		mapstructure.StringToTimeDurationHookFunc(),
 		mapstructure.StringToSliceHookFunc(","),
 	)
 	// Exact: a key the service does not know (a typo such as "adress") is an
@@ -554,9 +553,20 @@ var durationType = reflect.TypeOf(time.Duration(0))
 // (timeout: 500, or true, in YAML): viper's weak decoding would read a
 // number as nanoseconds and true as 1ns. Durations are Go duration
 // strings ("500ms"); the defaults are time.Duration values and pass.
+// A string is parsed here, so that one that is no duration
+// (COMBO_WINDOW_SIZE=3) is refused saying what it got and what is wanted,
+// not with time.ParseDuration's bare "missing unit in duration".
 func durationsAreStrings(from, to reflect.Type, data any) (any, error) {
-	if to != durationType || from == durationType || from.Kind() == reflect.String {
+	if to != durationType || from == durationType {
 		return data, nil
+	}
+	if from.Kind() == reflect.String {
+		s := reflect.ValueOf(data).String()
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return nil, fmt.Errorf("want a Go duration string such as \"500ms\" or \"3s\" (a number and a unit: ns, us, ms, s, m, h), got %q", s)
+		}
+		return d, nil
 	}
 	return nil, fmt.Errorf("want a Go duration string such as \"500ms\", got %v (%s)", data, from.Kind())
 }

@@ -1,6 +1,7 @@
 package conf
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -116,6 +117,46 @@ func TestLoadRefusesNumberForDuration(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "duration string") {
 			t.Errorf("%q: want an error naming %s and asking for a duration string, got %v", yaml, key, err)
 		}
+	}
+}
+
+// A string that is no Go duration, from the environment or quoted in the
+// file, is refused naming the key, the value and the form wanted: it was
+// "'window.size' time: missing unit in duration", while a YAML number got
+// a message that said what to write.
+func TestLoadRefusesStringThatIsNoDuration(t *testing.T) {
+	for _, tc := range []struct{ env, value, yaml, key string }{
+		{env: "COMBO_WINDOW_SIZE", value: "3", key: "window.size"},
+		{env: "COMBO_WINDOW_GRACE", value: "3 s", key: "window.grace"},
+		{env: "COMBO_REDIS_TIMEOUT", value: "fast", key: "redis.timeout"},
+		{env: "COMBO_WORKER_BLOCK", value: "", key: "worker.block"},
+		{yaml: "server:\n  shutdown_timeout: \"30\"\n", value: "30", key: "server.shutdown_timeout"},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			path := ""
+			if tc.yaml != "" {
+				path = filepath.Join(t.TempDir(), "combo.yaml")
+				if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				t.Setenv(tc.env, tc.value)
+			}
+			_, err := Load(path)
+			if err == nil {
+				t.Fatalf("%q loaded, want it refused", tc.value)
+			}
+			for _, want := range []string{"'" + tc.key + "'", `want a Go duration string such as "500ms"`, fmt.Sprintf("got %q", tc.value)} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %s", err, want)
+				}
+			}
+		})
+	}
+	// A valid one still reads.
+	t.Setenv("COMBO_WINDOW_SIZE", "1500ms")
+	if c, err := Load(""); err != nil || c.Window.Size != 1500*time.Millisecond {
+		t.Fatalf("COMBO_WINDOW_SIZE=1500ms: %v, %v", c.Window.Size, err)
 	}
 }
 
