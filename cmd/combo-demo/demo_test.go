@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -166,4 +169,55 @@ func rowsOf(s []click) []window.Row {
 			Quantity: k.Qty, CreatedAt: 1_700_000_000_000 + k.At.Milliseconds()}
 	}
 	return rows
+}
+
+// A COMBO_WINDOW_SIZE or COMBO_WINDOW_GRACE that does not parse is refused
+// naming the variable, as the service refuses it: it fell back to 3s or
+// 200ms in silence, timing the pushes of a service that used neither.
+// Given, the flag wins over the variable; a valid one is the default.
+func TestEnvDurationThatDoesNotParseIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		size, grace string
+		args        []string
+		refused     string // the variable named, or "" for none
+		window, g   time.Duration
+	}{
+		{size: "3", refused: "COMBO_WINDOW_SIZE"},
+		{grace: "fast", refused: "COMBO_WINDOW_GRACE"},
+		{size: "2s", grace: "200 ms", refused: "COMBO_WINDOW_GRACE"},
+		{size: "3", args: []string{"-window", "2s"}, window: 2 * time.Second, g: 200 * time.Millisecond},
+		{grace: "x", args: []string{"-grace", "0s"}, window: 3 * time.Second, g: 0},
+		{size: "1500ms", grace: "0s", window: 1500 * time.Millisecond, g: 0},
+		{window: 3 * time.Second, g: 200 * time.Millisecond},
+	} {
+		t.Setenv("COMBO_WINDOW_SIZE", tc.size)
+		t.Setenv("COMBO_WINDOW_GRACE", tc.grace)
+		fs := flag.NewFlagSet("combo-demo", flag.ContinueOnError)
+		o, err := parseFlags(fs, tc.args)
+		if tc.refused != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.refused+"=") || !strings.Contains(err.Error(), "duration") {
+				t.Errorf("%+v: %v, want an error naming %s", tc, err, tc.refused)
+			}
+			continue
+		}
+		if err != nil || o.window != tc.window || o.grace != tc.g {
+			t.Errorf("%+v: -window %s -grace %s, %v; want %s and %s", tc, o.window, o.grace, err, tc.window, tc.g)
+		}
+	}
+}
+
+// ... and the demo then exits 2 saying why, before it dials anything.
+func TestEnvDurationThatDoesNotParseExits2(t *testing.T) {
+	if os.Getenv("COMBO_DEMO_TEST_MAIN") == "1" {
+		os.Args = []string{"combo-demo", "-addr", "127.0.0.1:1", "-redis", "127.0.0.1:1"}
+		main()
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestEnvDurationThatDoesNotParseExits2$")
+	cmd.Env = append(os.Environ(), "COMBO_DEMO_TEST_MAIN=1", "COMBO_WINDOW_SIZE=3")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), `COMBO_WINDOW_SIZE="3"`) {
+		t.Fatalf("exit %v, output %q; want 2 naming COMBO_WINDOW_SIZE", err, out)
+	}
 }

@@ -57,7 +57,10 @@ type options struct {
 func main() {
 	o, err := parseFlags(flag.CommandLine, os.Args[1:])
 	if err != nil {
-		os.Exit(2) // flag.CommandLine has said why
+		// flag.CommandLine exits by itself on a bad flag: this is a
+		// variable of the environment that does not parse.
+		fmt.Fprintln(os.Stderr, "combo-demo:", err)
+		os.Exit(2)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -79,9 +82,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	// No default value: the usage (-h, a mistyped flag) prints it. The
 	// environment's is read after parsing instead.
 	fs.StringVar(&o.redisPassword, "redis-password", "", "Redis password (default $COMBO_REDIS_PASSWORD)")
-	fs.DurationVar(&o.window, "window", envDuration("COMBO_WINDOW_SIZE", 3*time.Second),
+	window, windowErr := envDuration("COMBO_WINDOW_SIZE", 3*time.Second)
+	grace, graceErr := envDuration("COMBO_WINDOW_GRACE", 200*time.Millisecond)
+	fs.DurationVar(&o.window, "window", window,
 		"the service's window.size W (default $COMBO_WINDOW_SIZE or 3s); paces the scenario and bounds when a push may arrive")
-	fs.DurationVar(&o.grace, "grace", envDuration("COMBO_WINDOW_GRACE", 200*time.Millisecond),
+	fs.DurationVar(&o.grace, "grace", grace,
 		"the service's window.grace (default $COMBO_WINDOW_GRACE or 200ms); with -window, bounds when a push may arrive")
 	fs.StringVar(&o.scenario, "scenario", "script", "script: a fixed ~4 W story (about 15 s at W = 3s); random: seeded random taps for -duration")
 	fs.DurationVar(&o.duration, "duration", 15*time.Second, "how long -scenario random taps")
@@ -92,7 +97,21 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	if o.redisPassword == "" {
 		o.redisPassword = os.Getenv("COMBO_REDIS_PASSWORD")
 	}
-	return o, err
+	if err != nil {
+		return o, err
+	}
+	// A variable that does not parse is refused, as the service refuses
+	// it, unless its flag is given: a default of 3s or 200ms the service
+	// does not use would fail the timing checks, or pass them wrongly.
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if windowErr != nil && !set["window"] {
+		return o, fmt.Errorf("%w (or give -window)", windowErr)
+	}
+	if graceErr != nil && !set["grace"] {
+		return o, fmt.Errorf("%w (or give -grace)", graceErr)
+	}
+	return o, nil
 }
 
 func envOr(key, def string) string {
@@ -102,11 +121,18 @@ func envOr(key, def string) string {
 	return def
 }
 
-func envDuration(key string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(os.Getenv(key)); err == nil && d > 0 {
-		return d
+// envDuration is the duration in the environment variable key, def if it
+// is unset or empty, and an error naming key if it is no Go duration.
+func envDuration(key string, def time.Duration) (time.Duration, error) {
+	v := os.Getenv(key)
+	if v == "" {
+		return def, nil
 	}
-	return def
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return def, fmt.Errorf("%s=%q: want a Go duration string such as \"500ms\" or \"3s\", as the service does", key, v)
+	}
+	return d, nil
 }
 
 // tap is one click as sent, with what the service answered.
