@@ -576,5 +576,9 @@ func TestDefaultRetriesEndWithinTheServicesHorizon(t *testing.T) {
 	if worst > conf.ReporterRetryHorizon {
 		t.Fatalf("default retries last up to %s, past conf.ReporterRetryHorizon (%s)", worst, conf.ReporterRetryHorizon)
 	}
+	// The service's dedupe warning and README say "up to about 32 s".
+	if worst.Round(time.Second) != 32*time.Second {
+		t.Fatalf("default retries last up to %s: update the 32 s in conf's window.dedupe warning and in README", worst)
+	}
 	t.Logf("default retries last up to %s", worst)
 }

@@ -329,7 +329,8 @@ func (c Config) Validate() error {
 
 // ReporterRetryHorizon bounds how long client.Reporter, with its default
 // options, may send a batch again after its first attempt (backoffs plus
-// attempts, about 32 s; a client test holds it to this).
+// attempts, up to about 32 s; a client test holds it to this, and to the
+// 32 s that the dedupe warning and README quote).
 const ReporterRetryHorizon = 35 * time.Second
 
 // Warnings names settings that are valid but probably not meant: each
@@ -352,7 +353,7 @@ func (c Config) Warnings() []string {
 		ws = append(ws, fmt.Sprintf("window.dedupe (%s) is shorter than window.size + window.grace (%s): "+
 			"a report retried later than window.dedupe is counted twice, even in its own open window", c.Window.Dedupe, open))
 	case c.Window.Dedupe < ReporterRetryHorizon:
-		ws = append(ws, fmt.Sprintf("window.dedupe (%s) is shorter than client.Reporter's default retries (%s): "+
+		ws = append(ws, fmt.Sprintf("window.dedupe (%s) is shorter than %s, which covers client.Reporter's default retries (up to about 32 s): "+
 			"a batch that got through but is retried that late is counted twice", c.Window.Dedupe, ReporterRetryHorizon))
 	}
 	// The report path holds, per node, a connection for each shard's shared
