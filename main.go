@@ -86,9 +86,28 @@ func main() {
 	// claim or for this one's next start.
 	go func() { <-ctx.Done(); stop() }()
 	if err := run(ctx, cfg, log, nil); err != nil {
-		log.Error("combo-service stopped with an error", zap.Error(err))
+		logRunError(log, err)
 		os.Exit(1)
 	}
+}
+
+// startError is an error of run before it served (a port taken, the
+// embedded Redis not started): the service failed to start, it did not
+// stop.
+type startError struct{ error }
+
+func (e startError) Unwrap() error { return e.error }
+
+// logRunError logs run's error: a failure to start, or an error of the
+// stop (a drain cut short). Without a stacktrace: zap's production
+// configuration adds one at error level, and main's says nothing the
+// message does not.
+func logRunError(log *zap.Logger, err error) {
+	msg := "combo-service stopped with an error"
+	if errors.As(err, new(startError)) {
+		msg = "combo-service failed to start"
+	}
+	log.WithOptions(zap.AddStacktrace(zap.FatalLevel)).Error(msg, zap.Error(err))
 }
 
 // started tells a caller of run (the tests) where things listen.
@@ -115,7 +134,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 
 	redisAddr, newClient, closeRedis, err := openRedis(cfg, log, reg, m.LogSuppressed)
 	if err != nil {
-		return err
+		return startError{err}
 	}
 	defer closeRedis()
 
@@ -176,13 +195,13 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	// waiting out server.shutdown_timeout while Redis is down.
 	ln, err := net.Listen("tcp", cfg.Server.Addr)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Server.Addr, err)
+		return startError{fmt.Errorf("listen %s: %w", cfg.Server.Addr, err)}
 	}
 	var metricsLn net.Listener
 	if cfg.Metrics.Addr != "" {
 		if metricsLn, err = net.Listen("tcp", cfg.Metrics.Addr); err != nil {
 			ln.Close()
-			return fmt.Errorf("listen metrics %s: %w", cfg.Metrics.Addr, err)
+			return startError{fmt.Errorf("listen metrics %s: %w", cfg.Metrics.Addr, err)}
 		}
 	}
 

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/combo-service/combo-service/conf"
+)
+
+// A port taken at start is a failure to start, logged as one and without
+// a stacktrace: it was logged "combo-service stopped with an error", with
+// main's stack, right after the embedded Redis's start-up warning.
+func TestPortInUseIsLoggedAsAFailureToStart(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	cfg := conf.Default() // the embedded Redis
+	cfg.Server.Addr, cfg.Metrics.Addr = taken.Addr().String(), "127.0.0.1:0"
+	done := make(chan error, 1)
+	go func() { done <- run(context.Background(), cfg, testLogger(t), nil) }()
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("run still starting 10 s after failing to listen on %s", taken.Addr())
+	}
+	if err == nil || !errors.As(err, new(startError)) || !strings.Contains(err.Error(), taken.Addr().String()) {
+		t.Fatalf("run returned %v, want a startError naming %s", err, taken.Addr())
+	}
+
+	// As production's logger does, with a stacktrace at error level.
+	core, logs := observer.New(zap.InfoLevel)
+	log := zap.New(core, zap.AddStacktrace(zap.ErrorLevel))
+	logRunError(log, err)
+	logRunError(log, errors.New("drain reports in flight: context deadline exceeded"))
+	got := logs.All()
+	if len(got) != 2 || got[0].Message != "combo-service failed to start" || got[1].Message != "combo-service stopped with an error" {
+		t.Fatalf("logged %v, want a failure to start, then an error of the stop", got)
+	}
+	for _, e := range got {
+		if e.Level != zap.ErrorLevel || e.Stack != "" {
+			t.Errorf("%q logged at %s with stack %q, want error level, no stack", e.Message, e.Level, e.Stack)
+		}
+	}
+}
