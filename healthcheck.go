@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -30,6 +31,15 @@ func healthcheck(metricsAddr, path string, timeout time.Duration) error {
 	}
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
+	}
+	// A path written without its slash ("-healthcheck readyz") is taken
+	// as meant: it made "http://127.0.0.1:9100readyz", refused as an
+	// invalid port. A URL is not a path: the probe's host is metrics.addr.
+	if !strings.HasPrefix(path, "/") {
+		if strings.Contains(path, "://") {
+			return fmt.Errorf("-healthcheck takes a path such as /readyz (the host is metrics.addr's), got %q", path)
+		}
+		path = "/" + path
 	}
 	target := "http://" + net.JoinHostPort(host, port) + path
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)

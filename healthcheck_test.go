@@ -41,3 +41,33 @@ func TestHealthcheckRefusesAnAddressWithNoFixedPort(t *testing.T) {
 		}
 	}
 }
+
+// "-healthcheck readyz", without the slash, probes /readyz: it built
+// "http://127.0.0.1:29102readyz" and failed with "invalid port". A URL is
+// refused naming the flag.
+func TestHealthcheckTakesAPathWithoutItsSlash(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := make(chan string, 4)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		paths <- r.URL.Path
+		if r.URL.Path != "/readyz" {
+			http.NotFound(w, r)
+		}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	for _, path := range []string{"readyz", "/readyz"} {
+		if err := healthcheck(ln.Addr().String(), path, 5*time.Second); err != nil {
+			t.Errorf("healthcheck %q: %v", path, err)
+		} else if got := <-paths; got != "/readyz" {
+			t.Errorf("healthcheck %q asked for %q", path, got)
+		}
+	}
+	err = healthcheck(ln.Addr().String(), "http://"+ln.Addr().String()+"/readyz", 5*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "-healthcheck takes a path") {
+		t.Errorf("healthcheck of a URL: %v, want it refused naming -healthcheck", err)
+	}
+}
