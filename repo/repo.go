@@ -87,7 +87,8 @@ type Repo struct {
 	windowMs  int64 // W
 }
 
-// New returns a Repo over rdb.
+// New returns a Repo over rdb. It adds a hook to rdb under which go-redis
+// never sends a XREADGROUP or XAUTOCLAIM twice (see sendOnce).
 func New(rdb redis.UniversalClient, s Settings) *Repo {
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 	r := &Repo{
@@ -111,6 +112,9 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 	// and a live one (go-redis fails such a pipeline whole, live answers
 	// included). With one shard, as by default, there is one.
 	r.slots.Store(newSlotTable(rdb, s.Shards, s.ShardNodes))
+	// Read and Claim must fail when an attempt may have delivered entries
+	// whose reply was lost, not be sent again (see sendOnce).
+	rdb.AddHook(sendOnce{})
 	r.reports = make([]*coalescer, max(s.Shards, 1))
 	for i := range r.reports {
 		r.reports[i] = &coalescer{r: r, maxInFlight: 1, maxItems: 1000, bigCall: 20}

@@ -1,9 +1,12 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -467,5 +470,122 @@ func TestSlotMovedUnderLoadLosesNothing(t *testing.T) {
 		if a, p := acked[u].Load(), pushed[int64(u+1)]; a != p {
 			t.Errorf("user %d: %d reports acknowledged, %d pushed", u+1, a, p)
 		}
+	}
+}
+
+// replyCut is a connection that closes itself, once for all connections
+// sharing cut, instead of returning the first reply holding reply to a
+// command whose bytes held match: Redis ran the command, its answer is lost
+// (a reset, a proxy cut, a node restarted just after).
+type replyCut struct {
+	net.Conn
+	match, reply []byte
+	cut          *atomic.Bool
+	armed        bool
+}
+
+func (c *replyCut) Write(b []byte) (int, error) {
+	c.armed = bytes.Contains(b, c.match)
+	return c.Conn.Write(b)
+}
+
+func (c *replyCut) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if c.armed && n > 0 && bytes.Contains(b[:n], c.reply) && c.cut.CompareAndSwap(false, true) {
+		c.Conn.Close()
+		return 0, io.EOF
+	}
+	return n, err
+}
+
+// replyCutClusterClient is a cluster client with main.go's options
+// (MaxRetries -1, one dial per attempt) whose first reply holding reply,
+// to a command holding match, is lost after Redis ran the command.
+func replyCutClusterClient(t *testing.T, addrs []string, match, reply string, cut *atomic.Bool) *redis.ClusterClient {
+	timeout := 500 * time.Millisecond
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs,
+		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, PoolTimeout: timeout,
+		MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &replyCut{Conn: conn, match: []byte(match), reply: []byte(reply), cut: cut}, nil
+		}})
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// On a Redis Cluster too, a read whose reply is lost fails, and the reader
+// reads its own pending entries again (TestLostReadReplyIsReadAgain). go-redis's
+// cluster loop, whatever MaxRetries, sent the XREADGROUP again after EOF;
+// that second read found nothing new, the read succeeded, and the window
+// it had delivered sat pending on this consumer, held by no one, until a
+// claimer took it claim_idle later (never, here).
+func TestLostReadReplyIsReadAgainOnACluster(t *testing.T) {
+	ctx := context.Background()
+	cluster := testredis.StartCluster(t, 3)
+	admin := cluster.Client(t)
+	r, _ := prepare(t, admin, 300*time.Millisecond, 1)
+	sub := subscribeAt(t, cluster.Addrs[0])
+
+	var cut atomic.Bool
+	// The field k of a window's entry, in the reply to XREADGROUP ... STREAMS <stream> >.
+	wcc := replyCutClusterClient(t, cluster.Addrs, "\r\n$1\r\n>\r\n", "$1\r\nk\r\n", &cut)
+	ws := repo.New(wcc, repo.Settings{Window: 300 * time.Millisecond, Grace: 20 * time.Millisecond, Dedupe: time.Minute,
+		Stale: time.Minute, Timeout: 500 * time.Millisecond, Shards: 1, StreamMaxLen: 100000})
+	wk := worker.New(ws, worker.Config{Consumer: "c1", Shards: 1, ClaimIdle: time.Hour, Block: 50 * time.Millisecond, NodePerShard: true},
+		zaptest.NewLogger(t), metrics.New(prometheus.NewRegistry()))
+	wk.Start()
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_ = wk.Shutdown(sctx)
+	})
+	time.Sleep(200 * time.Millisecond) // the reader is on ">"
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 7)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sub.Channel():
+	case <-time.After(5 * time.Second):
+		pending, _ := admin.XPending(ctx, r.Keys().Stream(0), repo.Group).Result()
+		t.Fatalf("window not pushed 5 s after its report (W 300 ms); reply cut: %v; held %d; pending in Redis: %+v",
+			cut.Load(), wk.Held(), pending)
+	}
+	if !cut.Load() {
+		t.Fatal("no read reply was lost: the test did not test")
+	}
+}
+
+// On a Redis Cluster too, a claim whose reply is lost fails, and this
+// consumer's own pending entries are read again
+// (TestALostClaimReplyLosesNoWindow). go-redis's cluster loop sent the XAUTOCLAIM again by itself (on
+// EOF, and on a read timeout too: XAUTOCLAIM has no read timeout of its
+// own); the second scan found the entry just claimed, not idle, the worker
+// saw a clean empty claim, and the dead replica's window waited another
+// claim_idle, past window.stale: dropped.
+func TestALostClaimReplyOnAClusterLosesNoWindow(t *testing.T) {
+	ctx := context.Background()
+	cluster := testredis.StartCluster(t, 3)
+	admin := cluster.Client(t)
+	set := repo.Settings{Window: tightWindow.Size, Grace: tightWindow.Grace, Dedupe: tightWindow.Dedupe,
+		Stale: tightWindow.Stale, Timeout: 500 * time.Millisecond, Shards: 1, StreamMaxLen: 100000}
+	r := repo.New(admin, set)
+	if err := r.EnsureGroups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 7)}); err != nil {
+		t.Fatal(err)
+	}
+	if ws, _, _, err := r.Read(ctx, 0, "dead", ">", 10, -1); err != nil || len(ws) != 1 {
+		t.Fatalf("dead's read: %v %v", ws, err)
+	}
+	var cut atomic.Bool
+	wcc := replyCutClusterClient(t, cluster.Addrs, "xautoclaim", "$1\r\nk\r\n", &cut)
+	takeOver(t, repo.New(wcc, set), 1, true)
+	if !cut.Load() {
+		t.Fatal("no claim reply was lost: the test proves nothing")
 	}
 }
