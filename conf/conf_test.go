@@ -20,6 +20,9 @@ func TestDefaultIsValid(t *testing.T) {
 		c.Log.Level != "info" || c.Worker.Consumer == "" || c.Worker.ClaimIdle != 5200*time.Millisecond {
 		t.Fatalf("defaults differ from CONTRACT.md §4: %+v", c)
 	}
+	if host, err := os.Hostname(); err == nil && host != "" && c.Worker.Consumer != host {
+		t.Fatalf("worker.consumer defaults to %q, want the host name %q (CONTRACT.md §4)", c.Worker.Consumer, host)
+	}
 	if !c.Embedded() {
 		t.Fatal("empty redis.addr must mean embedded")
 	}

@@ -21,12 +21,15 @@ func TestWindowKeysExpire(t *testing.T) {
 		ctx := context.Background()
 		s := settings()
 		r, _ := subscribedRepo(t, rdb)
-		// The record outlives window.stale a little (see repo.New), no more.
+		// The record outlives window.stale a little (see repo.New), no more,
+		// and no less: a window the flush cannot find before it is stale
+		// would be lost uncounted (DESIGN-NOTES.md: the source design's
+		// short TTL).
 		most := s.Stale + s.Window + s.Grace + 10*time.Second
 		expires := func(key string) {
 			t.Helper()
-			if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 || ttl > most {
-				t.Fatalf("%s expires in %v, want within %v", key, ttl, most)
+			if ttl := rdb.PTTL(ctx, key).Val(); ttl < s.Stale || ttl > most {
+				t.Fatalf("%s expires in %v, want between %v and %v", key, ttl, s.Stale, most)
 			}
 		}
 		cur := r.Keys().Current(0, 7, 42, "rose")

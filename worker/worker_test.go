@@ -946,3 +946,34 @@ func TestShutdownDeadlineCountsNoRedisError(t *testing.T) {
 		t.Fatalf("combo_redis_errors_total{op=\"flush\"} = %v after a stop cut a flush short, want 0", n)
 	}
 }
+
+// DESIGN-NOTES 7: a dead consumer's pending entry deleted from the stream
+// is handed back by XAUTOCLAIM as a deleted id: counted, and it leaves the
+// pending list; the other claimed window is pushed.
+func TestClaimedDeletedEntryIsCountedAndLeavesThePendingList(t *testing.T) {
+	r, rdb, sub, m := setup(t)
+	ctx := context.Background()
+	for i := range 2 {
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(int64(10+i), int64(100+i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws, _, _, err := r.Read(ctx, 0, "dead", ">", 2, -1)
+	if err != nil || len(ws) != 2 {
+		t.Fatalf("read: %v %v", ws, err)
+	}
+	if err := rdb.XDel(ctx, r.Keys().Stream(0), ws[0].ID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wk := worker.New(r, worker.Config{Consumer: "live", ClaimIdle: 300 * time.Millisecond, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	waitPushes(t, sub, 1)
+	waitFor(t, "an empty pending list", func() bool {
+		return rdb.XPending(ctx, r.Keys().Stream(0), repo.Group).Val().Count == 0
+	})
+	if n := testutil.ToFloat64(m.ClaimDeleted); n != 1 {
+		t.Errorf("deleted pending entries counted: %v, want 1", n)
+	}
+}
