@@ -429,9 +429,10 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, supp
 }
 
 // embeddedTTLTick is how often the embedded Redis counts its TTLs down:
-// keys expire up to this late, which nothing of the service relies on
-// being exact (dedupe buckets and windows are found by time and by flush,
-// not by their expiry). Each tick walks every key under miniredis's lock
+// a key set within a tick is charged the whole tick, so keys expire up to
+// a tick early (or late). What relies on expiry keeps more than a tick of
+// margin: a dedupe set lives 2 s past its last lookup (repo/report.lua),
+// a window 10 s past window.stale. Each tick walks every key under miniredis's lock
 // (about 13 ms for 50,000 keys, 50 ms under -race), so a second keeps
 // that to about 1% of the time where 100 ms made it 13-50%.
 const embeddedTTLTick = time.Second

@@ -58,7 +58,7 @@ end
 local remembered, added = pcall(call, 'SADD', set, id, '0')
 if remembered then
   if added == 2 then
-    call('EXPIREAT', set, string.format('%d', (bucket + 2) * bucketSec))
+    call('EXPIREAT', set, string.format('%d', (bucket + 2) * bucketSec + 2)) -- as report.lua
   end
 else
   local err = message(added)

@@ -102,8 +102,10 @@ local function run(first, out, seen, seen1, bucket, bucketSec)
       if added == 2 then
         -- Ids of this bucket are looked up until the next one ends, and
         -- never after: the set goes then. Lookups and expiry both run on
-        -- this node's clock, so no set is read once it has expired.
-        expireAt = expireAt or format('%d', (bucket + 2) * bucketSec)
+        -- this node's clock, so no set is read once it has expired; 2 s
+        -- more for the embedded Redis, which counts TTLs down once a
+        -- second and so expires a key up to a second early.
+        expireAt = expireAt or format('%d', (bucket + 2) * bucketSec + 2)
         call('EXPIREAT', set, expireAt)
       end
       if call('SISMEMBER', seen1 .. sub, id) == 1 then
