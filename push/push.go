@@ -139,7 +139,7 @@ func Decode(payload []byte) (Message, error) {
 	case absent(raw.ActivityID):
 		return Message{}, fmt.Errorf("push.Decode: no activity_id")
 	case m.Type != Type:
-		return Message{}, fmt.Errorf("push.Decode: type %s, want %q", raw.Type, Type)
+		return Message{}, fmt.Errorf("push.Decode: type %q, want %q", m.Type, Type)
 	case raw.Record == nil:
 		return Message{}, fmt.Errorf("push.Decode: no record")
 	}
