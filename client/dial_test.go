@@ -12,8 +12,8 @@ import (
 // spreadDialer dials a name's addresses of the network asked for, as
 // netpoll connections, and its errors name the address dialed.
 func TestSpreadDialer(t *testing.T) {
-	dns := startFakeDNS(t)
-	dns.useResolver(t)
+	dns := StartFakeDNS(t)
+	dns.UseResolver(t)
 	// Connections complete in the listener's backlog: it need not accept.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -28,7 +28,7 @@ func TestSpreadDialer(t *testing.T) {
 		t.Fatalf("dial before the name resolves: %v, want its lookup's error naming %s", err, hp)
 	}
 
-	dns.resolves.Store(true) // an A record, 127.0.0.1, and no AAAA
+	dns.SetA("127.0.0.1") // an A record, and no AAAA
 	for _, dial := range []struct {
 		network string
 		timeout time.Duration

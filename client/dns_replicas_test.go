@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"encoding/binary"
 	"net"
 	"strconv"
 	"sync"
@@ -28,49 +27,14 @@ import (
 // them runs in parallel.
 
 // fakeARecords makes the process's resolver answer every A query with
-// *ips, in that order (and AAAA queries with no record), for this test.
-func fakeARecords(t *testing.T, ips *atomic.Pointer[[]string]) {
+// ips, in that order (and AAAA queries with no record), for this test;
+// SetA on the result changes them.
+func fakeARecords(t *testing.T, ips ...string) *client.FakeDNS {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			q, end := buf[:n], 12
-			for end < len(q) && q[end] != 0 {
-				end += int(q[end]) + 1
-			}
-			end += 5 // the root label, QTYPE, QCLASS
-			if n < 12 || end > n {
-				continue
-			}
-			// The query's id and question; a response, recursion
-			// desired and available, one question.
-			r := append(append(append([]byte{}, q[:2]...), 0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0), q[12:end]...)
-			if binary.BigEndian.Uint16(q[end-4:]) == 1 { // A
-				list := *ips.Load()
-				binary.BigEndian.PutUint16(r[6:], uint16(len(list)))
-				for _, ip := range list {
-					// Name: a pointer to the question's; A, IN, TTL 0, 4 bytes.
-					r = append(append(r, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4), net.ParseIP(ip).To4()...)
-				}
-			}
-			_, _ = pc.WriteTo(r, from)
-		}
-	}()
-	saved := net.DefaultResolver
-	net.DefaultResolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "udp", pc.LocalAddr().String())
-	}}
-	t.Cleanup(func() { net.DefaultResolver = saved })
+	dns := client.StartFakeDNS(t)
+	dns.SetA(ips...)
+	dns.UseResolver(t)
+	return dns
 }
 
 // counting answers ReportContribution after a millisecond, so that
@@ -155,9 +119,7 @@ func TestDNSNameWithSeveralARecordsSpreadsCalls(t *testing.T) {
 	for _, ip := range ips {
 		reps = append(reps, replica(t, ip, port))
 	}
-	var dns atomic.Pointer[[]string]
-	dns.Store(&ips)
-	fakeARecords(t, &dns)
+	fakeARecords(t, ips...)
 	cli := newReplicasClient(t, port)
 
 	// 32 callers hold about 32 connections: a replica is dialed by none
@@ -178,13 +140,11 @@ func TestDNSNameWithSeveralARecordsSpreadsCalls(t *testing.T) {
 func TestDNSNameGainingAReplicaTakesNewConnections(t *testing.T) {
 	port := freePort(t)
 	old, added := replica(t, "127.0.0.2", port), replica(t, "127.0.0.3", port)
-	var dns atomic.Pointer[[]string]
-	dns.Store(&[]string{"127.0.0.2"})
-	fakeARecords(t, &dns)
+	dns := fakeARecords(t, "127.0.0.2")
 	cli := newReplicasClient(t, port)
 
 	load(cli, 8, 200*time.Millisecond)
-	dns.Store(&[]string{"127.0.0.2", "127.0.0.3"})
+	dns.SetA("127.0.0.2", "127.0.0.3")
 	before := old.n.Load()
 	// About 32 more connections, each to 127.0.0.3 with a chance of 1/2.
 	load(cli, 40, 300*time.Millisecond)
@@ -234,9 +194,7 @@ func TestDNSNameFirstRecordDeadFallsBack(t *testing.T) {
 	port := freePort(t)
 	blackhole(t, "127.0.0.2", port)
 	up := replica(t, "127.0.0.3", port)
-	var dns atomic.Pointer[[]string]
-	dns.Store(&[]string{"127.0.0.2", "127.0.0.3"})
-	fakeARecords(t, &dns)
+	fakeARecords(t, "127.0.0.2", "127.0.0.3")
 	// A short-connection client dials at each call. The dead record gets
 	// half the connect timeout when it is tried first, 200 ms: a call that
 	// took the whole 400 ms would have waited for it alone.

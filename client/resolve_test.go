@@ -16,20 +16,23 @@ import (
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 )
 
-// fakeDNS answers every A query with 127.0.0.1 once resolves is set, and
-// NXDOMAIN before: a name that is not in DNS yet, then is.
-type fakeDNS struct {
-	conn     net.PacketConn
-	resolves atomic.Bool
+// FakeDNS is a DNS server for this package's tests, exported for those
+// of client_test too: it answers A queries with the addresses SetA last
+// gave, in that order, NXDOMAIN before the first SetA (a name not in DNS
+// yet, then in it), and AAAA queries with no record.
+type FakeDNS struct {
+	conn net.PacketConn
+	a    atomic.Pointer[[]string]
 }
 
-func startFakeDNS(t *testing.T) *fakeDNS {
+// StartFakeDNS serves a FakeDNS on a local UDP port until the test ends.
+func StartFakeDNS(t *testing.T) *FakeDNS {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &fakeDNS{conn: pc}
+	d := &FakeDNS{conn: pc}
 	t.Cleanup(func() { pc.Close() })
 	go func() {
 		buf := make([]byte, 1500)
@@ -46,9 +49,12 @@ func startFakeDNS(t *testing.T) *fakeDNS {
 	return d
 }
 
+// SetA makes the name resolve to ips (IPv4), answered in that order.
+func (d *FakeDNS) SetA(ips ...string) { d.a.Store(&ips) }
+
 // answer builds the reply to one query: its header and question, then an
-// A record for the question's name when resolves is set and it asks for A.
-func (d *fakeDNS) answer(q []byte) []byte {
+// A record for each address SetA gave, when it asks for A.
+func (d *FakeDNS) answer(q []byte) []byte {
 	if len(q) < 12 || binary.BigEndian.Uint16(q[4:6]) != 1 {
 		return nil
 	}
@@ -61,25 +67,29 @@ func (d *fakeDNS) answer(q []byte) []byte {
 		return nil
 	}
 	qtype := binary.BigEndian.Uint16(q[end-4 : end-2])
+	a := d.a.Load()
 	resp := make([]byte, 12, 64)
 	copy(resp, q[:2])       // id
 	flags := uint16(0x8180) // a response, recursion desired and available
-	if !d.resolves.Load() {
+	if a == nil {
 		flags |= 3 // NXDOMAIN
 	}
 	binary.BigEndian.PutUint16(resp[2:], flags)
 	binary.BigEndian.PutUint16(resp[4:], 1) // one question
 	resp = append(resp, q[12:end]...)
-	if d.resolves.Load() && qtype == 1 {
-		binary.BigEndian.PutUint16(resp[6:], 1) // one answer
-		resp = append(resp, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4, 127, 0, 0, 1)
+	if a != nil && qtype == 1 {
+		binary.BigEndian.PutUint16(resp[6:], uint16(len(*a)))
+		for _, ip := range *a {
+			// Name: a pointer to the question's; A, IN, TTL 0, 4 bytes.
+			resp = append(append(resp, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4), net.ParseIP(ip).To4()...)
+		}
 	}
 	return resp
 }
 
-// useResolver makes the process's default resolver ask d alone, for this
+// UseResolver makes the process's default resolver ask d alone, for this
 // test.
-func (d *fakeDNS) useResolver(t *testing.T) {
+func (d *FakeDNS) UseResolver(t *testing.T) {
 	saved := net.DefaultResolver
 	net.DefaultResolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var dialer net.Dialer
@@ -89,12 +99,11 @@ func (d *fakeDNS) useResolver(t *testing.T) {
 }
 
 // lateName serves TCP on a local port under host name, which does not
-// resolve (the process's resolver asks dns alone) until dns.resolves is
-// set; it returns dns, name:port, and each connection accepted there.
-func lateName(t *testing.T, name string) (dns *fakeDNS, hostPort string, conns <-chan struct{}) {
+// resolve (the process's resolver asks dns alone) until dns.SetA; it returns dns, name:port, and each connection accepted there.
+func lateName(t *testing.T, name string) (dns *FakeDNS, hostPort string, conns <-chan struct{}) {
 	t.Helper()
-	dns = startFakeDNS(t)
-	dns.useResolver(t)
+	dns = StartFakeDNS(t)
+	dns.UseResolver(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +158,7 @@ func TestNewClientDialsANameOnceItResolves(t *testing.T) {
 	default:
 	}
 
-	dns.resolves.Store(true)
+	dns.SetA("127.0.0.1")
 	_ = report(cli) // the listener answers nothing: the call fails, after the dial
 	select {
 	case <-conns:
@@ -189,7 +198,7 @@ func TestNewClientSharesNoResolverWithWithHostPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = report(other) // its balancer factory is built, keyed by its resolver's name
-	dns.resolves.Store(true)
+	dns.SetA("127.0.0.1")
 
 	cli, err := NewClient([]string{hp}, kclient.WithRPCTimeout(300*time.Millisecond))
 	if err != nil {

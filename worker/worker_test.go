@@ -426,19 +426,7 @@ func TestPendingEntriesAreRecovered(t *testing.T) {
 func TestOwnPendingEntryDeletedIsCountedLost(t *testing.T) {
 	r, rdb, sub, m := setup(t)
 	ctx := context.Background()
-	for i := range 2 {
-		if _, err := r.Report(ctx, []*combo.Contribution{contribution(int64(10+i), int64(100+i))}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// "c1" reads both and dies; one entry is then deleted.
-	ws, _, _, err := r.Read(ctx, 0, "c1", ">", 2, -1)
-	if err != nil || len(ws) != 2 {
-		t.Fatalf("read: %v %v", ws, err)
-	}
-	if err := rdb.XDel(ctx, r.Keys().Stream(0), ws[0].ID).Err(); err != nil {
-		t.Fatal(err)
-	}
+	readTwoThenDeleteOne(t, r, rdb, "c1") // "c1" reads both and dies
 	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
@@ -955,18 +943,7 @@ func TestShutdownDeadlineCountsNoRedisError(t *testing.T) {
 func TestClaimedDeletedEntryIsCountedAndLeavesThePendingList(t *testing.T) {
 	r, rdb, sub, m := setup(t)
 	ctx := context.Background()
-	for i := range 2 {
-		if _, err := r.Report(ctx, []*combo.Contribution{contribution(int64(10+i), int64(100+i))}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ws, _, _, err := r.Read(ctx, 0, "dead", ">", 2, -1)
-	if err != nil || len(ws) != 2 {
-		t.Fatalf("read: %v %v", ws, err)
-	}
-	if err := rdb.XDel(ctx, r.Keys().Stream(0), ws[0].ID).Err(); err != nil {
-		t.Fatal(err)
-	}
+	readTwoThenDeleteOne(t, r, rdb, "dead")
 	wk := worker.New(r, worker.Config{Consumer: "live", ClaimIdle: 300 * time.Millisecond, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
@@ -977,5 +954,25 @@ func TestClaimedDeletedEntryIsCountedAndLeavesThePendingList(t *testing.T) {
 	})
 	if n := testutil.ToFloat64(m.ClaimDeleted); n != 1 {
 		t.Errorf("deleted pending entries counted: %v, want 1", n)
+	}
+}
+
+// readTwoThenDeleteOne opens two windows, has consumer read both (so both
+// are pending on it), then deletes the first's entry from the stream, as
+// a trim or a hand would.
+func readTwoThenDeleteOne(t *testing.T, r *repo.Repo, rdb *redis.Client, consumer string) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range 2 {
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(int64(10+i), int64(100+i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws, _, _, err := r.Read(ctx, 0, consumer, ">", 2, -1)
+	if err != nil || len(ws) != 2 {
+		t.Fatalf("read: %v %v", ws, err)
+	}
+	if err := rdb.XDel(ctx, r.Keys().Stream(0), ws[0].ID).Err(); err != nil {
+		t.Fatal(err)
 	}
 }
