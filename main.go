@@ -205,6 +205,19 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		}
 	}
 
+	// A signal during start-up (seconds, while Redis is slow or down):
+	// nothing has been accepted, so the service stops here. Handed a ctx
+	// already ended, Kitex would shut down before its listener was set up,
+	// then serve on the port until the process exited.
+	if ctx.Err() != nil {
+		ln.Close()
+		if metricsLn != nil {
+			metricsLn.Close()
+		}
+		log.Info("stopped during start-up, before serving")
+		return nil
+	}
+
 	w := worker.New(workerStore, worker.Config{
 		Consumer: cfg.Worker.Consumer, Shards: cfg.Redis.Shards, ClaimIdle: cfg.Worker.ClaimIdle, Stale: cfg.Window.Stale,
 		ReadCount: cfg.Worker.ReadCount, BatchSize: cfg.Worker.BatchSize, Block: cfg.Worker.Block,
