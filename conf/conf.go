@@ -345,6 +345,13 @@ func (c Config) Warnings() []string {
 		// and the process then exits 1.
 		ws = append(ws, fmt.Sprintf("server.shutdown_timeout (%s) is shorter than window.size + window.grace (%s): "+
 			"on SIGTERM, windows that come due later are left to other replicas", c.Server.ShutdownTimeout, open))
+	} else if need := open + c.Worker.Block + c.Redis.Timeout; c.Server.ShutdownTimeout < need {
+		// The drain's last read of the stream waits for the readers'
+		// blocking read to end first, which Redis ends after worker.block
+		// (go-redis does not cut it short), then its reply's redis.timeout.
+		ws = append(ws, fmt.Sprintf("server.shutdown_timeout (%s) is shorter than window.size + window.grace + "+
+			"worker.block + redis.timeout (%s): on SIGTERM the readers' blocking read is waited out first, so the "+
+			"last reports' windows may be left unread, to other replicas", c.Server.ShutdownTimeout, need))
 	}
 	switch {
 	case c.Window.Dedupe < open:

@@ -340,6 +340,11 @@ func TestWarnings(t *testing.T) {
 		t.Fatalf("a warned setting is still valid: %v", err)
 	}
 	c = Default()
+	c.Worker.Block, c.Server.ShutdownTimeout = 10*time.Second, 12*time.Second // W + grace + block + timeout is 13.7s
+	if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], "server.shutdown_timeout (12s)") || !strings.Contains(ws[0], "worker.block") {
+		t.Fatalf("want a warning naming worker.block, got %q", ws)
+	}
+	c = Default()
 	c.Window.Dedupe = 20 * time.Second // above W + grace, below the Reporter's retries
 	if ws := c.Warnings(); len(ws) != 1 || !strings.Contains(ws[0], "client.Reporter") {
 		t.Fatalf("want a warning about the Reporter's retries, got %q", ws)
