@@ -217,6 +217,14 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		log.Info("stopped during start-up, before serving")
 		return nil
 	}
+	rpcLn, err := rpcserver.Listener(ln)
+	if err != nil {
+		ln.Close()
+		if metricsLn != nil {
+			metricsLn.Close()
+		}
+		return startError{fmt.Errorf("listen %s: %w", cfg.Server.Addr, err)}
+	}
 
 	w := worker.New(workerStore, worker.Config{
 		Consumer: cfg.Worker.Consumer, Shards: cfg.Redis.Shards, ClaimIdle: cfg.Worker.ClaimIdle, Stale: cfg.Window.Stale,
@@ -231,7 +239,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	h := handler.New(store, cfg.Window.Size, m, logging.Sampled(log.Named("handler"), m.LogSuppressed))
 	svr := comboservice.NewServer(h,
 		append(rpcserver.Options(reg, cfg.Server.MaxConnections),
-			server.WithListener(ln),
+			server.WithListener(rpcLn),
 			rpcserver.StopOn(ctx),
 			server.WithExitWaitTime(2*time.Second),
 		)...,

@@ -50,10 +50,15 @@ func run(addr string) error {
 
 // serve answers RPCs on ln until ctx ends.
 func serve(ctx context.Context, ln net.Listener) error {
+	nl, err := rpcserver.Listener(ln) // as the service's
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("listen %s: %w", ln.Addr(), err)
+	}
 	svr := comboservice.NewServer(&floor{},
 		// The service's options, metrics included: they cost per RPC too.
 		append(rpcserver.Options(prometheus.NewRegistry(), conf.Default().Server.MaxConnections),
-			server.WithListener(ln),
+			server.WithListener(nl),
 			rpcserver.StopOn(ctx),
 		)...,
 	)
