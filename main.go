@@ -84,7 +84,11 @@ func main() {
 	// the process at once, cutting the drain short: the windows this
 	// replica still holds stay pending in Redis, for another replica to
 	// claim or for this one's next start.
-	go func() { <-ctx.Done(); stop() }()
+	go func() {
+		<-ctx.Done()
+		stop()
+		log.Info("signal received: stopping (a second signal ends the process at once)")
+	}()
 	if err := run(ctx, cfg, log, nil); err != nil {
 		logRunError(log, err)
 		os.Exit(1)
