@@ -417,29 +417,40 @@ func TestPendingEntriesAreRecovered(t *testing.T) {
 	}
 }
 
-// A replica restarted under its name finds, among its own pending entries,
-// one deleted from the stream meanwhile (by hand, or trimmed): its window
-// is lost, and counted as the claimer counts such entries (the metric the
-// lost-entries alert watches), not as an entry that cannot be parsed; it
-// leaves the pending list, and the other window is pushed. (It was counted
-// in combo_bad_entries_total, and no alert said a window was lost.)
-func TestOwnPendingEntryDeletedIsCountedLost(t *testing.T) {
-	r, rdb, sub, m := setup(t)
-	ctx := context.Background()
-	readTwoThenDeleteOne(t, r, rdb, "c1") // "c1" reads both and dies
-	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
-		zaptest.NewLogger(t), m)
-	wk.Start()
-	defer wk.Shutdown(context.Background())
-	waitPushes(t, sub, 1)
-	waitFor(t, "an empty pending list", func() bool {
-		return rdb.XPending(ctx, r.Keys().Stream(0), repo.Group).Val().Count == 0
-	})
-	if n := testutil.ToFloat64(m.ClaimDeleted); n != 1 {
-		t.Errorf("deleted pending entries counted: %v, want 1", n)
-	}
-	if n := testutil.ToFloat64(m.BadEntries); n != 0 {
-		t.Errorf("bad entries counted: %v, want 0", n)
+// An entry deleted from the stream (by hand, or trimmed) while pending
+// is a lost window, found either way: by a replica restarted under its
+// name, re-reading its own pending entries, or by the claimer, taking a
+// dead consumer's over (XAUTOCLAIM hands it back as deleted). Either way
+// it is counted as the lost-entries alert watches, not as an entry that
+// cannot be parsed (it was counted in combo_bad_entries_total, and no
+// alert said a window was lost); it leaves the pending list, and the
+// other window is pushed.
+func TestDeletedPendingEntryIsCountedLost(t *testing.T) {
+	for _, tc := range []struct {
+		name, reader string // the consumer that read both entries
+		cfg          worker.Config
+	}{
+		{"own, re-read after a restart", "c1", worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond}},
+		{"a dead consumer's, claimed", "dead", worker.Config{Consumer: "live", ClaimIdle: 300 * time.Millisecond, Block: 50 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, rdb, sub, m := setup(t)
+			ctx := context.Background()
+			readTwoThenDeleteOne(t, r, rdb, tc.reader)
+			wk := worker.New(r, tc.cfg, zaptest.NewLogger(t), m)
+			wk.Start()
+			defer wk.Shutdown(context.Background())
+			waitPushes(t, sub, 1)
+			waitFor(t, "an empty pending list", func() bool {
+				return rdb.XPending(ctx, r.Keys().Stream(0), repo.Group).Val().Count == 0
+			})
+			if n := testutil.ToFloat64(m.ClaimDeleted); n != 1 {
+				t.Errorf("deleted pending entries counted: %v, want 1", n)
+			}
+			if n := testutil.ToFloat64(m.BadEntries); n != 0 {
+				t.Errorf("bad entries counted: %v, want 0", n)
+			}
+		})
 	}
 }
 
@@ -934,26 +945,6 @@ func TestShutdownDeadlineCountsNoRedisError(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(m.RedisErrors.WithLabelValues(metrics.OpFlush)); n != 0 {
 		t.Fatalf("combo_redis_errors_total{op=\"flush\"} = %v after a stop cut a flush short, want 0", n)
-	}
-}
-
-// DESIGN-NOTES 7: a dead consumer's pending entry deleted from the stream
-// is handed back by XAUTOCLAIM as a deleted id: counted, and it leaves the
-// pending list; the other claimed window is pushed.
-func TestClaimedDeletedEntryIsCountedAndLeavesThePendingList(t *testing.T) {
-	r, rdb, sub, m := setup(t)
-	ctx := context.Background()
-	readTwoThenDeleteOne(t, r, rdb, "dead")
-	wk := worker.New(r, worker.Config{Consumer: "live", ClaimIdle: 300 * time.Millisecond, Block: 50 * time.Millisecond},
-		zaptest.NewLogger(t), m)
-	wk.Start()
-	defer wk.Shutdown(context.Background())
-	waitPushes(t, sub, 1)
-	waitFor(t, "an empty pending list", func() bool {
-		return rdb.XPending(ctx, r.Keys().Stream(0), repo.Group).Val().Count == 0
-	})
-	if n := testutil.ToFloat64(m.ClaimDeleted); n != 1 {
-		t.Errorf("deleted pending entries counted: %v, want 1", n)
 	}
 }
 
