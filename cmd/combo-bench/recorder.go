@@ -31,6 +31,10 @@ type recorder struct {
 	// only ones whose windowStart is their first report's.
 	openedIDs   map[int64]bool
 	degradedIDs map[int64]bool // published on their own at once, no window
+	// windowQty is each window's total as the answers told it: the largest
+	// window_quantity answered with its id (a degraded report's own
+	// quantity). Its push must carry exactly that.
+	windowQty map[int64]int64
 }
 
 func newRecorder() *recorder {
@@ -40,6 +44,7 @@ func newRecorder() *recorder {
 		windowStart: make(map[int64]time.Time),
 		openedIDs:   make(map[int64]bool),
 		degradedIDs: make(map[int64]bool),
+		windowQty:   make(map[int64]int64),
 	}
 }
 
@@ -71,6 +76,7 @@ func (r *recorder) observe(start time.Time, took time.Duration, cs []*combo.Cont
 		case res.Degraded:
 			r.degraded++
 			r.degradedIDs[c.Id] = true
+			r.windowQty[c.Id] = int64(c.Quantity)
 		default:
 			// The report script answers an opening report with its own
 			// quantity; a joining one with the window's total, which is
@@ -82,6 +88,7 @@ func (r *recorder) observe(start time.Time, took time.Duration, cs []*combo.Cont
 			if t, ok := r.windowStart[res.WindowId]; !ok || start.Before(t) {
 				r.windowStart[res.WindowId] = start
 			}
+			r.windowQty[res.WindowId] = max(r.windowQty[res.WindowId], int64(res.WindowQuantity))
 		}
 		r.acked++
 		r.reported[keyOf(c)] += int64(c.Quantity)
@@ -117,6 +124,9 @@ func (r *recorder) merge(o *recorder) {
 	}
 	for id := range o.degradedIDs {
 		r.degradedIDs[id] = true
+	}
+	for id, q := range o.windowQty {
+		r.windowQty[id] = max(r.windowQty[id], q)
 	}
 }
 

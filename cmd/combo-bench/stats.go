@@ -81,9 +81,15 @@ type pushCheck struct {
 	// EarlyPushes were received before W had passed since their window's
 	// first RPC started (lag below -grace): published before the window
 	// could have closed, which CONTRACT.md §3 forbids.
-	EarlyPushes   int      `json:"early_pushes"`
-	UnknownPushes int      `json:"unknown_pushes"`
-	Lag           durStats `json:"push_lag"`
+	EarlyPushes   int `json:"early_pushes"`
+	UnknownPushes int `json:"unknown_pushes"`
+	// WindowsMiscounted are pushes, on keys whose every RPC was answered,
+	// of a window no answer announced, or of a window whose quantity is
+	// not the total its answers gave (window_quantity): quantity counted in
+	// another window than the caller was told, which the per-key sums
+	// below cannot see.
+	WindowsMiscounted int      `json:"windows_miscounted"`
+	Lag               durStats `json:"push_lag"`
 
 	KeysChecked    int   `json:"keys_checked"`
 	KeysMismatched int   `json:"keys_mismatched"` // pushed != reported, not explained by failed RPCs
@@ -96,8 +102,9 @@ type pushCheck struct {
 // checkPushes matches the run's pushes to what the callers recorded:
 // windows expected vs pushed, push lag (receive time minus the window's due
 // time: its first report's RPC start + W + grace), and conservation (per
-// combo key, the pushed quantities add up to the reported ones, and no
-// window id is pushed twice, none is pushed before W has passed).
+// combo key, the pushed quantities add up to the reported ones; per window,
+// on keys without failed RPCs, its push carries the total its answers gave;
+// no window id is pushed twice, none is pushed before W has passed).
 func checkPushes(rec *recorder, pushes []pushed, window, grace time.Duration) pushCheck {
 	lagBase := window + grace
 	c := pushCheck{WindowsExpected: rec.opened + rec.degraded, PushesReceived: len(pushes)}
@@ -111,6 +118,12 @@ func checkPushes(rec *recorder, pushes []pushed, window, grace time.Duration) pu
 			continue
 		}
 		seen[p.WindowID] = true
+		// A key with a failed RPC may hold a window, or a larger total,
+		// that no answer told of: only its key's sum is checked.
+		certain := rec.uncertain[p.Key] == 0
+		if want, ok := rec.windowQty[p.WindowID]; certain && (!ok || p.Quantity != want) {
+			c.WindowsMiscounted++
+		}
 		if rec.degradedIDs[p.WindowID] {
 			c.WindowsPushed++
 			continue
@@ -173,7 +186,8 @@ func checkPushes(rec *recorder, pushes []pushed, window, grace time.Duration) pu
 			c.KeysMismatched++
 		}
 	}
-	c.Conserved = c.KeysMismatched == 0 && c.PushedTwice == 0 && c.WindowsMissing == 0 && c.EarlyPushes == 0
+	c.Conserved = c.KeysMismatched == 0 && c.PushedTwice == 0 && c.WindowsMissing == 0 && c.EarlyPushes == 0 &&
+		c.WindowsMiscounted == 0
 	return c
 }
 

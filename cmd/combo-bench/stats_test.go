@@ -204,3 +204,56 @@ func TestLateOnlyPushOfAnUncertainWindowKeepsTheRunConserved(t *testing.T) {
 		t.Fatalf("after amendLate: %+v, want conserved, one late push, key c uncertain", pc)
 	}
 }
+
+// Conservation is per window as well as per key: a report answered as
+// joining window 1 (window_quantity 5) whose quantity is pushed in a window
+// no answer announced, or windows of one key pushed with their quantities
+// shifted between them, keep every key's sum equal and must still fail the
+// check (the join-while-flushing race would look exactly like this).
+func TestCheckPushesFindsQuantityInTheWrongWindow(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	W, grace := 3*time.Second, 200*time.Millisecond
+	due := t0.Add(W + grace)
+
+	rec, a, b, _ := recordedRun(t0) // window 1 on a: 2 then 3 (total 5); window 3 on b: 4
+	got := checkPushes(rec, []pushed{
+		{Recv: due, WindowID: 1, Key: a, Quantity: 2}, // without the join answered as counted in it
+		{Recv: due, WindowID: 2, Key: a, Quantity: 3}, // the join, as a window nobody was told of
+		{Recv: due.Add(2 * time.Second), WindowID: 3, Key: b, Quantity: 4},
+	}, W, grace)
+	if got.KeysMismatched != 0 {
+		t.Fatalf("keys mismatched %d: the setup must keep every key's sum", got.KeysMismatched)
+	}
+	if got.Conserved || got.WindowsMiscounted != 2 {
+		t.Fatalf("window 1 pushed with 2 where its answers said 5, and an unannounced window on a key with no failed RPC: "+
+			"conserved %v, miscounted %d; want false, 2", got.Conserved, got.WindowsMiscounted)
+	}
+
+	// Two announced windows of one key, their quantities swapped.
+	rec, a, b, _ = recordedRun(t0)
+	rec.observe(t0.Add(4*time.Second), time.Millisecond,
+		[]*combo.Contribution{{Id: 5, ActivityId: a.Activity, UserId: a.User, ItemType: a.ItemType, Quantity: 1}},
+		[]*combo.ReportContributionResponse{{WindowId: 5, WindowQuantity: 1}}, nil)
+	got = checkPushes(rec, []pushed{
+		{Recv: due, WindowID: 1, Key: a, Quantity: 1},
+		{Recv: due.Add(4 * time.Second), WindowID: 5, Key: a, Quantity: 5},
+		{Recv: due.Add(2 * time.Second), WindowID: 3, Key: b, Quantity: 4},
+	}, W, grace)
+	if got.Conserved || got.WindowsMiscounted != 2 || got.KeysMismatched != 0 {
+		t.Fatalf("windows 1 and 5 pushed with each other's totals: conserved %v, miscounted %d, keys mismatched %d; want false, 2, 0",
+			got.Conserved, got.WindowsMiscounted, got.KeysMismatched)
+	}
+
+	// A key with a failed RPC may have a window nobody was told of, or a
+	// larger total than answered: that stays uncertain, not miscounted.
+	rec, a, b, c := recordedRun(t0)
+	got = checkPushes(rec, []pushed{
+		{Recv: due, WindowID: 1, Key: a, Quantity: 5},
+		{Recv: due.Add(2 * time.Second), WindowID: 3, Key: b, Quantity: 4},
+		{Recv: due, WindowID: 4, Key: c, Quantity: 1},
+	}, W, grace)
+	if !got.Conserved || got.WindowsMiscounted != 0 {
+		t.Fatalf("a run whose only unannounced window is on a key with a failed RPC: conserved %v, miscounted %d; want true, 0",
+			got.Conserved, got.WindowsMiscounted)
+	}
+}
