@@ -118,8 +118,8 @@ func (c curveResult) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "level\topen windows\treports/s\tp50 ms\tp99 ms\tredis µs/report (script)\treports/script call\tredis cpu ms/1k\tsvc cpu ms/1k\terrors\t\n")
 	for _, p := range c.Points {
-		fmt.Fprintf(tw, "%d\t%d-%d\t%.0f\t%.2f\t%.2f\t%.1f\t%.1f\t%s\t%.1f\t%d\t\n",
-			p.Level, p.OpenWindows, p.OpenAfter, p.Throughput, p.P50, p.P99, p.ScriptUsec, p.ReportsPerCall, p.CPU.redisMsPer1k(), p.CPU.ServiceMsPer1k, p.Errors)
+		fmt.Fprintf(tw, "%d\t%d-%d\t%.0f\t%.2f\t%.2f\t%.1f\t%.1f\t%s\t%s\t%d\t\n",
+			p.Level, p.OpenWindows, p.OpenAfter, p.Throughput, p.P50, p.P99, p.ScriptUsec, p.ReportsPerCall, p.CPU.redisMsPer1k(), p.CPU.serviceMsPer1k(), p.Errors)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "probe: %d single reports per level, each opening a window\n", c.Probe)

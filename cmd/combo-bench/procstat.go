@@ -55,6 +55,24 @@ type cpuUse struct {
 	// RedisUnmeasured: Redis's pid here is unknown (see redisPID), so its
 	// figures above are 0 for no measurement, and print as n/a.
 	RedisUnmeasured bool `json:"redis_cpu_unmeasured,omitempty"`
+	// ServiceUnmeasured: no -service-pid (or -floor-pid) was given: the
+	// service's figures are absent from the JSON and print as n/a.
+	ServiceUnmeasured bool `json:"service_cpu_unmeasured,omitempty"`
+}
+
+// serviceMsPer1k and serviceCores print the service's figures, or n/a.
+func (u cpuUse) serviceMsPer1k() string {
+	if u.ServiceUnmeasured {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", u.ServiceMsPer1k)
+}
+
+func (u cpuUse) serviceCores() string {
+	if u.ServiceUnmeasured {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", u.ServiceCores)
 }
 
 // redisMsPer1k and redisCores print Redis's figures, or n/a.
@@ -110,7 +128,8 @@ func (s *cpuSampler) since(acked int64) cpuUse {
 	u := cpuUse{
 		RedisMsPer1k: per1k(d[1]), BenchMsPer1k: per1k(d[2]),
 		RedisCores: cores(d[1]), BenchCores: cores(d[2]),
-		RedisUnmeasured: s.pids[1] <= 0,
+		RedisUnmeasured:   s.pids[1] <= 0,
+		ServiceUnmeasured: s.pids[0] <= 0,
 	}
 	if s.pids[0] > 0 {
 		u.ServiceMsPer1k, u.ServiceCores = per1k(d[0]), cores(d[0])

@@ -144,11 +144,11 @@ func (rs runs) print(w io.Writer) {
 		pipeRow("pipeline rtt ms", func(p *pipelineUse) string { return f2(p.RoundTripMeanMs) })
 		pipeRow("pipelines in flight", func(p *pipelineUse) string { return f2(p.InFlight) })
 	}
-	row("cpu ms/1k svc", func(r result) string { return f1(r.CPU.ServiceMsPer1k) })
+	row("cpu ms/1k svc", func(r result) string { return r.CPU.serviceMsPer1k() })
 	row("cpu ms/1k redis", func(r result) string { return r.CPU.redisMsPer1k() })
 	row("cpu ms/1k bench", func(r result) string { return f1(r.CPU.BenchMsPer1k) })
 	row("cores svc/redis/bench", func(r result) string {
-		return fmt.Sprintf("%.2f/%s/%.2f", r.CPU.ServiceCores, r.CPU.redisCores(), r.CPU.BenchCores)
+		return fmt.Sprintf("%s/%s/%.2f", r.CPU.serviceCores(), r.CPU.redisCores(), r.CPU.BenchCores)
 	})
 	_ = tw.Flush()
 	for _, r := range rs {
