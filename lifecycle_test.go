@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -535,5 +536,43 @@ func TestPortInUseFailsFastWithRedisDown(t *testing.T) {
 				t.Fatalf("run still starting 3 s after failing to listen on %s (server.shutdown_timeout %s)", taken.Addr(), cfg.Server.ShutdownTimeout)
 			}
 		})
+	}
+}
+
+// Each Redis Cluster client is given its own copy of redis.addrs. go-redis's
+// cluster client appends the nodes it discovers to the very slice it was
+// given, under its own lock only: the report path's and the worker's
+// clients, sharing one backing array with room to spare, wrote into each
+// other's node lists while both reloaded their slot maps (a data race the
+// race detector found in TestServiceFollowsAFailover, about 1 run in 2).
+func TestClusterClientsDoNotShareTheirAddresses(t *testing.T) {
+	cfg := conf.Default()
+	addrs := make([]string, 2, 8) // spare capacity, as a decoded list may have
+	addrs[0], addrs[1] = "127.0.0.1:1", "127.0.0.1:2"
+	cfg.Redis.Addrs = addrs
+	_, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
+	a, ok := newClient(0).(*redis.ClusterClient)
+	if !ok {
+		t.Fatal("redis.addrs did not make a cluster client")
+	}
+	b := newClient(0).(*redis.ClusterClient)
+	ao, bo := a.Options().Addrs, b.Options().Addrs
+	if !slices.Equal(ao, addrs) || !slices.Equal(bo, addrs) {
+		t.Fatalf("clients' addresses %v and %v, want %v", ao, bo, addrs)
+	}
+	for name, got := range map[string][]string{"first": ao, "second": bo} {
+		if &got[0] == &addrs[0] {
+			t.Errorf("the %s client's addresses are redis.addrs' own array", name)
+		}
+		if cap(got) != len(got) {
+			t.Errorf("the %s client's addresses have room for %d more in place", name, cap(got)-len(got))
+		}
+	}
+	if &ao[0] == &bo[0] {
+		t.Error("the two clients share one array of addresses")
 	}
 }

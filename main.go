@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 
@@ -411,6 +412,12 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, supp
 	var clients []redis.UniversalClient
 	newClient := func(minConns int) redis.UniversalClient {
 		o := *opts
+		// A client of its own copy of the addresses: a cluster client
+		// appends the nodes it discovers to the slice it was given (under
+		// its own lock), so clients sharing one backing array with room to
+		// spare wrote into each other's node lists, a data race the race
+		// detector found during a failover.
+		o.Addrs = slices.Clip(slices.Clone(opts.Addrs))
 		pool := o.PoolSize
 		if pool == 0 {
 			pool = 10 * runtime.GOMAXPROCS(0) // go-redis's default
