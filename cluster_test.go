@@ -181,3 +181,94 @@ func TestServiceFollowsAReshard(t *testing.T) {
 		t.Fatalf("record %+v", got[0].msg.Record)
 	}
 }
+
+// A master is killed and the cluster promotes its replica, which holds
+// the windows and reports of the master's shards. The service follows
+// within a few seconds: its reports on those shards are taken by the new
+// master, and the window open at the kill is pushed from there. go-redis
+// reads the slot map again at once only on MOVED, ASK or READONLY, never on
+// a refused dial or CLUSTERDOWN, and otherwise once its copy is
+// ClusterStateReloadInterval old: at go-redis's default of 60 s, every call
+// of those shards went on dialling the dead master for up to a minute after
+// the promotion, and the window was dropped stale (window.stale 20 s here,
+// 60 s by default, after cluster-node-timeout's 15 s before a promotion).
+func TestServiceFollowsAFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test skipped in -short")
+	}
+	cluster := testredis.StartCluster(t, 3)
+	const shards = 6
+	s := startService(t, options{cluster: cluster, mutate: func(c *conf.Config) {
+		c.Redis.Shards = shards
+		c.Redis.Timeout = 2 * time.Second // as in TestRedisCluster: first dials to three masters
+		// Room to replicate the window and kill its master before it is due.
+		c.Window.Size = time.Second
+		c.Worker.ClaimIdle = conf.DefaultClaimIdle(c.Window)
+	}})
+	ctx := context.Background()
+	keys := repo.NewKeys(shards)
+	cc := cluster.Client(t)
+	from := cluster.MasterAddr(t, cc, keys.Stream(0))
+	replica := cluster.AddReplica(t, from)
+	// Pushes are watched on a master that lives: PUBLISH reaches every node.
+	var pushes *pushLog
+	for i, a := range cluster.Addrs {
+		if a != from {
+			pushes = subscribe(t, cluster.Nodes[i].Client())
+			break
+		}
+	}
+	onShard0 := func(a int64) *combo.Contribution {
+		user := int64(1)
+		for keys.Shard(a, user, "firework") != 0 {
+			user++
+		}
+		return gift(a, user, "firework", 1)
+	}
+
+	open := newActivity() // a window on shard 0, open at the kill
+	s.report(onShard0(open))
+	fromCl := redis.NewClient(&redis.Options{Addr: from})
+	t.Cleanup(func() { fromCl.Close() })
+	if n, err := fromCl.Do(ctx, "WAIT", 1, 1000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT: %d %v: the replica must hold the window", n, err)
+	}
+	for i, a := range cluster.Addrs {
+		if a == from {
+			cluster.Nodes[i].Kill()
+		}
+	}
+	replicaCl := replica.Client()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if r, _ := replicaCl.Do(ctx, "ROLE").Slice(); len(r) > 0 && r[0] == "master" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replica not promoted 30 s after its master was killed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	promoted := time.Now()
+
+	after := newActivity() // a report on shard 0 after the promotion, sent again until taken
+	c := onShard0(after)
+	for {
+		_, err := s.rpc.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: c})
+		if err == nil {
+			break
+		}
+		if time.Since(promoted) > 10*time.Second {
+			t.Fatalf("reports on shard 0 still refused 10 s after its replica was promoted: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("a report on shard 0 taken %s after the promotion", time.Since(promoted).Round(time.Millisecond))
+	pushes.waitFor(1, 10*time.Second-time.Since(promoted), forActivity(open))
+	t.Logf("the window open at the kill pushed %s after the promotion", time.Since(promoted).Round(time.Millisecond))
+	pushes.waitFor(1, wait, forActivity(after))
+	// Before the test's cleanup stops the new master.
+	if err := s.stop(); err != nil {
+		t.Fatalf("stop after the failover: %v", err)
+	}
+}

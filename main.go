@@ -331,6 +331,21 @@ func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *z
 	}
 }
 
+// clusterStateReload is how old a Redis Cluster client's copy of the slot
+// map may grow before the client reads it again (CLUSTER SLOTS, from any
+// node that answers), on its next command. go-redis reads it anew at once
+// only when a node answers MOVED, ASK or READONLY; a master that died
+// answers nothing, and CLUSTERDOWN or a refused dial triggers no reading.
+// At go-redis's default of 60 s, every call of a dead master's shards went
+// on dialling it for up to a minute after the cluster had promoted its
+// replica: reports on them failed UNAVAILABLE, and their windows, open at
+// the kill, waited; with cluster-node-timeout's 15 s before the promotion
+// and window.stale's 60 s, some were dropped stale. The cost is one CLUSTER
+// SLOTS every 2 s per client (two per replica: the report path's and the
+// worker's), and only while the client runs commands: a reply of a few
+// hundred bytes, far below the traffic of the reports themselves.
+const clusterStateReload = 2 * time.Second
+
 // openRedis starts the embedded Redis if none is configured and returns its
 // address, a constructor of clients for it, and a closer of all of them. With
 // TLS it registers on reg whether the files read whole, and the expiry of
@@ -423,7 +438,16 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, supp
 			pool = 10 * runtime.GOMAXPROCS(0) // go-redis's default
 		}
 		o.PoolSize = max(pool, minConns)
-		c := redis.NewUniversalClient(&o)
+		var c redis.UniversalClient
+		if o.IsClusterMode && o.MasterName == "" {
+			// As NewUniversalClient would, but with the slot map reloaded
+			// every clusterStateReload (UniversalOptions has no field for it).
+			co := o.Cluster()
+			co.ClusterStateReloadInterval = clusterStateReload
+			c = redis.NewClusterClient(co)
+		} else {
+			c = redis.NewUniversalClient(&o)
+		}
 		clients = append(clients, c)
 		return c
 	}

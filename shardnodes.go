@@ -11,10 +11,14 @@ import (
 
 // shardNodesEvery is how often shardNodeWatch reads the slot map again,
 // as go-redis holds it: go-redis reloads its copy when a node answers
-// MOVED (a moved shard's next report or flush) and once it is a minute
-// old, so a reshard is seen within 10 s of the service's next command to
-// a moved shard, and in about a minute at most. A variable so that tests
-// can shorten it.
+// MOVED (a moved shard's next report or flush) and, on the service's
+// clients, once it is clusterStateReload old, on the client's next command
+// (this loop's readings trigger that too), so a reshard is seen within 10 s
+// of the service's next command to a moved shard, and any other change of
+// the map within two readings at most. A failover changes no node's bound:
+// the promoted replica serves its master's shards, numbered as before (see
+// repo.ShardNodes); it is the client's routing that must follow it, which
+// clusterStateReload bounds. A variable so that tests can shorten it.
 var shardNodesEvery = 10 * time.Second
 
 // shardNodeWatch keeps the bound on a Redis Cluster node's batch pipelines

@@ -85,6 +85,43 @@ func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	return cc
 }
 
+// AddReplica starts a cluster node and joins it as a replica of the master
+// at master (redis-cli --cluster add-node --cluster-slave), in sync with
+// it when AddReplica returns. It is not added to Nodes or Addrs. A plain
+// TCP cluster only.
+func (c *Cluster) AddReplica(tb testing.TB, master string) *Server {
+	tb.Helper()
+	if c.TLS != nil {
+		tb.Fatal("testredis: AddReplica on a TLS cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // redis-cli waits with no bound of its own
+	defer cancel()
+	m := c.node(tb, master)
+	id, err := m.ClusterMyID(ctx).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := &Server{Dir: tb.TempDir(), tb: tb, opts: Options{Args: []string{"--cluster-enabled", "yes",
+		"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}}}
+	s.launch(clusterPort)
+	out, err := exec.CommandContext(ctx, "redis-cli", "--cluster", "add-node", s.Addr, master,
+		"--cluster-slave", "--cluster-master-id", id).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("redis-cli --cluster add-node: %v\n%s", err, out)
+	}
+	cl := s.Client()
+	for {
+		info, _ := cl.Info(ctx, "replication").Result()
+		if strings.Contains(info, "master_link_status:up") {
+			return s
+		}
+		if ctx.Err() != nil {
+			tb.Fatalf("testredis: replica %s of %s not in sync after a minute", s.Addr, master)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // ConfigSet sets a parameter on every node (CONFIG SET on a cluster
 // client reaches one node only).
 func (c *Cluster) ConfigSet(tb testing.TB, cc *redis.ClusterClient, param, value string) {
