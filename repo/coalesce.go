@@ -213,8 +213,9 @@ func (c *coalescer) take() []*reportCall {
 }
 
 // run executes one shared pipeline and answers every call in it; it
-// returns the pipeline's own error (Redis not answering, say), nil when
-// the pipeline was answered or not sent.
+// returns the pipeline's own error (Redis not answering, say, the report
+// scripts or the degraded publish that follows them), nil when the
+// pipeline was answered or not sent.
 func (c *coalescer) run(batch []*reportCall) error {
 	// A panic (a bug, a hook of the Redis client) fails the calls of this
 	// pipeline only. Unwinding on, it left them unanswered and the running
@@ -269,9 +270,10 @@ func (c *coalescer) run(batch []*reportCall) error {
 	for i, call := range live {
 		sizes[i] = len(call.cs)
 	}
-	for i, a := range c.r.results(ctx, all, replies, sizes) {
+	answers, err := c.r.results(ctx, all, replies, sizes)
+	for i, a := range answers {
 		live[i].res, live[i].err = a.res, a.err
 		close(live[i].done)
 	}
-	return nil
+	return err // a degraded publish Redis did not answer fails the queue too
 }

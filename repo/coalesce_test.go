@@ -21,8 +21,12 @@ import (
 )
 
 // pipelineHook runs before each pipeline reaches Redis: it adds a round
-// trip's delay, or holds the pipeline until released.
-type pipelineHook struct{ before func() }
+// trip's delay, or holds the pipeline until released. cmds, if set, is
+// given the pipeline's commands.
+type pipelineHook struct {
+	before func()
+	cmds   func([]redis.Cmder)
+}
 
 func (h pipelineHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -31,7 +35,12 @@ func (h pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.before()
+		if h.before != nil {
+			h.before()
+		}
+		if h.cmds != nil {
+			h.cmds(cmds)
+		}
 		return next(ctx, cmds)
 	}
 }
@@ -627,5 +636,91 @@ func (h scriptPipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) 
 			h.before()
 		}
 		return next(ctx, cmds)
+	}
+}
+
+// When Redis answers the report scripts (each failing: it refuses writes)
+// and then stalls during the degraded publish, the calls queued behind
+// that pipeline fail with it, unsent, as behind a report pipeline Redis
+// does not answer: a second pipeline into the same stall made them wait
+// two Timeouts, the whole of client.NewClient's 1 s RPC timeout with the
+// default redis.timeout, so callers got Kitex's timeout, not UNAVAILABLE.
+func TestCallsQueuedBehindAnUnansweredDegradedPublishFailWithIt(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	ctx := context.Background()
+	srv := testredis.Start(t, testredis.Options{})
+	admin := srv.Client()
+	t.Cleanup(func() { admin.Close() })
+	if err := admin.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil { // NOREPLICAS: reports degrade
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true,
+		ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	t.Cleanup(func() { rdb.Close() })
+	s := settings()
+	s.Timeout = timeout
+	r := repo.New(rdb, s)
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var reportPipelines atomic.Int64
+	paused := make(chan struct{})
+	var once sync.Once
+	rdb.AddHook(pipelineHook{cmds: func(cmds []redis.Cmder) {
+		if !repo.IsDegradedPublish(cmds[0]) {
+			if n := cmds[0].Name(); n == "evalsha" || n == "eval" { // not a connection's set-up
+				reportPipelines.Add(1)
+			}
+			return
+		}
+		once.Do(func() {
+			// Redis stalls now: it answers nothing for 2 s.
+			if err := admin.Do(ctx, "CLIENT", "PAUSE", "2000", "ALL").Err(); err != nil {
+				t.Error(err)
+			}
+			close(paused)
+		})
+	}})
+
+	first := make(chan error, 1)
+	go func() {
+		_, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)})
+		first <- err
+	}()
+	<-paused
+	const queued = 100
+	type answer struct {
+		err  error
+		took time.Duration
+	}
+	answers := make(chan answer, queued)
+	for i := range queued {
+		go func() {
+			start := time.Now()
+			_, err := r.Report(ctx, []*combo.Contribution{contribution(int64(i+2), "rose", base)})
+			answers <- answer{err, time.Since(start)}
+		}()
+	}
+	waitPending(t, r, queued)
+	if err := <-first; !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "degraded publish failed") {
+		t.Fatalf("report whose degraded publish got no answer: %v, want ErrUnavailable naming the degraded publish", err)
+	}
+	worst := time.Duration(0)
+	for range queued {
+		select {
+		case a := <-answers:
+			if !errors.Is(a.err, repo.ErrUnavailable) {
+				t.Fatalf("queued report behind a degraded publish Redis does not answer: %v, want ErrUnavailable", a.err)
+			}
+			worst = max(worst, a.took)
+		case <-time.After(10 * time.Second):
+			t.Fatal("queued reports never returned")
+		}
+	}
+	if worst > timeout*3/2 {
+		t.Errorf("a report queued behind an unanswered degraded publish took %v, want about one Timeout (%v)", worst, timeout)
+	}
+	if n := reportPipelines.Load(); n != 1 {
+		t.Errorf("%d report pipelines sent to a Redis that did not answer the degraded publish, want 1", n)
 	}
 }

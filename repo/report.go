@@ -151,8 +151,11 @@ type callAnswer struct {
 // would spend the pipeline's one timeout on as many round trips as calls
 // while Redis refuses writes, and fail the later ones as unavailable. A
 // call fails whole when one of its replies says Redis did not answer, or
-// when the publish of its degraded contributions fails.
-func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []reportReply, sizes []int) []callAnswer {
+// when the publish of its degraded contributions fails. That publish's
+// error is returned too: it is a round trip of the pipeline's, and when
+// Redis did not answer it, the calls queued behind must fail with it
+// (coalescer.failQueued), as behind a report pipeline Redis did not answer.
+func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []reportReply, sizes []int) ([]callAnswer, error) {
 	out := make([]callAnswer, len(sizes))
 	var degraded []*combo.Contribution
 	var degradedCalls []int
@@ -208,7 +211,7 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 			for _, k := range degradedCalls {
 				out[k] = callAnswer{err: err}
 			}
-			return out
+			return out, err
 		}
 		// Not published now: its id was remembered already (see
 		// publishSingles). It is the duplicate a re-sent report script
@@ -221,7 +224,7 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // runReports pipelines the report scripts for cs[todo...], grouped by
