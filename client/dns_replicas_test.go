@@ -72,16 +72,35 @@ func replica(t *testing.T, ip string, port int) *counting {
 	return h
 }
 
-// freePort is a TCP port free on 127.0.0.1, and so, most likely, on the
-// other loopback addresses.
-func freePort(t *testing.T) int {
+// freePort is a TCP port that each of ips can bind now. A port free on
+// 127.0.0.1 need not be on 127.0.0.2: the kernel hands out a port bound
+// on another address only, a replica of an earlier test there, say, or of
+// another test binary running the same tests.
+func freePort(t *testing.T, ips ...string) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		first, err := net.Listen("tcp", net.JoinHostPort(ips[0], "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := first.Addr().(*net.TCPAddr).Port
+		lns := []net.Listener{first}
+		for _, ip := range ips[1:] {
+			ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+			if err != nil {
+				break
+			}
+			lns = append(lns, ln)
+		}
+		for _, ln := range lns {
+			ln.Close()
+		}
+		if len(lns) == len(ips) {
+			return port
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatalf("no port free on all of %v", ips)
+	return 0
 }
 
 // newReplicasClient is NewClient for combo-replicas.test:port.
@@ -113,8 +132,8 @@ func load(cli comboservice.Client, callers int, d time.Duration) {
 // to one of them at random, so every replica takes calls. netpoll alone
 // dialed the first record every time.
 func TestDNSNameWithSeveralARecordsSpreadsCalls(t *testing.T) {
-	port := freePort(t)
 	ips := []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}
+	port := freePort(t, ips...)
 	var reps []*counting
 	for _, ip := range ips {
 		reps = append(reps, replica(t, ip, port))
@@ -138,7 +157,7 @@ func TestDNSNameWithSeveralARecordsSpreadsCalls(t *testing.T) {
 // first record, the old replica. Connections already open stay where they
 // are: see the package comment.
 func TestDNSNameGainingAReplicaTakesNewConnections(t *testing.T) {
-	port := freePort(t)
+	port := freePort(t, "127.0.0.2", "127.0.0.3")
 	old, added := replica(t, "127.0.0.2", port), replica(t, "127.0.0.3", port)
 	dns := fakeARecords(t, "127.0.0.2")
 	cli := newReplicasClient(t, port)
@@ -164,6 +183,13 @@ func blackhole(t *testing.T, ip string, port int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Close(fd) })
+	// As net.Listen does: a connection to an earlier listener on ip:port
+	// that the server side closed first is left in TIME_WAIT there for a
+	// minute, and without SO_REUSEADDR the bind fails "address already in
+	// use".
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+		t.Fatal(err)
+	}
 	sa := &syscall.SockaddrInet4{Port: port}
 	copy(sa.Addr[:], net.ParseIP(ip).To4())
 	if err := syscall.Bind(fd, sa); err != nil {
@@ -191,7 +217,7 @@ func blackhole(t *testing.T, ip string, port int) {
 // call failed (Kitex retried the dial until the RPC timeout, each time on
 // the dead record).
 func TestDNSNameFirstRecordDeadFallsBack(t *testing.T) {
-	port := freePort(t)
+	port := freePort(t, "127.0.0.2", "127.0.0.3")
 	blackhole(t, "127.0.0.2", port)
 	up := replica(t, "127.0.0.3", port)
 	fakeARecords(t, "127.0.0.2", "127.0.0.3")
