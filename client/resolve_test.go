@@ -87,15 +87,31 @@ func (d *FakeDNS) answer(q []byte) []byte {
 	return resp
 }
 
-// UseResolver makes the process's default resolver ask d alone, for this
-// test.
-func (d *FakeDNS) UseResolver(t *testing.T) {
-	saved := net.DefaultResolver
-	net.DefaultResolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+// usedDNS is the FakeDNS the process's resolver asks, nil outside the
+// tests that call UseResolver.
+var usedDNS atomic.Pointer[FakeDNS]
+
+// The process's resolver is set once, before any test runs, and asks
+// usedDNS when a test set one, else the name servers of resolv.conf, as
+// Go's own resolver does. UseResolver used to swap net.DefaultResolver
+// for each test and put it back in a Cleanup: a call the test had given
+// up on (Kitex's RPC timeout leaves it running in a goroutine of its own)
+// still looked the name up, reading net.DefaultResolver, and the race
+// detector failed the test on the Cleanup's write.
+func init() {
+	net.DefaultResolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
+		if d := usedDNS.Load(); d != nil {
+			network, address = "udp", d.conn.LocalAddr().String()
+		}
 		var dialer net.Dialer
-		return dialer.DialContext(ctx, "udp", d.conn.LocalAddr().String())
+		return dialer.DialContext(ctx, network, address)
 	}}
-	t.Cleanup(func() { net.DefaultResolver = saved })
+}
+
+// UseResolver makes the process's resolver ask d alone, for this test.
+func (d *FakeDNS) UseResolver(t *testing.T) {
+	saved := usedDNS.Swap(d)
+	t.Cleanup(func() { usedDNS.Store(saved) })
 }
 
 // lateName serves TCP on a local port under host name, which does not
