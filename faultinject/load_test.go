@@ -147,6 +147,16 @@ func (l *ledger) snapshot() (map[int64]entry, []int64) {
 	return out, append([]int64(nil), l.given...)
 }
 
+// attemptsOf is how many attempts of id have begun.
+func (l *ledger) attemptsOf(id int64) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.byID[id]; e != nil {
+		return e.attempts
+	}
+	return 0
+}
+
 func (l *ledger) attemptCount() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -298,7 +298,12 @@ func TestDuplicateReports(t *testing.T) {
 			if answers[0] == nil || answers[1] == nil {
 				return // send reported why
 			}
-			if answers[0].Duplicate == answers[1].Duplicate {
+			// Both copies counted is always wrong. Both answered duplicate
+			// is right when a send was retried: the attempt whose answer
+			// was lost (the caller's timeout, or UNAVAILABLE after a
+			// pipeline that still ran) may be the one that counted it.
+			retried := g.led.attemptsOf(cs[i].Id) > 2
+			if answers[0].Duplicate == answers[1].Duplicate && !(answers[0].Duplicate && retried) {
 				t.Errorf("id %d sent twice at once: duplicate=%v and %v, want exactly one true", cs[i].Id, answers[0].Duplicate, answers[1].Duplicate)
 			}
 			if i%2 == 0 { // at once again, most likely while its window is open
