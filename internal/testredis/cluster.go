@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,6 +54,11 @@ func startCluster(tb testing.TB, n int, pki *TLSFiles) *Cluster {
 		c.Nodes = append(c.Nodes, s)
 		c.Addrs = append(c.Addrs, s.Addr)
 	}
+	// No room to spare: go-redis's cluster client appends the nodes it
+	// discovers to the slice of ClusterOptions.Addrs it was given (under
+	// its own lock), and tests give it c.Addrs; with room in place, two
+	// clients wrote a new node into one array.
+	c.Addrs = slices.Clip(c.Addrs)
 	var cli []string
 	if pki != nil {
 		cli = []string{"--tls", "--cacert", pki.CA, "--cert", pki.ClientCert, "--key", pki.ClientKey}
@@ -74,9 +80,10 @@ func startCluster(tb testing.TB, n int, pki *TLSFiles) *Cluster {
 	return c
 }
 
-// Client returns a cluster client, closed when the test ends.
+// Client returns a cluster client, closed when the test ends. It has its
+// own copy of Addrs, which it appends the nodes it discovers to.
 func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
-	o := &redis.ClusterOptions{Addrs: c.Addrs}
+	o := &redis.ClusterOptions{Addrs: slices.Clip(slices.Clone(c.Addrs))}
 	if c.TLS != nil {
 		o.TLSConfig = c.TLS.ClientConfig(tb)
 	}
