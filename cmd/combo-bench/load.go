@@ -156,10 +156,16 @@ func (s *timedSender) ReportContributions(ctx context.Context, req *combo.Report
 		results = resp.Results
 	}
 	s.mu.Lock()
-	s.rec.observe(start, took, req.Contributions, results, err)
+	if s.rec != nil { // nil: the run is over (see runReporter)
+		s.rec.observe(start, took, req.Contributions, results, err)
+	}
 	s.mu.Unlock()
 	return resp, err
 }
+
+// reporterCloseTimeout bounds runReporter's Close: how long the flush
+// of what the Reporter still holds may take.
+var reporterCloseTimeout = 30 * time.Second
 
 // runReporter: c callers hand reports to one client.Reporter, which batches
 // them (-b, -reporter-linger, -reporter-conc). A full queue is backpressure,
@@ -194,14 +200,18 @@ func runReporter(cfg config, cli comboservice.Client, wl *workload) (load, error
 			}
 		}
 	})
-	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	closeCtx, cancel := context.WithTimeout(context.Background(), reporterCloseTimeout)
 	defer cancel()
 	closeErr := rep.Close(closeCtx)
 	l.end = time.Now() // Close's flush belongs to the run
 	l.elapsed = l.end.Sub(l.start)
 	st := rep.Stats()
+	// A Close that gave up does not wait for the sends it canceled: one
+	// that returns now must not write into the recorder this run is
+	// counted on, which is the run's alone from here.
 	sender.mu.Lock()
 	l.rec = sender.rec
+	sender.rec = nil
 	sender.mu.Unlock()
 	// The recorder saw RPC attempts, a retried batch's reports once per
 	// attempt. The run's reports are the Reporter's: each taken once, and
