@@ -53,13 +53,17 @@ func (r *Repo) EnsureGroup(ctx context.Context, shard int) error {
 }
 
 // ErrGroupRecreated is Read's and Claim's error when shard's consumer
-// group was missing (NOGROUP) and has just been created again: Redis lost
-// the stream, and with it every window waiting in it and its pending
-// entries (FLUSHALL, a restart without persistence, eviction under a
-// maxmemory-policy other than noeviction). Nothing was read; the next read
-// works. Those windows can no longer be told from ones published
+// group was missing (NOGROUP, or a blocked read's stream deleted under
+// it) and has just been created again: Redis lost the stream, and with it
+// every window waiting in it and its pending entries (FLUSHALL, DEL, a
+// restart without persistence, eviction under a maxmemory-policy other
+// than noeviction). Nothing was read; the next read works. Those windows can no longer be told from ones published
 // elsewhere (their flushes answer Gone), so this is the one sign of the loss.
 var ErrGroupRecreated = errors.New("consumer group was missing and has been created again: Redis lost the stream and the windows waiting in it")
+
+// unblockedStreamDeleted is Redis's reply to an XREADGROUP blocked on a
+// stream that was deleted meanwhile (FLUSHALL, DEL).
+const unblockedStreamDeleted = "UNBLOCKED the stream key no longer exists"
 
 // Read reads up to count entries of shard's stream for consumer. start "0"
 // re-reads the consumer's own pending entries (after a restart), ">" reads
@@ -81,7 +85,12 @@ func (r *Repo) Read(ctx context.Context, shard int, consumer, start string, coun
 		return nil, nil, nil, nil
 	}
 	if err != nil {
-		if redis.HasErrorPrefix(err, "NOGROUP") {
+		// A read blocked on the stream when it is deleted (FLUSHALL, DEL)
+		// is answered "UNBLOCKED the stream key no longer exists": the
+		// group went with it, the same loss as NOGROUP, not a failure of
+		// Redis's. (Other UNBLOCKED replies, such as CLIENT UNBLOCK's,
+		// remain errors.)
+		if redis.HasErrorPrefix(err, "NOGROUP") || redis.HasErrorPrefix(err, unblockedStreamDeleted) {
 			// The stream or group vanished (FLUSHALL, a failover that lost
 			// it): recreate it and read again next time.
 			if gerr := r.EnsureGroup(ctx, shard); gerr != nil {
