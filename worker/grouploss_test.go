@@ -3,18 +3,95 @@ package worker_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/repo"
 	"github.com/combo-service/combo-service/worker"
 )
+
+// recreateRace holds every XGROUP CREATE, once armed, until two have come
+// (the reader's and the claimer's, both having found the group missing),
+// then notes each loop's next command: by then each has counted what it
+// found.
+type recreateRace struct {
+	armed                   atomic.Bool
+	creates                 atomic.Int32
+	both                    chan struct{}
+	readAfter, claimedAfter atomic.Bool
+}
+
+func (h *recreateRace) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *recreateRace) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *recreateRace) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !h.armed.Load() {
+			return next(ctx, cmd)
+		}
+		args := cmd.Args()
+		switch name := cmd.Name(); {
+		case name == "xgroup" && len(args) > 1 && strings.EqualFold(args[1].(string), "create"):
+			if h.creates.Add(1) == 2 {
+				close(h.both)
+			}
+			select {
+			case <-h.both:
+			case <-time.After(5 * time.Second):
+			}
+		case name == "xreadgroup" && h.creates.Load() >= 2:
+			h.readAfter.Store(true)
+		case name == "xautoclaim" && h.creates.Load() >= 2:
+			h.claimedAfter.Store(true)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// The reader and the claimer of one replica can both find the group
+// missing after one loss: it is one loss, counted once.
+func TestGroupLossSeenByReaderAndClaimerIsCountedOnce(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	rdb := srv.Client()
+	wc := srv.Client() // the worker's, watched
+	h := &recreateRace{both: make(chan struct{})}
+	wc.AddHook(h)
+	r, sub := prepare(t, wc, w, 1)
+	m := metrics.New(prometheus.NewRegistry())
+	wk := worker.New(r, worker.Config{Consumer: "a", ClaimIdle: 200 * time.Millisecond, Block: time.Second}, zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	ctx := context.Background()
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 7)}); err != nil {
+		t.Fatal(err)
+	}
+	waitPushes(t, sub, 1) // prepared and reading
+
+	h.armed.Store(true)
+	if err := rdb.XGroupDestroy(ctx, r.Keys().Stream(0), repo.Group).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both loops recreating the group", func() bool { return h.creates.Load() >= 2 })
+	waitFor(t, "both loops going on", func() bool { return h.readAfter.Load() && h.claimedAfter.Load() })
+	if n := testutil.ToFloat64(m.GroupsRecreated); n != 1 {
+		t.Fatalf("groups recreated %v, want 1 (one loss, seen by the reader and the claimer)", n)
+	}
+}
 
 // FLUSHALL or DEL of the stream answers a read blocked on it with
 // "UNBLOCKED the stream key no longer exists": the group is gone with the

@@ -159,6 +159,11 @@ type Worker struct {
 	// prepared[shard] is set once the shard's group was created or found
 	// at start: a group missing after that was lost with Redis's data.
 	prepared []atomic.Bool
+	// losses[shard] counts the losses of the shard's group this replica
+	// has counted. A loop reads it before its Redis call and counts a
+	// missing group only if no other loop counted one since: the reader
+	// and the claimer both find the group missing after one loss.
+	losses []atomic.Uint64
 
 	takeCtx    context.Context // readers and claimer
 	stopTaking context.CancelFunc
@@ -191,7 +196,8 @@ func New(store Store, cfg Config, log *zap.Logger, m *metrics.Metrics) *Worker {
 		}
 	}
 	return &Worker{
-		cfg: cfg, store: store, log: log, metrics: m, qs: qs, prepared: make([]atomic.Bool, cfg.Shards),
+		cfg: cfg, store: store, log: log, metrics: m, qs: qs,
+		prepared: make([]atomic.Bool, cfg.Shards), losses: make([]atomic.Uint64, cfg.Shards),
 		draining: make(chan struct{}), flushCtx: flushCtx, stopFlush: stopFlush, flushDone: make(chan struct{}),
 	}
 }
@@ -290,9 +296,10 @@ func (w *Worker) readLoop(ctx context.Context, shard int) {
 			sleep(ctx, 50*time.Millisecond)
 			continue
 		}
+		losses := w.losses[shard].Load()
 		n, err := w.readOnce(ctx, shard, start, w.cfg.Block)
 		if errors.Is(err, repo.ErrGroupRecreated) {
-			w.groupLost(shard, err) // recreated: read it from the start
+			w.groupLost(shard, losses, err) // recreated: read it from the start
 			start = "0"
 			bo.wait(ctx)
 			continue
@@ -492,6 +499,7 @@ func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
 		// Read before the claim: the reader may prepare the shard while
 		// the claim finds a new Redis's group missing and creates it.
 		prepared := w.prepared[shard].Load()
+		losses := w.losses[shard].Load()
 		err := w.op(ctx, func(ctx context.Context) error {
 			var err error
 			ws, bad, deleted, next, err = w.store.Claim(ctx, shard, w.cfg.Consumer, w.cfg.ClaimIdle, cursor, min(w.cfg.ReadCount, room))
@@ -501,7 +509,7 @@ func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
 			// Before the shard's reader prepared it, a missing group is
 			// a new Redis's, not a loss.
 			if prepared {
-				w.groupLost(shard, err)
+				w.groupLost(shard, losses, err)
 			}
 			return nil
 		}
@@ -877,6 +885,7 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 		return err
 	}
 	for start := "0"; ctx.Err() == nil; {
+		losses := w.losses[shard].Load()
 		n, err := w.readOnce(ctx, shard, start, -1)
 		if errors.Is(err, repo.ErrNoStream) {
 			return nil // never written to, and Redis refuses to create it: nothing to read
@@ -885,7 +894,7 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 			// A shard whose reader never prepared it (Redis was down
 			// since the start) finds a new Redis's group missing: no loss.
 			if w.prepared[shard].Load() {
-				w.groupLost(shard, err)
+				w.groupLost(shard, losses, err)
 			}
 			start = "0"
 			continue
@@ -914,8 +923,14 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 // replica prepared it, and created again: Redis lost the stream with its
 // waiting windows. Their flushes find neither data nor entry and count
 // as gone, like windows another replica published, so this is the loss's
-// only sign.
-func (w *Worker) groupLost(shard int, err error) {
+// only sign. losses is w.losses[shard] read before the call that found
+// the group missing: when another loop of this replica (the reader, the
+// claimer) has counted a loss since, both found the same one, and it is
+// not counted again.
+func (w *Worker) groupLost(shard int, losses uint64, err error) {
+	if !w.losses[shard].CompareAndSwap(losses, losses+1) {
+		return
+	}
 	w.metrics.GroupsRecreated.Inc()
 	w.log.Error("consumer group missing, created again: Redis lost the stream and the windows waiting in it "+
 		"(FLUSHALL, a restart without persistence, or eviction: maxmemory-policy must be noeviction)",
