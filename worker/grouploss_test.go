@@ -18,9 +18,55 @@ import (
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/push"
 	"github.com/combo-service/combo-service/repo"
 	"github.com/combo-service/combo-service/worker"
 )
+
+// A Redis restarted without persistence after an outage long enough to
+// back the reader off to its cap (2 s) has no group: the reader's first
+// read finds it missing and creates it again. The group is there now, so
+// the next read goes at once: waiting out the outage's backoff first held
+// every window opened meanwhile up to 2 s past its due time.
+func TestReadAfterTheGroupIsRecreatedIsNotBackedOff(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	r, sub := prepare(t, srv.Client(), w, 1)
+	m := metrics.New(prometheus.NewRegistry())
+	wk := worker.New(r, worker.Config{Consumer: "a", ClaimIdle: time.Hour, Block: 50 * time.Millisecond, OpTimeout: 300 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	ctx := context.Background()
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 7)}); err != nil {
+		t.Fatal(err)
+	}
+	waitPushes(t, sub, 1) // reading
+
+	srv.Kill()
+	// 50 ms doubling: after 6 failed reads the next wait is 1-2 s.
+	reads := m.RedisErrors.WithLabelValues(metrics.OpRead)
+	waitFor(t, "the reader backed off to its cap", func() bool { return testutil.ToFloat64(reads) >= 7 })
+	srv.Start() // no persistence: empty, no group
+	waitFor(t, "the lost group counted", func() bool { return testutil.ToFloat64(m.GroupsRecreated) >= 1 })
+
+	// A subscriber of the restarted Redis.
+	sub = srv.Client().PSubscribe(ctx, push.ChannelPattern)
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(2, 8)}); err != nil {
+		t.Fatal(err)
+	}
+	waitPushes(t, sub, 1)
+	// Due W + grace (170 ms) after the report.
+	d := time.Since(start)
+	t.Logf("pushed %s after its report", d)
+	if d > 600*time.Millisecond {
+		t.Fatalf("a window opened after the group was recreated was pushed %s after its report, want < 600ms (W + grace is 170ms; the outage's backoff was not reset)", d)
+	}
+}
 
 // recreateRace holds every XGROUP CREATE, once armed, until two have come
 // (the reader's and the claimer's, both having found the group missing),

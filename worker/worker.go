@@ -301,6 +301,12 @@ func (w *Worker) readLoop(ctx context.Context, shard int) {
 		if errors.Is(err, repo.ErrGroupRecreated) {
 			w.groupLost(shard, losses, err) // recreated: read it from the start
 			start = "0"
+			// Redis answered and the group is there again: the next read
+			// goes after the shortest wait, not after the backoff of an
+			// outage that ended (up to 2 s, every window opened meanwhile
+			// pushed that late). Still a wait, should the group go on
+			// vanishing.
+			bo.reset()
 			bo.wait(ctx)
 			continue
 		}
