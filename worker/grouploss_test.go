@@ -153,18 +153,7 @@ func TestWipeUnderABlockedReadIsOnlyAGroupLoss(t *testing.T) {
 			wk := worker.New(r, worker.Config{Consumer: "a", ClaimIdle: time.Hour, Block: 2 * time.Second}, zap.New(core), m)
 			wk.Start()
 			defer wk.Shutdown(context.Background())
-			waitFor(t, "the reader blocked", func() bool {
-				list, err := rdb.ClientList(ctx).Result()
-				if err != nil {
-					return false
-				}
-				for _, c := range strings.Split(list, "\n") {
-					if strings.Contains(c, "cmd=xreadgroup") && strings.Contains(c, "flags=b") {
-						return true
-					}
-				}
-				return false
-			})
+			waitFor(t, "the reader blocked", func() bool { return readerBlocked(ctx, rdb) })
 			var err error
 			if wipe == "FLUSHALL" {
 				err = rdb.FlushAll(ctx).Err()
@@ -191,4 +180,50 @@ func TestWipeUnderABlockedReadIsOnlyAGroupLoss(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A replica starting on a wiped Redis takes the missing group for a new
+// Redis's and creates it, counting nothing. A running replica whose read
+// was blocked on the stream when it was wiped is told so by Redis at once
+// (UNBLOCKED), so it counts the loss even when the group is back before it
+// reads again: here created right behind the FLUSHALL, as a replica
+// starting that instant would.
+func TestWipeUnderABlockedReadIsCountedThoughTheGroupIsBackFirst(t *testing.T) {
+	r, rdb, sub, m := setup(t)
+	ctx := context.Background()
+	wk := worker.New(r, worker.Config{Consumer: "a", ClaimIdle: time.Hour, Block: 2 * time.Second}, zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	waitFor(t, "the reader blocked", func() bool { return readerBlocked(ctx, rdb) })
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.FlushAll(ctx)
+		p.XGroupCreateMkStream(ctx, r.Keys().Stream(0), repo.Group, "0") // another replica's start
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The reader goes on: once a window opened now is pushed, it has
+	// handled the wipe.
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(2, 8)}); err != nil {
+		t.Fatal(err)
+	}
+	waitPushes(t, sub, 1)
+	if n := testutil.ToFloat64(m.GroupsRecreated); n != 1 {
+		t.Fatalf("groups recreated %v, want 1 (the wipe went uncounted)", n)
+	}
+}
+
+// readerBlocked reports whether a client of rdb's server is blocked in
+// XREADGROUP.
+func readerBlocked(ctx context.Context, rdb *redis.Client) bool {
+	list, err := rdb.ClientList(ctx).Result()
+	if err != nil {
+		return false
+	}
+	for _, c := range strings.Split(list, "\n") {
+		if strings.Contains(c, "cmd=xreadgroup") && strings.Contains(c, "flags=b") {
+			return true
+		}
+	}
+	return false
 }
