@@ -51,5 +51,10 @@ func (h *Handler) fail(_ context.Context, err error, n int, fields ...zap.Field)
 	if n > 0 {
 		h.metrics.Reports.WithLabelValues(outcome).Add(float64(n))
 	}
+	// A failed batch may have opened windows all the same (its degraded
+	// publish failed, its other reports aggregated): they will be pushed.
+	if opened := repo.WindowsOpened(err); opened > 0 {
+		h.metrics.WindowsOpened.Add(float64(opened))
+	}
 	return &combo.ComboError{Code: code, Message: err.Error()}
 }

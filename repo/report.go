@@ -3,6 +3,7 @@ package repo
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -207,9 +208,8 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 	if len(degraded) > 0 {
 		known, err := r.publishSingles(ctx, degraded)
 		if err != nil {
-			err = fmt.Errorf("repo.Report: aggregation failed (%v), degraded publish failed: %w", cause, err)
 			for _, k := range degradedCalls {
-				out[k] = callAnswer{err: err}
+				out[k] = callAnswer{err: &degradedPublishError{cause: cause, err: err, opened: opened(out[k].res)}}
 			}
 			return out, err
 		}
@@ -225,6 +225,43 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 		}
 	}
 	return out, nil
+}
+
+// degradedPublishError fails a call whose degraded reports could not be
+// published. Its other reports were counted all the same: the windows they
+// opened exist and will be pushed (WindowsOpened).
+type degradedPublishError struct {
+	cause  error // why the aggregation failed
+	err    error // why the publish did
+	opened int   // windows the call's other reports opened
+}
+
+func (e *degradedPublishError) Error() string {
+	return fmt.Sprintf("repo.Report: aggregation failed (%v), degraded publish failed: %v", e.cause, e.err)
+}
+
+func (e *degradedPublishError) Unwrap() error { return e.err }
+
+// WindowsOpened is how many windows a Report call that failed with err
+// opened all the same: a batch whose degraded publish failed is answered
+// with that error, while its reports that aggregated stay counted, and
+// the windows they opened are pushed when due.
+func WindowsOpened(err error) int {
+	var de *degradedPublishError
+	if errors.As(err, &de) {
+		return de.opened
+	}
+	return 0
+}
+
+func opened(res []ReportResult) int {
+	n := 0
+	for _, rr := range res {
+		if rr.Outcome == Opened {
+			n++
+		}
+	}
+	return n
 }
 
 // runReports pipelines the report scripts for cs[todo...], grouped by
