@@ -165,11 +165,13 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 	// a failure (a full stream) or cannot write it (Redis refusing writes):
 	// both copies are answered degraded, and it is published once.
 	var queued map[int64]bool // made only when a pipeline degrades
-	var cause error
+	// causes[j]: why call degradedCalls[j]'s first degraded report
+	// degraded; its error names that, not another call's in the pipeline.
+	var causes []error
 	off := 0
 	for k, n := range sizes {
 		res := make([]ReportResult, n)
-		var err error
+		var err, cause error
 		var mine []*combo.Contribution
 		for i := off; i < off+n && err == nil; i++ {
 			rr, perr := parseReport(replies[i])
@@ -182,7 +184,9 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 				// The script failed but Redis answered: fall back to the
 				// pre-aggregation behaviour for this contribution.
 				mine = append(mine, cs[i])
-				cause = perr
+				if cause == nil {
+					cause = perr
+				}
 				res[i-off] = ReportResult{Outcome: Degraded, WindowID: cs[i].Id, WindowQuantity: cs[i].Quantity, Cause: perr}
 			}
 		}
@@ -203,13 +207,14 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 				}
 			}
 			degradedCalls = append(degradedCalls, k)
+			causes = append(causes, cause)
 		}
 	}
 	if len(degraded) > 0 {
 		known, err := r.publishSingles(ctx, degraded)
 		if err != nil {
-			for _, k := range degradedCalls {
-				out[k] = callAnswer{err: &degradedPublishError{cause: cause, err: err, opened: opened(out[k].res)}}
+			for j, k := range degradedCalls {
+				out[k] = callAnswer{err: &degradedPublishError{cause: causes[j], err: err, opened: opened(out[k].res)}}
 			}
 			return out, err
 		}
@@ -231,7 +236,7 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 // published. Its other reports were counted all the same: the windows they
 // opened exist and will be pushed (WindowsOpened).
 type degradedPublishError struct {
-	cause  error // why the aggregation failed
+	cause  error // why the aggregation of the call's first degraded report failed
 	err    error // why the publish did
 	opened int   // windows the call's other reports opened
 }
