@@ -2,7 +2,9 @@ package handler
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
@@ -17,17 +21,18 @@ import (
 	"github.com/combo-service/combo-service/repo"
 )
 
-// realRepo is a repo on a real redis-server whose user "combo" may PUBLISH
-// on no channel (as Redis 7 makes a new user unless told), so every
-// degraded publish fails (NOPERM), with redis.stream_maxlen maxLen. It
-// returns the admin client too.
-func realRepo(t *testing.T, maxLen int64, hooks ...redis.Hook) (*repo.Repo, *redis.Client) {
+// realRepo is a repo on a real redis-server, with redis.stream_maxlen
+// maxLen, as user "combo", whose ACL rules are channels ("&*": may PUBLISH
+// on every channel; "resetchannels": on none, as Redis 7 makes a new user
+// unless told, so every degraded publish fails). It returns the admin
+// client too.
+func realRepo(t *testing.T, maxLen int64, channels string, hooks ...redis.Hook) (*repo.Repo, *redis.Client) {
 	t.Helper()
 	ctx := context.Background()
 	srv := testredis.Start(t, testredis.Options{})
 	admin := srv.Client()
 	t.Cleanup(func() { admin.Close() })
-	if err := admin.Do(ctx, "ACL", "SETUSER", "combo", "on", ">pw", "~*", "resetchannels", "+@all").Err(); err != nil {
+	if err := admin.Do(ctx, "ACL", "SETUSER", "combo", "on", ">pw", "~*", channels, "+@all").Err(); err != nil {
 		t.Fatal(err)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "combo", Password: "pw", MaxRetries: -1,
@@ -54,7 +59,7 @@ func gift(id int64, itemType string) *combo.Contribution {
 // counted in combo_windows_opened_total all the same. Before, the whole
 // call was counted as failed and those windows never were.
 func TestWindowsOpenedByABatchWhoseDegradedPublishFailsAreCounted(t *testing.T) {
-	r, admin := realRepo(t, 1) // the stream takes one window
+	r, admin := realRepo(t, 1, "resetchannels") // the stream takes one window
 	m := metrics.New(prometheus.NewRegistry())
 	h := New(r, 200*time.Millisecond, m, zap.NewNop())
 	// rose opens the one window the stream takes; lily finds it full and
@@ -72,5 +77,96 @@ func TestWindowsOpenedByABatchWhoseDegradedPublishFailsAreCounted(t *testing.T) 
 	}
 	if got := testutil.ToFloat64(m.Reports.WithLabelValues(metrics.OutcomeInternal)); got != 2 {
 		t.Errorf(`combo_reports_total{outcome="internal"} %v, want 2 (the call failed whole)`, got)
+	}
+}
+
+// pipelineHook runs before each pipeline reaches Redis.
+type pipelineHook func(cmds []redis.Cmder)
+
+func (h pipelineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+// A report whose caller gives up (its RPC timeout passes) while a shared
+// pipeline carries it is answered by what that pipeline did: here Redis
+// refuses writes, so it is published on its own, and counted degraded
+// with its warning. Before, it was counted canceled, and the push it
+// made showed in no metric and no log line.
+func TestReportPushedAfterItsCallerGaveUpIsCountedDegraded(t *testing.T) {
+	ctx := context.Background()
+	var pipelines atomic.Int64
+	release1, inSecond, release2 := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	r, admin := realRepo(t, 100000, "&*", pipelineHook(func(cmds []redis.Cmder) {
+		// Report scripts name at least 3 keys (the stream, a window, the
+		// probe), a degraded publish 2: only reports' pipelines count.
+		if n := cmds[0].Name(); (n != "evalsha" && n != "eval") || fmt.Sprint(cmds[0].Args()[2]) == "2" {
+			return
+		}
+		switch pipelines.Add(1) {
+		case 1:
+			<-release1
+		case 2:
+			close(inSecond)
+			<-release2
+		}
+	}))
+	if err := admin.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil { // NOREPLICAS: reports degrade
+		t.Fatal(err)
+	}
+	sub := admin.Subscribe(ctx, "act:7:contributions")
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.WarnLevel)
+	m := metrics.New(prometheus.NewRegistry())
+	h := New(r, 200*time.Millisecond, m, zap.New(core))
+
+	first := make(chan error, 1)
+	go func() { // runs the first pipeline, held
+		_, err := h.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: gift(1, "rose")})
+		first <- err
+	}()
+	for pipelines.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	gone, cancel := context.WithCancel(ctx)
+	defer cancel()
+	second := make(chan error, 1)
+	go func() { // queued behind it: the next pipeline carries it
+		_, err := h.ReportContribution(gone, &combo.ReportContributionRequest{Contribution: gift(2, "lily")})
+		second <- err
+	}()
+	for h.gate.inFlight.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // from the gate to the queue
+	close(release1)
+	<-inSecond
+	cancel() // its caller gives up while the pipeline carries it
+	time.Sleep(50 * time.Millisecond)
+	close(release2)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	<-second // nobody reads this answer
+	for range 2 {
+		if _, err := sub.ReceiveMessage(ctx); err != nil { // both were pushed on their own
+			t.Fatal(err)
+		}
+	}
+	if got := testutil.ToFloat64(m.Reports.WithLabelValues(metrics.OutcomeDegraded)); got != 2 {
+		t.Errorf(`combo_reports_total{outcome="degraded"} %v, want 2: both reports were pushed on their own`, got)
+	}
+	if got := testutil.ToFloat64(m.Reports.WithLabelValues(metrics.OutcomeCanceled)); got != 0 {
+		t.Errorf(`combo_reports_total{outcome="canceled"} %v, want 0: the report was sent, and pushed`, got)
+	}
+	if n := len(logs.FilterMessageSnippet("published on their own").All()); n != 2 {
+		t.Errorf("%d warnings of reports published on their own, want 2", n)
 	}
 }

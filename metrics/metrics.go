@@ -19,7 +19,8 @@ const (
 	OutcomeUnavailable = "unavailable"
 	OutcomeInternal    = "internal"
 	// OutcomeCanceled: the caller's ctx ended while its reports waited for
-	// a pipeline (they may still have been counted); not a Redis failure.
+	// a pipeline, unsent (those a pipeline already carried are counted by
+	// what it did with them); not a Redis failure.
 	OutcomeCanceled = "canceled"
 	// OutcomeDraining: refused (UNAVAILABLE) because the service is
 	// stopping; the caller sends it to another replica.

@@ -82,14 +82,20 @@ func (c *coalescer) do(ctx context.Context, cs []*combo.Contribution) ([]ReportR
 		return call.res, call.err
 	case <-ctx.Done():
 		c.mu.Lock()
-		defer c.mu.Unlock()
-		if answered(call) { // answered after all: never report it failed
-			return call.res, call.err
+		if i := slices.Index(c.pending, call); i >= 0 { // still queued: leave, unsent
+			c.pending = slices.Delete(c.pending, i, i+1)
+			c.mu.Unlock()
+			return nil, fmt.Errorf("repo.Report: %w: %w", ErrCallerGone, ctx.Err())
 		}
-		// Leave the queue if still in it. A pipeline already carrying it
-		// may still count it; the caller may retry safely (ids dedupe).
-		c.pending = slices.DeleteFunc(c.pending, func(p *reportCall) bool { return p == call })
-		return nil, fmt.Errorf("repo.Report: %w: %w", ErrCallerGone, ctx.Err())
+		c.mu.Unlock()
+		// Answered already, or carried by a pipeline under way: wait for
+		// its answer (within that pipeline's redis.timeout, its degraded
+		// publish included), so that what Redis did with the reports is
+		// answered and counted. Its reports may have been counted, opened
+		// windows, or been published on their own: answered as the
+		// caller gone, that push showed in no metric and no log line.
+		<-call.done
+		return call.res, call.err
 	}
 }
 

@@ -30,8 +30,10 @@ var ErrUnavailable = errors.New("redis unavailable")
 var ErrNoStream = errors.New("stream does not exist")
 
 // ErrCallerGone wraps a Report whose caller's ctx ended while its reports
-// waited for a pipeline: Redis may be fine, and the reports may still be
-// counted by a pipeline already carrying them (a retry is safe: ids dedupe).
+// waited for a pipeline: Redis may be fine, and they were not sent. (A
+// call a pipeline already carries is answered by what that pipeline did,
+// whenever its caller gives up: it may have counted the reports, opened
+// windows or published them on their own.)
 var ErrCallerGone = errors.New("caller gave up waiting")
 
 // Settings are the window rule's and stream's parameters.
