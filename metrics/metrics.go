@@ -154,7 +154,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "Reports per Redis pipeline of the report path: concurrent calls share one pipeline, so under load this grows.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}}),
 		PipelineSeconds: f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "report_pipeline_seconds",
-			Help:    "Time from sending a report pipeline to Redis to its last reply (NOSCRIPT retries included).",
+			Help:    "Time from sending a report pipeline to Redis to its last reply (NOSCRIPT retries included, and the publish of its degraded reports, a second round trip, when some degrade).",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}),
 		LogLinesSuppressed: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "log_lines_suppressed_total",
 			Help: "Log lines at info or above left out because the same message was logged less than a second before, " +

@@ -261,11 +261,16 @@ func (c *coalescer) run(batch []*reportCall) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.r.set.Timeout)
 	defer cancel()
 	start := time.Now()
-	replies, err := c.r.execute(ctx, all)
-	if observe := c.r.set.ObservePipeline; observe != nil {
-		observe(len(all), time.Since(start))
+	// Timed to the last reply its calls wait for: the report scripts and,
+	// when some degrade, their publish, a second round trip.
+	observe := func() {
+		if o := c.r.set.ObservePipeline; o != nil {
+			o(len(all), time.Since(start))
+		}
 	}
+	replies, err := c.r.execute(ctx, all)
 	if err != nil {
+		observe()
 		for _, call := range live {
 			call.err = err
 			close(call.done)
@@ -277,6 +282,7 @@ func (c *coalescer) run(batch []*reportCall) error {
 		sizes[i] = len(call.cs)
 	}
 	answers, err := c.r.results(ctx, all, replies, sizes)
+	observe()
 	for i, a := range answers {
 		live[i].res, live[i].err = a.res, a.err
 		close(live[i].done)

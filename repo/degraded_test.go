@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/repo"
 )
@@ -81,5 +82,41 @@ func TestFailedDegradedPublishNamesTheCallsOwnCause(t *testing.T) {
 			!strings.Contains(c.err.Error(), c.own) || strings.Contains(c.err.Error(), c.other) {
 			t.Errorf("%s, its publish refused: %v, want the publish's failure naming %s, not %s", c.name, c.err, c.own, c.other)
 		}
+	}
+}
+
+// ObservePipeline (combo_report_pipeline_seconds, "the Redis latency
+// reports see") times a pipeline's degraded publish too: its reports wait
+// for that second round trip before they are answered. It timed the
+// report scripts alone, so while Redis refused writes, or stalled after
+// answering them, the metric showed a fast pipeline whose callers waited.
+func TestObservePipelineTimesTheDegradedPublish(t *testing.T) {
+	const delay = 300 * time.Millisecond
+	ctx := context.Background()
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil { // NOREPLICAS: reports degrade
+		t.Fatal(err)
+	}
+	s := settings()
+	took := make(chan time.Duration, 1)
+	s.ObservePipeline = func(_ int, d time.Duration) { took <- d }
+	r := repo.New(rdb, s)
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb.AddHook(pipelineHook{cmds: func(cmds []redis.Cmder) {
+		if repo.IsDegradedPublish(cmds[0]) {
+			time.Sleep(delay) // a slow round trip
+		}
+	}})
+	start := time.Now()
+	res, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)})
+	answered := time.Since(start)
+	if err != nil || res[0].Outcome != repo.Degraded {
+		t.Fatalf("report while writes are refused: %+v %v, want degraded", res, err)
+	}
+	if d := <-took; d < delay {
+		t.Errorf("ObservePipeline saw %v; the report was answered after %v, its degraded publish taking %v", d, answered, delay)
 	}
 }

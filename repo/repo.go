@@ -52,8 +52,10 @@ type Settings struct {
 	StreamMaxLen int64
 	// ObservePipeline, if set, is called after each pipeline of the report
 	// path with the reports it carried and how long it took (sending to
-	// the last reply, retries included). It shows how well concurrent
-	// calls share round trips, and Redis's latency as the service sees it.
+	// the last reply, retries included, and the publish of its degraded
+	// reports, a second round trip, when some degrade). It shows how well
+	// concurrent calls share round trips, and Redis's latency as the
+	// service's reports see it.
 	ObservePipeline func(reports int, took time.Duration)
 	// OnPanic, if set, is called when a pipeline of the report path
 	// panics (a bug, a hook of the Redis client), with the panic and the
