@@ -472,6 +472,11 @@ func TestWindowRecordUpdates(t *testing.T) {
 		// test is about the record, not the timeout.
 		st := settings()
 		st.Timeout = 30 * time.Second
+		// And a window may then be older than settings' 10 s stale when it
+		// is flushed: dropped stale, it answered Gone on the next flush,
+		// which the loop below took for published, and the wait for its
+		// push hung until go test's 10-minute limit.
+		st.Stale = 5 * time.Minute
 		r, sub := subscribedRepoWithGroups(t, rdb, st)
 		c := func(id, createdAt int64, quantity int32, nickname string) *combo.Contribution {
 			x := contribution(id, "rose", createdAt)
@@ -527,8 +532,11 @@ func TestWindowRecordUpdates(t *testing.T) {
 			}
 			published = 0
 			for _, f := range fr {
-				if f.Status == repo.Published || f.Status == repo.Gone {
+				switch f.Status {
+				case repo.Published, repo.Gone:
 					published++
+				case repo.Stale, repo.Lost:
+					t.Fatalf("a window was not published: %+v", fr)
 				}
 			}
 			if time.Now().After(deadline) {
@@ -537,10 +545,12 @@ func TestWindowRecordUpdates(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		records := map[int64]push.Record{}
-		for range 2 {
-			msg, err := sub.ReceiveMessage(ctx)
+		for i := range 2 {
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			msg, err := sub.ReceiveMessage(rctx)
+			cancel()
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("push %d of 2: %v", i+1, err)
 			}
 			m, err := push.Decode([]byte(msg.Payload))
 			if err != nil {
