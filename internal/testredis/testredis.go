@@ -289,6 +289,33 @@ func (s *Server) options() *redis.Options {
 // Kill stops the server with SIGKILL, as a crash would.
 func (s *Server) Kill() { s.signal(syscall.SIGKILL) }
 
+// Pause freezes the server (SIGSTOP) without closing anything: its
+// sockets still take connections and commands, which it runs only once
+// resumed, as after a VM pause or a long stall. The test's cleanup
+// resumes it if the test does not.
+func (s *Server) Pause() {
+	s.tb.Helper()
+	if s.cmd == nil {
+		s.tb.Fatal("testredis: Pause of a server not running")
+	}
+	p := s.cmd.Process
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		s.tb.Fatal(err)
+	}
+	s.tb.Cleanup(func() { _ = p.Signal(syscall.SIGCONT) })
+}
+
+// Resume lets a paused server run again (SIGCONT).
+func (s *Server) Resume() {
+	s.tb.Helper()
+	if s.cmd == nil {
+		s.tb.Fatal("testredis: Resume of a server not running")
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		s.tb.Fatal(err)
+	}
+}
+
 // Stop ends the server gracefully; it is safe to call twice.
 func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
 
