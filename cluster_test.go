@@ -272,3 +272,88 @@ func TestServiceFollowsAFailover(t *testing.T) {
 		t.Fatalf("stop after the failover: %v", err)
 	}
 }
+
+// A master is paused (SIGSTOP: a VM stall, a hung host), not killed,
+// while a window on its shard comes due: the worker's flush of it reaches
+// the paused master's socket and waits there. The cluster promotes its
+// replica, the service follows, and the new master pushes the window.
+// When the old master resumes it runs what waited on its sockets before
+// it hears that it was replaced: a flush of a window its own, stale copy
+// of the data still holds. The window must still be pushed once.
+func TestResumedOldMasterDoesNotPushAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test skipped in -short")
+	}
+	cluster := testredis.StartCluster(t, 3)
+	const shards = 6
+	s := startService(t, options{cluster: cluster, mutate: func(c *conf.Config) {
+		c.Redis.Shards = shards
+		c.Redis.Timeout = 2 * time.Second // as in TestRedisCluster: first dials to three masters
+		c.Window.Size = time.Second
+		c.Worker.ClaimIdle = conf.DefaultClaimIdle(c.Window)
+	}})
+	ctx := context.Background()
+	keys := repo.NewKeys(shards)
+	cc := cluster.Client(t)
+	from := cluster.MasterAddr(t, cc, keys.Stream(0))
+	replica := cluster.AddReplica(t, from)
+	var old *testredis.Server
+	var pushes *pushLog
+	for i, a := range cluster.Addrs {
+		if a == from {
+			old = cluster.Nodes[i]
+		} else if pushes == nil {
+			pushes = subscribe(t, cluster.Nodes[i].Client())
+		}
+	}
+	onShard0 := func(a int64) *combo.Contribution {
+		user := int64(1)
+		for keys.Shard(a, user, "firework") != 0 {
+			user++
+		}
+		return gift(a, user, "firework", 1)
+	}
+	// A window on shard 0 pushed before the pause, so the worker holds a
+	// connection to the master that answered it.
+	warm := newActivity()
+	s.report(onShard0(warm))
+	pushes.waitFor(1, wait, forActivity(warm))
+
+	open := newActivity() // comes due while its master is paused
+	s.report(onShard0(open))
+	fromCl := redis.NewClient(&redis.Options{Addr: from})
+	t.Cleanup(func() { fromCl.Close() })
+	if n, err := fromCl.Do(ctx, "WAIT", 1, 1000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT: %d %v: the replica must hold the window", n, err)
+	}
+	old.Pause()
+	replicaCl := replica.Client()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if r, _ := replicaCl.Do(ctx, "ROLE").Slice(); len(r) > 0 && r[0] == "master" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replica not promoted 30 s after its master was paused")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	pushes.waitFor(1, 15*time.Second, forActivity(open))
+	old.Resume()
+	// It hears of its demotion within a moment; what it ran first is
+	// published by then.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		if r, _ := fromCl.Do(ctx, "ROLE").Slice(); len(r) > 0 && r[0] == "slave" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the old master not a replica 10 s after it resumed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	pushes.quiet(time.Second, 1, forActivity(open))
+	if err := s.stop(); err != nil {
+		t.Fatalf("stop after the failover: %v", err)
+	}
+}

@@ -25,6 +25,13 @@ type Window struct {
 	UserID     int64
 	ItemType   string
 	Due        int64 // Redis ms when it may be published
+	// NotAfter, if not 0, is the Redis ms past which a flush of it must
+	// not run (Late): by then its sender has stopped waiting for the
+	// answer. A flush that waited that long on a paused master's socket
+	// would otherwise run when the master resumes, before it hears that
+	// its replica was promoted meanwhile, and push again a window the new
+	// master had pushed.
+	NotAfter int64
 }
 
 // FlushStatus is what one flush did.
@@ -39,6 +46,7 @@ const (
 	// window.stale: evicted or deleted, never published.
 	Lost
 	Kept // Retire only: not stale yet; nothing changed
+	Late // run past Window.NotAfter (Redis's clock then in Now); nothing changed
 )
 
 func (s FlushStatus) String() string {
@@ -55,6 +63,8 @@ func (s FlushStatus) String() string {
 		return "lost"
 	case Kept:
 		return "kept"
+	case Late:
+		return "late"
 	}
 	return "unknown"
 }
@@ -65,7 +75,7 @@ type FlushResult struct {
 	Status   FlushStatus
 	Lag      time.Duration // Published: how long past due
 	Age      time.Duration // Stale, Lost: how old the window was
-	Due, Now int64         // Early: Redis ms
+	Due, Now int64         // Early (Due, Now), Late (Now): Redis ms
 	Quantity int64
 	Err      error
 }
@@ -125,6 +135,7 @@ func (r *Repo) runFlushes(ctx context.Context, ws []Window, todo []int, eval boo
 		cmds[k] = run(ctx, pipe, r.flushKeys(w),
 			Group, w.ID, push.Channel(w.ActivityID), strconv.FormatInt(w.ActivityID, 10),
 			strconv.FormatInt(w.UserID, 10), push.JSONString(w.ItemType), r.delayMs, r.staleMs,
+			"", w.NotAfter, // no mode: a flush
 		)
 	}
 	sent, err := pipe.Exec(ctx)
@@ -180,6 +191,8 @@ func parseFlush(cmd *redis.Cmd) FlushResult {
 		return FlushResult{Status: Lost, Age: time.Duration(vals[1]) * time.Millisecond}
 	case 5:
 		return FlushResult{Status: Kept, Age: time.Duration(vals[1]) * time.Millisecond}
+	case 6:
+		return FlushResult{Status: Late, Now: vals[1]}
 	}
 	return FlushResult{Err: fmt.Errorf("flush script: unknown status %d", vals[0])}
 }

@@ -23,6 +23,18 @@
 --                       never publish it, and otherwise change nothing
 --                       (status 5). The worker retires so a window whose
 --                       flush keeps failing in Go (a panic) once it is stale.
+-- ARGV[10] not after    absent or 0: no bound; else Redis ms past which
+--                       this flush was sent too long ago to run: its
+--                       sender stopped waiting for the answer by then. It
+--                       answers late (status 6) and changes nothing. A
+--                       paused master (SIGSTOP, a VM stall) runs the
+--                       commands that waited on its sockets when it
+--                       resumes, before it hears that the cluster promoted
+--                       its replica meanwhile: such a flush found the
+--                       window in the old master's copy of the data, which
+--                       the new master had already published, and pushed
+--                       it a second time (PUBLISH reaches the whole
+--                       cluster).
 --
 -- Window value: see report.lua.
 --
@@ -39,6 +51,8 @@
 --                deleted; acked and deleted
 --   5 kept       a = age ms, b = 0: mode "retire" and not stale; nothing
 --                changed
+--   6 late       a = now ms (Redis clock), b = 0: run past ARGV[10];
+--                nothing changed
 -- or an error reply, nothing changed and the window still pending: NOPERM
 -- when the user may not PUBLISH on the channel, or Redis's refusal of the
 -- script's first write while it takes none (MISCONF, NOREPLICAS, READONLY:
@@ -46,6 +60,8 @@
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local notAfter = tonumber(ARGV[10])
+if notAfter and notAfter > 0 and now > notAfter then return {6, now, 0} end
 local sid = ARGV[2]
 local opened = tonumber(string.match(sid, '^(%d+)'))
 

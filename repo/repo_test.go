@@ -1018,3 +1018,50 @@ func TestDueCountsFromTheLatestArrivalTheIDAllows(t *testing.T) {
 		}
 	})
 }
+
+// A flush run past its window's NotAfter (it waited that long on a paused
+// node's socket, and its sender stopped waiting) answers Late with Redis's
+// clock and changes nothing: no push, the window and its entry still there
+// for a flush in time.
+func TestFlushPastItsDeadlineChangesNothing(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r, sub := subscribedRepo(t, rdb)
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "late", base)}); err != nil {
+			t.Fatal(err)
+		}
+		ws, _, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
+		if err != nil || len(ws) != 1 {
+			t.Fatalf("read %v %v", ws, err)
+		}
+		untilDue(t, r, ws)
+		before, err := rdb.Do(ctx, "TIME").Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sec, _ := strconv.ParseInt(before[0].(string), 10, 64)
+		ws[0].NotAfter = sec*1000 - 1 // a second and more ago by Redis's clock
+		res, err := r.Flush(ctx, ws)
+		if err != nil || res[0].Status != repo.Late || res[0].Now <= ws[0].NotAfter {
+			t.Fatalf("flush past its deadline: %+v %v", res, err)
+		}
+		if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 1 {
+			t.Fatalf("stream holds %d entries after a late flush, want 1", n)
+		}
+		ws[0].NotAfter = res[0].Now + 10_000
+		res, err = r.Flush(ctx, ws)
+		if err != nil || res[0].Status != repo.Published || res[0].Quantity != 1 {
+			t.Fatalf("flush in time: %+v %v", res, err)
+		}
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.Quantity != 1 {
+			t.Fatalf("push %q: %v", msg.Payload, err)
+		}
+		if m, err := sub.ReceiveTimeout(ctx, 100*time.Millisecond); err == nil {
+			t.Fatalf("a second push: %v", m)
+		}
+	})
+}

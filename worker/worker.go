@@ -640,9 +640,17 @@ func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) 
 		}
 		w.setHeldGauge()
 	}()
+	// A flush that runs past the answer's deadline changes nothing (Late):
+	// one left waiting on a paused master's socket must not run when that
+	// master resumes, after its replica was promoted and pushed the window.
+	// On the node's clock as estimated (a lower bound of it, so the bound
+	// errs late by a round trip at most); a reading it corrects answers
+	// Late at worst once, and the window is sent again at once.
+	notAfter := q.clock.now() + w.cfg.OpTimeout.Milliseconds()
 	ws := make([]repo.Window, len(batch))
 	for i, it := range batch {
 		ws[i] = it.w
+		ws[i].NotAfter = notAfter
 	}
 	var res []repo.FlushResult
 	sent := time.Now()
@@ -678,6 +686,10 @@ func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) 
 			// Our estimate of Redis's clock was ahead (learnClock has
 			// corrected it): wait until due.
 			it.due = r.Due
+			retry = append(retry, it)
+		case repo.Late:
+			// Our estimate of Redis's clock was behind (learnClock has
+			// corrected it): nothing changed, so send it again.
 			retry = append(retry, it)
 		case repo.Stale:
 			w.stale(it.w, r, zapcore.WarnLevel, "window dropped unpublished: older than window.stale")
@@ -790,7 +802,7 @@ func (w *Worker) learnClock(q *dueQueue, batch []dueItem, res []repo.FlushResult
 	for i, r := range res {
 		switch {
 		case r.Err != nil:
-		case r.Status == repo.Early:
+		case r.Status == repo.Early, r.Status == repo.Late:
 			latest = max(latest, r.Now)
 		case r.Status == repo.Published:
 			latest = max(latest, batch[i].w.Due+r.Lag.Milliseconds())
