@@ -342,8 +342,13 @@ func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *z
 // the kill, waited; with cluster-node-timeout's 15 s before the promotion
 // and window.stale's 60 s, some were dropped stale. The cost is one CLUSTER
 // SLOTS every 2 s per client (two per replica: the report path's and the
-// worker's), and only while the client runs commands: a reply of a few
-// hundred bytes, far below the traffic of the reports themselves.
+// worker's), and only while the client runs commands, which the worker's
+// blocking reads always do (idle, a replica made about 34 a minute, the
+// report path's at each shardNodesEvery reading; under load 62): a reply
+// of a few hundred bytes, far below the traffic of the reports themselves.
+// The reading runs beside the commands (go-redis's LazyReload), which use
+// the old map until it ends: a node that stops answering delays it by
+// redis.timeout, not them.
 const clusterStateReload = 2 * time.Second
 
 // openRedis starts the embedded Redis if none is configured and returns its
