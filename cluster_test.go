@@ -182,6 +182,76 @@ func TestServiceFollowsAReshard(t *testing.T) {
 	}
 }
 
+// failover is a service with 1 s windows on a 3-master Redis Cluster whose
+// master of shard 0 has a replica in sync: the start of the failover
+// tests below.
+type failover struct {
+	s       *service
+	keys    repo.Keys
+	from    string            // shard 0's master
+	old     *testredis.Server // its node
+	oldCl   *redis.Client
+	replica *testredis.Server
+	pushes  *pushLog // watched on a master that lives: PUBLISH reaches every node
+}
+
+func startFailover(t *testing.T) *failover {
+	cluster := testredis.StartCluster(t, 3)
+	const shards = 6
+	f := &failover{keys: repo.NewKeys(shards)}
+	f.s = startService(t, options{cluster: cluster, mutate: func(c *conf.Config) {
+		c.Redis.Shards = shards
+		c.Redis.Timeout = 2 * time.Second // as in TestRedisCluster: first dials to three masters
+		// Room to replicate the window and stop its master before it is due.
+		c.Window.Size = time.Second
+		c.Worker.ClaimIdle = conf.DefaultClaimIdle(c.Window)
+	}})
+	f.from = cluster.MasterAddr(t, cluster.Client(t), f.keys.Stream(0))
+	f.replica = cluster.AddReplica(t, f.from)
+	for i, a := range cluster.Addrs {
+		if a == f.from {
+			f.old = cluster.Nodes[i]
+		} else if f.pushes == nil {
+			f.pushes = subscribe(t, cluster.Nodes[i].Client())
+		}
+	}
+	f.oldCl = redis.NewClient(&redis.Options{Addr: f.from})
+	t.Cleanup(func() { f.oldCl.Close() })
+	return f
+}
+
+// onShard0 is a gift of activity a on shard 0.
+func (f *failover) onShard0(a int64) *combo.Contribution {
+	user := int64(1)
+	for f.keys.Shard(a, user, "firework") != 0 {
+		user++
+	}
+	return gift(a, user, "firework", 1)
+}
+
+// replicated waits until shard 0's replica holds what its master has.
+func (f *failover) replicated(t *testing.T) {
+	t.Helper()
+	if n, err := f.oldCl.Do(context.Background(), "WAIT", 1, 1000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT: %d %v: the replica must hold the window", n, err)
+	}
+}
+
+// waitRole waits until the node cl talks to answers ROLE with role.
+func waitRole(t *testing.T, cl *redis.Client, role string, within time.Duration, what string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if r, _ := cl.Do(context.Background(), "ROLE").Slice(); len(r) > 0 && r[0] == role {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not a %s after %s", what, role, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // A master is killed and the cluster promotes its replica, which holds
 // the windows and reports of the master's shards. The service follows
 // within a few seconds: its reports on those shards are taken by the new
@@ -196,65 +266,19 @@ func TestServiceFollowsAFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test skipped in -short")
 	}
-	cluster := testredis.StartCluster(t, 3)
-	const shards = 6
-	s := startService(t, options{cluster: cluster, mutate: func(c *conf.Config) {
-		c.Redis.Shards = shards
-		c.Redis.Timeout = 2 * time.Second // as in TestRedisCluster: first dials to three masters
-		// Room to replicate the window and kill its master before it is due.
-		c.Window.Size = time.Second
-		c.Worker.ClaimIdle = conf.DefaultClaimIdle(c.Window)
-	}})
+	f := startFailover(t)
 	ctx := context.Background()
-	keys := repo.NewKeys(shards)
-	cc := cluster.Client(t)
-	from := cluster.MasterAddr(t, cc, keys.Stream(0))
-	replica := cluster.AddReplica(t, from)
-	// Pushes are watched on a master that lives: PUBLISH reaches every node.
-	var pushes *pushLog
-	for i, a := range cluster.Addrs {
-		if a != from {
-			pushes = subscribe(t, cluster.Nodes[i].Client())
-			break
-		}
-	}
-	onShard0 := func(a int64) *combo.Contribution {
-		user := int64(1)
-		for keys.Shard(a, user, "firework") != 0 {
-			user++
-		}
-		return gift(a, user, "firework", 1)
-	}
-
 	open := newActivity() // a window on shard 0, open at the kill
-	s.report(onShard0(open))
-	fromCl := redis.NewClient(&redis.Options{Addr: from})
-	t.Cleanup(func() { fromCl.Close() })
-	if n, err := fromCl.Do(ctx, "WAIT", 1, 1000).Int(); err != nil || n != 1 {
-		t.Fatalf("WAIT: %d %v: the replica must hold the window", n, err)
-	}
-	for i, a := range cluster.Addrs {
-		if a == from {
-			cluster.Nodes[i].Kill()
-		}
-	}
-	replicaCl := replica.Client()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if r, _ := replicaCl.Do(ctx, "ROLE").Slice(); len(r) > 0 && r[0] == "master" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the replica not promoted 30 s after its master was killed")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	f.s.report(f.onShard0(open))
+	f.replicated(t)
+	f.old.Kill()
+	waitRole(t, f.replica.Client(), "master", 30*time.Second, "the replica of the killed master")
 	promoted := time.Now()
 
 	after := newActivity() // a report on shard 0 after the promotion, sent again until taken
-	c := onShard0(after)
+	c := f.onShard0(after)
 	for {
-		_, err := s.rpc.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: c})
+		_, err := f.s.rpc.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: c})
 		if err == nil {
 			break
 		}
@@ -264,11 +288,11 @@ func TestServiceFollowsAFailover(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("a report on shard 0 taken %s after the promotion", time.Since(promoted).Round(time.Millisecond))
-	pushes.waitFor(1, 10*time.Second-time.Since(promoted), forActivity(open))
+	f.pushes.waitFor(1, 10*time.Second-time.Since(promoted), forActivity(open))
 	t.Logf("the window open at the kill pushed %s after the promotion", time.Since(promoted).Round(time.Millisecond))
-	pushes.waitFor(1, wait, forActivity(after))
+	f.pushes.waitFor(1, wait, forActivity(after))
 	// Before the test's cleanup stops the new master.
-	if err := s.stop(); err != nil {
+	if err := f.s.stop(); err != nil {
 		t.Fatalf("stop after the failover: %v", err)
 	}
 }
@@ -284,76 +308,25 @@ func TestResumedOldMasterDoesNotPushAgain(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test skipped in -short")
 	}
-	cluster := testredis.StartCluster(t, 3)
-	const shards = 6
-	s := startService(t, options{cluster: cluster, mutate: func(c *conf.Config) {
-		c.Redis.Shards = shards
-		c.Redis.Timeout = 2 * time.Second // as in TestRedisCluster: first dials to three masters
-		c.Window.Size = time.Second
-		c.Worker.ClaimIdle = conf.DefaultClaimIdle(c.Window)
-	}})
-	ctx := context.Background()
-	keys := repo.NewKeys(shards)
-	cc := cluster.Client(t)
-	from := cluster.MasterAddr(t, cc, keys.Stream(0))
-	replica := cluster.AddReplica(t, from)
-	var old *testredis.Server
-	var pushes *pushLog
-	for i, a := range cluster.Addrs {
-		if a == from {
-			old = cluster.Nodes[i]
-		} else if pushes == nil {
-			pushes = subscribe(t, cluster.Nodes[i].Client())
-		}
-	}
-	onShard0 := func(a int64) *combo.Contribution {
-		user := int64(1)
-		for keys.Shard(a, user, "firework") != 0 {
-			user++
-		}
-		return gift(a, user, "firework", 1)
-	}
+	f := startFailover(t)
 	// A window on shard 0 pushed before the pause, so the worker holds a
 	// connection to the master that answered it.
 	warm := newActivity()
-	s.report(onShard0(warm))
-	pushes.waitFor(1, wait, forActivity(warm))
+	f.s.report(f.onShard0(warm))
+	f.pushes.waitFor(1, wait, forActivity(warm))
 
 	open := newActivity() // comes due while its master is paused
-	s.report(onShard0(open))
-	fromCl := redis.NewClient(&redis.Options{Addr: from})
-	t.Cleanup(func() { fromCl.Close() })
-	if n, err := fromCl.Do(ctx, "WAIT", 1, 1000).Int(); err != nil || n != 1 {
-		t.Fatalf("WAIT: %d %v: the replica must hold the window", n, err)
-	}
-	old.Pause()
-	replicaCl := replica.Client()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if r, _ := replicaCl.Do(ctx, "ROLE").Slice(); len(r) > 0 && r[0] == "master" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the replica not promoted 30 s after its master was paused")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	pushes.waitFor(1, 15*time.Second, forActivity(open))
-	old.Resume()
+	f.s.report(f.onShard0(open))
+	f.replicated(t)
+	f.old.Pause()
+	waitRole(t, f.replica.Client(), "master", 30*time.Second, "the replica of the paused master")
+	f.pushes.waitFor(1, 15*time.Second, forActivity(open))
+	f.old.Resume()
 	// It hears of its demotion within a moment; what it ran first is
 	// published by then.
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		if r, _ := fromCl.Do(ctx, "ROLE").Slice(); len(r) > 0 && r[0] == "slave" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the old master not a replica 10 s after it resumed")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	pushes.quiet(time.Second, 1, forActivity(open))
-	if err := s.stop(); err != nil {
+	waitRole(t, f.oldCl, "slave", 10*time.Second, "the resumed old master")
+	f.pushes.quiet(time.Second, 1, forActivity(open))
+	if err := f.s.stop(); err != nil {
 		t.Fatalf("stop after the failover: %v", err)
 	}
 }
