@@ -435,34 +435,12 @@ func TestCallsQueuedBehindAnUnansweredPipelineFailWithIt(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	const queued = 100
-	type answer struct {
-		err  error
-		took time.Duration
-	}
-	answers := make(chan answer, queued)
-	for i := range queued {
-		go func() {
-			start := time.Now()
-			_, err := r.Report(context.Background(), []*combo.Contribution{contribution(int64(i+2), "rose", base)})
-			answers <- answer{err, time.Since(start)}
-		}()
-	}
+	answers := queueReports(context.Background(), r, queued)
 	waitPending(t, r, queued)
 	if err := <-first; !errors.Is(err, repo.ErrUnavailable) {
 		t.Fatalf("first report to a Redis that does not answer: %v, want ErrUnavailable", err)
 	}
-	worst := time.Duration(0)
-	for range queued {
-		select {
-		case a := <-answers:
-			if !errors.Is(a.err, repo.ErrUnavailable) || !strings.Contains(a.err.Error(), "no answer in time (redis.timeout)") {
-				t.Fatalf("queued report to a Redis that does not answer: %v, want ErrUnavailable saying it timed out", a.err)
-			}
-			worst = max(worst, a.took)
-		case <-time.After(10 * time.Second):
-			t.Fatal("queued reports to a Redis that does not answer never returned")
-		}
-	}
+	worst := slowestQueued(t, answers, queued, "no answer in time (redis.timeout)", "to a Redis that does not answer")
 	// About one Timeout (the rest of the first pipeline's); two is what a
 	// second pipeline took, the whole of a caller's 1 s.
 	if worst > timeout*3/2 {
@@ -689,38 +667,56 @@ func TestCallsQueuedBehindAnUnansweredDegradedPublishFailWithIt(t *testing.T) {
 	}()
 	<-paused
 	const queued = 100
-	type answer struct {
-		err  error
-		took time.Duration
-	}
-	answers := make(chan answer, queued)
-	for i := range queued {
-		go func() {
-			start := time.Now()
-			_, err := r.Report(ctx, []*combo.Contribution{contribution(int64(i+2), "rose", base)})
-			answers <- answer{err, time.Since(start)}
-		}()
-	}
+	answers := queueReports(ctx, r, queued)
 	waitPending(t, r, queued)
 	if err := <-first; !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "degraded publish failed") {
 		t.Fatalf("report whose degraded publish got no answer: %v, want ErrUnavailable naming the degraded publish", err)
 	}
-	worst := time.Duration(0)
-	for range queued {
-		select {
-		case a := <-answers:
-			if !errors.Is(a.err, repo.ErrUnavailable) {
-				t.Fatalf("queued report behind a degraded publish Redis does not answer: %v, want ErrUnavailable", a.err)
-			}
-			worst = max(worst, a.took)
-		case <-time.After(10 * time.Second):
-			t.Fatal("queued reports never returned")
-		}
-	}
+	worst := slowestQueued(t, answers, queued, "", "behind a degraded publish Redis does not answer")
 	if worst > timeout*3/2 {
 		t.Errorf("a report queued behind an unanswered degraded publish took %v, want about one Timeout (%v)", worst, timeout)
 	}
 	if n := reportPipelines.Load(); n != 1 {
 		t.Errorf("%d report pipelines sent to a Redis that did not answer the degraded publish, want 1", n)
 	}
+}
+
+// queuedAnswer is what a report queued behind a stalled pipeline got.
+type queuedAnswer struct {
+	err  error
+	took time.Duration
+}
+
+// queueReports sends n single reports (ids 2 to n+1) at once, each from a
+// goroutine of its own, and returns where their answers arrive.
+func queueReports(ctx context.Context, r *repo.Repo, n int) <-chan queuedAnswer {
+	answers := make(chan queuedAnswer, n)
+	for i := range n {
+		go func() {
+			start := time.Now()
+			_, err := r.Report(ctx, []*combo.Contribution{contribution(int64(i+2), "rose", base)})
+			answers <- queuedAnswer{err, time.Since(start)}
+		}()
+	}
+	return answers
+}
+
+// slowestQueued waits for n answers, each of which must be ErrUnavailable
+// whose text holds saying ("" holds in any), and returns the longest any
+// call took.
+func slowestQueued(t *testing.T, answers <-chan queuedAnswer, n int, saying, what string) time.Duration {
+	t.Helper()
+	worst := time.Duration(0)
+	for range n {
+		select {
+		case a := <-answers:
+			if !errors.Is(a.err, repo.ErrUnavailable) || !strings.Contains(a.err.Error(), saying) {
+				t.Fatalf("queued report %s: %v, want ErrUnavailable saying %q", what, a.err, saying)
+			}
+			worst = max(worst, a.took)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("queued reports %s never returned", what)
+		}
+	}
+	return worst
 }

@@ -60,34 +60,18 @@ type cpuUse struct {
 	ServiceUnmeasured bool `json:"service_cpu_unmeasured,omitempty"`
 }
 
-// serviceMsPer1k and serviceCores print the service's figures, or n/a.
-func (u cpuUse) serviceMsPer1k() string {
-	if u.ServiceUnmeasured {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.1f", u.ServiceMsPer1k)
-}
+// serviceMsPer1k, serviceCores, redisMsPer1k and redisCores print a
+// figure, or n/a when that process was not measured.
+func (u cpuUse) serviceMsPer1k() string { return orNA(u.ServiceUnmeasured, "%.1f", u.ServiceMsPer1k) }
+func (u cpuUse) serviceCores() string   { return orNA(u.ServiceUnmeasured, "%.2f", u.ServiceCores) }
+func (u cpuUse) redisMsPer1k() string   { return orNA(u.RedisUnmeasured, "%.1f", u.RedisMsPer1k) }
+func (u cpuUse) redisCores() string     { return orNA(u.RedisUnmeasured, "%.2f", u.RedisCores) }
 
-func (u cpuUse) serviceCores() string {
-	if u.ServiceUnmeasured {
+func orNA(unmeasured bool, format string, v float64) string {
+	if unmeasured {
 		return "n/a"
 	}
-	return fmt.Sprintf("%.2f", u.ServiceCores)
-}
-
-// redisMsPer1k and redisCores print Redis's figures, or n/a.
-func (u cpuUse) redisMsPer1k() string {
-	if u.RedisUnmeasured {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.1f", u.RedisMsPer1k)
-}
-
-func (u cpuUse) redisCores() string {
-	if u.RedisUnmeasured {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.2f", u.RedisCores)
+	return fmt.Sprintf(format, v)
 }
 
 type cpuSampler struct {
