@@ -160,6 +160,24 @@ func (r *Repo) Retire(ctx context.Context, w Window) (FlushResult, error) {
 	return res, nil
 }
 
+// ReplyTimeout is how long the Redis client waits for the reply to one
+// send before it gives up on it (its read timeout: redis.timeout), 0 when
+// only the call's ctx bounds it. A flush's NotAfter must come no later:
+// the client, or the worker, may then send it again, perhaps to a newly
+// promoted master, while the first send still waits on the old one.
+func (r *Repo) ReplyTimeout() time.Duration {
+	var d time.Duration
+	switch c := r.rdb.(type) {
+	case *redis.Client:
+		d = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		d = c.Options().ReadTimeout
+	case *redis.Ring:
+		d = c.Options().ReadTimeout
+	}
+	return max(d, 0) // go-redis's -1: no read deadline at all
+}
+
 // flushKeys are the flush script's KEYS for w: its stream, its combo key's
 // current window and where w is if a newer one displaced it.
 func (r *Repo) flushKeys(w Window) []string {

@@ -66,6 +66,20 @@ type Store interface {
 	PruneConsumers(ctx context.Context, shard int, self string, idle time.Duration) ([]string, error)
 }
 
+// ReplyWaiter is a Store that says how long its Redis client waits for
+// the reply to one send (its read timeout, redis.timeout) before it gives
+// up on it, and may send the command again (the worker's retry, or
+// go-redis's own loop on a Redis Cluster), perhaps to a newly promoted
+// master. A flush's deadline (Window.NotAfter) must not outlast that
+// wait: the first send, held on a paused old master's socket, would
+// otherwise still run when that master resumes, after the second was
+// published by the new one, and push the window again.
+type ReplyWaiter interface {
+	ReplyTimeout() time.Duration // 0: no bound but the call's ctx
+}
+
+var _ ReplyWaiter = (*repo.Repo)(nil)
+
 // DefaultMaxHeld is the cap on the windows one replica holds when
 // Config.MaxHeld is 0. deploy/alerts.yml and README name it
 // (ComboStreamUnread's cause "every replica at its cap"); a test there
@@ -176,6 +190,11 @@ type Worker struct {
 
 	startOnce, shutdownOnce sync.Once
 
+	// flushWait is how long a flush's sender waits for the answer to one
+	// send of it: OpTimeout, or the store's reply timeout if shorter
+	// (ReplyWaiter). Past it the flush must not run (Window.NotAfter).
+	flushWait time.Duration
+
 	// heldGauge orders the held_windows gauge's updates: without it a
 	// reader and a flusher could each count, then set in the other order,
 	// and leave an old count on the gauge until the next change.
@@ -195,8 +214,14 @@ func New(store Store, cfg Config, log *zap.Logger, m *metrics.Metrics) *Worker {
 			qs[i].clock = &redisClock{}
 		}
 	}
+	flushWait := cfg.OpTimeout
+	if rw, ok := store.(ReplyWaiter); ok {
+		if d := rw.ReplyTimeout(); d > 0 {
+			flushWait = min(flushWait, d)
+		}
+	}
 	return &Worker{
-		cfg: cfg, store: store, log: log, metrics: m, qs: qs,
+		cfg: cfg, store: store, log: log, metrics: m, qs: qs, flushWait: flushWait,
 		prepared: make([]atomic.Bool, cfg.Shards), losses: make([]atomic.Uint64, cfg.Shards),
 		draining: make(chan struct{}), flushCtx: flushCtx, stopFlush: stopFlush, flushDone: make(chan struct{}),
 	}
@@ -643,10 +668,13 @@ func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) 
 	// A flush that runs past the answer's deadline changes nothing (Late):
 	// one left waiting on a paused master's socket must not run when that
 	// master resumes, after its replica was promoted and pushed the window.
+	// The deadline is when its sender stops waiting for the answer to this
+	// send (flushWait: redis.timeout, not the op's 2 s), since the window
+	// is then sent again, to the new master once the client follows it.
 	// On the node's clock as estimated (a lower bound of it, so the bound
-	// errs late by a round trip at most); a reading it corrects answers
+	// errs early by a round trip at most); a reading it corrects answers
 	// Late at worst once, and the window is sent again at once.
-	notAfter := q.clock.now() + w.cfg.OpTimeout.Milliseconds()
+	notAfter := q.clock.now() + w.flushWait.Milliseconds()
 	ws := make([]repo.Window, len(batch))
 	for i, it := range batch {
 		ws[i] = it.w
