@@ -1065,3 +1065,24 @@ func TestFlushPastItsDeadlineChangesNothing(t *testing.T) {
 		}
 	})
 }
+
+// ReplyTimeout is how long the client waits for one send's reply (its
+// read timeout), the bound of a flush's NotAfter, on every kind of client.
+func TestReplyTimeoutIsTheClientsReadTimeout(t *testing.T) {
+	const d = 300 * time.Millisecond
+	for _, c := range []struct {
+		name string
+		rdb  redis.UniversalClient
+		want time.Duration
+	}{
+		{"client", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: d}), d},
+		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ReadTimeout: d}), d},
+		{"no read deadline", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: -2}), 0},
+		{"no read timeout", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: -1}), 0},
+	} {
+		t.Cleanup(func() { c.rdb.Close() })
+		if got := repo.New(c.rdb, settings()).ReplyTimeout(); got != c.want {
+			t.Errorf("%s: ReplyTimeout %v, want %v", c.name, got, c.want)
+		}
+	}
+}
