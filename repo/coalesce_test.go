@@ -720,3 +720,62 @@ func slowestQueued(t *testing.T, answers <-chan queuedAnswer, n int, saying, wha
 	}
 	return worst
 }
+
+// A call whose caller gives up while a shared pipeline carries it waits
+// for that pipeline and is answered with what Redis did: its report may
+// have opened a window or been published on its own, and answered as the
+// caller gone, it showed in no metric (the handler counted it canceled).
+// A call still queued leaves unsent, as before.
+func TestCarriedCallIsAnsweredAfterItsCallerGivesUp(t *testing.T) {
+	var pipelines atomic.Int64
+	release1, inSecond, release2 := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	r := repo.New(rdb, settings())
+	if err := r.LoadScripts(context.Background()); err != nil { // no NOSCRIPT round trip
+		t.Fatal(err)
+	}
+	rdb.AddHook(scriptPipelineHook{before: func() { // reports' pipelines only, not a connection's set-up
+		switch pipelines.Add(1) {
+		case 1:
+			<-release1
+		case 2:
+			close(inSecond)
+			<-release2
+		}
+	}})
+	first := make(chan error, 1)
+	go func() { // runs the first pipeline, held
+		_, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, "rose", base)})
+		first <- err
+	}()
+	for pipelines.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type answer struct {
+		res []repo.ReportResult
+		err error
+	}
+	second := make(chan answer, 1)
+	go func() { // queued behind it: the next pipeline carries it
+		res, err := r.Report(gone, []*combo.Contribution{contribution(2, "lily", base)})
+		second <- answer{res, err}
+	}()
+	waitPending(t, r, 1)
+	close(release1)
+	<-inSecond
+	cancel() // its caller gives up while the pipeline carries it
+	select {
+	case a := <-second:
+		t.Fatalf("answered %+v %v while its pipeline still ran, want its pipeline's answer", a.res, a.err)
+	case <-time.After(200 * time.Millisecond): // nothing to wait for: it must not happen
+	}
+	close(release2)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if a := <-second; a.err != nil || a.res[0].Outcome != repo.Opened {
+		t.Fatalf("carried call of a caller that gave up: %+v %v, want its window opened", a.res, a.err)
+	}
+}
