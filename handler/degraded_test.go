@@ -80,18 +80,6 @@ func TestWindowsOpenedByABatchWhoseDegradedPublishFailsAreCounted(t *testing.T) 
 	}
 }
 
-// pipelineHook runs before each pipeline reaches Redis.
-type pipelineHook func(cmds []redis.Cmder)
-
-func (h pipelineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h(cmds)
-		return next(ctx, cmds)
-	}
-}
-
 // A report whose caller gives up (its RPC timeout passes) while a shared
 // pipeline carries it is answered by what that pipeline did: here Redis
 // refuses writes, so it is published on its own, and counted degraded
@@ -101,7 +89,7 @@ func TestReportPushedAfterItsCallerGaveUpIsCountedDegraded(t *testing.T) {
 	ctx := context.Background()
 	var pipelines atomic.Int64
 	release1, inSecond, release2 := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	r, admin := realRepo(t, 100000, "&*", pipelineHook(func(cmds []redis.Cmder) {
+	r, admin := realRepo(t, 100000, "&*", testredis.PipelineHook(func(cmds []redis.Cmder) {
 		// Report scripts name at least 3 keys (the stream, a window, the
 		// probe), a degraded publish 2: only reports' pipelines count.
 		if n := cmds[0].Name(); (n != "evalsha" && n != "eval") || fmt.Sprint(cmds[0].Args()[2]) == "2" {

@@ -20,39 +20,30 @@ import (
 	"github.com/combo-service/combo-service/repo"
 )
 
-// pipelineHook runs before each pipeline reaches Redis: it adds a round
-// trip's delay, or holds the pipeline until released. cmds, if set, is
-// given the pipeline's commands.
-type pipelineHook struct {
-	before func()
-	cmds   func([]redis.Cmder)
+// before is a hook that runs f before each pipeline reaches Redis: to add
+// a round trip's delay, count pipelines, or hold one until released.
+func before(f func()) testredis.PipelineHook {
+	return func([]redis.Cmder) { f() }
 }
 
-func (h pipelineHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return next
-}
-
-func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.before != nil {
-			h.before()
+// beforeScripts is before for pipelines of scripts only, the reports' (not
+// those go-redis sends to set up a new connection).
+func beforeScripts(f func()) testredis.PipelineHook {
+	return func(cmds []redis.Cmder) {
+		if name := cmds[0].Name(); name == "evalsha" || name == "eval" {
+			f()
 		}
-		if h.cmds != nil {
-			h.cmds(cmds)
-		}
-		return next(ctx, cmds)
 	}
 }
 
-func hookedRepo(t *testing.T, before func()) *repo.Repo {
+func hookedRepo(t *testing.T, f func()) *repo.Repo {
 	t.Helper()
 	rdb := testredis.Start(t, testredis.Options{}).Client()
 	r := repo.New(rdb, settings())
 	if err := r.LoadScripts(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rdb.AddHook(pipelineHook{before: before}) // for the reports' pipelines only
+	rdb.AddHook(before(f)) // for the reports' pipelines only
 	return r
 }
 
@@ -77,7 +68,7 @@ func TestNoCallerRunsPipelinesForOthersForLong(t *testing.T) {
 	if err := r.LoadScripts(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rdb.AddHook(cmdsHook(func(cmds []redis.Cmder) {
+	rdb.AddHook(testredis.PipelineHook(func(cmds []redis.Cmder) {
 		time.Sleep(2 * time.Millisecond) // a round trip
 		if name := cmds[0].Name(); name != "evalsha" && name != "eval" {
 			return // not reports: a new connection's CLIENT SETINFO
@@ -155,18 +146,6 @@ func TestNoCallerRunsPipelinesForOthersForLong(t *testing.T) {
 	// the count and queueing its call.
 	if w := longest.Load(); w > 4 {
 		t.Fatalf("a call was carried by the %dth report pipeline to start after it was queued (over %d calls): calls wait behind others", w, calls.Load())
-	}
-}
-
-// cmdsHook runs before each pipeline reaches Redis, with its commands.
-type cmdsHook func(cmds []redis.Cmder)
-
-func (h cmdsHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h cmdsHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h cmdsHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h(cmds)
-		return next(ctx, cmds)
 	}
 }
 
@@ -369,11 +348,11 @@ func TestQueuedCallsWaitAtMostTwoTimeouts(t *testing.T) {
 	r, rdb := blackholeRepo(t, timeout)
 	var pipelines atomic.Int64
 	release := make(chan struct{})
-	rdb.AddHook(pipelineHook{before: func() {
+	rdb.AddHook(before(func() {
 		if pipelines.Add(1) == 1 {
 			<-release // the first pipeline waits until the rest are queued
 		}
-	}})
+	}))
 
 	const queued = 4500 // five shared pipelines' worth
 	errs := make(chan error, queued+1)
@@ -424,7 +403,7 @@ func TestCallsQueuedBehindAnUnansweredPipelineFailWithIt(t *testing.T) {
 	const timeout = 500 * time.Millisecond
 	r, rdb := blackholeRepo(t, timeout)
 	var pipelines atomic.Int64
-	rdb.AddHook(pipelineHook{before: func() { pipelines.Add(1) }})
+	rdb.AddHook(before(func() { pipelines.Add(1) }))
 
 	first := make(chan error, 1)
 	go func() {
@@ -461,11 +440,11 @@ func TestDegradedCallsOfOnePipelinePublishTogether(t *testing.T) {
 	r, sub, rdb, count := refusingWrites(t)
 	var held atomic.Bool
 	release := make(chan struct{})
-	rdb.AddHook(pipelineHook{before: func() {
+	rdb.AddHook(before(func() {
 		if held.CompareAndSwap(false, true) {
 			<-release
 		}
-	}})
+	}))
 
 	const calls = 200
 	type answer struct {
@@ -535,7 +514,7 @@ func TestPanicInAPipelineFailsOnlyItsCalls(t *testing.T) {
 			if err := r.LoadScripts(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			rdb.AddHook(scriptPipelineHook{before: func() {
+			rdb.AddHook(beforeScripts(func() {
 				n := pipelines.Add(1)
 				if n == 1 {
 					<-release // the first pipeline waits until the rest are queued
@@ -543,7 +522,7 @@ func TestPanicInAPipelineFailsOnlyItsCalls(t *testing.T) {
 				if n == tc.panicAt {
 					panic("injected")
 				}
-			}})
+			}))
 			answers := make(chan error, 1+tc.queued)
 			report := func(id int64) {
 				defer func() {
@@ -587,7 +566,7 @@ func TestPanicInAPipelineFailsOnlyItsCalls(t *testing.T) {
 			}
 			// The panic reaches OnPanic once, with where it was raised.
 			if st, _ := stack.Load().(string); panics.Load() != 1 || !strings.HasPrefix(st, "injected\n") ||
-				!strings.Contains(st, "scriptPipelineHook") {
+				!strings.Contains(st, "beforeScripts") {
 				t.Errorf("OnPanic called %d times, last with %q; want once, with the panic and the hook's frame", panics.Load(), st)
 			}
 			// The shard goes on: a later report is sent and counted.
@@ -598,22 +577,6 @@ func TestPanicInAPipelineFailsOnlyItsCalls(t *testing.T) {
 				t.Fatalf("report after a pipeline panicked: %+v %v, want a window opened", res, err)
 			}
 		})
-	}
-}
-
-// scriptPipelineHook runs before each pipeline of scripts, the reports'
-// (not before those go-redis sends to set up a new connection).
-type scriptPipelineHook struct{ before func() }
-
-func (h scriptPipelineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h scriptPipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-func (h scriptPipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if name := cmds[0].Name(); name == "evalsha" || name == "eval" {
-			h.before()
-		}
-		return next(ctx, cmds)
 	}
 }
 
@@ -644,7 +607,7 @@ func TestCallsQueuedBehindAnUnansweredDegradedPublishFailWithIt(t *testing.T) {
 	var reportPipelines atomic.Int64
 	paused := make(chan struct{})
 	var once sync.Once
-	rdb.AddHook(pipelineHook{cmds: func(cmds []redis.Cmder) {
+	rdb.AddHook(testredis.PipelineHook(func(cmds []redis.Cmder) {
 		if !repo.IsDegradedPublish(cmds[0]) {
 			if n := cmds[0].Name(); n == "evalsha" || n == "eval" { // not a connection's set-up
 				reportPipelines.Add(1)
@@ -658,7 +621,7 @@ func TestCallsQueuedBehindAnUnansweredDegradedPublishFailWithIt(t *testing.T) {
 			}
 			close(paused)
 		})
-	}})
+	}))
 
 	first := make(chan error, 1)
 	go func() {
@@ -734,7 +697,7 @@ func TestCarriedCallIsAnsweredAfterItsCallerGivesUp(t *testing.T) {
 	if err := r.LoadScripts(context.Background()); err != nil { // no NOSCRIPT round trip
 		t.Fatal(err)
 	}
-	rdb.AddHook(scriptPipelineHook{before: func() { // reports' pipelines only, not a connection's set-up
+	rdb.AddHook(beforeScripts(func() { // reports' pipelines only, not a connection's set-up
 		switch pipelines.Add(1) {
 		case 1:
 			<-release1
@@ -742,7 +705,7 @@ func TestCarriedCallIsAnsweredAfterItsCallerGivesUp(t *testing.T) {
 			close(inSecond)
 			<-release2
 		}
-	}})
+	}))
 	first := make(chan error, 1)
 	go func() { // runs the first pipeline, held
 		_, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, "rose", base)})

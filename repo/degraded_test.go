@@ -18,11 +18,11 @@ import (
 // of report scripts until release is closed; held says it is being held.
 func holdFirstReportPipeline(rdb *redis.Client) (held *atomic.Bool, release chan struct{}) {
 	held, release = &atomic.Bool{}, make(chan struct{})
-	rdb.AddHook(pipelineHook{cmds: func(cmds []redis.Cmder) {
+	rdb.AddHook(testredis.PipelineHook(func(cmds []redis.Cmder) {
 		if n := cmds[0].Name(); (n == "evalsha" || n == "eval") && !repo.IsDegradedPublish(cmds[0]) && held.CompareAndSwap(false, true) {
 			<-release
 		}
-	}})
+	}))
 	return held, release
 }
 
@@ -105,11 +105,11 @@ func TestObservePipelineTimesTheDegradedPublish(t *testing.T) {
 	if err := r.LoadScripts(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rdb.AddHook(pipelineHook{cmds: func(cmds []redis.Cmder) {
+	rdb.AddHook(testredis.PipelineHook(func(cmds []redis.Cmder) {
 		if repo.IsDegradedPublish(cmds[0]) {
 			time.Sleep(delay) // a slow round trip
 		}
-	}})
+	}))
 	start := time.Now()
 	res, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)})
 	answered := time.Since(start)
