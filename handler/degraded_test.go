@@ -120,29 +120,30 @@ func TestReportPushedAfterItsCallerGaveUpIsCountedDegraded(t *testing.T) {
 		_, err := h.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: gift(1, "rose")})
 		first <- err
 	}()
-	for pipelines.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the first report's pipeline to be held", func() bool { return pipelines.Load() > 0 })
 	gone, cancel := context.WithCancel(ctx)
 	defer cancel()
-	second := make(chan error, 1)
+	second, secondID := make(chan error, 1), make(chan string, 1)
 	go func() { // queued behind it: the next pipeline carries it
+		secondID <- goroutineID()
 		_, err := h.ReportContribution(gone, &combo.ReportContributionRequest{Contribution: gift(2, "lily")})
 		second <- err
 	}()
-	for h.gate.inFlight.Load() < 2 {
-		time.Sleep(time.Millisecond)
+	// The repo's queue is not visible from this package: its goroutine,
+	// waiting in the coalescer's select, is. Were it not queued when the
+	// first pipeline ends, it would run its own pipeline and never take
+	// the path of a carried call whose caller gives up, passing on code
+	// that counts that call canceled.
+	id := <-secondID
+	queued := func() bool {
+		state, stack, ok := goroutineState(id)
+		return ok && state == "select" && strings.Contains(stack, "repo.(*coalescer).do")
 	}
-	// From the gate to the repo's queue, which this package cannot see:
-	// if the sleep falls short the test passes without exercising the
-	// carried call, never fails wrongly. The repo's
-	// TestCarriedCallIsAnsweredAfterItsCallerGivesUp waits for the queue
-	// itself; this test checks what the handler counts and logs.
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, "the second report to queue in the repo behind the held pipeline", queued)
 	close(release1)
 	<-inSecond
 	cancel() // its caller gives up while the pipeline carries it
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, "the second report to see its caller give up", func() bool { return !queued() })
 	close(release2)
 	if err := <-first; err != nil {
 		t.Fatal(err)
