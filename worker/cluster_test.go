@@ -473,6 +473,10 @@ func TestSlotMovedUnderLoadLosesNothing(t *testing.T) {
 	}
 }
 
+// cutReplies is shared by the connections of a replyCutClusterClient:
+// asked, a command holding match was sent; cut, a reply was lost.
+type cutReplies struct{ asked, cut atomic.Bool }
+
 // replyCut is a connection that closes itself, once for all connections
 // sharing cut, instead of returning the first reply holding reply to a
 // command whose bytes held match: Redis ran the command, its answer is lost
@@ -480,18 +484,21 @@ func TestSlotMovedUnderLoadLosesNothing(t *testing.T) {
 type replyCut struct {
 	net.Conn
 	match, reply []byte
-	cut          *atomic.Bool
+	cut          *cutReplies
 	armed        bool
 }
 
 func (c *replyCut) Write(b []byte) (int, error) {
 	c.armed = bytes.Contains(b, c.match)
+	if c.armed {
+		c.cut.asked.Store(true)
+	}
 	return c.Conn.Write(b)
 }
 
 func (c *replyCut) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if c.armed && n > 0 && bytes.Contains(b[:n], c.reply) && c.cut.CompareAndSwap(false, true) {
+	if c.armed && n > 0 && bytes.Contains(b[:n], c.reply) && c.cut.cut.CompareAndSwap(false, true) {
 		c.Conn.Close()
 		return 0, io.EOF
 	}
@@ -501,7 +508,7 @@ func (c *replyCut) Read(b []byte) (int, error) {
 // replyCutClusterClient is a cluster client with main.go's options
 // (MaxRetries -1, one dial per attempt) whose first reply holding reply,
 // to a command holding match, is lost after Redis ran the command.
-func replyCutClusterClient(t *testing.T, addrs []string, match, reply string, cut *atomic.Bool) *redis.ClusterClient {
+func replyCutClusterClient(t *testing.T, addrs []string, match, reply string, cut *cutReplies) *redis.ClusterClient {
 	timeout := 500 * time.Millisecond
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs,
 		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, PoolTimeout: timeout,
@@ -530,7 +537,7 @@ func TestLostReadReplyIsReadAgainOnACluster(t *testing.T) {
 	r, _ := prepare(t, admin, 300*time.Millisecond, 1)
 	sub := subscribeAt(t, cluster.Addrs[0])
 
-	var cut atomic.Bool
+	var cut cutReplies
 	// The field k of a window's entry, in the reply to XREADGROUP ... STREAMS <stream> >.
 	wcc := replyCutClusterClient(t, cluster.Addrs, "\r\n$1\r\n>\r\n", "$1\r\nk\r\n", &cut)
 	ws := repo.New(wcc, repo.Settings{Window: 300 * time.Millisecond, Grace: 20 * time.Millisecond, Dedupe: time.Minute,
@@ -543,7 +550,7 @@ func TestLostReadReplyIsReadAgainOnACluster(t *testing.T) {
 		defer cancel()
 		_ = wk.Shutdown(sctx)
 	})
-	time.Sleep(200 * time.Millisecond) // the reader is on ">"
+	waitFor(t, `the reader's first XREADGROUP ... ">"`, cut.asked.Load)
 	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 7)}); err != nil {
 		t.Fatal(err)
 	}
@@ -552,9 +559,9 @@ func TestLostReadReplyIsReadAgainOnACluster(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		pending, _ := admin.XPending(ctx, r.Keys().Stream(0), repo.Group).Result()
 		t.Fatalf("window not pushed 5 s after its report (W 300 ms); reply cut: %v; held %d; pending in Redis: %+v",
-			cut.Load(), wk.Held(), pending)
+			cut.cut.Load(), wk.Held(), pending)
 	}
-	if !cut.Load() {
+	if !cut.cut.Load() {
 		t.Fatal("no read reply was lost: the test did not test")
 	}
 }
@@ -582,10 +589,10 @@ func TestALostClaimReplyOnAClusterLosesNoWindow(t *testing.T) {
 	if ws, _, _, err := r.Read(ctx, 0, "dead", ">", 10, -1); err != nil || len(ws) != 1 {
 		t.Fatalf("dead's read: %v %v", ws, err)
 	}
-	var cut atomic.Bool
+	var cut cutReplies
 	wcc := replyCutClusterClient(t, cluster.Addrs, "xautoclaim", "$1\r\nk\r\n", &cut)
 	takeOver(t, repo.New(wcc, set), 1, true)
-	if !cut.Load() {
+	if !cut.cut.Load() {
 		t.Fatal("no claim reply was lost: the test proves nothing")
 	}
 }
