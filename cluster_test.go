@@ -143,17 +143,21 @@ func TestServiceFollowsAReshard(t *testing.T) {
 	shardNodesEvery = 50 * time.Millisecond
 	cluster := testredis.StartCluster(t, 3)
 	const shards = 6
-	core, logs := observer.New(zap.InfoLevel)
+	core, logs := observer.New(zap.DebugLevel)
 	s := startService(t, options{cluster: cluster, log: zap.New(core), mutate: func(c *conf.Config) {
 		c.Redis.Shards = shards
 		c.Redis.Timeout = 2 * time.Second // as in TestRedisCluster: first dials to three masters
 	}})
 	const moved = "which node serves each shard changed, or was read for the first time; batch pipelines are now bounded by each node's own shards"
-	// Nothing moved yet: the loop runs and finds the map as at start.
-	time.Sleep(10 * shardNodesEvery)
-	if n := logs.FilterMessage(moved).Len(); n != 0 {
-		t.Fatalf("logged %q %d times before any reshard", moved, n)
-	}
+	// Nothing moved yet: the loop reads and finds the map as at start.
+	// Waited for, not slept for: a sleep passed too if no reading came
+	// (a loop started late, or whose readings failed).
+	waitUntil(t, 10*time.Second, "three readings of the slot map", func() bool {
+		if n := logs.FilterMessage(moved).Len(); n != 0 {
+			t.Fatalf("logged %q %d times before any reshard", moved, n)
+		}
+		return logs.FilterMessage("read which node serves each shard: unchanged").Len() >= 3
+	})
 
 	keys := repo.NewKeys(shards)
 	cc := cluster.Client(t)
