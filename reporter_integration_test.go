@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/combo-service/combo-service/client"
 	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/internal/stacks"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
 
@@ -25,17 +25,8 @@ import (
 // way to check that Close leaves none behind, whatever Kitex and the
 // in-process service run meanwhile.
 func reporterGoroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range stacks.All() {
 		if strings.Contains(g, "combo-service/client.(*Reporter)") {
 			count++
 		}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/combo-service/combo-service/internal/stacks"
 )
 
 // goroutineID is the running goroutine's number, from its stack's first
@@ -18,16 +20,7 @@ func goroutineID() string {
 // and its stack; ok is false once it has ended. Tests use it to wait for
 // a goroutine to block where another package's state cannot be read.
 func goroutineState(id string) (state, stack string, ok bool) {
-	buf := make([]byte, 1<<16)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range stacks.All() {
 		// "goroutine 123 [select]:" or "goroutine 123 [select, 2 minutes]:"
 		header, stack, _ := strings.Cut(g, "\n")
 		f := strings.SplitN(header, " ", 3)
