@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/combo-service/combo-service/internal/stacks"
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
@@ -125,7 +126,7 @@ func TestReportPushedAfterItsCallerGaveUpIsCountedDegraded(t *testing.T) {
 	defer cancel()
 	second, secondID := make(chan error, 1), make(chan string, 1)
 	go func() { // queued behind it: the next pipeline carries it
-		secondID <- goroutineID()
+		secondID <- stacks.Self()
 		_, err := h.ReportContribution(gone, &combo.ReportContributionRequest{Contribution: gift(2, "lily")})
 		second <- err
 	}()
@@ -136,7 +137,7 @@ func TestReportPushedAfterItsCallerGaveUpIsCountedDegraded(t *testing.T) {
 	// that counts that call canceled.
 	id := <-secondID
 	queued := func() bool {
-		state, stack, ok := goroutineState(id)
+		state, stack, ok := stacks.State(id)
 		return ok && state == "select" && strings.Contains(stack, "repo.(*coalescer).do")
 	}
 	waitFor(t, "the second report to queue in the repo behind the held pipeline", queued)
