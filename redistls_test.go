@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/internal/stacks"
 	"github.com/combo-service/combo-service/internal/testredis"
 )
 
@@ -118,13 +119,24 @@ func TestRedisTLSDialerKeepsTheNewerOfTwoReadsAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, second := make(chan struct{}), make(chan struct{})
+	first, second, secondID := make(chan struct{}), make(chan struct{}), make(chan string, 1)
 	go func() { d.config(); close(first) }()
 	<-inFirst
-	go func() { d.config(); close(second) }()
-	select {
-	case <-second: // the second dial read the rotated files, and went on
-	case <-time.After(200 * time.Millisecond): // it waits for the first
+	go func() { secondID <- stacks.Self(); d.config(); close(second) }()
+	// Waited for, not slept for: had the first gone on before the second
+	// dial began, they would not be at once, and the test would pass on
+	// dials that compare in the other order.
+	id := <-secondID
+	deadline := time.Now().Add(10 * time.Second)
+	for reads.Load() < 3 { // the second dial read the rotated files, or...
+		state, stack, ok := stacks.State(id)
+		if ok && state != "running" && state != "runnable" && strings.Contains(stack, "(*redisTLSDialer)") {
+			break // ... it waits for the first
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second dial neither read the files nor waited for the first within 10 s")
+		}
+		time.Sleep(time.Millisecond)
 	}
 	close(release)
 	<-first
