@@ -91,11 +91,15 @@ type Metrics struct {
 	// again: Redis lost a stream with its waiting windows.
 	GroupsRecreated prometheus.Counter
 	BadEntries      prometheus.Counter
-	RedisErrors     *prometheus.CounterVec // by op
-	LoopPanics      *prometheus.CounterVec // by loop
-	HeldWindows     prometheus.Gauge
-	StreamLength    *prometheus.GaugeVec // by shard, sampled
-	StreamPending   *prometheus.GaugeVec // by shard, sampled
+	// FlushesLate counts flushes Redis ran past their deadline (the flush
+	// script answered late, having changed nothing): their sender had
+	// stopped waiting, so the window is sent again.
+	FlushesLate   prometheus.Counter
+	RedisErrors   *prometheus.CounterVec // by op
+	LoopPanics    *prometheus.CounterVec // by loop
+	HeldWindows   prometheus.Gauge
+	StreamLength  *prometheus.GaugeVec // by shard, sampled
+	StreamPending *prometheus.GaugeVec // by shard, sampled
 	// StreamMaxLength is redis.stream_maxlen, so an alert can compare
 	// StreamLength with the bound past which this replica opens no window.
 	StreamMaxLength prometheus.Gauge
@@ -136,6 +140,9 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Consumer groups found missing (NOGROUP) and created again: Redis lost the stream and the windows waiting in it (FLUSHALL, restart without persistence, eviction), whose flushes then count as gone."}),
 		BadEntries: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "bad_entries_total",
 			Help: "Stream entries that could not be parsed or whose processing panicked."}),
+		FlushesLate: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "flushes_late_total",
+			Help: "Window flushes Redis ran past their deadline (when their sender stops waiting for the answer), so they changed nothing and the window was sent again: " +
+				"a Redis node that answered late (paused, stalled) or an estimate of its clock found behind."}),
 		RedisErrors: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "redis_errors_total",
 			Help: "Failed Redis operations, by operation."}, []string{"op"}),
 		LoopPanics: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "loop_panics_total",

@@ -717,7 +717,10 @@ func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) 
 			retry = append(retry, it)
 		case repo.Late:
 			// Our estimate of Redis's clock was behind (learnClock has
-			// corrected it): nothing changed, so send it again.
+			// corrected it), or the node ran it late (paused, stalled):
+			// nothing changed, so send it again. Counted, so a node that
+			// keeps answering late shows.
+			w.metrics.FlushesLate.Inc()
 			retry = append(retry, it)
 		case repo.Stale:
 			w.stale(it.w, r, zapcore.WarnLevel, "window dropped unpublished: older than window.stale")

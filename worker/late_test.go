@@ -1,0 +1,46 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/worker"
+)
+
+// A flush Redis runs past its deadline answers Late and changes nothing
+// (its sender had stopped waiting). Here the worker's estimate of Redis's
+// clock is 1.5 s behind, more than the 300 ms a flush's sender waits, so
+// the window's first flush is sent with a deadline already past: it is
+// counted in combo_flushes_late_total, the reply corrects the clock, and
+// the window is sent again and pushed once.
+func TestLateFlushIsCountedAndSentAgain(t *testing.T) {
+	r, _, sub, m := setup(t)
+	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		SampleEvery: time.Hour, OpTimeout: 300 * time.Millisecond}, zaptest.NewLogger(t), m)
+	wk.Start()
+	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	waitFor(t, "the worker reading Redis's clock", wk.ClockRead)
+	wk.SkewClock(-1500)
+
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	waitPushes(t, sub, 1)
+	if late := testutil.ToFloat64(m.FlushesLate); late != 1 {
+		t.Errorf("combo_flushes_late_total = %v, want 1", late)
+	}
+	for status, want := range map[string]float64{metrics.FlushedPublished: 1, metrics.FlushedGone: 0} {
+		if got := testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(status)); got != want {
+			t.Errorf("combo_windows_flushed_total{status=%q} = %v, want %v", status, got, want)
+		}
+	}
+	if errs := testutil.ToFloat64(m.RedisErrors.WithLabelValues(metrics.OpFlush)); errs != 0 {
+		t.Errorf("combo_redis_errors_total{op=\"flush\"} = %v, want 0: a late flush is not a Redis error", errs)
+	}
+}
