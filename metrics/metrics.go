@@ -91,9 +91,9 @@ type Metrics struct {
 	// again: Redis lost a stream with its waiting windows.
 	GroupsRecreated prometheus.Counter
 	BadEntries      prometheus.Counter
-	// FlushesLate counts flushes Redis ran past their deadline (the flush
-	// script answered late, having changed nothing): their sender had
-	// stopped waiting, so the window is sent again.
+	// FlushesLate counts flush answers read that say Redis ran the flush
+	// past its deadline (repo.Late), having changed nothing: the window
+	// is sent again.
 	FlushesLate   prometheus.Counter
 	RedisErrors   *prometheus.CounterVec // by op
 	LoopPanics    *prometheus.CounterVec // by loop
@@ -141,8 +141,9 @@ func New(reg prometheus.Registerer) *Metrics {
 		BadEntries: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "bad_entries_total",
 			Help: "Stream entries that could not be parsed or whose processing panicked."}),
 		FlushesLate: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "flushes_late_total",
-			Help: "Window flushes Redis ran past their deadline (when their sender stops waiting for the answer), so they changed nothing and the window was sent again: " +
-				"a Redis node that answered late (paused, stalled) or an estimate of its clock found behind."}),
+			Help: "Window flush answers that say Redis ran the flush past its deadline (when its sender stops waiting for the answer), so it changed nothing and the window was sent again: " +
+				"the worker's estimate of the node's clock was behind (a jump of that clock, a failover), or the node ran it at the very end of that wait. " +
+				"A flush run after its sender stopped waiting is not counted here, since its answer is never read: that send counts in combo_redis_errors_total{op=\"flush\"}."}),
 		RedisErrors: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "redis_errors_total",
 			Help: "Failed Redis operations, by operation."}, []string{"op"}),
 		LoopPanics: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "loop_panics_total",

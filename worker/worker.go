@@ -717,9 +717,11 @@ func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) 
 			retry = append(retry, it)
 		case repo.Late:
 			// Our estimate of Redis's clock was behind (learnClock has
-			// corrected it), or the node ran it late (paused, stalled):
-			// nothing changed, so send it again. Counted, so a node that
-			// keeps answering late shows.
+			// corrected it), or the node ran it at the very end of our
+			// wait: nothing changed, so send it again. Counted, so an
+			// estimate that keeps falling behind shows. A flush run after
+			// its sender stopped waiting is not seen here: that answer is
+			// never read (the send failed: OpFlush).
 			w.metrics.FlushesLate.Inc()
 			retry = append(retry, it)
 		case repo.Stale:
