@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // StartReplica starts a Redis replicating master, with args as extra
@@ -30,19 +32,75 @@ func StartReplica(tb testing.TB, master *Server, args ...string) *Server {
 	}
 }
 
-// StartSentinel starts a Redis Sentinel on a free port that watches master
-// under name alone (quorum 1) and fails it over quickly: down after 500 ms
-// without an answer. For a master that serves TLS it serves TLS too, with
-// the master's certificates, and talks TLS to the master.
+// StartSentinel starts one Redis Sentinel watching master under name
+// (quorum 1): StartSentinels of one.
 func StartSentinel(tb testing.TB, name string, master *Server) *Server {
 	tb.Helper()
+	return StartSentinels(tb, 1, name, master)[0]
+}
+
+// StartSentinels starts n Redis Sentinels on free ports that watch master
+// under name, with a quorum of a majority (n/2+1), and fail it over
+// quickly: down after 500 ms without an answer. For a master that serves
+// TLS they serve TLS too, with the master's certificates, and talk TLS to
+// the master. It returns once each Sentinel knows the others and the
+// master's connected replicas, connected: only then can they agree on a
+// failover and have a replica to promote.
+func StartSentinels(tb testing.TB, n int, name string, master *Server) []*Server {
+	tb.Helper()
 	require(tb, "redis-server")
-	s := &Server{Dir: tb.TempDir(), tb: tb, TLS: master.TLS, sentinel: fmt.Sprintf(
-		"sentinel monitor %[1]s 127.0.0.1 %[2]d 1\n"+
+	conf := fmt.Sprintf(
+		"sentinel monitor %[1]s 127.0.0.1 %[2]d %[3]d\n"+
 			"sentinel down-after-milliseconds %[1]s 500\n"+
-			"sentinel failover-timeout %[1]s 5000\n", name, master.Port)}
-	s.launch(FreePort)
-	return s
+			"sentinel failover-timeout %[1]s 5000\n", name, master.Port, n/2+1)
+	ss := make([]*Server, n)
+	for i := range ss {
+		ss[i] = &Server{Dir: tb.TempDir(), tb: tb, TLS: master.TLS, sentinel: conf}
+		ss[i].launch(FreePort)
+	}
+	waitSentinelsKnow(tb, ss, name, master)
+	return ss
+}
+
+// waitSentinelsKnow waits until each Sentinel of ss lists the others (they
+// find each other through the master's hello channel, every 2 s) and as
+// many replicas as the master has connected, none flagged down or
+// disconnected.
+func waitSentinelsKnow(tb testing.TB, ss []*Server, name string, master *Server) {
+	tb.Helper()
+	ctx := context.Background()
+	mc := master.Client()
+	deadline := time.Now().Add(15 * time.Second)
+	for _, s := range ss {
+		sc := redis.NewSentinelClient(s.options())
+		for {
+			info, err := mc.Info(ctx, "replication").Result()
+			want, _ := strconv.Atoi(infoField(info, "connected_slaves"))
+			others, _ := sc.Sentinels(ctx, name).Result()
+			replicas, _ := sc.Replicas(ctx, name).Result()
+			if err == nil && len(others) == len(ss)-1 && len(replicas) == want && allUp(replicas) {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = sc.Close()
+				tb.Fatalf("testredis: Sentinel %s knows %d of %d other Sentinels and replicas %v (master has %d) after 15 s",
+					s.Addr, len(others), len(ss)-1, replicas, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = sc.Close()
+	}
+}
+
+// allUp reports whether none of a Sentinel's replicas is flagged down or
+// disconnected (a replica so flagged is not promoted).
+func allUp(replicas []map[string]string) bool {
+	for _, r := range replicas {
+		if f := r["flags"]; strings.Contains(f, "disconnected") || strings.Contains(f, "s_down") {
+			return false
+		}
+	}
+	return true
 }
 
 // startSentinel runs redis-server in sentinel mode on a configuration file

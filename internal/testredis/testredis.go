@@ -128,6 +128,11 @@ func (s *Server) startErr() error {
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
+	// A master sends a new replica its data (diskless, Redis 7's default)
+	// only after waiting 5 s for more replicas to sync with: a replica's
+	// start, and an old master's return as a replica after a failover,
+	// took about 5 s instead of 0.2 s. Args may still set it.
+	args = append(args, "--repl-diskless-sync-delay", "0")
 	args = append(args, s.opts.Args...)
 	return s.run(args)
 }

@@ -341,3 +341,42 @@ func alive(pid int) bool {
 	i := bytes.LastIndexByte(stat, ')')
 	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
+
+// Three Sentinels, quorum two, fail a paused master over to its replica:
+// they know each other and the replica when StartSentinels returns.
+func TestStartSentinelsFailOverAPausedMaster(t *testing.T) {
+	master := Start(t, Options{})
+	replica := StartReplica(t, master)
+	ss := StartSentinels(t, 3, "m", master)
+	ctx := context.Background()
+	if q := sentinelField(t, ss[0], "m", "quorum"); q != "2" {
+		t.Fatalf("quorum %s, want 2", q)
+	}
+	master.Pause()
+	paused := time.Now()
+	for _, s := range ss {
+		for {
+			addr, err := s.Client().Do(ctx, "SENTINEL", "get-master-addr-by-name", "m").StringSlice()
+			if err == nil && len(addr) == 2 && addr[0]+":"+addr[1] == replica.Addr {
+				break
+			}
+			if time.Since(paused) > 10*time.Second {
+				t.Fatalf("Sentinel %s names %v (%v) 10 s after the pause, want %s", s.Addr, addr, err, replica.Addr)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Logf("every Sentinel names the replica %v after the pause", time.Since(paused))
+}
+
+// sentinelField is a field of what Sentinel s says of the master name.
+func sentinelField(t *testing.T, s *Server, name, field string) string {
+	t.Helper()
+	sc := redis.NewSentinelClient(s.options())
+	defer sc.Close()
+	m, err := sc.Master(context.Background(), name).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m[field]
+}
