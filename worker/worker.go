@@ -691,6 +691,18 @@ func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) 
 		if w.flushCtx.Err() == nil { // not Shutdown's deadline cutting it short
 			w.redisError(metrics.OpFlush, err)
 		}
+		// No answer does not mean it did not run: the send may still wait
+		// on a paused master's socket, and run when that master resumes,
+		// up to notAfter. An error can come well before that: go-redis's
+		// Sentinel client closes its connections to the old master, those
+		// in use too, when it hears +switch-master. Sent again at once,
+		// to the new master, the window was pushed there and then again
+		// by the resumed old master. So it goes again only once notAfter
+		// has passed on the node's clock (the estimate is a lower bound of
+		// it; the script answers Late only past notAfter).
+		for i := range batch {
+			batch[i].due = max(batch[i].due, notAfter+1)
+		}
 		w.retryLater(q, batch)
 		return false
 	}
