@@ -1077,6 +1077,9 @@ func TestReplyTimeoutIsTheClientsReadTimeout(t *testing.T) {
 	}{
 		{"client", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: d}), d},
 		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ReadTimeout: d}), d},
+		// As the service builds it with redis.sentinel_addrs: a failover
+		// client, whose connections go-redis closes at +switch-master.
+		{"sentinel", redis.NewUniversalClient(&redis.UniversalOptions{MasterName: "m", Addrs: []string{"127.0.0.1:1"}, ReadTimeout: d}), d},
 		{"no read deadline", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: -2}), 0},
 		{"no read timeout", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: -1}), 0},
 	} {
