@@ -3,8 +3,10 @@ package repo
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -42,12 +44,26 @@ var degradeScript = redis.NewScript(degradeLua)
 // reports whose call did publish are remembered (unless Redis refuses
 // writes) and answer duplicate when the caller sends them again, the
 // others are published then.
-func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution) (map[int64]bool, error) {
+//
+// Each call carries a deadline on its node's clock (degrade.lua's ARGV[7]),
+// estimated from clocks[i], the clock report.lua answered with when it
+// failed for cs[i]: that reading, plus the time since it was read, plus
+// how long the sender waits for this send's answer (the ctx's deadline or
+// the client's read timeout, the earlier). Past it the sender no longer
+// waits: it answers UNAVAILABLE and its caller may send the report again,
+// to a replica promoted meanwhile. A call that runs later, say on a
+// paused master when it resumes, answers late, changes nothing, and fails
+// the batch UNAVAILABLE. The reading is no later than the node's clock
+// when it was read here, so the deadline errs early, by the script's run
+// and the answer's trip at most. A zero reading (the whole report call
+// failed, with no clock) or a client that waits with no bound sets none.
+func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution, clocks []redisClock) (map[int64]bool, error) {
 	var known map[int64]bool
-	todo := cs
+	todo, todoClocks := cs, clocks
 	for attempt := 0; ; attempt++ {
 		pipe := r.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(todo))
+		wait, bounded := r.replyWait(ctx)
 		for i, c := range todo {
 			payload, err := push.Single(c)
 			if err != nil {
@@ -59,22 +75,29 @@ func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution) (ma
 				run = degradeScript.Eval
 			}
 			cmds[i] = run(ctx, pipe, []string{r.keys.Stream(shard), r.keys.Probe(shard)}, push.Channel(c.ActivityId), payload,
-				r.keys.SeenPrefix(shard), r.bucketSec, strconv.FormatInt(c.Id, 10), strconv.FormatInt(c.Id%dedupeSubsets, 10))
+				r.keys.SeenPrefix(shard), r.bucketSec, strconv.FormatInt(c.Id, 10), strconv.FormatInt(c.Id%dedupeSubsets, 10),
+				todoClocks[i].notAfter(wait, bounded))
 		}
 		_, err := pipe.Exec(ctx)
 		// A script cache flushed under us (restart, failover): run those
 		// again with EVAL. NOSCRIPT means the call did not run, so nothing
 		// is published twice.
 		var retry []*combo.Contribution
+		var retryClocks []redisClock
 		for i, cmd := range cmds {
 			if e := cmd.Err(); e != nil {
 				if attempt > 0 || !redis.HasErrorPrefix(e, "NOSCRIPT") {
 					return nil, wrapWithin("repo.publishSingles", e, reportTimeout)
 				}
 				retry = append(retry, todo[i])
+				retryClocks = append(retryClocks, todoClocks[i])
 				continue
 			}
-			if v, _ := cmd.Int64(); v == degradeKnown {
+			v, _ := cmd.Int64()
+			if v == degradeLate {
+				return nil, &opError{op: "repo.publishSingles", err: errDegradeLate, unavailable: true, within: reportTimeout}
+			}
+			if v == degradeKnown {
 				if known == nil {
 					known = make(map[int64]bool)
 				}
@@ -87,9 +110,48 @@ func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution) (ma
 			}
 			return known, nil
 		}
-		todo = retry
+		todo, todoClocks = retry, retryClocks
 	}
 }
 
-// degradeKnown is degrade.lua's answer for an id already remembered.
-const degradeKnown = 2
+// degrade.lua's answers for an id already remembered, and for a call run
+// past its deadline.
+const (
+	degradeKnown = 2
+	degradeLate  = 3
+)
+
+// errDegradeLate: a degraded publish reached Redis after its sender had
+// stopped waiting for it, and changed nothing.
+var errDegradeLate = errors.New("degraded publish ran past its deadline, its sender no longer waiting: nothing published")
+
+// redisClock is a reading of a Redis node's clock (ms) and when it was
+// read here; the zero value is none.
+type redisClock struct {
+	ms   int64
+	read time.Time
+}
+
+// notAfter is the deadline, on the node's clock, of a send whose answer
+// is waited for wait from now (no bound unless bounded): 0, none, without
+// a reading.
+func (k redisClock) notAfter(wait time.Duration, bounded bool) int64 {
+	if k.ms <= 0 || !bounded {
+		return 0
+	}
+	return k.ms + time.Since(k.read).Milliseconds() + max(wait.Milliseconds(), 1)
+}
+
+// replyWait is how long the client waits for the answer to a send made
+// now with ctx: the earlier of ctx's deadline and its read timeout;
+// bounded false when neither bounds it.
+func (r *Repo) replyWait(ctx context.Context) (wait time.Duration, bounded bool) {
+	wait = r.ReplyTimeout()
+	bounded = wait > 0
+	if d, ok := ctx.Deadline(); ok {
+		if left := time.Until(d); !bounded || left < wait {
+			wait, bounded = left, true
+		}
+	}
+	return wait, bounded
+}

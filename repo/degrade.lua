@@ -34,12 +34,30 @@
 -- ARGV[4]  bucket   seconds per dedupe bucket (report.lua ARGV[5])
 -- ARGV[5]  id       the report's id (decimal)
 -- ARGV[6]  sub      the id's dedupe sub-set (report.lua's per-report sub)
+-- ARGV[7]  not after  absent or 0: no bound; else Redis ms past which this
+--          call was sent too long ago to run: its sender had stopped
+--          waiting for the answer by then (and answered its caller
+--          UNAVAILABLE, who may send the report again). It answers late
+--          and changes nothing. A master paused (SIGSTOP, a VM stall) runs
+--          the commands that waited on its sockets when it resumes, before
+--          it hears that the cluster promoted its replica meanwhile: such a
+--          call did not find the id in the old master's stale dedupe sets
+--          (the report, sent again, was published by the new master) and
+--          pushed the report a second time (PUBLISH reaches the whole
+--          cluster). Go computes it from the clock report.lua answered
+--          with (see Repo.publishSingles).
 --
 -- Returns 1: published and remembered; 0: published, not remembered (the
--- node refuses writes); 2: already remembered, not published again.
+-- node refuses writes); 2: already remembered, not published again; 3:
+-- late (run past ARGV[7]), nothing changed.
 local call, id = redis.call, ARGV[5]
 local bucketSec = tonumber(ARGV[4])
-local bucket = math.floor(tonumber(call('TIME')[1]) / bucketSec)
+local t = call('TIME')
+local notAfter = tonumber(ARGV[7])
+if notAfter and notAfter > 0 and tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > notAfter then
+  return 3
+end
+local bucket = math.floor(tonumber(t[1]) / bucketSec)
 local set = ARGV[3] .. string.format('%d', bucket) .. ':' .. ARGV[6]
 local prev = ARGV[3] .. string.format('%d', bucket - 1) .. ':' .. ARGV[6]
 if call('SISMEMBER', set, id) == 1 or call('SISMEMBER', prev, id) == 1 then

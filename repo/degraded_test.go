@@ -2,6 +2,7 @@ package repo_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/push"
 	"github.com/combo-service/combo-service/repo"
 )
 
@@ -119,4 +121,50 @@ func TestObservePipelineTimesTheDegradedPublish(t *testing.T) {
 	if d := <-took; d < delay {
 		t.Errorf("ObservePipeline saw %v; the report was answered after %v, its degraded publish taking %v", d, answered, delay)
 	}
+}
+
+// A degraded publish run past its deadline (it waited that long on a
+// paused node's socket, and its sender stopped waiting) answers
+// UNAVAILABLE and changes nothing: no push, its id not remembered, so the
+// report sent again is published, once.
+func TestDegradedPublishPastItsDeadlineChangesNothing(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r, sub := subscribedRepo(t, rdb)
+		clock := func() int64 {
+			t.Helper()
+			now, err := rdb.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return now.UnixMilli()
+		}
+		c := contribution(1, "late", base)
+		// Its sender waits a second at most: the deadline is 9 s gone.
+		within, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := repo.PublishSinglesAfter(within, r, []*combo.Contribution{c}, clock()-10_000)
+		cancel()
+		if !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "past its deadline") {
+			t.Fatalf("degraded publish past its deadline: %v, want ErrUnavailable naming the deadline", err)
+		}
+		if m, err := sub.ReceiveTimeout(ctx, 100*time.Millisecond); err == nil {
+			t.Fatalf("a push from a degraded publish past its deadline: %v", m)
+		}
+		within, cancel = context.WithTimeout(ctx, time.Second)
+		known, err := repo.PublishSinglesAfter(within, r, []*combo.Contribution{c}, clock())
+		cancel()
+		if err != nil || known[c.Id] {
+			t.Fatalf("degraded publish in time: %v %v, want published", known, err)
+		}
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, err := push.Decode([]byte(msg.Payload)); err != nil || p.Record.ID != c.Id {
+			t.Fatalf("push %q: %v, want report %d", msg.Payload, err, c.Id)
+		}
+		if res, err := r.Report(ctx, []*combo.Contribution{c}); err != nil || res[0].Outcome != repo.Duplicate {
+			t.Fatalf("report sent again after its degraded publish: %+v %v, want a duplicate", res, err)
+		}
+	})
 }

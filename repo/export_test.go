@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -50,8 +51,20 @@ func IsDegradedPublish(cmd redis.Cmder) bool {
 
 // PublishSingles publishes cs each on its own, as for degraded reports,
 // and returns the ids it did not publish: remembered already.
+// No deadline: as for reports whose whole script call failed.
 func PublishSingles(ctx context.Context, r *Repo, cs []*combo.Contribution) (map[int64]bool, error) {
-	return r.publishSingles(ctx, cs)
+	return r.publishSingles(ctx, cs, make([]redisClock, len(cs)))
+}
+
+// PublishSinglesAfter is PublishSingles for reports whose script failed
+// when the node's clock read clockMs, read here just now: each call's
+// deadline counts from there.
+func PublishSinglesAfter(ctx context.Context, r *Repo, cs []*combo.Contribution, clockMs int64) (map[int64]bool, error) {
+	clocks := make([]redisClock, len(cs))
+	for i := range clocks {
+		clocks[i] = redisClock{ms: clockMs, read: time.Now()}
+	}
+	return r.publishSingles(ctx, cs, clocks)
 }
 
 // DegradeHash is the SHA1 of degrade.lua, as EVALSHA names it.

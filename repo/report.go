@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -86,6 +87,9 @@ type reportReply struct {
 	windowID string
 	quantity int64
 	err      error // the script failed for this report while Redis answered
+	// clock is the node's clock when its script failed for this report
+	// (status 3), the zero reading when the whole call failed (no clock).
+	clock redisClock
 }
 
 // execute counts cs in one pipeline: one script call per shard and up to
@@ -101,6 +105,7 @@ func (r *Repo) execute(ctx context.Context, cs []*combo.Contribution) ([]reportR
 		if err != nil {
 			return nil, wrapWithin("repo.Report", err, reportTimeout)
 		}
+		read := time.Now() // the replies' clocks are at most this old
 		var retry []int
 		for g, cmd := range cmds {
 			if err := cmd.Err(); err != nil {
@@ -129,6 +134,7 @@ func (r *Repo) execute(ctx context.Context, cs []*combo.Contribution) ([]reportR
 				rep.quantity, _ = vals[3*k+2].(int64)
 				if rep.status == 3 {
 					rep.err = scriptError(rep.windowID)
+					rep.clock = redisClock{ms: rep.quantity, read: read}
 				}
 			}
 		}
@@ -159,6 +165,7 @@ type callAnswer struct {
 func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []reportReply, sizes []int) ([]callAnswer, error) {
 	out := make([]callAnswer, len(sizes))
 	var degraded []*combo.Contribution
+	var clocks []redisClock // of each degraded contribution's node
 	var degradedCalls []int
 	// One id twice in a pipeline (repeated in a batch, or a retry queued
 	// beside its original) degrades twice when the script forgets it after
@@ -173,6 +180,7 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 		res := make([]ReportResult, n)
 		var err, cause error
 		var mine []*combo.Contribution
+		var mineClocks []redisClock
 		for i := off; i < off+n && err == nil; i++ {
 			rr, perr := parseReport(replies[i])
 			switch {
@@ -184,6 +192,7 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 				// The script failed but Redis answered: fall back to the
 				// pre-aggregation behaviour for this contribution.
 				mine = append(mine, cs[i])
+				mineClocks = append(mineClocks, replies[i].clock)
 				if cause == nil {
 					cause = perr
 				}
@@ -200,10 +209,11 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 			if queued == nil {
 				queued = make(map[int64]bool)
 			}
-			for _, c := range mine {
+			for j, c := range mine {
 				if !queued[c.Id] {
 					queued[c.Id] = true
 					degraded = append(degraded, c)
+					clocks = append(clocks, mineClocks[j])
 				}
 			}
 			degradedCalls = append(degradedCalls, k)
@@ -211,7 +221,7 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 		}
 	}
 	if len(degraded) > 0 {
-		known, err := r.publishSingles(ctx, degraded)
+		known, err := r.publishSingles(ctx, degraded, clocks)
 		if err != nil {
 			for j, k := range degradedCalls {
 				out[k] = callAnswer{err: &degradedPublishError{cause: causes[j], err: err, opened: opened(out[k].res)}}

@@ -65,7 +65,9 @@
 --   status 0 = joined the open window, 1 = duplicate (nothing changed;
 --          window_id "0", quantity 0; also while Redis refuses writes, found
 --          by reads), 2 = opened (and enqueued) a window, 3 = failed
---          (window_id holds the error message, quantity 0)
+--          (window_id holds the error message, quantity Redis's clock in
+--          ms when the script began: Go dates from it the deadline of the
+--          report's degraded publish, degrade.lua's ARGV[7])
 --   window_id is a decimal string (exact int64).
 
 -- The reports run in one function with no upvalues: every value it needs
@@ -165,7 +167,8 @@ end
 
 local ARGV, call = ARGV, redis.call
 local bucketSec = tonumber(ARGV[5])
-local bucket = math.floor(tonumber(call('TIME')[1]) / bucketSec)
+local now = call('TIME')
+local bucket = math.floor(tonumber(now[1]) / bucketSec)
 local seen = ARGV[4] .. string.format('%d', bucket) .. ':'
 local seen1 = ARGV[4] .. string.format('%d', bucket - 1) .. ':'
 local out, n = {}, #KEYS - 2
@@ -199,7 +202,7 @@ while at <= n do
     -- Not counted: forget its id, so a retry counts it.
     if marked then pcall(call, 'SREM', marked, id) end
     if type(err) == 'table' then err = err.err or err.message end
-    out[o - 2], out[o - 1], out[o] = 3, tostring(err), 0
+    out[o - 2], out[o - 1], out[o] = 3, tostring(err), tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   end
   at = at + 1
 end
