@@ -83,11 +83,11 @@ func TestDegradedPublishHeldByAPausedMasterIsNotPushedAgain(t *testing.T) {
 		MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { cc.Close() })
 	var paused atomic.Bool
-	cc.AddHook(pipelineHook{cmds: func(cmds []redis.Cmder) {
+	cc.AddHook(testredis.PipelineHook(func(cmds []redis.Cmder) {
 		if repo.IsDegradedPublish(cmds[0]) && paused.CompareAndSwap(false, true) {
 			old.Pause()
 		}
-	}})
+	}))
 	rp := repo.New(cc, s)
 	if err := rp.LoadScripts(ctx); err != nil {
 		t.Fatal(err)
