@@ -32,6 +32,11 @@ func TestLateFlushIsCountedAndSentAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPushes(t, sub, 1)
+	// The push reaches the subscriber before the worker reads the flush's
+	// answer and counts it: wait for the count, not just the push.
+	waitFor(t, "the published window counted", func() bool {
+		return testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(metrics.FlushedPublished)) >= 1
+	})
 	if late := testutil.ToFloat64(m.FlushesLate); late != 1 {
 		t.Errorf("combo_flushes_late_total = %v, want 1", late)
 	}
