@@ -86,6 +86,10 @@ func TestFlushCutShortBySentinelSwitchDoesNotRunOnTheResumedOldMaster(t *testing
 		t.Fatalf("the Sentinel names %v (%v) as the master, want the replica %s", addr, err, replica.Addr)
 	}
 	t.Logf("pushed by the new master %v after the pause", time.Since(paused))
+	// The window's first flush went to the paused master and got no answer.
+	if n := testutil.ToFloat64(m.RedisErrors.WithLabelValues(metrics.OpFlush)); n == 0 {
+		t.Fatal("no flush failed on the paused master: the test did not test")
+	}
 	old.Resume()
 	// What waited on the old master's sockets runs first; a PING sent
 	// after it on the subscription's connection is answered after any
