@@ -65,6 +65,11 @@ func TestPausedMasterFailedOverBySentinelsPushesEachWindowOnce(t *testing.T) {
 	// sockets then runs there before its deadline unless the worker waited
 	// for that deadline to send it again.
 	pushes.until(10*time.Second, pushedAll(before), nil)
+	// A flush went to the paused master and got no answer (the switch or
+	// its read timeout ended it): else nothing could run there late.
+	if n := flushErrors(t, s); n == 0 {
+		t.Fatal("no flush failed on the paused master: the test did not test")
+	}
 	master.Resume()
 	resumed := time.Now()
 	// What waited on its sockets runs first, before the Sentinels demote
@@ -105,6 +110,20 @@ func TestPausedMasterFailedOverBySentinelsPushesEachWindowOnce(t *testing.T) {
 		}
 	}
 	t.Logf("%d reports acknowledged (%d after the switch), %d never pushed", len(acked), len(after), lost)
+}
+
+// flushErrors is the service's combo_redis_errors_total{op="flush"}.
+func flushErrors(t *testing.T, s *service) float64 {
+	t.Helper()
+	for _, m := range gatherService(t, s)["combo_redis_errors_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "op" && l.GetValue() == "flush" {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatal(`the service exports no combo_redis_errors_total{op="flush"}`)
+	return 0
 }
 
 // pushedAll is a condition on pushes: the windows of ids were pushed.
