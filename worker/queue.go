@@ -48,6 +48,12 @@ func newDueQueue() *dueQueue {
 
 // push adds items not held yet and reports how many it added.
 func (q *dueQueue) push(items ...dueItem) int {
+	return q.add(items, false)
+}
+
+// add adds items, those held already too when again is set (requeue), and
+// wakes the flusher if one comes before the earliest it waited for.
+func (q *dueQueue) add(items []dueItem, again bool) int {
 	q.mu.Lock()
 	added := 0
 	earliest := len(q.h) == 0
@@ -56,7 +62,7 @@ func (q *dueQueue) push(items ...dueItem) int {
 		head = q.h[0].due
 	}
 	for _, it := range items {
-		if _, ok := q.held[refOf(it.w)]; ok {
+		if _, ok := q.held[refOf(it.w)]; ok && !again {
 			continue
 		}
 		q.held[refOf(it.w)] = struct{}{}
@@ -83,13 +89,13 @@ func (q *dueQueue) poke() {
 }
 
 // requeue puts back items popped for a flush that did not retire them.
+// They stay held throughout: let go between the two, a re-read of this
+// replica's own pending entries (after a failed read, which a failover
+// brings along with the failed flush) added a window again with its own
+// due time, undoing the later one a flush with no answer sets (see
+// flushItems: that send may still run until its deadline).
 func (q *dueQueue) requeue(items ...dueItem) {
-	q.mu.Lock()
-	for _, it := range items {
-		delete(q.held, refOf(it.w))
-	}
-	q.mu.Unlock()
-	q.push(items...)
+	q.add(items, true)
 }
 
 // popDue removes up to max items due at now (Redis ms). Popped items stay

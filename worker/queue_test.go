@@ -89,3 +89,30 @@ func TestDueQueueTellsShardsApart(t *testing.T) {
 		t.Fatalf("done on one shard's window forgot the other's (holding %d)", q.holding())
 	}
 }
+
+// A window put back after a flush with no answer waits until that flush's
+// deadline (flushItems): the send may still run where it waits until then.
+// A re-read of this replica's own pending entries (after a failed read, as
+// a failover fails reads and flushes alike) must not add it meanwhile with
+// its own, earlier due time: it is held throughout, requeue included.
+func TestRequeuedWindowIsNeverAddedAgainByAConcurrentReread(t *testing.T) {
+	q := newDueQueue()
+	const delayed = 1 << 40
+	for i := range 20000 {
+		q.push(item("1-0", time.UnixMilli(0)))
+		got := q.popDue(1, 1)
+		if len(got) != 1 {
+			t.Fatalf("round %d: popped %d", i, len(got))
+		}
+		got[0].due = delayed
+		reread := make(chan int)
+		go func() { reread <- q.push(item("1-0", time.UnixMilli(0))) }()
+		q.requeue(got...)
+		added := <-reread
+		if next, _ := q.next(); added != 0 || next != delayed || q.holding() != 1 {
+			t.Fatalf("round %d: a re-read added the window while it was requeued (added %d, next due %d, holding %d), want it held with due %d",
+				i, added, next, q.holding(), delayed)
+		}
+		q.done(q.popDue(delayed, 1)...)
+	}
+}
