@@ -92,8 +92,8 @@ func (q *dueQueue) poke() {
 // They stay held throughout: let go between the two, a re-read of this
 // replica's own pending entries (after a failed read, which a failover
 // brings along with the failed flush) added a window again with its own
-// due time, undoing the later one a flush with no answer sets (see
-// flushItems: that send may still run until its deadline).
+// due time, undoing the later one retryLater sets (a failed flush goes
+// again after a pause, growing while Redis keeps answering with errors).
 func (q *dueQueue) requeue(items ...dueItem) {
 	q.add(items, true)
 }

@@ -90,10 +90,10 @@ func TestDueQueueTellsShardsApart(t *testing.T) {
 	}
 }
 
-// A window put back after a flush with no answer waits until that flush's
-// deadline (flushItems): the send may still run where it waits until then.
-// A re-read of this replica's own pending entries (after a failed read, as
-// a failover fails reads and flushes alike) must not add it meanwhile with
+// A window put back after a failed flush waits the due time retryLater
+// set for it (a pause, longer after each error Redis answered). A re-read
+// of this replica's own pending entries (after a failed read, as a
+// failover fails reads and flushes alike) must not add it meanwhile with
 // its own, earlier due time: it is held throughout, requeue included.
 func TestRequeuedWindowIsNeverAddedAgainByAConcurrentReread(t *testing.T) {
 	q := newDueQueue()

@@ -692,17 +692,11 @@ func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) 
 			w.redisError(metrics.OpFlush, err)
 		}
 		// No answer does not mean it did not run: the send may still wait
-		// on a paused master's socket, and run when that master resumes,
-		// up to notAfter. An error can come well before that: go-redis's
-		// Sentinel client closes its connections to the old master, those
-		// in use too, when it hears +switch-master. Sent again at once,
-		// to the new master, the window was pushed there and then again
-		// by the resumed old master. So it goes again only once notAfter
-		// has passed on the node's clock (the estimate is a lower bound of
-		// it; the script answers Late only past notAfter).
-		for i := range batch {
-			batch[i].due = max(batch[i].due, notAfter+1)
-		}
+		// on a paused master's socket (go-redis's Sentinel client cuts it
+		// short at +switch-master) and run when that master resumes. Its
+		// fate is fixed by its deadline, not by when the window goes again:
+		// run by notAfter, it publishes there however long we wait; run
+		// past it, it answers Late and changes nothing. So no wait for it.
 		w.retryLater(q, batch)
 		return false
 	}
