@@ -13,8 +13,6 @@ import (
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
-	"github.com/combo-service/combo-service/push"
-	"github.com/combo-service/combo-service/repo"
 	"github.com/combo-service/combo-service/worker"
 )
 
@@ -44,25 +42,10 @@ func TestFlushCutShortBySentinelSwitchIsLateOnOldMasterResumedPastItsDeadline(t 
 		MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1, // as the service's
 	})
 	t.Cleanup(func() { rdb.Close() })
-	r := repo.New(rdb, repo.Settings{Window: time.Second, Grace: 20 * time.Millisecond, Dedupe: time.Minute,
-		Stale: time.Minute, Timeout: time.Second, Shards: 1, StreamMaxLen: 100000})
-	if err := r.LoadScripts(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.EnsureGroups(ctx); err != nil {
-		t.Fatal(err)
-	}
-	subscribe := func(c *redis.Client) *redis.PubSub {
-		sub := c.PSubscribe(ctx, push.ChannelPattern)
-		t.Cleanup(func() { sub.Close() })
-		if _, err := sub.Receive(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return sub
-	}
+	r := newRepo(t, rdb, time.Second, 1)
 	// The Sentinel kills the promoted replica's subscribers (CLIENT KILL
 	// TYPE pubsub); the old master's stay until it is demoted.
-	oldSub := subscribe(old.Client())
+	oldSub := subscribeAt(t, old.Addr)
 
 	m := metrics.New(prometheus.NewRegistry())
 	wk := worker.New(r, worker.Config{Consumer: "a", ClaimIdle: time.Hour, Block: 100 * time.Millisecond, OpTimeout: wait},
@@ -104,19 +87,9 @@ func TestFlushCutShortBySentinelSwitchIsLateOnOldMasterResumedPastItsDeadline(t 
 	if err := old.Client().Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := oldSub.Ping(ctx); err != nil {
+	if msg, err := testredis.MessageBeforePong(ctx, oldSub); err != nil {
 		t.Fatal(err)
-	}
-	for {
-		got, err := oldSub.ReceiveTimeout(ctx, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch got := got.(type) {
-		case *redis.Message:
-			t.Fatalf("the resumed old master pushed the window again: %s", got.Payload)
-		case *redis.Pong:
-			return
-		}
+	} else if msg != nil {
+		t.Fatalf("the resumed old master pushed the window again: %s", msg.Payload)
 	}
 }

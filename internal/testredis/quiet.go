@@ -1,0 +1,32 @@
+package testredis
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MessageBeforePong shows that nothing was published on sub's channels
+// up to now without waiting a fixed time: it PINGs on the subscription's
+// connection, whose answer Redis sends after every message it published
+// there before. It returns the first message received before that answer,
+// or nil if none came; an error if no answer came within 5 s.
+func MessageBeforePong(ctx context.Context, sub *redis.PubSub) (*redis.Message, error) {
+	if err := sub.Ping(ctx); err != nil {
+		return nil, fmt.Errorf("testredis.MessageBeforePong: %w", err)
+	}
+	for {
+		got, err := sub.ReceiveTimeout(ctx, 5*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("testredis.MessageBeforePong: %w", err)
+		}
+		switch got := got.(type) {
+		case *redis.Message:
+			return got, nil
+		case *redis.Pong:
+			return nil, nil
+		}
+	}
+}
