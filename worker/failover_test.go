@@ -14,8 +14,6 @@ import (
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
-	"github.com/combo-service/combo-service/push"
-	"github.com/combo-service/combo-service/repo"
 	"github.com/combo-service/combo-service/worker"
 )
 
@@ -46,23 +44,8 @@ func TestFlushSentAgainToANewMasterDoesNotRunOnTheResumedOldOne(t *testing.T) {
 		MaxRetries: -1, ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { rdb.Close() })
-	r := repo.New(rdb, repo.Settings{Window: time.Second, Grace: 20 * time.Millisecond, Dedupe: time.Minute,
-		Stale: time.Minute, Timeout: time.Second, Shards: 1, StreamMaxLen: 100000})
-	if err := r.LoadScripts(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.EnsureGroups(ctx); err != nil {
-		t.Fatal(err)
-	}
-	subscribe := func(c *redis.Client) *redis.PubSub {
-		sub := c.PSubscribe(ctx, push.ChannelPattern)
-		t.Cleanup(func() { sub.Close() })
-		if _, err := sub.Receive(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return sub
-	}
-	oldSub, newSub := subscribe(old.Client()), subscribe(replica.Client())
+	r := newRepo(t, rdb, time.Second, 1)
+	oldSub, newSub := subscribeAt(t, old.Addr), subscribeAt(t, replica.Addr)
 
 	m := metrics.New(prometheus.NewRegistry())
 	wk := worker.New(r, worker.Config{Consumer: "a", ClaimIdle: time.Hour, Block: 100 * time.Millisecond},

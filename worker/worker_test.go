@@ -43,6 +43,20 @@ func setupShards(t *testing.T, shards int) (*repo.Repo, *redis.Client, *redis.Pu
 // loaded and groups created, and a subscriber on every push channel.
 func prepare(t *testing.T, rdb redis.UniversalClient, window time.Duration, shards int) (*repo.Repo, *redis.PubSub) {
 	ctx := context.Background()
+	r := newRepo(t, rdb, window, shards)
+	sub := rdb.PSubscribe(ctx, push.ChannelPattern)
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r, sub
+}
+
+// newRepo makes a repo on rdb (grace 20ms) with its scripts loaded and
+// groups created.
+func newRepo(t *testing.T, rdb redis.UniversalClient, window time.Duration, shards int) *repo.Repo {
+	t.Helper()
+	ctx := context.Background()
 	r := repo.New(rdb, repo.Settings{Window: window, Grace: 20 * time.Millisecond, Dedupe: time.Minute,
 		Stale: time.Minute, Timeout: time.Second, Shards: shards, StreamMaxLen: 100000})
 	if err := r.LoadScripts(ctx); err != nil {
@@ -51,12 +65,7 @@ func prepare(t *testing.T, rdb redis.UniversalClient, window time.Duration, shar
 	if err := r.EnsureGroups(ctx); err != nil {
 		t.Fatal(err)
 	}
-	sub := rdb.PSubscribe(ctx, push.ChannelPattern)
-	t.Cleanup(func() { sub.Close() })
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return r, sub
+	return r
 }
 
 func contribution(id, activity int64) *combo.Contribution {
