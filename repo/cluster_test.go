@@ -879,6 +879,22 @@ func TestDegradedPublishWhileItsSlotMovesIsRefused(t *testing.T) {
 	}
 }
 
+// fillStreamOf opens, with a report of id 41 on another combo key of the
+// same shard, the one window a stream capped at 1 entry may hold, so that
+// c's report, opening a window of its own, finds the stream full and
+// degrades.
+func fillStreamOf(t *testing.T, r *repo.Repo, c *combo.Contribution) {
+	t.Helper()
+	fill := *c
+	fill.Id, fill.ItemType = 41, ""
+	for i := 0; r.Keys().Shard(c.ActivityId, c.UserId, fill.ItemType) != r.Keys().Shard(c.ActivityId, c.UserId, c.ItemType); i++ {
+		fill.ItemType = fmt.Sprint("f", i)
+	}
+	if res, err := r.Report(context.Background(), []*combo.Contribution{&fill}); err != nil || res[0].Outcome != repo.Opened {
+		t.Fatalf("filling the stream: %+v %v", res, err)
+	}
+}
+
 // On a Redis Cluster go-redis sends a node's pipelined commands again when
 // their answer is lost (a connection reset, EOF, a timeout), whatever its
 // MaxRetries. A degraded publish whose script had run was then published
@@ -897,14 +913,7 @@ func TestDegradedPublishSentAgainIsPushedOnce(t *testing.T) {
 	}
 	c := &combo.Contribution{Id: 42, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: "t", Quantity: 1,
 		CreatedAt: time.Now().UnixMilli()}
-	fill := *c // opens the one window the shard's stream may hold
-	fill.Id, fill.ItemType = 41, ""
-	for i := 0; r.Keys().Shard(7, 1, fill.ItemType) != r.Keys().Shard(7, 1, c.ItemType); i++ {
-		fill.ItemType = fmt.Sprint("f", i)
-	}
-	if res, err := r.Report(ctx, []*combo.Contribution{&fill}); err != nil || res[0].Outcome != repo.Opened {
-		t.Fatalf("filling the stream: %+v %v", res, err)
-	}
+	fillStreamOf(t, r, c)
 	// Subscribed on the report's master, which runs its script: its pushes
 	// come there before a marker published there at the end (another
 	// node hears them later, over the cluster bus).

@@ -3,7 +3,6 @@ package repo_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,14 +42,7 @@ func TestDegradedPublishHeldByAPausedMasterIsNotPushedAgain(t *testing.T) {
 	}
 	c := &combo.Contribution{Id: 42, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: "t", Quantity: 1,
 		CreatedAt: time.Now().UnixMilli()}
-	fill := *c // opens the one window the shard's stream may hold
-	fill.Id, fill.ItemType = 41, ""
-	for i := 0; r.Keys().Shard(7, 1, fill.ItemType) != r.Keys().Shard(7, 1, c.ItemType); i++ {
-		fill.ItemType = fmt.Sprint("f", i)
-	}
-	if res, err := r.Report(ctx, []*combo.Contribution{&fill}); err != nil || res[0].Outcome != repo.Opened {
-		t.Fatalf("filling the stream: %+v %v", res, err)
-	}
+	fillStreamOf(t, r, c)
 	from := cluster.MasterAddr(t, admin, r.Keys().Stream(r.Keys().Shard(7, 1, c.ItemType)))
 	replica := cluster.AddReplica(t, from)
 	var old *testredis.Server
