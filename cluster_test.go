@@ -256,7 +256,21 @@ func waitRole(t *testing.T, cl *redis.Client, role string, within time.Duration,
 	}
 }
 
-// A master is killed and the cluster promotes its replica, which holds
+// takeOver promotes replica at once (CLUSTER FAILOVER TAKEOVER), as an
+// operator would, and waits until it says it is a master. What these tests
+// test is the service following a promotion, not the cluster's own
+// election (the live masters mark the lost one failed, then vote), which
+// once took over 30 s on a loaded CI machine. A paused old master, resumed,
+// learns it was replaced alike, from the new master's higher epoch.
+func takeOver(t *testing.T, replica *testredis.Server, what string) {
+	t.Helper()
+	if err := replica.Client().Do(context.Background(), "CLUSTER", "FAILOVER", "TAKEOVER").Err(); err != nil {
+		t.Fatalf("CLUSTER FAILOVER TAKEOVER on %s: %v", what, err)
+	}
+	waitRole(t, replica.Client(), "master", 10*time.Second, what)
+}
+
+// A master is killed and its replica promoted (takeOver), which holds
 // the windows and reports of the master's shards. The service follows
 // within a few seconds: its reports on those shards are taken by the new
 // master, and the window open at the kill is pushed from there. go-redis
@@ -276,7 +290,7 @@ func TestServiceFollowsAFailover(t *testing.T) {
 	f.s.report(f.onShard0(open))
 	f.replicated(t)
 	f.old.Kill()
-	waitRole(t, f.replica.Client(), "master", 30*time.Second, "the replica of the killed master")
+	takeOver(t, f.replica, "the replica of the killed master")
 	promoted := time.Now()
 
 	after := newActivity() // a report on shard 0 after the promotion, sent again until taken
@@ -303,8 +317,8 @@ func TestServiceFollowsAFailover(t *testing.T) {
 
 // A master is paused (SIGSTOP: a VM stall, a hung host), not killed,
 // while a window on its shard comes due: the worker's flush of it reaches
-// the paused master's socket and waits there. The cluster promotes its
-// replica, the service follows, and the new master pushes the window.
+// the paused master's socket and waits there. Its replica is promoted
+// (takeOver), the service follows, and the new master pushes the window.
 // When the old master resumes it runs what waited on its sockets before
 // it hears that it was replaced: a flush of a window its own, stale copy
 // of the data still holds. The window must still be pushed once.
@@ -320,10 +334,15 @@ func TestResumedOldMasterDoesNotPushAgain(t *testing.T) {
 	f.pushes.waitFor(1, wait, forActivity(warm))
 
 	open := newActivity() // comes due while its master is paused
+	reported := time.Now()
 	f.s.report(f.onShard0(open))
 	f.replicated(t)
 	f.old.Pause()
-	waitRole(t, f.replica.Client(), "master", 30*time.Second, "the replica of the paused master")
+	// Promoted only once the window is due and its flush has had time to
+	// reach the paused master's socket, as under the cluster's own
+	// election (cluster-node-timeout 2 s, then a vote).
+	time.Sleep(time.Until(reported.Add(f.s.cfg.Window.Size + f.s.cfg.Window.Grace + time.Second)))
+	takeOver(t, f.replica, "the replica of the paused master")
 	f.pushes.waitFor(1, 15*time.Second, forActivity(open))
 	f.old.Resume()
 	// It hears of its demotion within a moment; what it ran first is

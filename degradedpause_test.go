@@ -27,7 +27,7 @@ import (
 // A report degrades (its window key holds a key of the wrong type) and its degraded publish
 // reaches its master just as the master is paused (SIGSTOP, a VM stall):
 // the publish waits on the paused master's socket, the service answers
-// the caller with an error, the cluster promotes the replica, and the
+// the caller with an error, the replica is promoted, and the
 // report, sent again, is published by the new master. When the old master
 // resumes it runs what waited on its sockets before it hears it was
 // replaced, the first degraded publish among them, whose id its stale
@@ -84,7 +84,7 @@ func TestReportHeldByAPausedMasterIsPushedOnce(t *testing.T) {
 	if !paused.Load() {
 		t.Fatal("no degraded publish was held: the test did not test")
 	}
-	waitRole(t, replica.Client(), "master", 30*time.Second, "the replica of the paused master")
+	takeOver(t, replica, "the replica of the paused master")
 	promoted := time.Now()
 	for {
 		resp, err := s.rpc.ReportContribution(ctx, req)
