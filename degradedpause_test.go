@@ -92,6 +92,7 @@ func TestReportHeldByAPausedMasterIsPushedOnce(t *testing.T) {
 			if !resp.Degraded {
 				t.Fatalf("report sent again on the new master: %+v, want degraded", resp)
 			}
+			t.Logf("the report sent again taken %s after the promotion", time.Since(promoted).Round(time.Millisecond))
 			break
 		}
 		if time.Since(promoted) > 10*time.Second {
