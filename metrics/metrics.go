@@ -119,7 +119,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		Reports: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "reports_total",
 			Help: "Contributions reported, by outcome: ok, duplicate, degraded, invalid, unavailable, internal, canceled, draining."}, []string{"outcome"}),
 		WindowsOpened: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "windows_opened_total",
-			Help: "Windows opened (first report of a combo key's window), also by a batch answered with an error because its degraded reports could not be published."}),
+			Help: "Windows opened (first report of a combo key's window), also by a batch answered with an error because its degraded reports could not be published or Redis did not answer for some of its reports."}),
 		WindowsFlushed: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "windows_flushed_total",
 			Help: "Windows retired by the worker, by status: published, stale (dropped unpublished), gone (already flushed elsewhere), lost (data evicted or deleted before publish)."}, []string{"status"}),
 		PushLag: f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "push_lag_seconds",

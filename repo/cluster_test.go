@@ -354,7 +354,9 @@ func TestReadyWithNoClusterReachable(t *testing.T) {
 // (UNAVAILABLE), yet the live shards' reports in it were counted: go-redis
 // sends each node its part of the pipeline. So a caller's retry of the
 // batch (client.Reporter's) is answered duplicate for them and counts
-// nothing twice, and their windows are pushed meanwhile.
+// nothing twice, and their windows are pushed meanwhile. The failed call's
+// error says how many windows it opened (repo.WindowsOpened), for
+// combo_windows_opened_total: no later call opens them.
 func TestBatchSpanningADeadMasterCountsTheLiveShards(t *testing.T) {
 	ctx := context.Background()
 	c := newClusterCase(t)
@@ -370,8 +372,12 @@ func TestBatchSpanningADeadMasterCountsTheLiveShards(t *testing.T) {
 			onDead = cmp.Or(onDead, x)
 		}
 	}
-	if _, err := c.r.Report(ctx, []*combo.Contribution{onLive, onDead}); !errors.Is(err, repo.ErrUnavailable) {
+	_, err := c.r.Report(ctx, []*combo.Contribution{onDead, onLive})
+	if !errors.Is(err, repo.ErrUnavailable) {
 		t.Fatalf("batch spanning a dead master: %v, want ErrUnavailable", err)
+	}
+	if n := repo.WindowsOpened(err); n != 1 {
+		t.Errorf("the failed batch opened %d windows by repo.WindowsOpened, want 1: the live shard's", n)
 	}
 	res, err := c.r.Report(ctx, []*combo.Contribution{onLive})
 	if err != nil || res[0].Outcome != repo.Duplicate {

@@ -286,6 +286,12 @@ func (c *coalescer) run(batch []*reportCall) error {
 	for i, a := range answers {
 		live[i].res, live[i].err = a.res, a.err
 		close(live[i].done)
+		// Redis stopped answering part way (execute keeps the replies
+		// read before): the queue fails as behind a pipeline it did not
+		// answer at all.
+		if err == nil && errors.Is(a.err, ErrUnavailable) {
+			err = a.err
+		}
 	}
 	return err // a degraded publish Redis did not answer fails the queue too
 }

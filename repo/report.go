@@ -45,7 +45,9 @@ type ReportResult struct {
 // answers, that contribution is published on its own at once (Degraded),
 // and its id remembered (see publishSingles).
 // When Redis does not answer, the error wraps ErrUnavailable and nothing is
-// reported as counted.
+// reported as counted, but for the windows the call's answered reports
+// opened (WindowsOpened). A shared pipeline Redis answered in part answers
+// the calls whose reports were all answered.
 //
 // A call whose contributions all fall on one shard (any single report)
 // shares that shard's pipelines; one spanning shards runs on its own.
@@ -181,13 +183,19 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 		var err, cause error
 		var mine []*combo.Contribution
 		var mineClocks []redisClock
-		for i := off; i < off+n && err == nil; i++ {
+		// Every reply is read, past one Redis did not answer: in a
+		// cluster the others came from live nodes, and the windows they
+		// opened are counted (WindowsOpened). A call that fails publishes
+		// none of its degraded reports; its caller's retry reports them.
+		for i := off; i < off+n; i++ {
 			rr, perr := parseReport(replies[i])
 			switch {
 			case perr == nil:
 				res[i-off] = rr
 			case isUnavailable(perr):
-				err = wrapWithin("repo.Report", perr, reportTimeout)
+				if err == nil {
+					err = wrapWithin("repo.Report", perr, reportTimeout)
+				}
 			default:
 				// The script failed but Redis answered: fall back to the
 				// pre-aggregation behaviour for this contribution.
@@ -201,6 +209,9 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 		}
 		off += n
 		if err != nil {
+			if o := opened(res); o > 0 {
+				err = &partlyUnavailableError{err: err, opened: o}
+			}
 			out[k].err = err
 			continue
 		}
@@ -257,14 +268,32 @@ func (e *degradedPublishError) Error() string {
 
 func (e *degradedPublishError) Unwrap() error { return e.err }
 
+// partlyUnavailableError fails a call some of whose reports Redis did not
+// answer (in a cluster, their shards' master) while others were counted
+// on nodes that did. It is the unavailable error, with how many windows
+// those others opened (WindowsOpened).
+type partlyUnavailableError struct {
+	err    error
+	opened int
+}
+
+func (e *partlyUnavailableError) Error() string { return e.err.Error() }
+func (e *partlyUnavailableError) Unwrap() error { return e.err }
+
 // WindowsOpened is how many windows a Report call that failed with err
-// opened all the same: a batch whose degraded publish failed is answered
-// with that error, while its reports that aggregated stay counted, and
-// the windows they opened are pushed when due.
+// opened all the same, which will be pushed when due: the call's reports
+// that aggregated stay counted when its degraded publish fails, or when
+// Redis did not answer for others (a batch spanning a dead cluster
+// master's shards and live ones). A retry of the call finds them
+// duplicates and opens nothing.
 func WindowsOpened(err error) int {
 	var de *degradedPublishError
 	if errors.As(err, &de) {
 		return de.opened
+	}
+	var pe *partlyUnavailableError
+	if errors.As(err, &pe) {
+		return pe.opened
 	}
 	return 0
 }
@@ -282,8 +311,9 @@ func opened(res []ReportResult) int {
 // runReports pipelines the report scripts for cs[todo...], grouped by
 // shard (a script's keys must share a slot) in input order, and returns
 // each script call's indices into cs. Only a failure of the whole
-// pipeline (pipelineError) is returned as an error; script errors stay on
-// their commands. With eval it sends the script itself (EVAL) rather than its
+// pipeline (pipelineError) is returned as an error, and only when no
+// script answered; script errors, and the failure of those that did not
+// answer, stay on their commands. With eval it sends the script itself (EVAL) rather than its
 // hash, for a node whose script cache was flushed: EVAL caches it there
 // again, on that node alone, so a dead node elsewhere in a cluster
 // (which makes loading on every node fail) does not matter.
@@ -333,9 +363,36 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 	}
 	sent, err := pipe.Exec(ctx)
 	if err := pipelineError(sent, err); err != nil {
-		return nil, nil, err
+		if !isUnavailable(err) || !anyAnswered(cmds) {
+			return nil, nil, err
+		}
+		// Some scripts answered before Redis stopped answering, or on
+		// nodes that answered (a cluster with a master down: go-redis
+		// sends each node its part). Those scripts ran, whole; go-redis
+		// set the pipeline's error on them all the same. Their replies
+		// stand, so the windows they opened are known (WindowsOpened);
+		// the others fail with the pipeline's error.
+		for _, c := range cmds {
+			if c.Val() != nil {
+				c.SetErr(nil)
+			} else if c.Err() == nil {
+				c.SetErr(err)
+			}
+		}
 	}
 	return groups, cmds, nil
+}
+
+// anyAnswered tells whether Redis answered one of cmds: a script's reply
+// is an array, read into the command's value, which go-redis keeps when
+// it sets a failed pipeline's error on every command.
+func anyAnswered(cmds []*redis.Cmd) bool {
+	for _, c := range cmds {
+		if c.Val() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func parseReport(rep reportReply) (ReportResult, error) {

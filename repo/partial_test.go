@@ -1,0 +1,285 @@
+package repo_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/repo"
+)
+
+// A call of 150 new windows is two report scripts (of 100 and 50) in one
+// pipeline. Redis answers the first and then stops answering: the call
+// fails UNAVAILABLE, yet the first script ran, whole, and its 100 windows
+// will be pushed. The call's error says so (repo.WindowsOpened, for
+// combo_windows_opened_total), and the retry finds those 100 duplicates.
+func TestCallAnsweredInPartSaysWhatItOpened(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	srv := testredis.Start(t, testredis.Options{})
+	r, _, stalled := partlyAnsweringRepo(t, srv.Addr, timeout)
+	cs := make([]*combo.Contribution, 150)
+	for i := range cs {
+		cs[i] = contribution(int64(i+1), fmt.Sprint("t", i), base)
+	}
+	_, err := r.Report(context.Background(), cs)
+	if !errors.Is(err, repo.ErrUnavailable) {
+		t.Fatalf("a call whose second script Redis did not answer: %v, want ErrUnavailable", err)
+	}
+	if !stalled.Load() {
+		t.Fatal("no pipeline was answered in part: the test did not test")
+	}
+	if n := repo.WindowsOpened(err); n != 100 {
+		t.Errorf("the call opened %d windows by repo.WindowsOpened, want 100: the first script's", n)
+	}
+
+	direct := repo.New(srv.Client(), settings())
+	res, err := direct.Report(context.Background(), cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, rr := range res {
+		want := repo.Opened
+		if i < 100 {
+			want = repo.Duplicate
+		}
+		if rr.Outcome != want {
+			t.Fatalf("report %d sent again: outcome %v, want %v", i+1, rr.Outcome, want)
+		}
+	}
+}
+
+// Seven calls of 15 reports share one pipeline: a script of 100 reports,
+// the first six calls' and ten of the seventh's, then one of 5. Redis
+// answers the first script and stops answering. The six calls answered
+// whole succeed (they were counted; failing them made their callers send
+// them again, for nothing); the seventh fails, saying it opened 10
+// windows; and a call queued meanwhile fails at once, unsent, as behind a
+// pipeline Redis did not answer at all, instead of riding the next one
+// into the same silence.
+func TestSharedPipelineAnsweredInPart(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	srv := testredis.Start(t, testredis.Options{})
+	r, rdb, stalled := partlyAnsweringRepo(t, srv.Addr, timeout)
+	ctx := context.Background()
+	// The first pipeline waits until the seven calls are queued, so that
+	// they share the second.
+	release := make(chan struct{})
+	var pipelines atomic.Int64
+	rdb.AddHook(beforeScripts(func() {
+		if pipelines.Add(1) == 1 {
+			<-release
+		}
+	}))
+	first := make(chan error, 1)
+	go func() {
+		_, err := r.Report(ctx, []*combo.Contribution{contribution(1000, "first", base)})
+		first <- err
+	}()
+	for pipelines.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	type answer struct {
+		res []repo.ReportResult
+		err error
+	}
+	calls := make([]chan answer, 7)
+	for k := range calls {
+		calls[k] = make(chan answer, 1)
+		cs := make([]*combo.Contribution, 15)
+		for i := range cs {
+			id := int64(15*k + i + 1)
+			cs[i] = contribution(id, fmt.Sprint("t", id), base)
+		}
+		go func() {
+			res, err := r.Report(ctx, cs)
+			calls[k] <- answer{res, err}
+		}()
+		waitPending(t, r, k+1) // in this order in the pipeline
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("the first call: %v", err)
+	}
+	for pipelines.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	queued := queueReports(ctx, r, 1)
+	waitPending(t, r, 1)
+
+	for k, ch := range calls {
+		var a answer
+		select {
+		case a = <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("call %d never returned", k+1)
+		}
+		if k < 6 {
+			if a.err != nil {
+				t.Errorf("call %d, answered whole by the first script: %v, want its answer", k+1, a.err)
+				continue
+			}
+			for i, rr := range a.res {
+				if rr.Outcome != repo.Opened {
+					t.Errorf("call %d report %d: outcome %v, want Opened", k+1, i+1, rr.Outcome)
+				}
+			}
+			continue
+		}
+		if !errors.Is(a.err, repo.ErrUnavailable) {
+			t.Errorf("call 7, answered in part: %v, want ErrUnavailable", a.err)
+		}
+		if n := repo.WindowsOpened(a.err); n != 10 {
+			t.Errorf("call 7 opened %d windows by repo.WindowsOpened, want 10", n)
+		}
+	}
+	if !stalled.Load() {
+		t.Fatal("no pipeline was answered in part: the test did not test")
+	}
+	worst := slowestQueued(t, queued, 1, "unsent", "behind a pipeline answered in part")
+	if worst > timeout*3/2 {
+		t.Errorf("a report queued behind a pipeline answered in part took %v, want about one Timeout (%v)", worst, timeout)
+	}
+}
+
+// partlyAnsweringRepo is a Repo and its client (set as the service sets its
+// own: timeout bounds every call, no retries) reaches the Redis at addr
+// through a proxy. Of the first pipeline of two report scripts or more
+// (EVALSHA twice in one write) the proxy passes Redis the first script
+// only, and holds the rest and all that follows on that connection: Redis
+// answered the first and stopped answering, as a Redis paused between
+// two scripts. It tells whether that happened.
+func partlyAnsweringRepo(t *testing.T, addr string, timeout time.Duration) (*repo.Repo, *redis.Client, *atomic.Bool) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stalled atomic.Bool
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", addr)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, in, out)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(in, out); in.Close() }()
+			go func() {
+				defer out.Close()
+				rd := bufio.NewReaderSize(in, 1<<20)
+				var batch [][]byte // commands of one write of the client's
+				for {
+					cmd, err := readRESP2(rd)
+					if err != nil {
+						return
+					}
+					batch = append(batch, cmd)
+					if rd.Buffered() > 0 {
+						continue
+					}
+					scripts := 0
+					for i, c := range batch {
+						if bytes.Contains(bytes.ToLower(c), []byte("evalsha")) {
+							scripts++
+							if scripts == 2 && stalled.CompareAndSwap(false, true) {
+								// Sent on up to the first script; the
+								// rest, and all that follows, held.
+								for _, c := range batch[:i] {
+									if _, err := out.Write(c); err != nil {
+										return
+									}
+								}
+								_, _ = io.Copy(io.Discard, rd)
+								return
+							}
+						}
+					}
+					for _, c := range batch {
+						if _, err := out.Write(c); err != nil {
+							return
+						}
+					}
+					batch = batch[:0]
+				}
+			}()
+		}
+	}()
+	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), Protocol: 2, DialTimeout: timeout,
+		ReadTimeout: timeout, WriteTimeout: timeout, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	s := settings()
+	s.Timeout = timeout
+	r := repo.New(rdb, s)
+	if err := r.LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return r, rdb, &stalled
+}
+
+// readRESP2 reads one whole RESP2 reply from rd and returns its bytes.
+func readRESP2(rd *bufio.Reader) ([]byte, error) {
+	line, err := rd.ReadBytes('\n')
+	if err != nil {
+		return nil, err
+	}
+	if len(line) < 3 {
+		return nil, fmt.Errorf("short RESP line %q", line)
+	}
+	switch line[0] {
+	case '+', '-', ':':
+		return line, nil
+	case '$':
+		n, err := strconv.Atoi(string(bytes.TrimSpace(line[1:])))
+		if err != nil || n < 0 {
+			return line, err // -1: nil
+		}
+		body := make([]byte, n+2)
+		if _, err := io.ReadFull(rd, body); err != nil {
+			return nil, err
+		}
+		return append(line, body...), nil
+	case '*':
+		n, err := strconv.Atoi(string(bytes.TrimSpace(line[1:])))
+		if err != nil {
+			return nil, err
+		}
+		for range max(n, 0) {
+			el, err := readRESP2(rd)
+			if err != nil {
+				return nil, err
+			}
+			line = append(line, el...)
+		}
+		return line, nil
+	}
+	return nil, fmt.Errorf("unknown RESP2 type %q", line[0])
+}
