@@ -8,9 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,58 +135,31 @@ func pauseBeforeDegradedPublish(t *testing.T, node *testredis.Server, cl *redis.
 	}
 	sum := sha1.Sum(src)
 	hash := []byte(hex.EncodeToString(sum[:]))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var paused atomic.Bool
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	go func() {
+	proxy := testredis.Proxy(t, node.Addr, func(in, out net.Conn) {
+		go func() { _, _ = io.Copy(in, out); in.Close() }()
+		defer out.Close()
+		buf := make([]byte, 64<<10)
 		for {
-			in, err := ln.Accept()
+			n, err := in.Read(buf)
+			if n > 0 {
+				if bytes.Contains(buf[:n], hash) && paused.CompareAndSwap(false, true) {
+					node.Pause()
+				}
+				if _, werr := out.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
 			if err != nil {
 				return
 			}
-			out, err := net.Dial("tcp", node.Addr)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, in, out)
-			mu.Unlock()
-			go func() { _, _ = io.Copy(in, out); in.Close() }()
-			go func() {
-				defer out.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := in.Read(buf)
-					if n > 0 {
-						if bytes.Contains(buf[:n], hash) && paused.CompareAndSwap(false, true) {
-							node.Pause()
-						}
-						if _, werr := out.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
+	})
 	ctx := context.Background()
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	_, port, err := net.SplitHostPort(proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cl.ConfigSet(ctx, "cluster-announce-port", port).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -163,77 +162,43 @@ func TestSharedPipelineAnsweredInPart(t *testing.T) {
 // two scripts. It tells whether that happened.
 func partlyAnsweringRepo(t *testing.T, addr string, timeout time.Duration) (*repo.Repo, *redis.Client, *atomic.Bool) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stalled atomic.Bool
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	go func() {
+	proxy := testredis.Proxy(t, addr, func(in, out net.Conn) {
+		go func() { _, _ = io.Copy(in, out); in.Close() }()
+		defer out.Close()
+		rd := bufio.NewReaderSize(in, 1<<20)
+		var batch [][]byte // commands of one write of the client's
 		for {
-			in, err := ln.Accept()
+			cmd, err := readRESP2(rd)
 			if err != nil {
 				return
 			}
-			out, err := net.Dial("tcp", addr)
-			if err != nil {
-				in.Close()
+			batch = append(batch, cmd)
+			if rd.Buffered() > 0 {
 				continue
 			}
-			mu.Lock()
-			conns = append(conns, in, out)
-			mu.Unlock()
-			go func() { _, _ = io.Copy(in, out); in.Close() }()
-			go func() {
-				defer out.Close()
-				rd := bufio.NewReaderSize(in, 1<<20)
-				var batch [][]byte // commands of one write of the client's
-				for {
-					cmd, err := readRESP2(rd)
-					if err != nil {
-						return
-					}
-					batch = append(batch, cmd)
-					if rd.Buffered() > 0 {
-						continue
-					}
-					scripts := 0
-					for i, c := range batch {
-						if bytes.Contains(bytes.ToLower(c), []byte("evalsha")) {
-							scripts++
-							if scripts == 2 && stalled.CompareAndSwap(false, true) {
-								// Sent on up to the first script; the
-								// rest, and all that follows, held.
-								for _, c := range batch[:i] {
-									if _, err := out.Write(c); err != nil {
-										return
-									}
-								}
-								_, _ = io.Copy(io.Discard, rd)
-								return
-							}
-						}
-					}
-					for _, c := range batch {
-						if _, err := out.Write(c); err != nil {
+			scripts := 0
+			for i, c := range batch {
+				if bytes.Contains(bytes.ToLower(c), []byte("evalsha")) {
+					scripts++
+					if scripts == 2 && stalled.CompareAndSwap(false, true) {
+						// Sent on up to the first script; the rest,
+						// and all that follows, held.
+						if !writeAll(out, batch[:i]) {
 							return
 						}
+						_, _ = io.Copy(io.Discard, rd)
+						return
 					}
-					batch = batch[:0]
 				}
-			}()
+			}
+			if !writeAll(out, batch) {
+				return
+			}
+			batch = batch[:0]
 		}
-	}()
-	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), Protocol: 2, DialTimeout: timeout,
+	})
+	rdb := redis.NewClient(&redis.Options{Addr: proxy, Protocol: 2, DialTimeout: timeout,
 		ReadTimeout: timeout, WriteTimeout: timeout, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
 	s := settings()
@@ -243,6 +208,16 @@ func partlyAnsweringRepo(t *testing.T, addr string, timeout time.Duration) (*rep
 		t.Fatal(err)
 	}
 	return r, rdb, &stalled
+}
+
+// writeAll writes cmds to w, and tells whether it could.
+func writeAll(w io.Writer, cmds [][]byte) bool {
+	for _, c := range cmds {
+		if _, err := w.Write(c); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // readRESP2 reads one whole RESP2 reply from rd and returns its bytes.
