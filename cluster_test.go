@@ -334,14 +334,17 @@ func TestResumedOldMasterDoesNotPushAgain(t *testing.T) {
 	f.pushes.waitFor(1, wait, forActivity(warm))
 
 	open := newActivity() // comes due while its master is paused
-	reported := time.Now()
 	f.s.report(f.onShard0(open))
 	f.replicated(t)
+	before := flushErrors(t, f.s)
 	f.old.Pause()
-	// Promoted only once the window is due and its flush has had time to
-	// reach the paused master's socket, as under the cluster's own
-	// election (cluster-node-timeout 2 s, then a vote).
-	time.Sleep(time.Until(reported.Add(f.s.cfg.Window.Size + f.s.cfg.Window.Grace + time.Second)))
+	// Promoted only once a flush of the window has waited on the paused
+	// master's socket until redis.timeout, as under the cluster's own
+	// election (cluster-node-timeout 2 s, then a vote): that send, and the
+	// worker's next ones, run when the old master resumes.
+	waitUntil(t, 15*time.Second, "a flush failed on the paused master", func() bool {
+		return flushErrors(t, f.s) > before
+	})
 	takeOver(t, f.replica, "the replica of the paused master")
 	f.pushes.waitFor(1, 15*time.Second, forActivity(open))
 	f.old.Resume()
