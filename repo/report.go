@@ -313,10 +313,10 @@ func opened(res []ReportResult) int {
 // each script call's indices into cs. Only a failure of the whole
 // pipeline (pipelineError) is returned as an error, and only when no
 // script answered; script errors, and the failure of those that did not
-// answer, stay on their commands. With eval it sends the script itself (EVAL) rather than its
-// hash, for a node whose script cache was flushed: EVAL caches it there
-// again, on that node alone, so a dead node elsewhere in a cluster
-// (which makes loading on every node fail) does not matter.
+// answer, stay on their commands. With eval it sends the script itself
+// (EVAL) rather than its hash, for a node whose script cache was flushed:
+// EVAL caches it there again, on that node alone, so a dead node elsewhere
+// in a cluster (which makes loading on every node fail) does not matter.
 func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []int, eval bool) ([][]int, []*redis.Cmd, error) {
 	byShard := make(map[int][]int)
 	var order []int
