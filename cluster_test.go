@@ -246,7 +246,7 @@ func waitRole(t *testing.T, cl *redis.Client, role string, within time.Duration,
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		if r, _ := cl.Do(context.Background(), "ROLE").Slice(); len(r) > 0 && r[0] == role {
+		if hasRole(cl, role) {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -254,6 +254,12 @@ func waitRole(t *testing.T, cl *redis.Client, role string, within time.Duration,
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// hasRole tells whether the node cl talks to answers ROLE with role.
+func hasRole(cl *redis.Client, role string) bool {
+	r, _ := cl.Do(context.Background(), "ROLE").Slice()
+	return len(r) > 0 && r[0] == role
 }
 
 // takeOver promotes replica at once (CLUSTER FAILOVER TAKEOVER), as an
@@ -281,7 +287,7 @@ func electOrTakeOver(t *testing.T, replica *testredis.Server, what string) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		if r, _ := replica.Client().Do(context.Background(), "ROLE").Slice(); len(r) > 0 && r[0] == "master" {
+		if hasRole(replica.Client(), "master") {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
