@@ -280,9 +280,11 @@ func takeOver(t *testing.T, replica *testredis.Server, what string) {
 // killed master, and promotes it itself (takeOver) if the election has
 // not ended within 15 s. The election (cluster-node-timeout 2 s, then a
 // vote) took 2-4 s in every run seen, but once over 30 s on a loaded CI
-// machine; a TAKEOVER sent at once, while the live masters had yet to
-// mark the killed one failed, once left them answering CLUSTERDOWN and
-// the service dialling the dead master for over 10 s.
+// machine. A TAKEOVER sent at once once left the live masters answering
+// CLUSTERDOWN and the service dialling the dead master for over 10 s,
+// most likely because they had not yet heard of the replica, and so
+// ignored its claim, as they would its request for votes (reproduced
+// without the service; testredis.AddReplica now waits until they have).
 func electOrTakeOver(t *testing.T, replica *testredis.Server, what string) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
