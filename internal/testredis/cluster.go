@@ -106,8 +106,8 @@ func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 // one else hears: it said it served the dead master's slots, while the
 // live masters answered CLUSTERDOWN for them or, with
 // cluster-require-full-coverage no, sent them to the dead one (MOVED), 25 s
-// on (a kill and TAKEOVER right after AddReplica, under a CPU burner: in 2
-// of 30 runs, and in 2 of 23).
+// on: with a kill and TAKEOVER right after AddReplica, while busy loops
+// took the cores, in 2 of 30 runs, and in 2 of 23.
 func (c *Cluster) AddReplica(tb testing.TB, master string) *Server {
 	tb.Helper()
 	if c.TLS != nil {

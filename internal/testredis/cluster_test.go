@@ -97,10 +97,10 @@ func TestClusterClientsDiscoverANodeWithoutARace(t *testing.T) {
 // A replica AddReplica returns can take its master's place at once: every
 // live master hears its CLUSTER FAILOVER TAKEOVER and sends the dead
 // master's slots to it. Before AddReplica waited for every node to know
-// the replica, the live masters ignored its claim in 2 of 30 runs under a
-// CPU burner: they answered CLUSTERDOWN (the dead master's slots served by
-// no one they knew of) for the whole 10 s; with every slot not required
-// (cluster-require-full-coverage no), MOVED to the dead master 25 s on.
+// the replica, the live masters ignored its claim in 2 of 30 runs with
+// busy loops taking the cores: they answered CLUSTERDOWN (the dead
+// master's slots served by no one they knew of) for the whole 10 s; with
+// cluster-require-full-coverage no, MOVED to the dead master 25 s on.
 func TestAddedReplicaTakesOverAtOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
