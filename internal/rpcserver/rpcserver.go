@@ -80,7 +80,9 @@ const MaxConnIdle = 2 * time.Minute
 // request, a MergeLatest of about 47 MB, must come at about 10 MB/s or
 // more (13 MB/s at MaxRequestBytes), which any link inside a data centre
 // does; a peer that stalls holds its connection and its buffered bytes no
-// longer than this.
+// longer than this. It also bounds how long an answer waits for the peer
+// to take it once the socket buffers are full (writeTimeout), so a peer
+// that stops reading is cut alike.
 const ReadWriteTimeout = 5 * time.Second
 
 // Options are the server options every combo-service RPC server shares;
@@ -89,7 +91,7 @@ const ReadWriteTimeout = 5 * time.Second
 // maxConns connections are held at once (server.max_connections), idle
 // ones are closed (MaxConnIdle), and a request is bounded and checked
 // before it is decoded (guardedCodec), and must arrive within
-// ReadWriteTimeout.
+// ReadWriteTimeout; an answer must be taken within it too.
 func Options(reg prometheus.Registerer, maxConns int) []server.Option {
 	return options(reg, maxConns, MaxConnIdle, ReadWriteTimeout)
 }
@@ -105,6 +107,7 @@ func options(reg prometheus.Registerer, maxConns int, idle, readWrite time.Durat
 		server.WithCodec(newGuardedCodec()),
 		server.WithConnectionLimiter(limiter.NewConnectionLimiter(maxConns)),
 		server.WithBoundHandler(newIdleCloser(idle)),
+		server.WithBoundHandler(writeTimeout{readWrite}),
 		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: client.ServiceName}),
 		server.WithTracer(metrics.NewRPCTracer(reg)),
 		// The tracer reads only the RPC's start and finish: recording

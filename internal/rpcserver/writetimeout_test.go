@@ -1,0 +1,82 @@
+package rpcserver
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/kitex/pkg/remote"
+	"github.com/cloudwego/kitex/server"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
+)
+
+// bigAnswers answers MergeLatest with 16 MB, more than the socket buffers
+// of both ends hold.
+type bigAnswers struct{ okService }
+
+func (bigAnswers) MergeLatest(context.Context, *combo.MergeLatestRequest) (*combo.MergeLatestResponse, error) {
+	r := &combo.ContributionRecord{Nickname: strings.Repeat("x", 1<<10)}
+	records := make([]*combo.ContributionRecord, 16<<10)
+	for i := range records {
+		records[i] = r
+	}
+	return &combo.MergeLatestResponse{Records: records}, nil
+}
+
+// closed signals each connection the server closes.
+type closed chan struct{}
+
+func (c closed) OnActive(ctx context.Context, _ net.Conn) (context.Context, error) { return ctx, nil }
+func (c closed) OnRead(ctx context.Context, _ net.Conn) (context.Context, error)   { return ctx, nil }
+func (c closed) OnInactive(ctx context.Context, _ net.Conn) context.Context {
+	c <- struct{}{}
+	return ctx
+}
+func (c closed) OnMessage(ctx context.Context, _, _ remote.Message) (context.Context, error) {
+	return ctx, nil
+}
+
+// A caller that asks and never reads the answer leaves the server unable
+// to write it once the socket buffers are full. The server closes that
+// connection within the write timeout (ReadWriteTimeout). Without one, the
+// connection, its slot of max_connections, its handler and the answer were
+// held until the idle closer's MaxConnIdle (a minute here): the caller
+// sends nothing more, so nothing else times out.
+func TestUnreadAnswerCutsTheConnection(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	gone := make(closed, 10)
+	svr := comboservice.NewServer(&bigAnswers{}, append(options(prometheus.NewRegistry(), 100, time.Minute, timeout),
+		server.WithBoundHandler(gone), server.WithListener(ln), StopOn(ctx))...)
+	done := make(chan error, 1)
+	go func() { done <- svr.Run() }()
+	t.Cleanup(func() { stop(); <-done })
+
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
+	call := request("MergeLatest", &combo.ComboServiceMergeLatestArgs{Req: &combo.MergeLatestRequest{}})
+	start := time.Now()
+	if _, err := conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(call))), call...)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gone:
+		t.Logf("closed %s after the request", time.Since(start).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the connection still open 10 s after its answer stopped being read (write timeout %s)", timeout)
+	}
+}
