@@ -107,7 +107,7 @@ func options(reg prometheus.Registerer, maxConns int, idle, readWrite time.Durat
 		server.WithCodec(newGuardedCodec()),
 		server.WithConnectionLimiter(limiter.NewConnectionLimiter(maxConns)),
 		server.WithBoundHandler(newIdleCloser(idle)),
-		server.WithBoundHandler(writeTimeout{readWrite}),
+		server.WithBoundHandler(writeTimeout{timeout: readWrite}),
 		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: client.ServiceName}),
 		server.WithTracer(metrics.NewRPCTracer(reg)),
 		// The tracer reads only the RPC's start and finish: recording

@@ -17,7 +17,10 @@ import (
 // handler and the buffered answers) until the idle closer's MaxConnIdle:
 // its writes stalled too, so nothing reset the idle timer, but nothing
 // closed it either.
-type writeTimeout struct{ timeout time.Duration }
+type writeTimeout struct {
+	passInbound
+	timeout time.Duration
+}
 
 var _ remote.InboundHandler = writeTimeout{}
 
@@ -34,10 +37,18 @@ func (w writeTimeout) OnActive(ctx context.Context, conn net.Conn) (context.Cont
 	return ctx, nil
 }
 
-func (writeTimeout) OnRead(ctx context.Context, _ net.Conn) (context.Context, error) { return ctx, nil }
+// passInbound is an inbound handler that does nothing; a handler embeds
+// it and writes only the events it acts on.
+type passInbound struct{}
 
-func (writeTimeout) OnInactive(ctx context.Context, _ net.Conn) context.Context { return ctx }
+func (passInbound) OnActive(ctx context.Context, _ net.Conn) (context.Context, error) {
+	return ctx, nil
+}
 
-func (writeTimeout) OnMessage(ctx context.Context, _, _ remote.Message) (context.Context, error) {
+func (passInbound) OnRead(ctx context.Context, _ net.Conn) (context.Context, error) { return ctx, nil }
+
+func (passInbound) OnInactive(ctx context.Context, _ net.Conn) context.Context { return ctx }
+
+func (passInbound) OnMessage(ctx context.Context, _, _ remote.Message) (context.Context, error) {
 	return ctx, nil
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudwego/kitex/pkg/remote"
 	"github.com/cloudwego/kitex/server"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -30,16 +29,14 @@ func (bigAnswers) MergeLatest(context.Context, *combo.MergeLatestRequest) (*comb
 }
 
 // closed signals each connection the server closes.
-type closed chan struct{}
-
-func (c closed) OnActive(ctx context.Context, _ net.Conn) (context.Context, error) { return ctx, nil }
-func (c closed) OnRead(ctx context.Context, _ net.Conn) (context.Context, error)   { return ctx, nil }
-func (c closed) OnInactive(ctx context.Context, _ net.Conn) context.Context {
-	c <- struct{}{}
-	return ctx
+type closed struct {
+	passInbound
+	ch chan struct{}
 }
-func (c closed) OnMessage(ctx context.Context, _, _ remote.Message) (context.Context, error) {
-	return ctx, nil
+
+func (c closed) OnInactive(ctx context.Context, _ net.Conn) context.Context {
+	c.ch <- struct{}{}
+	return ctx
 }
 
 // A caller that asks and never reads the answer leaves the server unable
@@ -55,7 +52,7 @@ func TestUnreadAnswerCutsTheConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	gone := make(closed, 10)
+	gone := closed{ch: make(chan struct{}, 10)}
 	svr := comboservice.NewServer(&bigAnswers{}, append(options(prometheus.NewRegistry(), 100, time.Minute, timeout),
 		server.WithBoundHandler(gone), server.WithListener(ln), StopOn(ctx))...)
 	done := make(chan error, 1)
@@ -74,7 +71,7 @@ func TestUnreadAnswerCutsTheConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-gone:
+	case <-gone.ch:
 		t.Logf("closed %s after the request", time.Since(start).Round(time.Millisecond))
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the connection still open 10 s after its answer stopped being read (write timeout %s)", timeout)
