@@ -2,6 +2,9 @@ package worker_test
 
 import (
 	"context"
+	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,9 +19,9 @@ import (
 	"github.com/combo-service/combo-service/worker"
 )
 
-// A master is paused (SIGSTOP) just before a window comes due, so its
-// flush waits on the paused master's socket. A Sentinel promotes the
-// replica, and go-redis's failover client, hearing +switch-master, closes
+// A master is paused (SIGSTOP) as a window's flush is about to be sent to
+// it, so the flush waits on the paused master's socket. A Sentinel promotes
+// the replica, and go-redis's failover client, hearing +switch-master, closes
 // its connections to the old master, the one the flush waits on too: the
 // flush fails at once, well before its deadline (when its sender would
 // have stopped waiting: the read timeout), and the window goes again, to
@@ -42,7 +45,10 @@ func TestFlushCutShortBySentinelSwitchIsLateOnOldMasterResumedPastItsDeadline(t 
 		MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1, // as the service's
 	})
 	t.Cleanup(func() { rdb.Close() })
+	hold := &holdFirstFlush{sha: flushScriptHash(t), flushing: make(chan struct{}), paused: make(chan struct{})}
+	rdb.AddHook(hold)
 	r := newRepo(t, rdb, time.Second, 1)
+	warmPipelinePool(t, rdb, 2)
 	// The Sentinel kills the promoted replica's subscribers (CLIENT KILL
 	// TYPE pubsub); the old master's stay until it is demoted.
 	oldSub := subscribeAt(t, old.Addr)
@@ -60,8 +66,18 @@ func TestFlushCutShortBySentinelSwitchIsLateOnOldMasterResumedPastItsDeadline(t 
 	if n, err := old.Client().Do(ctx, "WAIT", 1, 1000).Int(); err != nil || n != 1 {
 		t.Fatalf("WAIT: %d %v", n, err)
 	}
+	// The master is paused only now, when the flush is on its way: paused
+	// earlier, before the window came due, the client could follow the
+	// Sentinel to the new master first (1 to 2.5 s after a pause, in runs
+	// here), and a flush sent after that tests nothing.
+	select {
+	case <-hold.flushing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no flush of the window within 10 s")
+	}
 	old.Pause()
 	paused := time.Now()
+	close(hold.paused)
 
 	waitFor(t, "the window pushed by the new master", func() bool {
 		return testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(metrics.FlushedPublished)) == 1
@@ -91,5 +107,68 @@ func TestFlushCutShortBySentinelSwitchIsLateOnOldMasterResumedPastItsDeadline(t 
 		t.Fatal(err)
 	} else if msg != nil {
 		t.Fatalf("the resumed old master pushed the window again: %s", msg.Payload)
+	}
+}
+
+// holdFirstFlush holds the first pipeline that runs the flush script until
+// the test has paused the master: it says so on flushing, then waits for
+// paused (or the flush's own deadline) before sending.
+type holdFirstFlush struct {
+	sha      string
+	seen     atomic.Bool
+	flushing chan struct{}
+	paused   chan struct{}
+}
+
+func (h *holdFirstFlush) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *holdFirstFlush) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *holdFirstFlush) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if args := cmds[0].Args(); len(args) > 1 && cmds[0].Name() == "evalsha" && args[1] == h.sha &&
+			h.seen.CompareAndSwap(false, true) {
+			close(h.flushing)
+			select {
+			case <-h.paused:
+			case <-ctx.Done():
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// flushScriptHash is the SHA1 the worker's flushes are sent under (EVALSHA).
+func flushScriptHash(t *testing.T) string {
+	t.Helper()
+	lua, err := os.ReadFile("../repo/flush.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return redis.NewScript(string(lua)).Hash()
+}
+
+// warmPipelinePool leaves n connections open in rdb's pipeline pool. The
+// flush must find one idle when the master is paused: one it dialled then
+// would wait in its handshake on the paused master, and go-redis, once the
+// switch closed it, would dial the new master and send the flush there, as
+// if the switch had come first. Housekeeping's sampling pipeline may hold
+// one connection at that moment, waiting on the paused master too.
+func warmPipelinePool(t *testing.T, rdb *redis.Client, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() { // each pipeline holds its connection for 100 ms
+			defer wg.Done()
+			_, _ = rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+				p.BLPop(context.Background(), 100*time.Millisecond, "warm:nothing")
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	if st := rdb.PoolStats().PipelineStats; st == nil || st.IdleConns < uint32(n) {
+		t.Fatalf("pipeline pool: %+v, want %d idle connections", st, n)
 	}
 }
