@@ -162,7 +162,7 @@ func warmPipelinePool(t *testing.T, rdb *redis.Client, n int) {
 		go func() { // each pipeline holds its connection for 100 ms
 			defer wg.Done()
 			_, _ = rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
-				p.BLPop(context.Background(), 100*time.Millisecond, "warm:nothing")
+				p.Do(context.Background(), "BLPOP", "warm:nothing", "0.1") // BLPop rounds up to 1 s
 				return nil
 			})
 		}()
