@@ -54,9 +54,10 @@
 --   6 late       a = now ms (Redis clock), b = 0: run past ARGV[10];
 --                nothing changed
 -- or an error reply, nothing changed and the window still pending: NOPERM
--- when the user may not PUBLISH on the channel, or Redis's refusal of the
--- script's first write while it takes none (MISCONF, NOREPLICAS, READONLY:
--- see "Retire first, publish last" below).
+-- when the user may not PUBLISH on the channel, BADWINDOW when the window's
+-- record does not parse (below), or Redis's refusal of the script's first
+-- write while it takes none (MISCONF, NOREPLICAS, READONLY: see "Retire
+-- first, publish last" below).
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -109,6 +110,18 @@ if ARGV[9] == 'retire' then return {5, now - opened, 0} end
 local due = opened + tonumber(ARGV[7])
 if now < due then return {1, due, now} end
 
+-- The record's fields, parsed before anything is written: a Lua error
+-- after the DEL below would leave the window deleted and never published,
+-- with an error answer that says nothing changed. Only damaged data (or a
+-- record layout this version did not write) fails here; the window then
+-- stays pending, each flush answers this error, and window.stale drops it
+-- (above), counted and logged as stale.
+local star, item, nick, avatar, name, icon = string.match(w.f, '^([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31(.*)$')
+if not icon then
+  return redis.error_reply('BADWINDOW the record of window ' .. sid .. ' at ' .. key ..
+    ' does not parse; the window stays pending until window.stale drops it')
+end
+
 -- Retire first, publish last. Redis decides whether a script may write
 -- (MISCONF after a failed save, NOREPLICAS, READONLY on a demoted master) at
 -- its first write, not at its start, and PUBLISH is not a write: published
@@ -126,7 +139,6 @@ if redis.acl_check_cmd and not redis.acl_check_cmd('PUBLISH', ARGV[3], '') then
 end
 redis.call('DEL', key)
 retire()
-local star, item, nick, avatar, name, icon = string.match(w.f, '^([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31(.*)$')
 redis.call('PUBLISH', ARGV[3], table.concat({
   '{"activity_id":', ARGV[4], ',"type":"contributions_response","record":{"id":', w.i,
   ',"user_id":', ARGV[5], ',"nickname":"', nick, '","avatar_url":"', avatar,
