@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
@@ -187,5 +190,42 @@ func TestShutdownWithAnEndedContextSaysWindowsWereLeftUnread(t *testing.T) {
 	cancel()
 	if err := wk.Shutdown(ctx); err == nil || !strings.Contains(err.Error(), "left unread") {
 		t.Fatalf("Shutdown with an ended context: %v; want it to say windows were left unread", err)
+	}
+}
+
+// The final read stops at MaxHeld, as the reader does: a backlog left
+// unread because every replica is at its cap is the other replicas' too.
+// Taken by a stopping replica, it went past the cap and, not due before
+// the drain's bound, waited claim_idle pending on it.
+func TestShutdownFinalReadStopsAtMaxHeld(t *testing.T) {
+	ctx := context.Background()
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	r, _ := prepare(t, rdb, time.Minute, 1) // nothing comes due during the test
+	const n = 50
+	for id := int64(1); id <= n; id++ {
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(id, id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: 1, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		ReadCount: 2, MaxHeld: 2}, zaptest.NewLogger(t), metrics.New(prometheus.NewRegistry()))
+	wk.Start()
+	waitFor(t, "the reader at MaxHeld", func() bool { return wk.Held() == 2 })
+	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := wk.Shutdown(sctx); err == nil || !strings.Contains(err.Error(), "2 windows still held") {
+		t.Fatalf("Shutdown: %v, want the 2 held windows (a minute from due) left pending", err)
+	}
+	stream := r.Keys().Stream(0)
+	pending, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: repo.Group, Start: "-", End: "+", Count: n}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 2 {
+		t.Fatalf("%d entries pending on the stopped replica, want its 2 held (MaxHeld)", len(pending))
+	}
+	ws, _, _, err := r.Read(ctx, 0, "c2", ">", n, -1)
+	if err != nil || len(ws) != n-2 {
+		t.Fatalf("another replica read %d windows (%v), want the %d left unread", len(ws), err, n-2)
 	}
 }

@@ -932,6 +932,11 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 // ones are the other replicas' traffic, theirs to read: under their load a
 // read that finds nothing new might never come, and the drain would run
 // into its bound and leave every window held here to wait claim_idle.
+// It stops at MaxHeld, as the reader does: the unread entries before that
+// newest one are the other replicas' too, and with every replica at its
+// cap they are a backlog that read here would take memory past the cap
+// and, not due before the drain's bound, wait claim_idle pending here,
+// where left unread any replica with room takes them at once.
 func (w *Worker) finalRead(ctx context.Context, shard int) error {
 	var last string
 	if err := w.op(ctx, func(ctx context.Context) error {
@@ -942,6 +947,9 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 		return err
 	}
 	for start := "0"; ctx.Err() == nil; {
+		if w.Held() >= w.cfg.MaxHeld {
+			return nil
+		}
 		losses := w.losses[shard].Load()
 		n, err := w.readOnce(ctx, shard, start, -1)
 		if errors.Is(err, repo.ErrNoStream) {
