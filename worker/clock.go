@@ -60,6 +60,13 @@ func (c *redisClock) observe(redisMs int64, sent, recv time.Time) (moved bool) {
 // comes with many flush replies.
 const movedMs = 5
 
+// known reports whether the estimate has had a reading of Redis's clock.
+func (c *redisClock) known() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.has
+}
+
 // now estimates Redis's clock, in ms. Before the first reading it is the
 // local wall clock.
 func (c *redisClock) now() int64 {

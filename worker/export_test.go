@@ -23,10 +23,7 @@ func (w *Worker) ClockNow() int64 { return w.qs[0].clock.now() }
 // Redis node yet.
 func (w *Worker) ClockRead() bool {
 	for _, q := range w.qs {
-		q.clock.mu.Lock()
-		has := q.clock.has
-		q.clock.mu.Unlock()
-		if !has {
+		if !q.clock.known() {
 			return false
 		}
 	}

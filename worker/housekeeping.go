@@ -49,20 +49,27 @@ func (w *Worker) readClocks(ctx context.Context) {
 					w.panicked(metrics.LoopHousekeeping, loopPanic, p, zap.Int("shard", shard))
 				}
 			}()
-			err := w.op(ctx, func(ctx context.Context) error {
-				sent := time.Now()
-				t, err := w.store.Time(ctx, shard)
-				if err == nil {
-					w.observeClock(q, t.UnixMilli(), sent, time.Now())
-				}
-				return err
-			})
-			if err != nil && ctx.Err() == nil {
-				w.redisError(metrics.OpTime, err)
-			}
+			_ = w.readClock(ctx, q, shard)
 		})
 	}
 	wg.Wait()
+}
+
+// readClock reads the clock of shard's node into q's estimate; a failure
+// is counted and logged (op time) and returned.
+func (w *Worker) readClock(ctx context.Context, q *dueQueue, shard int) error {
+	err := w.op(ctx, func(ctx context.Context) error {
+		sent := time.Now()
+		t, err := w.store.Time(ctx, shard)
+		if err == nil {
+			w.observeClock(q, t.UnixMilli(), sent, time.Now())
+		}
+		return err
+	})
+	if err != nil && ctx.Err() == nil {
+		w.redisError(metrics.OpTime, err)
+	}
+	return err
 }
 
 func (w *Worker) housekeep(ctx context.Context, lastPrune *time.Time) {

@@ -673,7 +673,14 @@ func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) 
 	// is then sent again, to the new master once the client follows it.
 	// On the node's clock as estimated (a lower bound of it, so the bound
 	// errs early by a round trip at most); a reading it corrects answers
-	// Late at worst once, and the window is sent again at once.
+	// Late at worst once, and the window is sent again at once. Before the
+	// first reading the estimate is this host's clock, which may be ahead
+	// of the node's: the node's clock is read first (the housekeeper's
+	// first reading may still be under way, or have failed).
+	if !q.clock.known() && w.readClock(w.flushCtx, q, batch[0].w.Shard) != nil {
+		w.retryLater(q, batch)
+		return false
+	}
 	notAfter := q.clock.now() + w.flushWait.Milliseconds()
 	ws := make([]repo.Window, len(batch))
 	for i, it := range batch {
