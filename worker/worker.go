@@ -375,10 +375,18 @@ func (w *Worker) readOnce(ctx context.Context, shard int, start string, block ti
 			err = fmt.Errorf("worker.read: %w: %v", errRecovered, p)
 		}
 	}()
+	// New entries no more than MaxHeld leaves room for, as the claimer
+	// takes: a full ReadCount at the cap went past it by as much per shard.
+	// Our own pending entries come in full pages: those held already are
+	// skipped, and pages of the room left could take a round trip each.
+	count := w.cfg.ReadCount
+	if start == ">" {
+		count = max(min(count, w.cfg.MaxHeld-w.Held()), 1)
+	}
 	// The read may block for Block; its timeout must cover that.
 	rctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout+max(block, 0))
 	defer cancel()
-	ws, bad, deleted, err := w.store.Read(rctx, shard, w.cfg.Consumer, start, w.cfg.ReadCount, block)
+	ws, bad, deleted, err := w.store.Read(rctx, shard, w.cfg.Consumer, start, count, block)
 	if err != nil {
 		return res, err
 	}

@@ -812,6 +812,37 @@ func TestClaimerStopsAtMaxHeld(t *testing.T) {
 	}
 }
 
+// The reader takes no more new entries than MaxHeld leaves room for: at
+// 2 of MaxHeld 3, a read of ReadCount 2 held 4.
+func TestReaderStopsAtMaxHeld(t *testing.T) {
+	ctx := context.Background()
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	r, _ := prepare(t, rdb, time.Minute, 1) // nothing comes due during the test
+	for id := int64(1); id <= 10; id++ {
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(id, id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: 1, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		ReadCount: 2, MaxHeld: 3}, zaptest.NewLogger(t), metrics.New(prometheus.NewRegistry()))
+	wk.Start()
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_ = wk.Shutdown(sctx) // the held windows are a minute from due: left pending
+	}()
+	// Once it holds MaxHeld the reader starts no read, so what it holds
+	// then is all it ever read.
+	waitFor(t, "the reader at MaxHeld", func() bool { return wk.Held() >= 3 })
+	p, err := rdb.XPending(ctx, r.Keys().Stream(0), repo.Group).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := wk.Held(); h != 3 || p.Count != 3 {
+		t.Fatalf("holding %d windows, %d read, MaxHeld 3", h, p.Count)
+	}
+}
+
 // On a Redis refusing writes (OOM), a shard whose stream was never created
 // has nothing to read: Shutdown publishes the other shard's window and
 // returns at once. (It retried the final read of the empty shard, whose
