@@ -29,7 +29,8 @@ USER 65532:65532
 # 8888: Kitex RPC (server.addr); 9100: /metrics, /healthz, /readyz (metrics.addr).
 EXPOSE 8888 9100
 # Liveness: the binary GETs /healthz on its own configured metrics.addr
-# (distroless has no curl or wget).
+# (distroless has no curl or wget). It sees the config file only through
+# COMBO_CONFIG (or COMBO_METRICS_ADDR), not a -conf argument: use those.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
     CMD ["/usr/local/bin/combo-service", "-healthcheck", "/healthz"]
 ENTRYPOINT ["/usr/local/bin/combo-service"]
