@@ -293,12 +293,15 @@ func (w *Worker) Running() bool {
 func (w *Worker) prepare(ctx context.Context, shard int) bool {
 	bo := newBackoff()
 	for ctx.Err() == nil {
-		err := w.op(ctx, func(ctx context.Context) error { return w.store.EnsureGroup(ctx, shard) })
+		err := w.op(ctx, func(ctx context.Context) (err error) {
+			defer w.recoverAs(metrics.LoopRead, &err, zap.Int("shard", shard))
+			return w.store.EnsureGroup(ctx, shard)
+		})
 		if err == nil {
 			w.prepared[shard].Store(true)
 			return true
 		}
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !errors.Is(err, errRecovered) {
 			w.redisError(metrics.OpPrepare, err)
 		}
 		bo.wait(ctx)
@@ -954,8 +957,8 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 // where left unread any replica with room takes them at once.
 func (w *Worker) finalRead(ctx context.Context, shard int) error {
 	var last string
-	if err := w.op(ctx, func(ctx context.Context) error {
-		var err error
+	if err := w.op(ctx, func(ctx context.Context) (err error) {
+		defer w.recoverAs(metrics.LoopRead, &err, zap.Int("shard", shard))
 		last, err = w.store.LastID(ctx, shard)
 		return err
 	}); err != nil {
@@ -1042,6 +1045,17 @@ const loopPanic = "recovered panic in worker loop"
 func (w *Worker) panicked(loop, msg string, p any, fields ...zap.Field) {
 	w.metrics.LoopPanics.WithLabelValues(loop).Inc()
 	w.log.Error(msg, append(fields, zap.String("loop", loop), zap.Any("panic", p), zap.Stack("stack"))...)
+}
+
+// recoverAs, deferred, turns a panic into *err (errRecovered), counted and
+// logged as loop's, for a store call outside the per-batch recovers (a
+// shard's preparation, the final read's LastID): a panic there ended the
+// process, or Shutdown.
+func (w *Worker) recoverAs(loop string, err *error, fields ...zap.Field) {
+	if p := recover(); p != nil {
+		w.panicked(loop, loopPanic, p, fields...)
+		*err = fmt.Errorf("worker: %w: %v", errRecovered, p)
+	}
 }
 
 // maxID returns the larger stream id ("ms-seq").

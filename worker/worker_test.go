@@ -189,6 +189,56 @@ func TestReadAndClaimPanicsAreNotRedisErrors(t *testing.T) {
 	}
 }
 
+// panicsPreparing wraps the real store; its first EnsureGroup and first
+// LastID panic.
+type panicsPreparing struct {
+	*repo.Repo
+	ensure, last atomic.Bool // set once each has panicked
+}
+
+func (p *panicsPreparing) EnsureGroup(ctx context.Context, shard int) error {
+	if p.ensure.CompareAndSwap(false, true) {
+		panic("ensure boom")
+	}
+	return p.Repo.EnsureGroup(ctx, shard)
+}
+
+func (p *panicsPreparing) LastID(ctx context.Context, shard int) (string, error) {
+	if p.last.CompareAndSwap(false, true) {
+		panic("last id boom")
+	}
+	return p.Repo.LastID(ctx, shard)
+}
+
+// A panic preparing a shard (EnsureGroup) or in the final read's LastID
+// is recovered and counted as the read loop's, and the call is tried
+// again: unrecovered, the first ended the process, the second Shutdown.
+func TestPanicsPreparingAndInTheFinalReadAreRecovered(t *testing.T) {
+	r, _, sub, m := setup(t)
+	store := &panicsPreparing{Repo: r}
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	waitPushes(t, sub, 1)
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := wk.Shutdown(sctx); err != nil {
+		t.Fatalf("Shutdown after a panic in the final read's LastID: %v", err)
+	}
+	if !store.ensure.Load() || !store.last.Load() {
+		t.Fatal("EnsureGroup or LastID never panicked: the test did not test")
+	}
+	if n := testutil.ToFloat64(m.LoopPanics.WithLabelValues(metrics.LoopRead)); n != 2 {
+		t.Fatalf("read loop panics counted: %v, want 2", n)
+	}
+	if n := testutil.ToFloat64(m.RedisErrors.WithLabelValues(metrics.OpPrepare)); n != 0 {
+		t.Errorf("prepare counted %v Redis errors for a panic, want 0", n)
+	}
+}
+
 // poisoned wraps the real store and panics on every flush that holds a
 // window of activity 666, as a bug tripped by one entry would.
 type poisoned struct{ *repo.Repo }
