@@ -139,7 +139,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		GroupsRecreated: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "stream_groups_recreated_total",
 			Help: "Consumer groups found missing (NOGROUP) and created again: Redis lost the stream and the windows waiting in it (FLUSHALL, restart without persistence, eviction), whose flushes then count as gone."}),
 		BadEntries: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "bad_entries_total",
-			Help: "Stream entries that could not be parsed or whose processing panicked."}),
+			Help: "Times a stream entry could not be parsed or its processing panicked; one entry can count again (a window whose flush keeps panicking, each time it is claimed until stale; unparsable entries a failed drop leaves to be read again)."}),
 		FlushesLate: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "flushes_late_total",
 			Help: "Window flush answers that say Redis ran the flush past its deadline (when its sender stops waiting for the answer), so it changed nothing and the window was sent again: " +
 				"the worker's estimate of the node's clock was behind (a jump of that clock, a failover), or the node ran it at the very end of that wait. " +
