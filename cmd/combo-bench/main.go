@@ -76,7 +76,9 @@ func run(cfg config) error {
 	defer cancel()
 	rdb := redis.NewClient(&redis.Options{
 		Addr: cfg.Redis,
-		// naive mode holds one connection per caller for its whole purchase.
+		// Room for each of naive mode's callers to have a command in
+		// flight at once (go-redis's default, 10 per core, would throttle
+		// naive at C=32), and a few for the bench's own.
 		PoolSize: cfg.Concurrency + 8,
 	})
 	defer rdb.Close()

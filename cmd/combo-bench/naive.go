@@ -32,7 +32,8 @@ func (s naiveStore) lockKey(c *combo.Contribution) string {
 func (s naiveStore) stream() string { return s.prefix + "stream:contributions" }
 
 // purchase is one purchase's Redis work. The seed ignores every error; the
-// bench stops at the first, so a failure is counted, not hidden.
+// bench abandons the purchase at its first, so a failure is counted, not
+// hidden.
 func (s naiveStore) purchase(ctx context.Context, c *combo.Contribution) error {
 	aggKey, lockKey := s.aggKey(c), s.lockKey(c)
 	steps := []func() error{
