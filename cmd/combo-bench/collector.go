@@ -28,7 +28,7 @@ type collector struct {
 	// pushed again later, as by a claimer) and is kept in late.
 	checked   map[int64]bool
 	late      map[int64][]pushed // by activity
-	badPushes int                // undecodable payloads on tracked or unknown channels
+	badPushes int                // undecodable payloads, or pushes on another activity's channel
 	recvErrs  int
 	lastErr   error
 }
@@ -71,6 +71,11 @@ func (c *collector) loop(ctx context.Context) {
 		case err != nil:
 			c.badPushes++
 			c.lastErr = err
+		case msg.Channel != push.Channel(m.ActivityID):
+			// The gateway forwards a channel's pushes to that activity's
+			// page: one on another's channel never reaches its own.
+			c.badPushes++
+			c.lastErr = fmt.Errorf("a push of activity %d on channel %s", m.ActivityID, msg.Channel)
 		default:
 			p := pushed{
 				Recv:     recv,
@@ -148,7 +153,7 @@ func (c *collector) problems() error {
 		errs = append(errs, fmt.Errorf("%d pushes arrived for runs already checked (their runs are checked again with them at the end)", late))
 	}
 	if c.recvErrs > 0 || c.badPushes > 0 {
-		errs = append(errs, fmt.Errorf("subscriber: %d receive errors, %d undecodable pushes, last: %w",
+		errs = append(errs, fmt.Errorf("subscriber: %d receive errors, %d bad pushes (undecodable, or on another activity's channel), last: %w",
 			c.recvErrs, c.badPushes, errors.Join(c.lastErr)))
 	}
 	return errors.Join(errs...)

@@ -111,3 +111,40 @@ func TestLatePushesAreReported(t *testing.T) {
 		t.Fatalf("after amendLate: this run %+v, another %+v", mine, other)
 	}
 }
+
+// A push on another activity's channel is a bad push, not one of its own
+// activity's: the gateway would forward it to the wrong page.
+func TestPushOnAnotherActivitysChannelIsBad(t *testing.T) {
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	ctx := context.Background()
+	col, err := startCollector(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer col.close()
+	const activity = int64(777)
+	col.track(activity)
+	c := &combo.Contribution{Id: 1, ActivityId: activity, UserId: 1000, StarId: 7, ItemId: 4, ItemType: "rose",
+		Quantity: 3, CreatedAt: time.Now().UnixMilli()}
+	payload, err := push.Single(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Publish(ctx, push.Channel(activity+1), payload).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for col.problems() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("a push on another activity's channel went unreported")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := col.problems(); !strings.Contains(err.Error(), "1 bad pushes") ||
+		!strings.Contains(err.Error(), "on channel "+push.Channel(activity+1)) {
+		t.Fatalf("problems: %v", err)
+	}
+	if n := col.count(activity); n != 0 {
+		t.Fatalf("the push on the wrong channel counted as %d of activity %d's", n, activity)
+	}
+}
