@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
@@ -199,14 +198,8 @@ func TestShutdownWithAnEndedContextSaysWindowsWereLeftUnread(t *testing.T) {
 // the drain's bound, waited claim_idle pending on it.
 func TestShutdownFinalReadStopsAtMaxHeld(t *testing.T) {
 	ctx := context.Background()
-	rdb := testredis.Start(t, testredis.Options{}).Client()
-	r, _ := prepare(t, rdb, time.Minute, 1) // nothing comes due during the test
 	const n = 50
-	for id := int64(1); id <= n; id++ {
-		if _, err := r.Report(ctx, []*combo.Contribution{contribution(id, id)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r, rdb := windowsDueInAMinute(t, n)
 	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: 1, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		ReadCount: 2, MaxHeld: 2}, zaptest.NewLogger(t), metrics.New(prometheus.NewRegistry()))
 	wk.Start()

@@ -829,29 +829,46 @@ func TestShutdownDeadlineCutsFlushBackoff(t *testing.T) {
 	}
 }
 
+// windowsDueInAMinute starts a Redis with a repo of W = 1 minute (nothing
+// comes due during a test) and opens n windows there, ids and activities
+// 1..n.
+func windowsDueInAMinute(t *testing.T, n int64) (*repo.Repo, *redis.Client) {
+	t.Helper()
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	r, _ := prepare(t, rdb, time.Minute, 1)
+	for id := int64(1); id <= n; id++ {
+		if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(id, id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r, rdb
+}
+
+// startLeavingHeld starts a worker that the test's end shuts down within
+// 100 ms, leaving what it holds (windows a minute from due) pending.
+func startLeavingHeld(t *testing.T, r *repo.Repo, cfg worker.Config) *worker.Worker {
+	t.Helper()
+	wk := worker.New(r, cfg, zaptest.NewLogger(t), metrics.New(prometheus.NewRegistry()))
+	wk.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = wk.Shutdown(ctx)
+	})
+	return wk
+}
+
 // The claimer holds no more than MaxHeld either: a dead replica may leave
 // far more pending than one replica can hold.
 func TestClaimerStopsAtMaxHeld(t *testing.T) {
 	ctx := context.Background()
-	rdb := testredis.Start(t, testredis.Options{}).Client()
-	r, _ := prepare(t, rdb, time.Minute, 1) // nothing comes due during the test
-	for id := int64(1); id <= 5; id++ {
-		if _, err := r.Report(ctx, []*combo.Contribution{contribution(id, id)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r, _ := windowsDueInAMinute(t, 5)
 	// A replica read all five and died.
 	if ws, _, _, err := r.Read(ctx, 0, "dead", ">", 10, -1); err != nil || len(ws) != 5 {
 		t.Fatalf("read %d windows: %v", len(ws), err)
 	}
-	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: 1, ClaimIdle: 50 * time.Millisecond,
-		Block: 50 * time.Millisecond, MaxHeld: 2}, zaptest.NewLogger(t), metrics.New(prometheus.NewRegistry()))
-	wk.Start()
-	defer func() {
-		sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		defer cancel()
-		_ = wk.Shutdown(sctx) // the held windows are a minute from due: left pending
-	}()
+	wk := startLeavingHeld(t, r, worker.Config{Consumer: "c1", Shards: 1, ClaimIdle: 50 * time.Millisecond,
+		Block: 50 * time.Millisecond, MaxHeld: 2})
 	// One XAUTOCLAIM would take all five at once.
 	waitFor(t, "windows claimed", func() bool { return wk.Held() >= 2 })
 	// Claim rounds run every 100 ms: watch five of them.
@@ -866,21 +883,9 @@ func TestClaimerStopsAtMaxHeld(t *testing.T) {
 // 2 of MaxHeld 3, a read of ReadCount 2 held 4.
 func TestReaderStopsAtMaxHeld(t *testing.T) {
 	ctx := context.Background()
-	rdb := testredis.Start(t, testredis.Options{}).Client()
-	r, _ := prepare(t, rdb, time.Minute, 1) // nothing comes due during the test
-	for id := int64(1); id <= 10; id++ {
-		if _, err := r.Report(ctx, []*combo.Contribution{contribution(id, id)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: 1, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
-		ReadCount: 2, MaxHeld: 3}, zaptest.NewLogger(t), metrics.New(prometheus.NewRegistry()))
-	wk.Start()
-	defer func() {
-		sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		defer cancel()
-		_ = wk.Shutdown(sctx) // the held windows are a minute from due: left pending
-	}()
+	r, rdb := windowsDueInAMinute(t, 10)
+	wk := startLeavingHeld(t, r, worker.Config{Consumer: "c1", Shards: 1, ClaimIdle: time.Hour,
+		Block: 50 * time.Millisecond, ReadCount: 2, MaxHeld: 3})
 	// Once it holds MaxHeld the reader starts no read, so what it holds
 	// then is all it ever read.
 	waitFor(t, "the reader at MaxHeld", func() bool { return wk.Held() >= 3 })

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/push"
@@ -51,17 +53,17 @@ func TestWaitForFollowsTrailingPushes(t *testing.T) {
 	}
 }
 
-// A window pushed again after its run was checked (as a claimer would,
-// seconds later) is not dropped unseen: the collector counts it and says so.
-func TestLatePushesAreReported(t *testing.T) {
+// trackingCollector starts a Redis and a collector tracking activity (both
+// closed at the test's end), and returns a contribution of activity with
+// the payload of its push on its own.
+func trackingCollector(t *testing.T, activity int64) (*redis.Client, *collector, *combo.Contribution, []byte) {
+	t.Helper()
 	rdb := testredis.Start(t, testredis.Options{}).Client()
-	ctx := context.Background()
-	col, err := startCollector(ctx, rdb)
+	col, err := startCollector(context.Background(), rdb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer col.close()
-	const activity = int64(777)
+	t.Cleanup(col.close)
 	col.track(activity)
 	c := &combo.Contribution{Id: 1, ActivityId: activity, UserId: 1000, StarId: 7, ItemId: 4, ItemType: "rose",
 		Quantity: 3, CreatedAt: time.Now().UnixMilli()}
@@ -69,6 +71,15 @@ func TestLatePushesAreReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rdb, col, c, payload
+}
+
+// A window pushed again after its run was checked (as a claimer would,
+// seconds later) is not dropped unseen: the collector counts it and says so.
+func TestLatePushesAreReported(t *testing.T) {
+	ctx := context.Background()
+	const activity = int64(777)
+	rdb, col, c, payload := trackingCollector(t, activity)
 	publish := func() {
 		if err := rdb.Publish(ctx, push.Channel(activity), payload).Err(); err != nil {
 			t.Fatal(err)
@@ -115,21 +126,9 @@ func TestLatePushesAreReported(t *testing.T) {
 // A push on another activity's channel is a bad push, not one of its own
 // activity's: the gateway would forward it to the wrong page.
 func TestPushOnAnotherActivitysChannelIsBad(t *testing.T) {
-	rdb := testredis.Start(t, testredis.Options{}).Client()
 	ctx := context.Background()
-	col, err := startCollector(ctx, rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer col.close()
 	const activity = int64(777)
-	col.track(activity)
-	c := &combo.Contribution{Id: 1, ActivityId: activity, UserId: 1000, StarId: 7, ItemId: 4, ItemType: "rose",
-		Quantity: 3, CreatedAt: time.Now().UnixMilli()}
-	payload, err := push.Single(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdb, col, _, payload := trackingCollector(t, activity)
 	if err := rdb.Publish(ctx, push.Channel(activity+1), payload).Err(); err != nil {
 		t.Fatal(err)
 	}
