@@ -133,7 +133,8 @@ type started struct {
 //     the Redis client and the embedded Redis close.
 func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- started) error {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector())
 	m := metrics.New(reg)
 	m.StreamMaxLength.Set(float64(cfg.Redis.StreamMaxLen))
 
@@ -252,7 +253,9 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 
 	metricsSrv, metricsAddr := serveMetrics(metricsLn, cfg.Metrics, reg, store, w, ctx.Done(), log, rpcserver.MaxConnIdle)
 
+	version, revision := buildVersion()
 	log.Info("combo-service started",
+		zap.String("version", version), zap.String("revision", revision),
 		zap.String("rpc_addr", ln.Addr().String()), zap.String("redis", redisAddr), zap.Bool("redis_tls", cfg.Redis.TLS),
 		zap.String("metrics_addr", metricsAddr), zap.String("consumer", cfg.Worker.Consumer),
 		zap.Duration("window", cfg.Window.Size), zap.Duration("grace", cfg.Window.Grace), zap.Int("shards", cfg.Redis.Shards))

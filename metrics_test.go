@@ -49,6 +49,8 @@ func TestMetricsCountRPCsAndReports(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^kitex_server_throughput\{[^}]*method="ReportContribution"[^}]*status="succeed"[^}]*\} 5$`,
 		`(?m)^kitex_server_latency_us_count\{[^}]*method="ReportContribution"[^}]*\} 5$`,
+		// Which build runs (the start log says it too).
+		`(?m)^go_build_info\{[^}]*version="[^"]+"[^}]*\} 1$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(text) {
 			t.Errorf("/metrics does not match %s", re)
