@@ -4,6 +4,7 @@
 package conf
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -513,6 +514,22 @@ func read(path string) (Config, error) {
 		if err := errors.Join(refuseNulls(raw), refuseMisreadYAML(raw)); err != nil {
 			return Config{}, fmt.Errorf("conf.Load: invalid configuration:\n%w", err)
 		}
+		sections := map[string]bool{}
+		for s := range defaults {
+			sections[s] = true
+		}
+		cleaned, dropped, err := withoutEmptySections(raw, sections)
+		if err != nil {
+			return Config{}, fmt.Errorf("conf.Load: read %s: %w", path, err)
+		}
+		if dropped {
+			if err := v.ReadConfig(bytes.NewReader(cleaned)); err != nil {
+				return Config{}, fmt.Errorf("conf.Load: read %s: %s", path, withoutYAMLValues(err))
+			}
+		}
+	}
+	if err := refuseSectionVariables(defaults); err != nil {
+		return Config{}, fmt.Errorf("conf.Load: invalid configuration:\n%w", err)
 	}
 	var c Config
 	hook := mapstructure.ComposeDecodeHookFunc(

@@ -721,3 +721,48 @@ func TestMetricsAddrReadsNothingElse(t *testing.T) {
 		t.Errorf("MetricsAddr with no file: %q, %v; want the environment's", got, err)
 	}
 }
+
+// A section left empty (its keys commented out, values coming from the
+// environment) sets nothing: its COMBO_* variables still apply. viper took
+// "redis:" for a key with a value and read the section from the defaults
+// only, so COMBO_REDIS_ADDR was ignored and the service started on its
+// embedded, volatile Redis.
+func TestEmptySectionKeepsItsEnvironment(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	yaml := "redis:\n  # addr: from COMBO_REDIS_ADDR\nworker:\nmetrics:\nWindow:\nlog:\n  level: debug\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("COMBO_REDIS_ADDR", "10.0.0.1:6379")
+	t.Setenv("COMBO_WORKER_CONSUMER", "replica-a")
+	t.Setenv("COMBO_METRICS_ADDR", ":9200")
+	t.Setenv("COMBO_WINDOW_SIZE", "5s")
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Redis.Addr != "10.0.0.1:6379" || c.Worker.Consumer != "replica-a" || c.Metrics.Addr != ":9200" || c.Window.Size != 5*time.Second {
+		t.Errorf("Load = redis.addr %q, worker.consumer %q, metrics.addr %q, window.size %v; want the environment's",
+			c.Redis.Addr, c.Worker.Consumer, c.Metrics.Addr, c.Window.Size)
+	}
+	if c.Log.Level != "debug" || c.Redis.Timeout != Default().Redis.Timeout {
+		t.Errorf("Load = log.level %q, redis.timeout %v; want the file's and the default", c.Log.Level, c.Redis.Timeout)
+	}
+}
+
+// A variable named after a section (COMBO_REDIS, a guess at
+// COMBO_REDIS_ADDR) is refused, naming it: viper took the whole section
+// from it, and Validate then refused keys the operator never set.
+func TestLoadRefusesSectionVariable(t *testing.T) {
+	t.Setenv("COMBO_REDIS", "10.0.0.1:6379")
+	_, err := Load("")
+	if err == nil {
+		t.Fatal("Load accepted COMBO_REDIS")
+	}
+	if !strings.Contains(err.Error(), "COMBO_REDIS: names the section redis") || !strings.Contains(err.Error(), "COMBO_REDIS_ADDR") {
+		t.Errorf("Load: %v; want COMBO_REDIS named as a section, pointing to COMBO_REDIS_ADDR", err)
+	}
+	if strings.Contains(err.Error(), "redis.timeout") {
+		t.Errorf("Load: %v; want no error about keys the operator never set", err)
+	}
+}

@@ -60,3 +60,69 @@ func envSet(key string) bool {
 	_, ok := os.LookupEnv("COMBO_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_")))
 	return ok
 }
+
+// withoutEmptySections is the YAML file raw without its sections left
+// empty ("redis:" with every key commented out, a YAML null), and whether
+// it dropped any. viper takes such a section for a key with a value: it
+// stops registering that section's keys, and reads them from the defaults
+// only, ignoring their COMBO_* variables, so a file trimmed to "redis:"
+// with COMBO_REDIS_ADDR set started the service on its embedded, volatile
+// Redis. Dropped, an empty section sets nothing, as it reads. Only the
+// service's own sections (by viper's case-insensitive names) are dropped;
+// an unknown one stays for UnmarshalExact to refuse.
+func withoutEmptySections(raw []byte, sections map[string]bool) ([]byte, bool, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return nil, false, errors.New(withoutYAMLValues(err))
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return raw, false, nil
+	}
+	m := doc.Content[0]
+	kept := m.Content[:0:0]
+	dropped := false
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		if sections[strings.ToLower(k.Value)] && v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+			dropped = true
+			continue
+		}
+		kept = append(kept, k, v)
+	}
+	if !dropped {
+		return raw, false, nil
+	}
+	m.Content = kept
+	out, err := yaml.Marshal(&doc)
+	if err != nil {
+		return nil, false, err
+	}
+	return out, true, nil
+}
+
+// refuseSectionVariables names each COMBO_* variable set under a section's
+// own name (COMBO_REDIS=host:6379, a guess at COMBO_REDIS_ADDR): viper
+// then takes the whole section from that one string, hiding every other
+// COMBO_REDIS_* variable and the file's redis keys, and Validate's errors
+// named keys the operator never set.
+// defaults is Load's map of sections to their keys.
+func refuseSectionVariables(defaults map[string]any) error {
+	var names []string
+	for s := range defaults {
+		if _, ok := os.LookupEnv("COMBO_" + strings.ToUpper(s)); ok {
+			names = append(names, s)
+		}
+	}
+	sort.Strings(names)
+	var errs []error
+	for _, s := range names {
+		var keys []string
+		for k := range defaults[s].(map[string]any) {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		errs = append(errs, fmt.Errorf("COMBO_%s: names the section %s, not one of its keys; unset it, and set each key as COMBO_%s_<KEY> (e.g. COMBO_%s_%s)",
+			strings.ToUpper(s), s, strings.ToUpper(s), strings.ToUpper(s), strings.ToUpper(keys[0])))
+	}
+	return errors.Join(errs...)
+}
