@@ -209,6 +209,19 @@ func (c Config) Validate() error {
 	if c.Metrics.Addr != "" && !isListenAddr(c.Metrics.Addr) {
 		bad("metrics.addr", "must be host:port (host may be empty, port 0..65535 or a service name) or empty, got %q", c.Metrics.Addr)
 	}
+	// Two listeners on one port: the second failed at start with "address
+	// already in use", naming the address but not the settings, and with
+	// the embedded Redis on server.addr the port was the service's own.
+	if c.Metrics.Addr != "" && sameListenPort(c.Server.Addr, c.Metrics.Addr) {
+		bad("metrics.addr", "must not listen on server.addr's port (%q), got %q", c.Server.Addr, c.Metrics.Addr)
+	}
+	if c.Embedded() {
+		for _, l := range []struct{ key, addr string }{{"server.addr", c.Server.Addr}, {"metrics.addr", c.Metrics.Addr}} {
+			if l.addr != "" && sameListenPort(l.addr, c.Redis.EmbeddedAddr) {
+				bad("redis.embedded_addr", "must not listen on %s's port (%q), got %q", l.key, l.addr, c.Redis.EmbeddedAddr)
+			}
+		}
+	}
 	if c.Server.ShutdownTimeout <= 0 {
 		bad("server.shutdown_timeout", "must be > 0, got %s", c.Server.ShutdownTimeout)
 	}
@@ -264,8 +277,12 @@ func (c Config) Validate() error {
 	if c.Redis.StreamMaxLen < 10_000 {
 		bad("redis.stream_maxlen", "must be >= 10000 (it is a far-away safety bound), got %d", c.Redis.StreamMaxLen)
 	}
-	if c.Redis.PoolSize < 0 {
-		bad("redis.pool_size", "must be >= 0 (0 = go-redis default), got %d", c.Redis.PoolSize)
+	// At most 100,000: go-redis fills a semaphore with a token per
+	// connection when it makes a client (a pool of 10 million took 1.9 s
+	// per client; past 2^31-1 it panicked), and a Redis takes 10,000
+	// clients by default (maxclients).
+	if c.Redis.PoolSize < 0 || c.Redis.PoolSize > 100_000 {
+		bad("redis.pool_size", "must be 0..100000 (0 = go-redis default), got %d", c.Redis.PoolSize)
 	}
 	w := c.Window
 	// At most a day: the report script compares created_at - W as a
@@ -282,11 +299,17 @@ func (c Config) Validate() error {
 	if w.Grace%time.Millisecond != 0 {
 		bad("window.grace", "must be whole milliseconds, got %s", w.Grace)
 	}
-	if w.Grace < 0 {
-		bad("window.grace", "must be >= 0, got %s", w.Grace)
+	// Upper bounds far past any use, so that sums and millisecond TTLs
+	// built from them cannot overflow (W + grace wrapped negative and
+	// passed every check that compared with it).
+	if w.Grace < 0 || w.Grace > 24*time.Hour {
+		bad("window.grace", "must be 0..24h, got %s", w.Grace)
 	}
-	if w.Dedupe < time.Second {
-		bad("window.dedupe", "must be >= 1s, got %s", w.Dedupe)
+	if w.Dedupe < time.Second || w.Dedupe > maxRetention {
+		bad("window.dedupe", "must be 1s..%s, got %s", maxRetention, w.Dedupe)
+	}
+	if w.Stale > maxRetention {
+		bad("window.stale", "must be at most %s, got %s", maxRetention, w.Stale)
 	}
 	staleOK := w.Stale >= w.Size+w.Grace+2*time.Millisecond
 	if !staleOK {
@@ -407,6 +430,27 @@ func checkHostPort(addr, passwordKey string) string {
 // that net.Listen takes (a number 0..65535, a service name such as http;
 // 0 or none: any free port). A port out of range passed as host:port and
 // failed only at listen, naming the value but not the key.
+// maxRetention bounds window.dedupe and window.stale: 30 days.
+const maxRetention = 720 * time.Hour
+
+// sameListenPort reports whether listeners on a and b (both valid listen
+// addresses) would take the same port: the same port, not 0 (a free one),
+// on the same host or where either listens on every address.
+func sameListenPort(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil {
+		return false
+	}
+	na, errA := net.LookupPort("tcp", pa)
+	nb, errB := net.LookupPort("tcp", pb)
+	if errA != nil || errB != nil || na == 0 || na != nb {
+		return false
+	}
+	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || wildcard(ha) || wildcard(hb)
+}
+
 func isListenAddr(addr string) bool {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {

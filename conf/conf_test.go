@@ -302,6 +302,18 @@ func TestValidateNamesKey(t *testing.T) {
 		{"server.max_connections", func(c *Config) { c.Server.MaxConnections = 0 }},
 		{"server.max_connections", func(c *Config) { c.Server.MaxConnections = 1 << 32 }}, // Kitex keeps an int32
 		{"window.dedupe", func(c *Config) { c.Window.Dedupe = 0 }},
+		// Bounded so that sums and millisecond TTLs cannot overflow: a
+		// grace of 2562047h made W + grace negative, passing every check.
+		{"window.grace", func(c *Config) { c.Window.Grace = 2562047 * time.Hour }},
+		{"window.dedupe", func(c *Config) { c.Window.Dedupe = 721 * time.Hour }},
+		{"window.stale", func(c *Config) { c.Window.Stale = 721 * time.Hour }},
+		// go-redis panicked past 2^31-1 connections.
+		{"redis.pool_size", func(c *Config) { c.Redis.PoolSize = 3_000_000_000 }},
+		// Two listeners on one port failed at start, naming neither key.
+		{"metrics.addr", func(c *Config) { c.Metrics.Addr = c.Server.Addr }},
+		{"metrics.addr", func(c *Config) { c.Server.Addr, c.Metrics.Addr = "127.0.0.1:7000", ":7000" }},
+		{"redis.embedded_addr", func(c *Config) { c.Redis.EmbeddedAddr = "127.0.0.1:8888" }},
+		{"redis.embedded_addr", func(c *Config) { c.Metrics.Addr, c.Redis.EmbeddedAddr = "0.0.0.0:9300", "127.0.0.1:9300" }},
 		{"window.stale", func(c *Config) { c.Window.Stale = c.Window.Size }},
 		{"worker.consumer", func(c *Config) { c.Worker.Consumer = " " }},
 		{"worker.claim_idle", func(c *Config) { c.Worker.ClaimIdle = c.Window.Size + c.Window.Grace }},
@@ -650,6 +662,12 @@ func TestValidateRefusesAPortOutOfRange(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("ports 0 and 9100: %v", err)
 	}
+	// One port on two hosts is two listeners.
+	c.Server.Addr, c.Metrics.Addr = "10.0.0.1:7000", "10.0.0.2:7000"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("one port on two hosts: %v", err)
+	}
+	c.Server.Addr = ":0"
 	c.Metrics.Addr = "localhost:" // as net.Listen takes it: any free port
 	if err := c.Validate(); err != nil {
 		t.Fatalf("an empty port: %v", err)
