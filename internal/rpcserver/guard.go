@@ -59,6 +59,17 @@ const (
 // item budgets are for what the generated code allocates, which skipping
 // does not.
 //
+// A connection carries one request at a time, as a Kitex client (and any
+// Thrift client but a multiplexing one, which this server does not speak)
+// sends them: a request whose connection already holds bytes of the next
+// is refused, and the connection closed. netpoll reads whatever a peer
+// sends while a request runs, and holds it until it is decoded: a peer
+// sending requests back to back without waiting for answers (8 MB
+// batches, each within every bound here) grew the heap by a gigabyte in 6
+// s on one connection. Now what it can make the server hold is what
+// arrives while one request runs (a call's handler ends within about a
+// second), then its connection is gone.
+//
 // Only framed requests (TTHeader, as client.NewClient sends, or Framed)
 // are taken: an unframed one's size is known only once it has been read
 // whole, so it could be neither bounded nor checked first.
@@ -128,6 +139,11 @@ func (g guardedCodec) DecodePayload(ctx context.Context, msg remote.Message, in 
 	}
 	if err := CheckRequest(buf); err != nil {
 		return perrors.NewProtocolErrorWithType(perrors.InvalidData, "combo-service: request refused before decoding: "+err.Error())
+	}
+	if ahead := in.ReadableLen() - n; ahead > 0 {
+		return perrors.NewProtocolErrorWithType(perrors.InvalidData, fmt.Sprintf("combo-service: request refused: "+
+			"%d bytes of the connection's next request came before this one was answered; "+
+			"a connection carries one request at a time", ahead))
 	}
 	return g.meta.DecodePayload(ctx, msg, in)
 }

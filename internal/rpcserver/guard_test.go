@@ -3,6 +3,7 @@ package rpcserver
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -772,6 +773,70 @@ func TestNewerClientsFullBatch(t *testing.T) {
 		}
 		if err := CheckRequest(b); err != nil {
 			t.Errorf("%s: a batch of %d the generated code decodes whole, refused: %v", name, validate.MaxBatch, err)
+		}
+	}
+}
+
+// A peer that sends its next request before the answer to the one before
+// (which no Kitex client does) has its connection closed, unanswered:
+// netpoll held every byte such a peer sent until it was decoded, a
+// gigabyte in seconds on one connection. A client that waits for each
+// answer is served on one connection as before.
+func TestPipelinedRequestsCloseTheConnection(t *testing.T) {
+	addr := serve(t, 100)
+	payload := request("ReportContributions", batch(2))
+	frame := append(binary.BigEndian.AppendUint32(nil, uint32(len(payload))), payload...)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write(append(append([]byte(nil), frame...), frame...)); err != nil {
+		t.Fatal(err)
+	}
+	replies := 0
+	for {
+		var size [4]byte
+		if _, err := io.ReadFull(conn, size[:]); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal("the connection stayed open")
+			}
+			break
+		}
+		answer := make([]byte, binary.BigEndian.Uint32(size[:]))
+		if _, err := io.ReadFull(conn, answer); err != nil {
+			break
+		}
+		if _, typ, _, _, err := thrift.Binary.ReadMessageBegin(answer); err == nil && typ == thrift.REPLY {
+			replies++
+		}
+	}
+	if replies != 0 {
+		t.Errorf("%d replies to requests sent back to back, want none", replies)
+	}
+
+	// One request at a time on one connection, as a Kitex client sends.
+	conn, err = net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	for i := range 3 {
+		if _, err := conn.Write(frame); err != nil {
+			t.Fatal(err)
+		}
+		var size [4]byte
+		if _, err := io.ReadFull(conn, size[:]); err != nil {
+			t.Fatalf("request %d of one at a time: %v", i+1, err)
+		}
+		answer := make([]byte, binary.BigEndian.Uint32(size[:]))
+		if _, err := io.ReadFull(conn, answer); err != nil {
+			t.Fatal(err)
+		}
+		if _, typ, _, _, err := thrift.Binary.ReadMessageBegin(answer); err != nil || typ != thrift.REPLY {
+			t.Fatalf("request %d of one at a time answered %q, want a reply", i+1, answer)
 		}
 	}
 }

@@ -74,8 +74,9 @@ const MaxConnIdle = 2 * time.Minute
 
 // ReadWriteTimeout bounds how long a request may take to arrive whole
 // (server.WithReadWriteTimeout, of which a Kitex server applies only the
-// read side): netpoll waits at most this long for the rest of a request
-// once its header is read, then Kitex closes the connection. It is
+// read side): netpoll waits at most this long for each of Kitex's reads
+// of a request (five for TTHeader, two for Framed: up to about 25 s for a
+// whole request that trickles in), then Kitex closes the connection. It is
 // Kitex's default, set here so that it is said: the largest valid
 // request, a MergeLatest of about 47 MB, must come at about 10 MB/s or
 // more (13 MB/s at MaxRequestBytes), which any link inside a data centre
