@@ -332,3 +332,29 @@ func TestRunsAMillisecondApartShareNoIDs(t *testing.T) {
 		t.Errorf("a run of %d taps ends at id %d, at or past the base %d of a run started 1 ms later", len(taps), last, next)
 	}
 }
+
+// A push on another activity's channel, or naming another activity, fails
+// the run: the gateway would show it on the wrong page, or never. The
+// live feed marked it, but every check of the summary passed.
+func TestPushOnAnotherActivitysChannelFails(t *testing.T) {
+	const w, grace = 3 * time.Second, 200 * time.Millisecond
+	for name, deliver := range map[string]func(s *session, r push.Record, at time.Time){
+		"another activity's channel": func(s *session, r push.Record, at time.Time) {
+			payload, _ := json.Marshal(push.Message{ActivityID: 1001, Type: push.Type, Record: r})
+			s.st.onPush(s.b, push.Channel(1002), string(payload), at)
+		},
+		"naming another activity": func(s *session, r push.Record, at time.Time) {
+			payload, _ := json.Marshal(push.Message{ActivityID: 1002, Type: push.Type, Record: r})
+			s.st.onPush(s.b, push.Channel(1001), string(payload), at)
+		},
+	} {
+		s := newSession(t, w, grace)
+		a := s.tap(1, xiaoming)
+		deliver(s, push.RecordOf(a.c), a.at.Add(w+50*time.Millisecond))
+		ok := s.summary(time.Time{})
+		out := s.out.String()
+		if ok || !strings.Contains(out, "0/1 windows pushed exactly once") || !strings.Contains(out, "1 on another activity's channel") {
+			t.Errorf("%s: summary %v, want false, counting the window as misrouted:\n%s", name, ok, out)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -219,5 +220,45 @@ func TestEnvDurationThatDoesNotParseExits2(t *testing.T) {
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), `COMBO_WINDOW_SIZE="3"`) {
 		t.Fatalf("exit %v, output %q; want 2 naming COMBO_WINDOW_SIZE", err, out)
+	}
+}
+
+// Ctrl-C while the start-up PING waits on a Redis that does not answer
+// exits 130, saying it was interrupted: it exited 2 with "cannot reach
+// Redis at ...: context canceled", sending the user to check -redis.
+func TestInterruptWhileStartingIsNoUnreachableRedis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dialled := make(chan struct{}, 1)
+	go func() { // accepts, and never answers
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			select {
+			case dialled <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	o := options{addr: "127.0.0.1:1", redisAddr: ln.Addr().String(), window: 3 * time.Second, grace: 200 * time.Millisecond,
+		scenario: "script", activity: 1001, color: "never"}
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() { code, err := run(ctx, o); done <- result{code, err} }()
+	<-dialled // the PING is on its way: it waits up to 3 s
+	cancel()
+	r := <-done
+	if r.code != 130 || r.err == nil || !strings.Contains(r.err.Error(), "interrupted while starting") {
+		t.Fatalf("run = %d, %v; want 130, interrupted while starting", r.code, r.err)
 	}
 }

@@ -19,7 +19,8 @@
 // It exits 1 if a check fails, 2 on bad flags or when it cannot reach the
 // service or Redis, and 130 when interrupted (Ctrl-C, SIGTERM) with every
 // check passed on what it covered: windows opened less than W + grace + 1 s
-// before the interruption, not yet pushed, could not be due and are left out.
+// before the interruption and not yet pushed were not late yet, and are left
+// out.
 package main
 
 import (
@@ -156,6 +157,10 @@ type win struct {
 	degraded bool // published on its own at once: no window timing
 	pushes   []push.Record
 	pushedAt time.Time // when its first push arrived
+	// misrouted counts its pushes on another activity's channel, or
+	// naming another activity: the gateway would show them on the wrong
+	// page, or never.
+	misrouted int
 }
 
 // lateSlack is how much later than W + grace a push may arrive before the
@@ -231,19 +236,28 @@ func run(ctx context.Context, o options) (int, error) {
 			"use a longer -duration or another -seed", o.duration, o.seed)
 	}
 
+	// A failure once ctx ended is the interruption's, not the address's:
+	// Ctrl-C while a PING waited said "cannot reach Redis: context
+	// canceled", sending the user to check -redis, and exited 2.
+	unreached := func(err error) (int, error) {
+		if ctx.Err() != nil {
+			return 130, errors.New("interrupted while starting, before any tap")
+		}
+		return 2, err
+	}
 	// Subscribe first and wait for Redis to confirm, so no push is missed.
 	rdb := redis.NewClient(&redis.Options{Addr: o.redisAddr, Password: o.redisPassword, DialTimeout: 2 * time.Second})
 	defer rdb.Close()
 	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := rdb.Ping(pingCtx).Err(); err != nil {
-		return 2, fmt.Errorf("cannot reach Redis at %s: %w\n"+
-			"  -redis must be the Redis the service publishes on; with its embedded Redis, the embedded_redis_addr it logged at start", o.redisAddr, err)
+		return unreached(fmt.Errorf("cannot reach Redis at %s: %w\n"+
+			"  -redis must be the Redis the service publishes on; with its embedded Redis, the embedded_redis_addr it logged at start", o.redisAddr, err))
 	}
 	sub := rdb.PSubscribe(ctx, push.ChannelPattern)
 	defer sub.Close()
 	if _, err := sub.Receive(pingCtx); err != nil {
-		return 2, fmt.Errorf("PSUBSCRIBE %s on %s: %w", push.ChannelPattern, o.redisAddr, err)
+		return unreached(fmt.Errorf("PSUBSCRIBE %s on %s: %w", push.ChannelPattern, o.redisAddr, err))
 	}
 
 	cli, err := client.NewClient([]string{o.addr})
@@ -252,7 +266,7 @@ func run(ctx context.Context, o options) (int, error) {
 	}
 	// MergeLatest is pure (no Redis): an empty one only proves the service answers.
 	if _, err := cli.MergeLatest(pingCtx, &combo.MergeLatestRequest{ActivityId: a1}); err != nil {
-		return 2, fmt.Errorf("cannot reach combo-service at %s: %w", o.addr, err)
+		return unreached(fmt.Errorf("cannot reach combo-service at %s: %w", o.addr, err))
 	}
 
 	b := &board{out: os.Stdout, st: style{on: colour}, left: leftWidth(script)}
@@ -464,6 +478,10 @@ func (st *state) onPush(b *board, channel, payload string, now time.Time) {
 	if len(w.pushes) == 1 {
 		w.pushedAt = now
 	}
+	misrouted := m.ActivityID != w.activity || channel != push.Channel(w.activity)
+	if misrouted {
+		w.misrouted++
+	}
 	after := now.Sub(w.firstAt)
 	detail := fmt.Sprintf("%d tap%s, pushed %.2fs after the first", w.taps, plural(w.taps), after.Seconds())
 	problem := ""
@@ -475,7 +493,7 @@ func (st *state) onPush(b *board, channel, payload string, now time.Time) {
 		problem = fmt.Sprintf("PUSHED %d TIMES", len(w.pushes))
 	case int64(r.Quantity) != w.qty:
 		problem = fmt.Sprintf("expected ×%d", w.qty)
-	case m.ActivityID != w.activity || channel != push.Channel(w.activity):
+	case misrouted:
 		problem = "on the wrong channel " + channel
 	case !w.degraded && st.tm.early(after):
 		problem = fmt.Sprintf("EARLY: before W = %s", st.tm.w)
@@ -538,8 +556,9 @@ func (st *state) lastOpen() time.Time {
 	return t
 }
 
-// notDue is the windows not pushed by interruptedAt that could not be due:
-// opened less than the late bound before it. None when not interrupted.
+// notDue is the windows not pushed by interruptedAt that were not late
+// yet: opened less than the late bound before it (some may have been due,
+// but a push may come up to that bound). None when not interrupted.
 func (st *state) notDue(interruptedAt time.Time) map[int64]bool {
 	nd := map[int64]bool{}
 	if interruptedAt.IsZero() {
@@ -554,15 +573,15 @@ func (st *state) notDue(interruptedAt time.Time) map[int64]bool {
 }
 
 // summary prints the totals and the checks; it reports whether all passed.
-// After an interruption (interruptedAt not zero), the windows that could
-// not be due yet and their taps are left out of the checks.
+// After an interruption (interruptedAt not zero), the windows not late yet
+// and their taps are left out of the checks.
 func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board, o options, elapsed time.Duration, activities []int64, interruptedAt time.Time) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	interrupted := !interruptedAt.IsZero()
 	notDue := st.notDue(interruptedAt)
 	var sentQty, pushedQty int64
-	var counted, dups, degraded, failed, items, missing, twice, wrongQty int
+	var counted, dups, degraded, failed, items, missing, twice, wrongQty, misrouted int
 	var timed, early, slow, late, leftOut int
 	for _, t := range st.taps {
 		switch {
@@ -598,6 +617,9 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 		if len(w.pushes) > 0 && int64(w.pushes[0].Quantity) != w.qty {
 			wrongQty++
 		}
+		if w.misrouted > 0 {
+			misrouted++
+		}
 		if len(w.pushes) > 0 && !w.degraded {
 			timed++
 			switch after := w.pushedAt.Sub(w.firstAt); {
@@ -622,7 +644,7 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 	b.plain("%s", b.st.bold(fmt.Sprintf("Summary (%.1fs, W = %s, scenario %s)", elapsed.Seconds(), o.window, o.scenario)))
 	if interrupted {
 		b.plain("  %s", b.st.yellow(fmt.Sprintf("interrupted: %d windows (%d taps) opened less than W + grace + %s before, not pushed yet, "+
-			"could not be due and are left out of the checks", len(notDue), leftOut, lateSlack)))
+			"not late yet, and are left out of the checks", len(notDue), leftOut, lateSlack)))
 	}
 	notDueTaps := ""
 	if interrupted {
@@ -638,11 +660,13 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 	line("feed items with merging", strconv.Itoa(items)+saved)
 	conserved := sentQty == pushedQty
 	line("conservation", fmt.Sprintf("quantity tapped %d = quantity pushed %d %s", sentQty, pushedQty, mark(conserved)))
-	once := missing == 0 && twice == 0 && wrongQty == 0
+	once := missing == 0 && twice == 0 && wrongQty == 0 && misrouted == 0
 	checked := len(st.wins) - len(notDue)
-	detail := fmt.Sprintf("%d/%d windows pushed exactly once, with the quantity the service reported", checked-missing-twice-wrongQty, checked)
+	detail := fmt.Sprintf("%d/%d windows pushed exactly once, with the quantity the service reported, on their activity's channel",
+		checked-missing-twice-wrongQty-misrouted, checked)
 	if !once {
-		detail += fmt.Sprintf(" (%d never pushed, %d pushed more than once, %d with another quantity)", missing, twice, wrongQty)
+		detail += fmt.Sprintf(" (%d never pushed, %d pushed more than once, %d with another quantity, %d on another activity's channel)",
+			missing, twice, wrongQty, misrouted)
 	}
 	line("windows", detail+" "+mark(once))
 	onTime := early == 0 && late == 0
