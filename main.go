@@ -84,7 +84,8 @@ func main() {
 	// After the first signal, the next one gets its default action and ends
 	// the process at once, cutting the drain short: the windows this
 	// replica still holds stay pending in Redis, for another replica to
-	// claim or for this one's next start.
+	// claim or for this one's next start (on the embedded Redis, they end
+	// with the process).
 	go func() {
 		<-ctx.Done()
 		stop()

@@ -478,7 +478,9 @@ func Load(path string) (Config, error) {
 // else the default. It reads nothing else, and refuses nothing else: the
 // probe must not fail a live service over files it goes on without (a
 // redis.tls_* rotation half done) or a configuration edited since it
-// started, even one Load would refuse (a typo, a bare duration).
+// started, even one Load would refuse (a typo, a bare duration). A file
+// gone, or no longer YAML, fails it: nothing then says where the metrics
+// are (README says to replace the file whole).
 func MetricsAddr(path string) (string, error) {
 	if addr, ok := os.LookupEnv("COMBO_METRICS_ADDR"); ok {
 		return addr, nil
