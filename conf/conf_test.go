@@ -317,6 +317,8 @@ func TestValidateNamesKey(t *testing.T) {
 		{"window.stale", func(c *Config) { c.Window.Stale = c.Window.Size }},
 		{"worker.consumer", func(c *Config) { c.Worker.Consumer = " " }},
 		{"worker.claim_idle", func(c *Config) { c.Worker.ClaimIdle = c.Window.Size + c.Window.Grace }},
+		// Sent in whole milliseconds: 3200.5ms would be 3200, W + grace.
+		{"worker.claim_idle", func(c *Config) { c.Worker.ClaimIdle = c.Window.Size + c.Window.Grace + 500*time.Microsecond }},
 		{"worker.block", func(c *Config) { c.Worker.Block = 0 }},
 		// Sent in whole milliseconds: 500µs would be BLOCK 0, forever.
 		{"worker.block", func(c *Config) { c.Worker.Block = 500 * time.Microsecond }},
