@@ -431,10 +431,6 @@ func checkHostPort(addr, passwordKey string) string {
 	return ""
 }
 
-// isListenAddr: addr is an address to listen on, host:port with a port
-// that net.Listen takes (a number 0..65535, a service name such as http;
-// 0 or none: any free port). A port out of range passed as host:port and
-// failed only at listen, naming the value but not the key.
 // maxRetention bounds window.dedupe and window.stale: 30 days.
 const maxRetention = 720 * time.Hour
 
@@ -456,6 +452,10 @@ func sameListenPort(a, b string) bool {
 	return ha == hb || wildcard(ha) || wildcard(hb)
 }
 
+// isListenAddr: addr is an address to listen on, host:port with a port
+// that net.Listen takes (a number 0..65535, a service name such as http;
+// 0 or none: any free port). A port out of range passed as host:port and
+// failed only at listen, naming the value but not the key.
 func isListenAddr(addr string) bool {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {

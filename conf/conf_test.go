@@ -768,6 +768,14 @@ func TestEmptySectionKeepsItsEnvironment(t *testing.T) {
 	if c.Log.Level != "debug" || c.Redis.Timeout != Default().Redis.Timeout {
 		t.Errorf("Load = log.level %q, redis.timeout %v; want the file's and the default", c.Log.Level, c.Redis.Timeout)
 	}
+	// An empty section that anchors what an alias uses stays: dropped, the
+	// alias would point at nothing ("unknown anchor").
+	if err := os.WriteFile(path, []byte("worker: &e\nmetrics: *e\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err != nil {
+		t.Errorf("an empty section with an anchor another uses: %v", err)
+	}
 }
 
 // A variable named after a section (COMBO_REDIS, a guess at

@@ -83,7 +83,9 @@ func withoutEmptySections(raw []byte, sections map[string]bool) ([]byte, bool, e
 	dropped := false
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
-		if sections[strings.ToLower(k.Value)] && v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+		// One that anchors a value an alias elsewhere uses stays: dropped,
+		// the alias would point at nothing.
+		if sections[strings.ToLower(k.Value)] && v.Kind == yaml.ScalarNode && v.Tag == "!!null" && v.Anchor == "" {
 			dropped = true
 			continue
 		}
