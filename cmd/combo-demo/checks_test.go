@@ -347,6 +347,12 @@ func TestPushOnAnotherActivitysChannelFails(t *testing.T) {
 			payload, _ := json.Marshal(push.Message{ActivityID: 1002, Type: push.Type, Record: r})
 			s.st.onPush(s.b, push.Channel(1001), string(payload), at)
 		},
+		// Failing two ways, the window is counted once: the count read -1/1.
+		"another activity's channel, another quantity": func(s *session, r push.Record, at time.Time) {
+			r.Quantity = 5
+			payload, _ := json.Marshal(push.Message{ActivityID: 1002, Type: push.Type, Record: r})
+			s.st.onPush(s.b, push.Channel(1002), string(payload), at)
+		},
 	} {
 		s := newSession(t, w, grace)
 		a := s.tap(1, xiaoming)
@@ -356,5 +362,24 @@ func TestPushOnAnotherActivitysChannelFails(t *testing.T) {
 		if ok || !strings.Contains(out, "0/1 windows pushed exactly once") || !strings.Contains(out, "1 on another activity's channel") {
 			t.Errorf("%s: summary %v, want false, counting the window as misrouted:\n%s", name, ok, out)
 		}
+	}
+}
+
+// A push that beats its tap's answer (a degraded report, published at
+// once) and names another activity on that activity's channel is
+// misrouted too: the window's activity is the tap's, not the push's.
+func TestPushBeforeTheAnswerNamingAnotherActivityFails(t *testing.T) {
+	const w, grace = 3 * time.Second, 200 * time.Millisecond
+	s := newSession(t, w, grace)
+	s.svc.report = func(c *combo.Contribution) (*combo.ReportContributionResponse, error) {
+		payload, _ := json.Marshal(push.Message{ActivityID: 1002, Type: push.Type, Record: push.RecordOf(c)})
+		s.st.onPush(s.b, push.Channel(1002), string(payload), time.Now())
+		return &combo.ReportContributionResponse{WindowId: c.Id, WindowQuantity: c.Quantity, Degraded: true}, nil
+	}
+	s.tap(1, xiaoming)
+	ok := s.summary(time.Time{})
+	out := s.out.String()
+	if ok || !strings.Contains(out, "1 on another activity's channel") {
+		t.Errorf("summary %v, want false, counting the window as misrouted:\n%s", ok, out)
 	}
 }

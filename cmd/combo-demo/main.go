@@ -467,11 +467,13 @@ func (st *state) onPush(b *board, channel, payload string, now time.Time) {
 	if w == nil {
 		// The push beat the RPC answer: a degraded report is published at
 		// once. The window's first tap is the one whose id it carries.
-		first := now
+		// Its activity is the tap's, not the push's: a push naming
+		// another activity must count as misrouted here too.
+		first, activity := now, m.ActivityID
 		if t := st.inFlight[r.ID]; t != nil {
-			first = t.at
+			first, activity = t.at, t.c.ActivityId
 		}
-		w = &win{id: r.ID, activity: m.ActivityID, firstAt: first}
+		w = &win{id: r.ID, activity: activity, firstAt: first}
 		st.wins[r.ID] = w
 	}
 	w.pushes = append(w.pushes, r)
@@ -581,7 +583,7 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 	interrupted := !interruptedAt.IsZero()
 	notDue := st.notDue(interruptedAt)
 	var sentQty, pushedQty int64
-	var counted, dups, degraded, failed, items, missing, twice, wrongQty, misrouted int
+	var counted, dups, degraded, failed, items, missing, twice, wrongQty, misrouted, badWins int
 	var timed, early, slow, late, leftOut int
 	for _, t := range st.taps {
 		switch {
@@ -619,6 +621,10 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 		}
 		if w.misrouted > 0 {
 			misrouted++
+		}
+		// A window can fail several ways: counted once among the bad.
+		if len(w.pushes) != 1 || int64(w.pushes[0].Quantity) != w.qty || w.misrouted > 0 {
+			badWins++
 		}
 		if len(w.pushes) > 0 && !w.degraded {
 			timed++
@@ -663,7 +669,7 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 	once := missing == 0 && twice == 0 && wrongQty == 0 && misrouted == 0
 	checked := len(st.wins) - len(notDue)
 	detail := fmt.Sprintf("%d/%d windows pushed exactly once, with the quantity the service reported, on their activity's channel",
-		checked-missing-twice-wrongQty-misrouted, checked)
+		checked-badWins, checked)
 	if !once {
 		detail += fmt.Sprintf(" (%d never pushed, %d pushed more than once, %d with another quantity, %d on another activity's channel)",
 			missing, twice, wrongQty, misrouted)
