@@ -34,6 +34,10 @@ const (
 	// copy of a repeated one too (four bytes on the wire each: 2.3 GB and
 	// 0.9 s for 64 MB), and a valid request has at most two.
 	MaxContainerItems = 2 * validate.MaxMergeRecords
+	// MaxAheadBytes bounds the bytes of requests a connection may send
+	// before the one being decoded is answered (guardedCodec): one
+	// request's bound, room for a multiplexing client's concurrent calls.
+	MaxAheadBytes = MaxRequestBytes
 	// maxDepth bounds nesting: the IDL nests three structs deep.
 	maxDepth = 16
 )
@@ -59,29 +63,33 @@ const (
 // item budgets are for what the generated code allocates, which skipping
 // does not.
 //
-// A connection carries one request at a time, as a Kitex client (and any
-// Thrift client but a multiplexing one, which this server does not speak)
-// sends them: a request whose connection already holds bytes of the next
-// is refused, and the connection closed. netpoll reads whatever a peer
-// sends while a request runs, and holds it until it is decoded: a peer
-// sending requests back to back without waiting for answers (8 MB
-// batches, each within every bound here) grew the heap by a gigabyte in 6
-// s on one connection. Now what it can make the server hold is what
-// arrives while one request runs (a call's handler ends within about a
-// second), then its connection is gone.
+// A connection holds at most maxAhead bytes of requests sent ahead, before
+// the one being decoded is answered: past that, the request is refused and
+// the connection closed. netpoll reads whatever a peer sends while a
+// request runs, and holds it until it is decoded: a peer sending requests
+// back to back without waiting for answers (8 MB batches, each within
+// every bound here) grew the heap by a gigabyte in 6 s on one connection.
+// Now what it can make the server hold is maxAhead, plus what arrives
+// while one request runs (a call's handler ends within about a second),
+// then its connection is gone. A pooled Kitex client (client.NewClient's)
+// sends nothing ahead; a multiplexing one (Kitex's deprecated
+// WithMuxConnection) sends its concurrent calls ahead on one connection,
+// and is served one call at a time as before, within the bound.
 //
 // Only framed requests (TTHeader, as client.NewClient sends, or Framed)
 // are taken: an unframed one's size is known only once it has been read
 // whole, so it could be neither bounded nor checked first.
 type guardedCodec struct {
-	inner remote.Codec
-	meta  remote.MetaDecoder
+	inner    remote.Codec
+	meta     remote.MetaDecoder
+	maxAhead int
 }
 
-// newGuardedCodec returns the guarded default codec.
-func newGuardedCodec() remote.Codec {
+// newGuardedCodec returns the guarded default codec, refusing a request
+// whose connection holds more than maxAhead bytes past it.
+func newGuardedCodec(maxAhead int) remote.Codec {
 	inner := codec.NewDefaultCodecWithSizeLimit(MaxRequestBytes)
-	return guardedCodec{inner: inner, meta: inner.(remote.MetaDecoder)}
+	return guardedCodec{inner: inner, meta: inner.(remote.MetaDecoder), maxAhead: maxAhead}
 }
 
 const errUnframed = "combo-service takes framed requests only (TTHeader or Framed transport): " +
@@ -140,10 +148,10 @@ func (g guardedCodec) DecodePayload(ctx context.Context, msg remote.Message, in 
 	if err := CheckRequest(buf); err != nil {
 		return perrors.NewProtocolErrorWithType(perrors.InvalidData, "combo-service: request refused before decoding: "+err.Error())
 	}
-	if ahead := in.ReadableLen() - n; ahead > 0 {
+	if ahead := in.ReadableLen() - n; ahead > g.maxAhead {
 		return perrors.NewProtocolErrorWithType(perrors.InvalidData, fmt.Sprintf("combo-service: request refused: "+
-			"%d bytes of the connection's next request came before this one was answered; "+
-			"a connection carries one request at a time", ahead))
+			"%d bytes of further requests came on its connection before it was answered, more than the %d "+
+			"a connection may send ahead", ahead, g.maxAhead))
 	}
 	return g.meta.DecodePayload(ctx, msg, in)
 }

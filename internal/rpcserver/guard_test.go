@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,12 +221,19 @@ func serveIdle(t *testing.T, maxConns int, idle time.Duration) string {
 // requests read within readWrite.
 func serveWith(t *testing.T, maxConns int, idle, readWrite time.Duration) string {
 	t.Helper()
+	return serveAhead(t, maxConns, idle, readWrite, MaxAheadBytes)
+}
+
+// serveAhead is serveWith with at most maxAhead bytes of requests sent
+// ahead on a connection.
+func serveAhead(t *testing.T, maxConns int, idle, readWrite time.Duration, maxAhead int) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	svr := comboservice.NewServer(&okService{}, append(options(prometheus.NewRegistry(), maxConns, idle, readWrite),
+	svr := comboservice.NewServer(&okService{}, append(options(prometheus.NewRegistry(), maxConns, idle, readWrite, maxAhead),
 		server.WithListener(ln), StopOn(ctx))...)
 	done := make(chan error, 1)
 	go func() { done <- svr.Run() }()
@@ -632,7 +641,7 @@ func decodeError(b []byte) error {
 	ri := rpcinfo.NewRPCInfo(rpcinfo.NewEndpointInfo("", "", nil, nil), rpcinfo.NewEndpointInfo("", "", nil, nil),
 		rpcinfo.NewInvocation("", ""), rpcinfo.NewRPCConfig(), rpcinfo.NewRPCStats())
 	msg := remote.NewMessage(nil, ri, remote.Call, remote.Server)
-	g := newGuardedCodec().(guardedCodec)
+	g := newGuardedCodec(MaxAheadBytes).(guardedCodec)
 	g.meta = noPayloadDecoding{g.meta}
 	return g.Decode(context.Background(), msg, remote.NewReaderBuffer(b))
 }
@@ -777,47 +786,61 @@ func TestNewerClientsFullBatch(t *testing.T) {
 	}
 }
 
-// A peer that sends its next request before the answer to the one before
-// (which no Kitex client does) has its connection closed, unanswered:
-// netpoll held every byte such a peer sent until it was decoded, a
-// gigabyte in seconds on one connection. A client that waits for each
-// answer is served on one connection as before.
-func TestPipelinedRequestsCloseTheConnection(t *testing.T) {
-	addr := serve(t, 100)
+// A peer that sends more than maxAhead bytes of requests before the answer
+// to the one being decoded has its connection closed, unanswered: netpoll
+// held every byte such a peer sent until it was decoded, a gigabyte in
+// seconds on one connection. Requests sent ahead within the bound (a
+// multiplexing client's) are answered in turn, and a client that waits for
+// each answer is served on one connection as before.
+func TestRequestsSentAheadAreBounded(t *testing.T) {
+	addr := serveAhead(t, 100, MaxConnIdle, ReadWriteTimeout, 1024)
 	payload := request("ReportContributions", batch(2))
 	frame := append(binary.BigEndian.AppendUint32(nil, uint32(len(payload))), payload...)
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
+	if len(frame) > 512 {
+		t.Fatalf("a frame of %d bytes: two would pass the 1024 bytes sent ahead", len(frame))
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := conn.Write(append(append([]byte(nil), frame...), frame...)); err != nil {
-		t.Fatal(err)
-	}
-	replies := 0
-	for {
-		var size [4]byte
-		if _, err := io.ReadFull(conn, size[:]); err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				t.Fatal("the connection stayed open")
+	// replies sends data on a new connection in one write and counts the
+	// replies until the connection ends.
+	replies := func(data []byte, want int) int {
+		t.Helper()
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := conn.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for n < want {
+			var size [4]byte
+			if _, err := io.ReadFull(conn, size[:]); err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatal("the connection stayed open")
+				}
+				break
 			}
-			break
+			answer := make([]byte, binary.BigEndian.Uint32(size[:]))
+			if _, err := io.ReadFull(conn, answer); err != nil {
+				break
+			}
+			if _, typ, _, _, err := thrift.Binary.ReadMessageBegin(answer); err == nil && typ == thrift.REPLY {
+				n++
+			}
 		}
-		answer := make([]byte, binary.BigEndian.Uint32(size[:]))
-		if _, err := io.ReadFull(conn, answer); err != nil {
-			break
-		}
-		if _, typ, _, _, err := thrift.Binary.ReadMessageBegin(answer); err == nil && typ == thrift.REPLY {
-			replies++
-		}
+		return n
 	}
-	if replies != 0 {
-		t.Errorf("%d replies to requests sent back to back, want none", replies)
+	if n := replies(append(append([]byte(nil), frame...), frame...), 2); n != 2 {
+		t.Errorf("two requests sent together, within the bound: %d replies, want 2", n)
+	}
+	// 2 KB past the first request: refused, and the connection closed.
+	if n := replies(append(append([]byte(nil), frame...), make([]byte, 2048)...), 1); n != 0 {
+		t.Errorf("a request with 2 KB sent after it: %d replies, want none", n)
 	}
 
-	// One request at a time on one connection, as a Kitex client sends.
-	conn, err = net.Dial("tcp", addr)
+	// One request at a time on one connection, as a pooled Kitex client sends.
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -838,5 +861,33 @@ func TestPipelinedRequestsCloseTheConnection(t *testing.T) {
 		if _, typ, _, _, err := thrift.Binary.ReadMessageBegin(answer); err != nil || typ != thrift.REPLY {
 			t.Fatalf("request %d of one at a time answered %q, want a reply", i+1, answer)
 		}
+	}
+}
+
+// A multiplexing Kitex client (WithMuxConnection, deprecated but taken by
+// client.NewClient's options) sends its concurrent calls ahead on one
+// connection; the service's own bound serves them all, as before the bound.
+func TestMuxClientIsServed(t *testing.T) {
+	addr := serve(t, 100)
+	cli, err := client.NewClient([]string{addr}, kclient.WithMuxConnection(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	var firstErr atomic.Value
+	for range 8 {
+		wg.Go(func() {
+			for range 25 {
+				if _, err := cli.ReportContributions(context.Background(), batch(2).Req); err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d of 200 calls failed, the first: %v", n, firstErr.Load())
 	}
 }

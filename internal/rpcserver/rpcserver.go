@@ -94,10 +94,10 @@ const ReadWriteTimeout = 5 * time.Second
 // before it is decoded (guardedCodec), and must arrive within
 // ReadWriteTimeout; an answer must be taken within it too.
 func Options(reg prometheus.Registerer, maxConns int) []server.Option {
-	return options(reg, maxConns, MaxConnIdle, ReadWriteTimeout)
+	return options(reg, maxConns, MaxConnIdle, ReadWriteTimeout, MaxAheadBytes)
 }
 
-func options(reg prometheus.Registerer, maxConns int, idle, readWrite time.Duration) []server.Option {
+func options(reg prometheus.Registerer, maxConns int, idle, readWrite time.Duration, maxAhead int) []server.Option {
 	return []server.Option{
 		server.WithReadWriteTimeout(readWrite),
 		// Only Kitex's netpoll transports (TTHeader, Framed): its default
@@ -105,7 +105,7 @@ func options(reg prometheus.Registerer, maxConns int, idle, readWrite time.Durat
 		// which decode with codecs of their own, past guardedCodec. A
 		// gRPC request claiming a 2^31-item list killed the process.
 		server.WithTransHandlerFactory(knetpoll.NewSvrTransHandlerFactory()),
-		server.WithCodec(newGuardedCodec()),
+		server.WithCodec(newGuardedCodec(maxAhead)),
 		server.WithConnectionLimiter(limiter.NewConnectionLimiter(maxConns)),
 		server.WithBoundHandler(newIdleCloser(idle)),
 		server.WithBoundHandler(writeTimeout{timeout: readWrite}),

@@ -53,7 +53,7 @@ func TestUnreadAnswerCutsTheConnection(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	gone := closed{ch: make(chan struct{}, 10)}
-	svr := comboservice.NewServer(&bigAnswers{}, append(options(prometheus.NewRegistry(), 100, time.Minute, timeout),
+	svr := comboservice.NewServer(&bigAnswers{}, append(options(prometheus.NewRegistry(), 100, time.Minute, timeout, MaxAheadBytes),
 		server.WithBoundHandler(gone), server.WithListener(ln), StopOn(ctx))...)
 	done := make(chan error, 1)
 	go func() { done <- svr.Run() }()
