@@ -52,6 +52,20 @@ func (r *Repo) EnsureGroup(ctx context.Context, shard int) error {
 	return wrap("repo.EnsureGroup", fmt.Errorf("shard %d: %w", shard, err))
 }
 
+// moved reports whether shard's group, found missing by consumer's read or
+// claim and ensured since, holds consumer already: then the stream was not
+// lost but moved, with its group, its consumers and their pending entries,
+// to another master by a Redis Cluster reshard (MIGRATE deletes it on the
+// old master, answering a read blocked there "UNBLOCKED the stream key no
+// longer exists"). A group Redis lost and that was created again, by this
+// replica or another, has no consumer that read or claimed before the
+// loss. When Redis does not answer, it is taken as lost, the loss counted
+// as before this check.
+func (r *Repo) moved(ctx context.Context, shard int, consumer string) bool {
+	cs, err := r.rdb.XInfoConsumers(ctx, r.keys.Stream(shard), Group).Result()
+	return err == nil && slices.ContainsFunc(cs, func(c redis.XInfoConsumer) bool { return c.Name == consumer })
+}
+
 // ErrGroupRecreated is Read's and Claim's error when shard's consumer
 // group was missing (NOGROUP, or a blocked read's stream deleted under
 // it) and has just been created again: Redis lost the stream, and with it
@@ -96,6 +110,9 @@ func (r *Repo) Read(ctx context.Context, shard int, consumer, start string, coun
 			if gerr := r.EnsureGroup(ctx, shard); gerr != nil {
 				return nil, nil, nil, gerr
 			}
+			if r.moved(ctx, shard, consumer) {
+				return nil, nil, nil, nil
+			}
 			return nil, nil, nil, fmt.Errorf("repo.Read: shard %d: %w (%w)", shard, ErrGroupRecreated, err)
 		}
 		return nil, nil, nil, wrap("repo.Read", err)
@@ -134,6 +151,9 @@ func (r *Repo) Claim(ctx context.Context, shard int, consumer string, minIdle ti
 		if redis.HasErrorPrefix(err, "NOGROUP") {
 			if gerr := r.EnsureGroup(ctx, shard); gerr != nil {
 				return nil, nil, nil, "0-0", gerr
+			}
+			if r.moved(ctx, shard, consumer) {
+				return nil, nil, nil, "0-0", nil
 			}
 			return nil, nil, nil, "0-0", fmt.Errorf("repo.Claim: shard %d: %w (%w)", shard, ErrGroupRecreated, err)
 		}

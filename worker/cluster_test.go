@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest"
 
@@ -595,4 +596,67 @@ func TestALostClaimReplyOnAClusterLosesNoWindow(t *testing.T) {
 	if !cut.cut.Load() {
 		t.Fatal("no claim reply was lost: the test proves nothing")
 	}
+}
+
+// A reshard moves a shard's stream, with its group and pending entries, to
+// another master: MIGRATE deletes it on the old one, which answers a read
+// blocked there "UNBLOCKED the stream key no longer exists". That is no
+// loss, and counts none: the reader found the group on the new master and
+// logged "Redis lost the stream" on every such reshard, setting off the
+// alert on combo_stream_groups_recreated_total. The window held across
+// the move is pushed, and the reader goes on on the new master.
+func TestReshardUnderABlockedReadCountsNoGroupLoss(t *testing.T) {
+	c := newClusterCase(t)
+	ctx := context.Background()
+	keys := c.r.Keys()
+	from := c.deadAddr // shard 0's master
+	to := c.cluster.Addrs[0]
+	if to == from {
+		to = c.cluster.Addrs[1]
+	}
+	m := metrics.New(prometheus.NewRegistry())
+	wk := worker.New(c.r, worker.Config{Consumer: "c1", Shards: clusterShards, ClaimIdle: time.Hour, Block: 2 * time.Second},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	t.Cleanup(func() { _ = wk.Shutdown(context.Background()) })
+	old := redis.NewClient(&redis.Options{Addr: from})
+	t.Cleanup(func() { old.Close() })
+
+	c.report(0)
+	waitFor(t, "the window held", func() bool { return wk.Held() == 1 })
+	// Every reader of the old master's shards, shard 0's among them,
+	// blocked there (each read waits 2 s for entries).
+	waitFor(t, "reads blocked on the old master", func() bool { return blockedReads(ctx, old) == len(c.deadShards) })
+	mig := c.cluster.BeginMigration(t, keys.Stream(0), from, to)
+	mig.Move(keys.Stream(0))
+	var rest []string
+	for _, k := range mig.Keys() {
+		if !strings.HasPrefix(k, keys.SeenPrefix(0)) {
+			rest = append(rest, k)
+		}
+	}
+	mig.Move(rest...)
+	mig.Finish()
+	waitPushes(t, c.sub, 1)
+	c.report(0) // read from the new master
+	waitPushes(t, c.sub, 1)
+	if n := testutil.ToFloat64(m.GroupsRecreated); n != 0 {
+		t.Errorf("groups recreated %v after a reshard that lost nothing, want 0", n)
+	}
+}
+
+// blockedReads counts the clients of the node rdb talks to that are
+// blocked in an XREADGROUP.
+func blockedReads(ctx context.Context, rdb *redis.Client) int {
+	list, err := rdb.ClientList(ctx).Result()
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, c := range strings.Split(list, "\n") {
+		if strings.Contains(c, "cmd=xreadgroup") && strings.Contains(c, "flags=b") {
+			n++
+		}
+	}
+	return n
 }
