@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -116,44 +115,16 @@ func logDir(t *testing.T) string {
 // given one of them as its local port.
 func (cl *cluster) freePort() int {
 	cl.t.Helper()
-	lo := ephemeralLow()
 	for range 200 {
-		var p int
-		if lo > 12000 {
-			p = 10000 + rand.IntN(lo-10000)
-		} else {
-			p = testredis.FreePort(cl.t)
-		}
+		p := testredis.StablePort(cl.t)
 		if cl.ports[p] {
 			continue
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		if err != nil {
-			continue
-		}
-		ln.Close()
 		cl.ports[p] = true
 		return p
 	}
 	cl.t.Fatal("no free port found")
 	return 0
-}
-
-// ephemeralLow is the first port of the kernel's ephemeral range.
-func ephemeralLow() int {
-	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
-	}
-	f := strings.Fields(string(data))
-	if len(f) != 2 {
-		return 32768
-	}
-	lo, err := strconv.Atoi(f[0])
-	if err != nil {
-		return 32768
-	}
-	return lo
 }
 
 // add declares a replica (not started). env are extra COMBO_* settings

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -77,7 +78,7 @@ func Start(tb testing.TB, opts Options) *Server {
 		f := NewTLSFiles(tb, s.Dir)
 		s.TLS = &f
 	}
-	s.launch(FreePort)
+	s.launch(StablePort)
 	return s
 }
 
@@ -375,6 +376,48 @@ func waitReady(o *redis.Options, timeout time.Duration) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// StablePort returns a free loopback port below the kernel's ephemeral
+// range, for a server that is stopped and started again on its port
+// (Restart, Kill then Start): between the two, no outgoing connection, of
+// this test or of a test package running in parallel, can be given it as
+// its local port and hold it in TIME_WAIT, failing the restart ("start
+// again on port N"). Where the range starts too low to leave room, it is
+// FreePort's.
+func StablePort(tb testing.TB) int {
+	tb.Helper()
+	lo := ephemeralLow()
+	if lo <= 12000 {
+		return FreePort(tb)
+	}
+	for range 200 {
+		p := 10000 + rand.IntN(lo-10000)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return p
+	}
+	return FreePort(tb)
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range.
+func ephemeralLow() int {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(data))
+	if len(f) != 2 {
+		return 32768
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return lo
 }
 
 // FreePort asks the kernel for a free TCP port on loopback.
