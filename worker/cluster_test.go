@@ -129,6 +129,16 @@ func newClusterCase(t *testing.T) *clusterCase {
 	return c
 }
 
+// shard0Move is where a test moves shard 0's slot: from its master (the
+// case's deadAddr) to another.
+func (c *clusterCase) shard0Move() (from, to string) {
+	from, to = c.deadAddr, c.cluster.Addrs[0]
+	if to == from {
+		to = c.cluster.Addrs[1]
+	}
+	return from, to
+}
+
 // subscribeAt subscribes to every push channel on the node at addr alone,
 // and returns once Redis has confirmed it.
 func subscribeAt(t *testing.T, addr string) *redis.PubSub {
@@ -332,11 +342,7 @@ func TestSlotMovedUnderLoadLosesNothing(t *testing.T) {
 	c := newClusterCase(t)
 	ctx := context.Background()
 	keys := c.r.Keys()
-	from := c.deadAddr // shard 0's master
-	to := c.cluster.Addrs[0]
-	if to == from {
-		to = c.cluster.Addrs[1]
-	}
+	from, to := c.shard0Move()
 	// Pushes from both masters reach a subscriber on the new one; the
 	// markers published last on each say all the rest has arrived.
 	sub := subscribeAt(t, to)
@@ -609,11 +615,7 @@ func TestReshardUnderABlockedReadCountsNoGroupLoss(t *testing.T) {
 	c := newClusterCase(t)
 	ctx := context.Background()
 	keys := c.r.Keys()
-	from := c.deadAddr // shard 0's master
-	to := c.cluster.Addrs[0]
-	if to == from {
-		to = c.cluster.Addrs[1]
-	}
+	from, to := c.shard0Move()
 	m := metrics.New(prometheus.NewRegistry())
 	wk := worker.New(c.r, worker.Config{Consumer: "c1", Shards: clusterShards, ClaimIdle: time.Hour, Block: 2 * time.Second},
 		zaptest.NewLogger(t), m)

@@ -314,24 +314,46 @@ func TestGuardedServer(t *testing.T) {
 // payload (nil if the connection ended without one).
 func call(t *testing.T, addr string, payload []byte) []byte {
 	t.Helper()
+	conn := dialSend(t, addr, append(binary.BigEndian.AppendUint32(nil, uint32(len(payload))), payload...))
+	defer conn.Close()
+	answer, err := readAnswer(conn)
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("an answer cut short: %v", err)
+	}
+	return answer
+}
+
+// dialSend dials addr, gives the connection 5 s in all, and writes data.
+func dialSend(t *testing.T, addr string, data []byte) net.Conn {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(payload))), payload...)); err != nil {
+	if _, err := conn.Write(data); err != nil {
+		conn.Close()
 		t.Fatal(err)
 	}
+	return conn
+}
+
+// readAnswer reads one Framed answer's payload from conn: io.EOF (or
+// another error) when the connection ended, or timed out, before one
+// began, io.ErrUnexpectedEOF when it was cut short.
+func readAnswer(conn net.Conn) ([]byte, error) {
 	var size [4]byte
 	if _, err := io.ReadFull(conn, size[:]); err != nil {
-		return nil
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, io.EOF
+		}
+		return nil, err
 	}
 	answer := make([]byte, binary.BigEndian.Uint32(size[:]))
 	if _, err := io.ReadFull(conn, answer); err != nil {
-		t.Fatalf("an answer cut short: %v", err)
+		return nil, io.ErrUnexpectedEOF
 	}
-	return answer
+	return answer, nil
 }
 
 // Connections past max_connections are closed as they are accepted.
@@ -803,26 +825,15 @@ func TestRequestsSentAheadAreBounded(t *testing.T) {
 	// replies until the connection ends.
 	replies := func(data []byte, want int) int {
 		t.Helper()
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := dialSend(t, addr, data)
 		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, err := conn.Write(data); err != nil {
-			t.Fatal(err)
-		}
 		n := 0
 		for n < want {
-			var size [4]byte
-			if _, err := io.ReadFull(conn, size[:]); err != nil {
-				if errors.Is(err, os.ErrDeadlineExceeded) {
-					t.Fatal("the connection stayed open")
-				}
-				break
+			answer, err := readAnswer(conn)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal("the connection stayed open")
 			}
-			answer := make([]byte, binary.BigEndian.Uint32(size[:]))
-			if _, err := io.ReadFull(conn, answer); err != nil {
+			if err != nil {
 				break
 			}
 			if _, typ, _, _, err := thrift.Binary.ReadMessageBegin(answer); err == nil && typ == thrift.REPLY {
@@ -840,23 +851,17 @@ func TestRequestsSentAheadAreBounded(t *testing.T) {
 	}
 
 	// One request at a time on one connection, as a pooled Kitex client sends.
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialSend(t, addr, frame)
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 	for i := range 3 {
-		if _, err := conn.Write(frame); err != nil {
-			t.Fatal(err)
+		if i > 0 {
+			if _, err := conn.Write(frame); err != nil {
+				t.Fatal(err)
+			}
 		}
-		var size [4]byte
-		if _, err := io.ReadFull(conn, size[:]); err != nil {
+		answer, err := readAnswer(conn)
+		if err != nil {
 			t.Fatalf("request %d of one at a time: %v", i+1, err)
-		}
-		answer := make([]byte, binary.BigEndian.Uint32(size[:]))
-		if _, err := io.ReadFull(conn, answer); err != nil {
-			t.Fatal(err)
 		}
 		if _, typ, _, _, err := thrift.Binary.ReadMessageBegin(answer); err != nil || typ != thrift.REPLY {
 			t.Fatalf("request %d of one at a time answered %q, want a reply", i+1, answer)
