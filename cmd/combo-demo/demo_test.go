@@ -139,7 +139,7 @@ func TestEmptyRandomScenarioIsRefused(t *testing.T) {
 // is true: grace is not scaled with W, so at W <= 333 ms (grace 200 ms) the
 // last window before the pause is still open when the pause ends.
 func TestScriptedPauseNoteIsTrue(t *testing.T) {
-	const pushedNote = "every window has closed and been pushed"
+	const pushedNote = "every window should have closed and been pushed"
 	for _, c := range []struct {
 		w, grace time.Duration
 		pushed   bool

@@ -97,7 +97,7 @@ func scripted(a1, a2 int64, w, grace time.Duration) []click {
 	pause := at(4).Round(10 * time.Millisecond)
 	s[17].Note = fmt.Sprintf("after a %s pause, longer than W, every key's next tap opens a new window", pause)
 	if pushedBefore(s[:17], w, grace, s[17].At) {
-		s[17].Note = fmt.Sprintf("after a %s pause every window has closed and been pushed", pause)
+		s[17].Note = fmt.Sprintf("after a %s pause every window should have closed and been pushed", pause)
 	}
 	return s
 }
