@@ -318,13 +318,13 @@ func (c Config) Validate() error {
 	if strings.TrimSpace(c.Worker.Consumer) == "" {
 		bad("worker.consumer", "must not be empty")
 	}
-	// Only against a valid window.stale: its own error says what to fix,
-	// and the default claim_idle derives from it.
 	// XAUTOCLAIM's min-idle is whole milliseconds: 3200.5ms was sent as
 	// 3200, not past W + grace as Validate had checked.
 	if c.Worker.ClaimIdle%time.Millisecond != 0 {
 		bad("worker.claim_idle", "must be whole milliseconds, got %s", c.Worker.ClaimIdle)
 	}
+	// Only against a valid window.stale: its own error says what to fix,
+	// and the default claim_idle derives from it.
 	if staleOK && c.Worker.ClaimIdle <= w.Size+w.Grace {
 		bad("worker.claim_idle", "must exceed window.size + window.grace (%s), got %s", w.Size+w.Grace, c.Worker.ClaimIdle)
 	}

@@ -106,8 +106,8 @@ func withoutEmptySections(raw []byte, sections map[string]bool) ([]byte, bool, e
 // own name (COMBO_REDIS=host:6379, a guess at COMBO_REDIS_ADDR): viper
 // then takes the whole section from that one string, hiding every other
 // COMBO_REDIS_* variable and the file's redis keys, and Validate's errors
-// named keys the operator never set.
-// defaults is Load's map of sections to their keys.
+// named keys the operator never set. defaults is Load's map of sections
+// to their keys.
 func refuseSectionVariables(defaults map[string]any) error {
 	var names []string
 	for s := range defaults {
