@@ -357,10 +357,34 @@ func TestReadyWithNoClusterReachable(t *testing.T) {
 // nothing twice, and their windows are pushed meanwhile. The failed call's
 // error says how many windows it opened (repo.WindowsOpened), for
 // combo_windows_opened_total: no later call opens them.
+//
+// So it does run as one pipeline per node (the repo knows which node
+// serves each shard, as the service's does): the live node's part counts
+// its reports, and the call's error says the windows that part opened.
 func TestBatchSpanningADeadMasterCountsTheLiveShards(t *testing.T) {
+	for _, perNode := range []bool{false, true} {
+		t.Run(fmt.Sprintf("per node %v", perNode), func(t *testing.T) {
+			batchSpanningADeadMaster(t, perNode)
+		})
+	}
+}
+
+func batchSpanningADeadMaster(t *testing.T, perNode bool) {
 	ctx := context.Background()
 	c := newClusterCase(t)
 	keys := c.r.Keys()
+	if perNode {
+		s := settings()
+		s.Shards, s.Timeout = keys.Shards(), 300*time.Millisecond
+		var err error
+		if s.ShardNodes, err = repo.ShardNodes(ctx, c.cc, keys); err != nil {
+			t.Fatal(err)
+		}
+		c.r = repo.New(c.cc, s)
+		if err := c.r.LoadScripts(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c.cluster.KillMaster(t, c.cc, c.deadAddr)
 	var onLive, onDead *combo.Contribution
 	for n := int64(1); onLive == nil || onDead == nil; n++ {
@@ -673,6 +697,61 @@ func (sc slotCluster) wantSlotsPerNode(t *testing.T, r *repo.Repo, when string) 
 // of batches to the stalled master held every slot for redis.timeout each,
 // and the live masters' batches waited theirs out and failed.
 func TestStalledMasterHoldsOnlyItsOwnBatchSlots(t *testing.T) {
+	floodAStalledMaster(t, false)
+}
+
+// So do batches spanning the stalled master and a live one: each node's
+// part runs on a pipeline of its own, and the live part's slot is given
+// back when the live master answers. As one cluster pipeline, the flood
+// held the live master's slots until the stalled one's part timed out, and
+// every batch wholly on the live master failed unsent.
+func TestBatchesSpanningAStalledMasterLeaveTheLiveOnesSlots(t *testing.T) {
+	floodAStalledMaster(t, true)
+}
+
+// A batch spanning every node, run as one pipeline per node, answers each
+// report in the batch's order: report i, the first of its combo key with
+// quantity i+1, opens a window of quantity i+1.
+func TestBatchSpanningNodesAnswersInOrder(t *testing.T) {
+	ctx := context.Background()
+	cluster := testredis.StartCluster(t, 3)
+	cc := cluster.Client(t)
+	s := settings()
+	s.Shards = 6
+	keys := repo.NewKeys(s.Shards)
+	var err error
+	if s.ShardNodes, err = repo.ShardNodes(ctx, cc, keys); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Max(s.ShardNodes) == 0 {
+		t.Fatal("every shard on one node")
+	}
+	r := repo.New(cc, s)
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cs := make([]*combo.Contribution, 40)
+	for i := range cs {
+		cs[i] = &combo.Contribution{Id: int64(i + 1), ActivityId: 7, UserId: int64(i + 1), ItemId: 1, ItemType: "rose",
+			Quantity: int32(i + 1), CreatedAt: time.Now().UnixMilli()}
+	}
+	res, err := r.Report(ctx, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, rr := range res {
+		if rr.Outcome != repo.Opened || rr.WindowQuantity != int32(i+1) {
+			t.Errorf("report %d (user %d, quantity %d) answered %+v, want a window opened with quantity %d",
+				i, cs[i].UserId, cs[i].Quantity, rr, i+1)
+		}
+	}
+}
+
+// floodAStalledMaster pauses a master for 2 s and floods it with 24
+// callers' batches of 20 (half of each on a live master when spanning),
+// more than a node's slots, while 8 callers send batches wholly on a live
+// master: none of those may fail.
+func floodAStalledMaster(t *testing.T, spanning bool) {
 	ctx := context.Background()
 	cluster := testredis.StartCluster(t, 3)
 	cc := cluster.Client(t)
@@ -702,13 +781,17 @@ func TestStalledMasterHoldsOnlyItsOwnBatchSlots(t *testing.T) {
 		}
 	}
 	var id atomic.Int64
-	batch := func(user int64) []*combo.Contribution {
+	batch := func(users ...int64) []*combo.Contribution {
 		cs := make([]*combo.Contribution, 20) // a call of its own
 		for i := range cs {
-			cs[i] = &combo.Contribution{Id: id.Add(1), ActivityId: 7, UserId: user, ItemId: 1, ItemType: "rose",
-				Quantity: 1, CreatedAt: time.Now().UnixMilli()}
+			cs[i] = &combo.Contribution{Id: id.Add(1), ActivityId: 7, UserId: users[i%len(users)], ItemId: 1,
+				ItemType: "rose", Quantity: 1, CreatedAt: time.Now().UnixMilli()}
 		}
 		return cs
+	}
+	flood := []int64{onStalled}
+	if spanning {
+		flood = append(flood, int64(live))
 	}
 
 	node := redis.NewClient(&redis.Options{Addr: stalled})
@@ -720,12 +803,14 @@ func TestStalledMasterHoldsOnlyItsOwnBatchSlots(t *testing.T) {
 	defer node.Do(ctx, "CLIENT", "UNPAUSE")
 	stop := time.Now().Add(stall - 500*time.Millisecond)
 	var wg sync.WaitGroup
-	var flooding atomic.Int64
+	var flooding, floodFailed atomic.Int64
 	for range 24 { // more than the pool: a flood to the stalled master
 		wg.Go(func() {
 			for time.Now().Before(stop) {
 				flooding.Add(1)
-				_, _ = r.Report(ctx, batch(onStalled))
+				if _, err := r.Report(ctx, batch(flood...)); err != nil {
+					floodFailed.Add(1)
+				}
 			}
 		})
 	}
@@ -750,6 +835,9 @@ func TestStalledMasterHoldsOnlyItsOwnBatchSlots(t *testing.T) {
 	wg.Wait()
 	if len(failed) > 0 {
 		t.Fatalf("%d batches wholly on live masters failed while another master stalled, first: %v", len(failed), failed[0])
+	}
+	if floodFailed.Load() == 0 {
+		t.Fatal("no batch of the flood failed: the master did not stall")
 	}
 }
 

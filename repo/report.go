@@ -50,7 +50,8 @@ type ReportResult struct {
 // the calls whose reports were all answered.
 //
 // A call whose contributions all fall on one shard (any single report)
-// shares that shard's pipelines; one spanning shards runs on its own.
+// shares that shard's pipelines; one spanning shards runs on its own, one
+// per Redis node it spans (reportSpanning).
 func (r *Repo) Report(ctx context.Context, cs []*combo.Contribution) ([]ReportResult, error) {
 	if len(cs) == 0 {
 		return nil, nil
@@ -58,7 +59,7 @@ func (r *Repo) Report(ctx context.Context, cs []*combo.Contribution) ([]ReportRe
 	shard := r.keys.Shard(cs[0].ActivityId, cs[0].UserId, cs[0].ItemType)
 	for _, c := range cs[1:] {
 		if r.keys.Shard(c.ActivityId, c.UserId, c.ItemType) != shard {
-			return r.reports[shard].alone(ctx, cs)
+			return r.reportSpanning(ctx, cs, shard)
 		}
 	}
 	return r.reports[shard].do(ctx, cs)
@@ -287,6 +288,9 @@ func (e *partlyUnavailableError) Unwrap() error { return e.err }
 // master's shards and live ones). A retry of the call finds them
 // duplicates and opens nothing.
 func WindowsOpened(err error) int {
+	if n, ok := spanningOpened(err); ok { // before the part's own, which it counts
+		return n
+	}
 	var de *degradedPublishError
 	if errors.As(err, &de) {
 		return de.opened

@@ -47,8 +47,8 @@ func aloneSlots(rdb redis.UniversalClient, shardsOnNode int) int {
 // per node: counted over all shards, 24 shards on 6 masters with a pool
 // of 20 left one slot for the whole service. And a master that stops
 // answering holds only its own node's slots, so batches on the other
-// masters go on, as their single reports do; but a batch spanning it and
-// another node holds a slot on each until its pipeline returns (README). Nodes are numbered in the
+// masters go on, as their single reports do, and so do the parts on them
+// of batches spanning it (reportSpanning). Nodes are numbered in the
 // order shard 0, 1, … first meets them, so a failover, which keeps a
 // node's shards together under a new address, numbers them as before.
 func ShardNodes(ctx context.Context, rdb redis.UniversalClient, keys Keys) ([]int, error) {
