@@ -914,7 +914,11 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 			var failed []int
 			for _, shard := range todo {
 				if rerr := w.finalRead(ctx, shard); rerr != nil {
-					w.redisError(metrics.OpFinalRead, rerr)
+					// Neither a panic (counted as the read loop's) nor
+					// the drain's own bound running out is Redis's.
+					if !errors.Is(rerr, errRecovered) && ctx.Err() == nil {
+						w.redisError(metrics.OpFinalRead, rerr)
+					}
 					readErr = fmt.Errorf("final read of shard %d: %w", shard, rerr)
 					failed = append(failed, shard)
 				}

@@ -234,8 +234,10 @@ func TestPanicsPreparingAndInTheFinalReadAreRecovered(t *testing.T) {
 	if n := testutil.ToFloat64(m.LoopPanics.WithLabelValues(metrics.LoopRead)); n != 2 {
 		t.Fatalf("read loop panics counted: %v, want 2", n)
 	}
-	if n := testutil.ToFloat64(m.RedisErrors.WithLabelValues(metrics.OpPrepare)); n != 0 {
-		t.Errorf("prepare counted %v Redis errors for a panic, want 0", n)
+	for _, op := range []string{metrics.OpPrepare, metrics.OpFinalRead} {
+		if n := testutil.ToFloat64(m.RedisErrors.WithLabelValues(op)); n != 0 {
+			t.Errorf("%s counted %v Redis errors for a panic, want 0", op, n)
+		}
 	}
 }
 
