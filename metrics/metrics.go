@@ -135,7 +135,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		Reclaimed: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "reclaimed_entries_total",
 			Help: "Stream entries taken over once idle past claim_idle (XAUTOCLAIM): another consumer's, or this replica's own that it had let go (a window whose flush panicked)."}),
 		ClaimDeleted: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "claim_deleted_entries_total",
-			Help: "Pending entries XAUTOCLAIM reported as deleted from the stream: their windows cannot be published."}),
+			Help: "Pending entries found deleted from the stream, by XAUTOCLAIM or by a read of a consumer's own pending entries: their windows cannot be published."}),
 		GroupsRecreated: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "stream_groups_recreated_total",
 			Help: "Consumer groups found missing (NOGROUP) and created again: Redis lost the stream and the windows waiting in it (FLUSHALL, restart without persistence, eviction), whose flushes then count as gone."}),
 		BadEntries: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "bad_entries_total",
