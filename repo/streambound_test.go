@@ -248,3 +248,39 @@ func TestDegradedPublishMakesAnExpiringDedupeSet(t *testing.T) {
 		expectNoMorePushes(t, rdb, sub)
 	})
 }
+
+// Drop acknowledges and deletes entries together, however many: 9000 ids
+// (more than Lua's unpack takes at once, 8000 in Redis) read into a
+// consumer's pending list leave neither an entry nor a pending one.
+func TestDropAcknowledgesAndDeletesEveryEntry(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r, _ := subscribedRepo(t, rdb)
+		stream := r.Keys().Stream(0)
+		pipe := rdb.Pipeline()
+		adds := make([]*redis.StringCmd, 9000)
+		for i := range adds {
+			adds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"bad", i}})
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]string, len(adds))
+		for i, a := range adds {
+			ids[i] = a.Val()
+		}
+		if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: repo.Group, Consumer: "c1",
+			Streams: []string{stream, ">"}, Count: int64(len(ids))}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Drop(ctx, 0, ids); err != nil {
+			t.Fatal(err)
+		}
+		if n := rdb.XLen(ctx, stream).Val(); n != 0 {
+			t.Errorf("%d entries left in the stream, want 0", n)
+		}
+		if p := rdb.XPending(ctx, stream, repo.Group).Val(); p.Count != 0 {
+			t.Errorf("%d entries left pending, want 0", p.Count)
+		}
+	})
+}
