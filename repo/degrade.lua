@@ -60,9 +60,6 @@ end
 local bucket = math.floor(tonumber(t[1]) / bucketSec)
 local set = ARGV[3] .. string.format('%d', bucket) .. ':' .. ARGV[6]
 local prev = ARGV[3] .. string.format('%d', bucket - 1) .. ':' .. ARGV[6]
-if call('SISMEMBER', set, id) == 1 or call('SISMEMBER', prev, id) == 1 then
-  return 2
-end
 
 -- An error from pcall is a string on Redis 7.0 and miniredis, a table on
 -- some versions (as in report.lua).
@@ -71,17 +68,30 @@ local function message(err)
   return tostring(err)
 end
 
--- '0' is in every dedupe set from its start (see report.lua): SADD answers
--- 2 only when it made the set, which then needs report.lua's expiry.
+-- The write first, the lookups after: on a replica (a demoted master whose
+-- dedupe sets are stale) a lookup found ids the new master never had, and
+-- answered 2, a duplicate, for a report published nowhere. '0' is in every
+-- dedupe set from its start (see report.lua): SADD answers 0 when the id
+-- was in the set already, 2 only when it made the set, which then needs
+-- report.lua's expiry.
 local remembered, added = pcall(call, 'SADD', set, id, '0')
 if remembered then
   if added == 2 then
     call('EXPIREAT', set, string.format('%d', (bucket + 2) * bucketSec + 2)) -- as report.lua
   end
+  -- Remembered before, in this bucket or the last (left in this one too:
+  -- harmless, as in report.lua).
+  if added == 0 or call('SISMEMBER', prev, id) == 1 then
+    return 2
+  end
 else
   local err = message(added)
   if not (err:find('^OOM') or err:find('^MISCONF') or err:find('^NOREPLICAS')) then
     return redis.error_reply(err)
+  end
+  -- Refusing writes for its own state, the node still answers reads.
+  if call('SISMEMBER', set, id) == 1 or call('SISMEMBER', prev, id) == 1 then
+    return 2
   end
 end
 local published, err = pcall(call, 'PUBLISH', ARGV[1], ARGV[2])

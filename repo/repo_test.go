@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -813,6 +814,103 @@ func TestReportOnReplicaIsUnavailable(t *testing.T) {
 	if msg, err := sub.ReceiveMessage(context.Background()); err != nil || msg.Payload != "sentinel" {
 		t.Fatalf("got %v %v before the sentinel: a refused report was published", msg, err)
 	}
+}
+
+// A retry that reaches a demoted master (made a replica before it could
+// sync, its dedupe sets stale) is not answered duplicate by what that
+// node once counted: it fails UNAVAILABLE, and is sent again to the new
+// master. The report script's lookup for a refused write read the stale
+// sets and answered duplicate, a success: the caller stopped, and the
+// report, lost with the failover, was never counted.
+func TestRetryOnADemotedMasterIsNotADuplicate(t *testing.T) {
+	ctx := context.Background()
+	old := testredis.Start(t, testredis.Options{})
+	rdb := old.Client()
+	r, _ := subscribedRepoNoGroups(t, rdb)
+	c := contribution(1, "rose", base)
+	if res, err := r.Report(ctx, []*combo.Contribution{c}); err != nil || res[0].Outcome != repo.Opened {
+		t.Fatalf("first report: %+v %v", res, err)
+	}
+	// A master that never answers: the replica keeps its own data.
+	if err := rdb.Do(ctx, "REPLICAOF", "127.0.0.1", testredis.FreePort(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Report(ctx, []*combo.Contribution{c})
+	if !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") {
+		t.Fatalf("retry on the demoted master: %+v %v, want ErrUnavailable naming READONLY", res, err)
+	}
+}
+
+// A degraded publish sent again to a demoted master (a replica now, its
+// dedupe sets stale) fails UNAVAILABLE: the id it remembered as the master
+// does not make it answer "already published", which Go answers duplicate
+// for a report the new master never saw.
+func TestDegradedPublishOnADemotedMasterIsNotADuplicate(t *testing.T) {
+	ctx := context.Background()
+	old := testredis.Start(t, testredis.Options{})
+	rdb := old.Client()
+	r, _ := subscribedRepoNoGroups(t, rdb)
+	c := contribution(5, "k0", base)
+	if _, err := repo.PublishSingles(ctx, r, []*combo.Contribution{c}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, "REPLICAOF", "127.0.0.1", testredis.FreePort(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if known, err := repo.PublishSingles(ctx, r, []*combo.Contribution{c}); !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") {
+		t.Fatalf("degraded publish sent again on the demoted master: %v %v, want ErrUnavailable naming READONLY", known, err)
+	}
+}
+
+// When redis.addr is a name that moves to the new master after a failover
+// and the old master becomes a replica, the report path follows it: a
+// READONLY answer drops its connection (go-redis does so for READONLY
+// error replies), and the next one is dialed to the new master. Answered
+// as a report's failure inside the script's reply, it was data to
+// go-redis: the pooled connections stayed on the old master, and every
+// report failed for as long as the process lived.
+func TestReportPathFollowsANameToTheNewMaster(t *testing.T) {
+	ctx := context.Background()
+	old := testredis.Start(t, testredis.Options{})
+	next := testredis.Start(t, testredis.Options{})
+	var target atomic.Value
+	target.Store(old.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: "redis.example:6379", MaxRetries: -1, ContextTimeoutEnabled: true,
+		Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, target.Load().(string))
+		}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	r, _ := subscribedRepoNoGroups(t, rdb)
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Connections to the old master in the pool, as under load.
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			if _, err := r.Report(ctx, []*combo.Contribution{contribution(int64(100+i), fmt.Sprint("k", i), base)}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	oldCl := redis.NewClient(&redis.Options{Addr: old.Addr})
+	t.Cleanup(func() { _ = oldCl.Close() })
+	if err := oldCl.Do(ctx, "REPLICAOF", "127.0.0.1", next.Port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	target.Store(next.Addr) // the name now resolves to the new master
+	var last error
+	for id, deadline := int64(1000), time.Now().Add(3*time.Second); time.Now().Before(deadline); id++ {
+		res, err := r.Report(ctx, []*combo.Contribution{contribution(id, "rose", base)})
+		if err == nil && res[0].Outcome == repo.Opened {
+			return
+		}
+		last = err
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("reports still fail 3 s after the name moved to the new master: %v", last)
 }
 
 // A degraded publish that reaches a replica (its master was failed over,

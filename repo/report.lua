@@ -69,6 +69,7 @@
 --          ms when the script began: Go dates from it the deadline of the
 --          report's degraded publish, degrade.lua's ARGV[7])
 --   window_id is a decimal string (exact int64).
+-- Or, on a replica, Redis's READONLY error reply for the whole call.
 
 -- The reports run in one function with no upvalues: every value it needs
 -- is an argument or a local of its own. Each call of the script runs this
@@ -181,6 +182,15 @@ local at = 1
 while at <= n do
   local ok, err = pcall(run, at, out, seen, seen1, bucket, bucketSec)
   if ok then break end
+  if type(err) == 'table' then err = err.err or err.message end
+  -- A replica (a demoted master, reached through a name that now points at
+  -- the new one) fails the whole call with Redis's own READONLY reply.
+  -- Answered as a report's failure, it reached go-redis as data, so the
+  -- connection was never dropped and the report path stayed on the old
+  -- master for good; and the lookup below found in its stale dedupe sets
+  -- an id the new master never had, answering a retry duplicate. Each
+  -- report's first command is a write, so none before this one counted.
+  if string.find(tostring(err), '^READONLY') then return redis.error_reply(tostring(err)) end
   while out[3 * at - 2] ~= nil do at = at + 1 end -- the first unanswered: it failed
   local o, base = 3 * at, 5 + 6 * (at - 1)
   local id, sub = ARGV[base + 1], ARGV[base + 6]
@@ -201,7 +211,6 @@ while at <= n do
   else
     -- Not counted: forget its id, so a retry counts it.
     if marked then pcall(call, 'SREM', marked, id) end
-    if type(err) == 'table' then err = err.err or err.message end
     out[o - 2], out[o - 1], out[o] = 3, tostring(err), tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   end
   at = at + 1
