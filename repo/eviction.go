@@ -17,15 +17,16 @@ const failoverClientAddr = "FailoverClient"
 // not noeviction: under memory pressure they may evict an open window, a
 // dedupe set or the stream itself, and those gifts are never pushed (or
 // counted twice), which README requires noeviction to prevent. On a Redis
-// Cluster every master is asked. It reads INFO memory, which managed Redis
+// Cluster every node is asked, replicas too: a failover makes one the
+// master, with its own policy. It reads INFO memory, which managed Redis
 // services allow where they refuse CONFIG GET. A node that does not
 // answer (down at start, or its user denied INFO) is named in the error,
 // and the nodes that did answer are returned all the same: one master
 // down must not hide the policy of the others.
 func (r *Repo) Evicting(ctx context.Context) (map[string]string, error) {
-	var mu sync.Mutex // ForEachMaster asks the masters at once
+	var mu sync.Mutex // ForEachShard asks the nodes at once
 	out := map[string]string{}
-	var errs []error // of every node, where ForEachMaster returns one
+	var errs []error // of every node, where ForEachShard returns one
 	ask := func(ctx context.Context, c *redis.Client) error {
 		policy, err := MaxmemoryPolicy(ctx, c)
 		node := c.Options().Addr
@@ -44,7 +45,7 @@ func (r *Repo) Evicting(ctx context.Context) (map[string]string, error) {
 	switch c := r.rdb.(type) {
 	case *redis.ClusterClient:
 		// An error here is the cluster's state, before any node was asked.
-		if err := c.ForEachMaster(ctx, ask); err != nil {
+		if err := c.ForEachShard(ctx, ask); err != nil {
 			errs = append(errs, err)
 		}
 	case *redis.Client:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -49,6 +50,34 @@ func TestEvictingAsksEveryMaster(t *testing.T) {
 	}
 }
 
+// A Cluster replica on an evicting policy is named too: a failover makes
+// it the master, with its own policy, as the Sentinel path warns.
+func TestEvictingNamesAClusterReplica(t *testing.T) {
+	c := testredis.StartCluster(t, 3)
+	ctx := context.Background()
+	cc := c.Client(t)
+	replica := c.AddReplica(t, c.Addrs[0])
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr})
+	t.Cleanup(func() { _ = rc.Close() })
+	if err := rc.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// CLUSTER SLOTS, which the client reads, lists a replica once its
+	// master has heard its replication offset (a gossip round after sync).
+	deadline := time.Now().Add(10 * time.Second)
+	for !slotsListReplica(ctx, cc, replica.Addr) {
+		if time.Now().After(deadline) {
+			t.Fatalf("CLUSTER SLOTS does not list the replica %s after 10 s", replica.Addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r := repo.New(cc, settings())
+	got, err := r.Evicting(ctx)
+	if err != nil || len(got) != 1 || got[replica.Addr] != "allkeys-lru" {
+		t.Fatalf("Evicting = %v %v, want the replica %s on allkeys-lru", got, err, replica.Addr)
+	}
+}
+
 // A master down at start leaves its own policy unread, not the others':
 // each live master on an evicting policy is still named, with the error
 // naming the one that did not answer.
@@ -79,4 +108,17 @@ func TestMaxmemoryPolicyErrorNamesTheOperation(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), "repo.MaxmemoryPolicy: ") {
 		t.Fatalf("error %v, want one that begins with repo.MaxmemoryPolicy", err)
 	}
+}
+
+// slotsListReplica says CLUSTER SLOTS lists addr as a node of some slot range.
+func slotsListReplica(ctx context.Context, cc *redis.ClusterClient, addr string) bool {
+	slots, _ := cc.ClusterSlots(ctx).Result()
+	for _, r := range slots {
+		for _, n := range r.Nodes {
+			if n.Addr == addr {
+				return true
+			}
+		}
+	}
+	return false
 }
