@@ -36,9 +36,11 @@ func (h *Handler) fail(_ context.Context, err error, n int, fields ...zap.Field)
 		// server's mark, which only an answer begun before the stop
 		// lacks. Either way the call should go elsewhere.
 		code, outcome = CodeUnavailable, metrics.OutcomeDraining
-	case errors.Is(err, repo.ErrCallerGone):
+	case errors.Is(err, repo.ErrCallerGone), errors.Is(err, context.Canceled):
 		// Nobody reads this answer; Redis may be fine, so no warning (an
-		// "unavailable" count would fire the Redis alert).
+		// "unavailable" count would fire the Redis alert). The repo wraps
+		// a caller's end as ErrCallerGone; a bare Canceled, were a store to
+		// pass the caller's context on, is the same and no internal error.
 		code, outcome = CodeUnavailable, metrics.OutcomeCanceled
 		h.log.Debug("report abandoned by its caller", append(fields, zap.Error(err))...)
 	case errors.Is(err, repo.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):

@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -208,5 +209,25 @@ func TestMergeLatestSkipsRowsAReportWouldBeRefusedFor(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.MergeRowsSkipped); got != 2 {
 		t.Fatalf("a refused call counted skipped rows: %v", got)
+	}
+}
+
+// A store failing with the caller's context canceled answers UNAVAILABLE,
+// counted canceled, as for repo.ErrCallerGone: not INTERNAL, whether or
+// not the store wrapped it.
+func TestCanceledCallerIsNoInternalError(t *testing.T) {
+	for _, fail := range []error{context.Canceled, fmt.Errorf("repo.Report: %w: %w", repo.ErrCallerGone, context.Canceled)} {
+		reg := prometheus.NewRegistry()
+		m := metrics.New(reg)
+		h := New(&scriptedStore{fail: fail}, 3*time.Second, m, zap.NewNop())
+		c := &combo.Contribution{Id: 1, ActivityId: 7, UserId: 42, ItemId: 3, ItemType: "rose", Quantity: 1, CreatedAt: 1732950000000}
+		_, err := h.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: c})
+		var ce *combo.ComboError
+		if !errors.As(err, &ce) || ce.Code != CodeUnavailable {
+			t.Errorf("store failing %v: %v, want UNAVAILABLE", fail, err)
+		}
+		if n := testutil.ToFloat64(m.Reports.WithLabelValues(metrics.OutcomeCanceled)); n != 1 {
+			t.Errorf("store failing %v: %v reports counted canceled, want 1", fail, n)
+		}
 	}
 }
