@@ -91,6 +91,13 @@ func (w *Worker) housekeep(ctx context.Context, lastPrune *time.Time) {
 		})
 		if err != nil && ctx.Err() == nil {
 			w.redisError(metrics.OpStreamStats, err)
+			// No sample: no value. The last one kept, a replica cut off
+			// from Redis went on exporting it, and the alerts take the
+			// highest over replicas: a backlog long cleared kept
+			// ComboStreamBacklog firing, and a stale pending count hid an
+			// unread one from ComboStreamUnread.
+			w.metrics.StreamLength.DeleteLabelValues(label)
+			w.metrics.StreamPending.DeleteLabelValues(label)
 		}
 	}
 	idle := w.cfg.ConsumerIdleDelete
