@@ -1,11 +1,13 @@
 # combo-service image: the service and the demo as static binaries on distroless/static (no shell, no libc), running as non-root.
 #
 #   docker build -t combo-service .
-#   docker run --rm -p 8888:8888 -p 9100:9100 -e COMBO_REDIS_ADDR=redis:6379 \
+#   docker run --rm --stop-timeout 20 -p 8888:8888 -p 9100:9100 -e COMBO_REDIS_ADDR=redis:6379 \
 #     -e COMBO_WORKER_CONSUMER=replica-1 combo-service
 # (a consumer name stable across restarts: the default, the hostname, is a
 # new container id each run, and a restarted replica would then leave its
-# pending windows for another to claim, late)
+# pending windows for another to claim, late; and time to drain: docker
+# stop kills after 10 s, where the drain may take server.shutdown_timeout,
+# 15 s, plus the RPC server's 2 s, as compose's stop_grace_period allows)
 #   docker run --rm --entrypoint /usr/local/bin/combo-demo combo-service -addr host:8888 -redis host:6379
 #
 # The go build lines are build.sh's, word for word (deploy/container_test.go
