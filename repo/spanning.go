@@ -26,7 +26,12 @@ import (
 // A part's degraded reports are published with that part, as its own call's
 // would be, and remembered, so the retry answers them duplicate too; when
 // another part fails the call, they count as its error's outcome in
-// combo_reports_total, not as degraded.
+// combo_reports_total, not as degraded. So do the sent parts' reports when
+// the caller gave up while another part waited for its node's slot
+// (ErrCallerGone, counted canceled: README says so). And one id under two
+// combo keys on two nodes (a malformed batch), degraded in both, is
+// published twice: results drops such repeats within one pipeline only.
+// (An id's dedupe is per shard already.)
 func (r *Repo) reportSpanning(ctx context.Context, cs []*combo.Contribution, shard int) ([]ReportResult, error) {
 	t := r.slots.Load()
 	if len(t.nodes) == 1 { // one Redis, or the nodes unknown
