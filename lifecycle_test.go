@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -575,4 +576,101 @@ func TestClusterClientsDoNotShareTheirAddresses(t *testing.T) {
 	if &ao[0] == &bo[0] {
 		t.Error("the two clients share one array of addresses")
 	}
+}
+
+// When redis.addr is a name moved to the new master and the old one,
+// demoted, cannot reach it (replica-serve-stale-data no), the old node
+// answers every command MASTERDOWN, which go-redis does not take for a
+// dead connection: the service's pooled connections stayed there until
+// its link came up. They are renewed within half of window.stale, so the
+// next is dialed to where the name points now. The name is a proxy here,
+// whose target moves.
+func TestServiceLeavesADemotedMasterAnsweringMasterDown(t *testing.T) {
+	old := testredis.Start(t, testredis.Options{Args: []string{"--replica-serve-stale-data", "no"}})
+	next := testredis.Start(t, testredis.Options{})
+	var target atomic.Value
+	target.Store(old.Addr)
+	name := movingName(t, &target)
+
+	cfg := conf.Default()
+	cfg.Redis.Addr = name
+	cfg.Window.Size, cfg.Window.Grace, cfg.Window.Stale = 200*time.Millisecond, 50*time.Millisecond, 2*time.Second
+	cfg.Worker.ClaimIdle = time.Second
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	_, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
+	rdb := newClient(0)
+	ctx := context.Background()
+	if err := rdb.Set(ctx, "combo-test:k", "old", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	oldCl := old.Client()
+	if err := oldCl.Do(ctx, "REPLICAOF", "127.0.0.1", testredis.FreePort(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A script, as the report path and the flushes run: refused whole.
+	set := func(v string) error {
+		return rdb.Eval(ctx, "return redis.call('SET', KEYS[1], ARGV[1])", []string{"combo-test:k"}, v).Err()
+	}
+	if err := set("x"); err == nil || !strings.HasPrefix(err.Error(), "MASTERDOWN") {
+		t.Fatalf("a script on the demoted master: %v, want MASTERDOWN", err)
+	}
+	target.Store(next.Addr)
+	var last error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if last = set("new"); last == nil {
+			break
+		}
+	}
+	if last != nil {
+		t.Fatalf("writes still fail 5 s after the name moved (window.stale 2 s): %v", last)
+	}
+	if v := next.Client().Get(ctx, "combo-test:k").Val(); v != "new" {
+		t.Fatalf("the new master holds %q, want the write", v)
+	}
+}
+
+// movingName listens on a loopback port and joins each connection to the
+// address target holds when it arrives, as a DNS name does to what it
+// resolves to at the dial.
+func movingName(t *testing.T, target *atomic.Value) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var open []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range open {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target.Load().(string))
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			open = append(open, c, s)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(s, c); s.Close() }()
+			go func() { _, _ = io.Copy(c, s); c.Close() }()
+		}
+	}()
+	return ln.Addr().String()
 }
