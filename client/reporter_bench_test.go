@@ -42,7 +42,8 @@ func BenchmarkReporter(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					n := id.Add(1)
-					c := &combo.Contribution{Id: n, ActivityId: 7, UserId: n % keys, ItemId: 3, ItemType: "rose",
+					// Users from 1: user_id 0 is refused, never queued.
+					c := &combo.Contribution{Id: n, ActivityId: 7, UserId: n%keys + 1, ItemId: 3, ItemType: "rose",
 						ItemName: "Rose", Quantity: 1, CreatedAt: 1_732_950_000_000 + n}
 					for r.Report(context.Background(), c) == ErrQueueFull {
 						runtime.Gosched()
@@ -52,8 +53,8 @@ func BenchmarkReporter(b *testing.B) {
 			if err := r.Close(context.Background()); err != nil {
 				b.Fatal(err)
 			}
-			if s := r.Stats(); s.Sent != s.Accepted {
-				b.Fatalf("stats %+v: not all sent", s)
+			if s := r.Stats(); s.Sent != s.Accepted || s.Invalid != 0 || s.Accepted == 0 {
+				b.Fatalf("stats %+v: want every report accepted and sent", s)
 			}
 		})
 	}
