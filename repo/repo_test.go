@@ -831,13 +831,19 @@ func TestRetryOnADemotedMasterIsNotADuplicate(t *testing.T) {
 	if res, err := r.Report(ctx, []*combo.Contribution{c}); err != nil || res[0].Outcome != repo.Opened {
 		t.Fatalf("first report: %+v %v", res, err)
 	}
-	// A master that never answers: the replica keeps its own data.
-	if err := rdb.Do(ctx, "REPLICAOF", "127.0.0.1", testredis.FreePort(t)).Err(); err != nil {
-		t.Fatal(err)
-	}
+	demote(t, rdb)
 	res, err := r.Report(ctx, []*combo.Contribution{c})
 	if !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") {
 		t.Fatalf("retry on the demoted master: %+v %v, want ErrUnavailable naming READONLY", res, err)
+	}
+}
+
+// demote makes rdb's server a replica of a master that never answers: it
+// keeps its own data, stale, and refuses writes (READONLY).
+func demote(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	if err := rdb.Do(context.Background(), "REPLICAOF", "127.0.0.1", testredis.FreePort(t)).Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -854,9 +860,7 @@ func TestDegradedPublishOnADemotedMasterIsNotADuplicate(t *testing.T) {
 	if _, err := repo.PublishSingles(ctx, r, []*combo.Contribution{c}); err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.Do(ctx, "REPLICAOF", "127.0.0.1", testredis.FreePort(t)).Err(); err != nil {
-		t.Fatal(err)
-	}
+	demote(t, rdb)
 	if known, err := repo.PublishSingles(ctx, r, []*combo.Contribution{c}); !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") {
 		t.Fatalf("degraded publish sent again on the demoted master: %v %v, want ErrUnavailable naming READONLY", known, err)
 	}
