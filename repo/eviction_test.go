@@ -3,6 +3,7 @@ package repo_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,14 +63,19 @@ func TestEvictingNamesAClusterReplica(t *testing.T) {
 	if err := rc.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
 		t.Fatal(err)
 	}
-	// CLUSTER SLOTS, which the client reads, lists a replica once its
-	// master has heard its replication offset (a gossip round after sync).
-	deadline := time.Now().Add(10 * time.Second)
-	for !slotsListReplica(ctx, cc, replica.Addr) {
-		if time.Now().After(deadline) {
-			t.Fatalf("CLUSTER SLOTS does not list the replica %s after 10 s", replica.Addr)
+	// CLUSTER SLOTS, which the client reads from any node, lists a replica
+	// once that node has heard the replica's replication offset (a gossip
+	// round after sync): each node in its own time.
+	deadline := time.Now().Add(20 * time.Second)
+	for _, addr := range append(slices.Clone(c.Addrs), replica.Addr) {
+		node := redis.NewClient(&redis.Options{Addr: addr})
+		for !slotsListReplica(ctx, node, replica.Addr) {
+			if time.Now().After(deadline) {
+				t.Fatalf("CLUSTER SLOTS of %s does not list the replica %s after 20 s", addr, replica.Addr)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		time.Sleep(50 * time.Millisecond)
+		_ = node.Close()
 	}
 	r := repo.New(cc, settings())
 	got, err := r.Evicting(ctx)
@@ -110,9 +116,10 @@ func TestMaxmemoryPolicyErrorNamesTheOperation(t *testing.T) {
 	}
 }
 
-// slotsListReplica says CLUSTER SLOTS lists addr as a node of some slot range.
-func slotsListReplica(ctx context.Context, cc *redis.ClusterClient, addr string) bool {
-	slots, _ := cc.ClusterSlots(ctx).Result()
+// slotsListReplica says node's CLUSTER SLOTS lists addr as a node of some
+// slot range.
+func slotsListReplica(ctx context.Context, node *redis.Client, addr string) bool {
+	slots, _ := node.ClusterSlots(ctx).Result()
 	for _, r := range slots {
 		for _, n := range r.Nodes {
 			if n.Addr == addr {
