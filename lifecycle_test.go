@@ -582,9 +582,9 @@ func TestClusterClientsDoNotShareTheirAddresses(t *testing.T) {
 // demoted, cannot reach it (replica-serve-stale-data no), the old node
 // answers every command MASTERDOWN, which go-redis does not take for a
 // dead connection: the service's pooled connections stayed there until
-// its link came up. They are renewed within half of window.stale, so the
-// next is dialed to where the name points now. The name is a proxy here,
-// whose target moves.
+// its link came up. With redis.conn_max_lifetime they are renewed within
+// it, so the next is dialed to where the name points now. The name is a
+// proxy here, whose target moves.
 func TestServiceLeavesADemotedMasterAnsweringMasterDown(t *testing.T) {
 	old := testredis.Start(t, testredis.Options{Args: []string{"--replica-serve-stale-data", "no"}})
 	next := testredis.Start(t, testredis.Options{})
@@ -596,6 +596,7 @@ func TestServiceLeavesADemotedMasterAnsweringMasterDown(t *testing.T) {
 	cfg.Redis.Addr = name
 	cfg.Window.Size, cfg.Window.Grace, cfg.Window.Stale = 200*time.Millisecond, 50*time.Millisecond, 2*time.Second
 	cfg.Worker.ClaimIdle = time.Second
+	cfg.Redis.ConnMaxLifetime = time.Second
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -628,7 +629,7 @@ func TestServiceLeavesADemotedMasterAnsweringMasterDown(t *testing.T) {
 		}
 	}
 	if last != nil {
-		t.Fatalf("writes still fail 5 s after the name moved (window.stale 2 s): %v", last)
+		t.Fatalf("writes still fail 5 s after the name moved (redis.conn_max_lifetime 1s): %v", last)
 	}
 	if v := next.Client().Get(ctx, "combo-test:k").Val(); v != "new" {
 		t.Fatalf("the new master holds %q, want the write", v)

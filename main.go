@@ -355,22 +355,6 @@ func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *z
 // redis.timeout, not them.
 const clusterStateReload = 2 * time.Second
 
-// redisConnMaxLifetime is how long a Redis connection is used before it is
-// closed and dialed anew. go-redis drops a connection on a READONLY reply,
-// not on every error: a demoted master whose link to the new one is down
-// answers every command MASTERDOWN (with replica-serve-stale-data no), so
-// when redis.addr is a name moved to the new master, the report path and
-// the flushes stayed on the old node until its link came up, every report
-// answered UNAVAILABLE and every window open at the failover dropped
-// stale (a review's test: 210 of 210, pinned 8 s with window.stale 5 s).
-// No connection now outlives half of window.stale, so a window whose
-// flushes were pinned is flushed by a new one before it goes stale; at
-// most 30 s, at least 1 s. A certificate rotated in place is taken up
-// within it too.
-func redisConnMaxLifetime(stale time.Duration) time.Duration {
-	return min(30*time.Second, max(time.Second, stale/2))
-}
-
 // openRedis starts the embedded Redis if none is configured and returns its
 // address, a constructor of clients for it, and a closer of all of them. With
 // TLS it registers on reg whether the files read whole, and the expiry of
@@ -392,10 +376,15 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, supp
 		// outlasts redis.timeout, so a caller got "context deadline
 		// exceeded" instead of why the dial failed (refused, a certificate
 		// not trusted). The next request dials again.
-		DialerRetries:   1,
-		ConnMaxLifetime: redisConnMaxLifetime(cfg.Window.Stale),
-		IsClusterMode:   len(cfg.Redis.Addrs) > 0,
-		TLSConfig:       tlsConfig,
+		DialerRetries: 1,
+		// Off by default: renewed, each connection is a dial again, through
+		// DNS for a name and through a Sentinel for a master name, so an
+		// outage of either would fail every report within the lifetime.
+		// Jittered, the pool's connections, made together at start, do not
+		// all dial anew at once.
+		ConnMaxLifetime: cfg.Redis.ConnMaxLifetime, ConnMaxLifetimeJitter: cfg.Redis.ConnMaxLifetime / 10,
+		IsClusterMode: len(cfg.Redis.Addrs) > 0,
+		TLSConfig:     tlsConfig,
 		// With a master name the client asks the Sentinels at Addrs where
 		// the master is, and follows their failovers.
 		MasterName: cfg.Redis.SentinelMaster, SentinelUsername: cfg.Redis.SentinelUsername, SentinelPassword: cfg.Redis.SentinelPassword,

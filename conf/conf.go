@@ -88,6 +88,11 @@ type Redis struct {
 	// only open windows.
 	StreamMaxLen int64 `mapstructure:"stream_maxlen"`
 	PoolSize     int   `mapstructure:"pool_size"`
+	// ConnMaxLifetime, when set, closes every Redis connection that old when
+	// it is next taken, and dials anew: a name moved by a failover is then
+	// followed away from a demoted master that answers MASTERDOWN, which
+	// go-redis does not take for a dead connection (README).
+	ConnMaxLifetime time.Duration `mapstructure:"conn_max_lifetime"`
 	// TLS dials Redis over TLS, as managed Redis services with in-transit
 	// encryption require. The certificate is verified against TLSCAFile
 	// (empty: the system's roots) for the host of each address, or for
@@ -281,6 +286,9 @@ func (c Config) Validate() error {
 	// connection when it makes a client (a pool of 10 million took 1.9 s
 	// per client; past 2^31-1 it panicked), and a Redis takes 10,000
 	// clients by default (maxclients).
+	if l := c.Redis.ConnMaxLifetime; l != 0 && (l < time.Second || l > maxRetention) {
+		bad("redis.conn_max_lifetime", "must be 0 (off) or 1s..%s, got %s", maxRetention, l)
+	}
 	if c.Redis.PoolSize < 0 || c.Redis.PoolSize > 100_000 {
 		bad("redis.pool_size", "must be 0..100000 (0 = go-redis default), got %d", c.Redis.PoolSize)
 	}
@@ -402,6 +410,13 @@ func (c Config) Warnings() []string {
 	if need := c.Redis.Shards + 2; len(c.Redis.Addrs) == 0 && c.Redis.PoolSize > 0 && c.Redis.PoolSize < need {
 		ws = append(ws, fmt.Sprintf("redis.pool_size (%d) is below redis.shards + 2 (%d): reports may wait for a connection "+
 			"and fail UNAVAILABLE while Redis answers", c.Redis.PoolSize, need))
+	}
+	// A window open at a failover comes due up to W + grace after it and
+	// goes stale window.stale after it opened; its flushes may stay on the
+	// demoted master for up to the lifetime.
+	if l, room := c.Redis.ConnMaxLifetime, c.Window.Stale-open; l > 0 && l > room {
+		ws = append(ws, fmt.Sprintf("redis.conn_max_lifetime (%s) is longer than window.stale less window.size + window.grace (%s): "+
+			"windows open at a failover may go stale while their flushes stay on a demoted master that answers MASTERDOWN", l, room))
 	}
 	return ws
 }

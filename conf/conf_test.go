@@ -309,6 +309,9 @@ func TestValidateNamesKey(t *testing.T) {
 		{"window.stale", func(c *Config) { c.Window.Stale = 721 * time.Hour }},
 		// go-redis panicked past 2^31-1 connections.
 		{"redis.pool_size", func(c *Config) { c.Redis.PoolSize = 3_000_000_000 }},
+		{"redis.conn_max_lifetime", func(c *Config) { c.Redis.ConnMaxLifetime = -time.Second }},
+		{"redis.conn_max_lifetime", func(c *Config) { c.Redis.ConnMaxLifetime = time.Millisecond }},
+		{"redis.conn_max_lifetime", func(c *Config) { c.Redis.ConnMaxLifetime = 721 * time.Hour }},
 		// Two listeners on one port failed at start, naming neither key.
 		{"metrics.addr", func(c *Config) { c.Metrics.Addr = c.Server.Addr }},
 		{"metrics.addr", func(c *Config) { c.Server.Addr, c.Metrics.Addr = "127.0.0.1:7000", ":7000" }},
@@ -376,6 +379,15 @@ func TestWarnings(t *testing.T) {
 	c.Redis.Addr, c.Redis.Addrs = "", []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}
 	if ws := c.Warnings(); len(ws) != 0 { // its masters share the shards
 		t.Fatalf("a Cluster's pool_size warns: %q", ws)
+	}
+	c = Default()
+	c.Redis.ConnMaxLifetime = c.Window.Stale - c.Window.Size - c.Window.Grace
+	if ws := c.Warnings(); len(ws) != 0 {
+		t.Fatalf("conn_max_lifetime within window.stale less W + grace warns: %q", ws)
+	}
+	c.Redis.ConnMaxLifetime += time.Second
+	if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], "redis.conn_max_lifetime") {
+		t.Fatalf("want a warning naming redis.conn_max_lifetime, got %q", ws)
 	}
 }
 
