@@ -21,9 +21,9 @@ import (
 func (w *Worker) housekeepingLoop(ctx context.Context) {
 	t := time.NewTicker(w.cfg.SampleEvery)
 	defer t.Stop()
-	var lastPrune time.Time
+	st := housekeeping{sampleFailures: make([]int, w.cfg.Shards)}
 	for {
-		w.housekeep(ctx, &lastPrune)
+		w.housekeep(ctx, &st)
 		select {
 		case <-ctx.Done():
 			return
@@ -72,7 +72,22 @@ func (w *Worker) readClock(ctx context.Context, q *dueQueue, shard int) error {
 	return err
 }
 
-func (w *Worker) housekeep(ctx context.Context, lastPrune *time.Time) {
+// housekeeping is what the housekeeping loop keeps between its rounds.
+type housekeeping struct {
+	lastPrune      time.Time
+	sampleFailures []int // by shard: stream samples failed in a row
+}
+
+// gaugeFailures is how many stream samples in a row may fail before the
+// shard's gauges are removed. Kept for good, a replica cut off from Redis
+// went on exporting its last sample, and the alerts take the highest over
+// replicas: a backlog long cleared kept ComboStreamBacklog firing.
+// Removed at the first failure, a Redis slow enough to fail one sample in
+// a few (when the backlog is real) left the series missing at some
+// scrapes, and each restarted the alerts' for: countdown.
+const gaugeFailures = 3
+
+func (w *Worker) housekeep(ctx context.Context, st *housekeeping) {
 	defer func() {
 		if p := recover(); p != nil {
 			w.panicked(metrics.LoopHousekeeping, loopPanic, p)
@@ -89,22 +104,22 @@ func (w *Worker) housekeep(ctx context.Context, lastPrune *time.Time) {
 			}
 			return err
 		})
-		if err != nil && ctx.Err() == nil {
+		switch {
+		case err == nil:
+			st.sampleFailures[shard] = 0
+		case ctx.Err() == nil:
 			w.redisError(metrics.OpStreamStats, err)
-			// No sample: no value. The last one kept, a replica cut off
-			// from Redis went on exporting it, and the alerts take the
-			// highest over replicas: a backlog long cleared kept
-			// ComboStreamBacklog firing, and a stale pending count hid an
-			// unread one from ComboStreamUnread.
-			w.metrics.StreamLength.DeleteLabelValues(label)
-			w.metrics.StreamPending.DeleteLabelValues(label)
+			if st.sampleFailures[shard]++; st.sampleFailures[shard] >= gaugeFailures {
+				w.metrics.StreamLength.DeleteLabelValues(label)
+				w.metrics.StreamPending.DeleteLabelValues(label)
+			}
 		}
 	}
 	idle := w.cfg.ConsumerIdleDelete
-	if idle <= 0 || time.Since(*lastPrune) < min(idle/10, time.Hour) {
+	if idle <= 0 || time.Since(st.lastPrune) < min(idle/10, time.Hour) {
 		return
 	}
-	*lastPrune = time.Now()
+	st.lastPrune = time.Now()
 	for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
 		var removed []string
 		err := w.op(ctx, func(ctx context.Context) error {
