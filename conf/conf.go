@@ -282,13 +282,15 @@ func (c Config) Validate() error {
 	if c.Redis.StreamMaxLen < 10_000 {
 		bad("redis.stream_maxlen", "must be >= 10000 (it is a far-away safety bound), got %d", c.Redis.StreamMaxLen)
 	}
+	// At least a second: each renewal is a dial (and, with TLS, the files
+	// read again), which under a second would cost more than the reports.
+	if l := c.Redis.ConnMaxLifetime; l != 0 && (l < time.Second || l > maxRetention) {
+		bad("redis.conn_max_lifetime", "must be 0 (off) or 1s..%s, got %s", maxRetention, l)
+	}
 	// At most 100,000: go-redis fills a semaphore with a token per
 	// connection when it makes a client (a pool of 10 million took 1.9 s
 	// per client; past 2^31-1 it panicked), and a Redis takes 10,000
 	// clients by default (maxclients).
-	if l := c.Redis.ConnMaxLifetime; l != 0 && (l < time.Second || l > maxRetention) {
-		bad("redis.conn_max_lifetime", "must be 0 (off) or 1s..%s, got %s", maxRetention, l)
-	}
 	if c.Redis.PoolSize < 0 || c.Redis.PoolSize > 100_000 {
 		bad("redis.pool_size", "must be 0..100000 (0 = go-redis default), got %d", c.Redis.PoolSize)
 	}
