@@ -583,7 +583,8 @@ func TestClusterClientsDoNotShareTheirAddresses(t *testing.T) {
 // answers every command MASTERDOWN, which go-redis does not take for a
 // dead connection: the service's pooled connections stayed there until
 // its link came up. With redis.conn_max_lifetime they are renewed within
-// it, so the next is dialed to where the name points now. The name is a
+// it and its tenth of jitter, so the next is dialed to where the name
+// points now. The name is a
 // proxy here, whose target moves.
 func TestServiceLeavesADemotedMasterAnsweringMasterDown(t *testing.T) {
 	old := testredis.Start(t, testredis.Options{Args: []string{"--replica-serve-stale-data", "no"}})

@@ -415,9 +415,9 @@ func (c Config) Warnings() []string {
 	}
 	// A window open at a failover comes due up to W + grace after it and
 	// goes stale window.stale after it opened; its flushes may stay on the
-	// demoted master for up to the lifetime.
-	if l, room := c.Redis.ConnMaxLifetime, c.Window.Stale-open; l > 0 && l > room {
-		ws = append(ws, fmt.Sprintf("redis.conn_max_lifetime (%s) is longer than window.stale less window.size + window.grace (%s): "+
+	// demoted master for up to the lifetime and its jitter (a tenth more).
+	if l, room := c.Redis.ConnMaxLifetime, c.Window.Stale-open; l > 0 && l+l/10 > room {
+		ws = append(ws, fmt.Sprintf("redis.conn_max_lifetime (%s, and a tenth more of jitter) is longer than window.stale less window.size + window.grace (%s): "+
 			"windows open at a failover may go stale while their flushes stay on a demoted master that answers MASTERDOWN", l, room))
 	}
 	return ws
