@@ -584,14 +584,17 @@ func TestClusterClientsDoNotShareTheirAddresses(t *testing.T) {
 // dead connection: the service's pooled connections stayed there until
 // its link came up. With redis.conn_max_lifetime they are renewed within
 // it and its tenth of jitter, so the next is dialed to where the name
-// points now. The name is a
-// proxy here, whose target moves.
+// points now. The name is a proxy here, whose target moves.
 func TestServiceLeavesADemotedMasterAnsweringMasterDown(t *testing.T) {
 	old := testredis.Start(t, testredis.Options{Args: []string{"--replica-serve-stale-data", "no"}})
 	next := testredis.Start(t, testredis.Options{})
 	var target atomic.Value
 	target.Store(old.Addr)
-	name := movingName(t, &target)
+	name := testredis.ProxyTo(t, func() string { return target.Load().(string) }, func(c, s net.Conn) {
+		go func() { _, _ = io.Copy(s, c); s.Close() }()
+		_, _ = io.Copy(c, s)
+		c.Close()
+	})
 
 	cfg := conf.Default()
 	cfg.Redis.Addr = name
@@ -635,44 +638,4 @@ func TestServiceLeavesADemotedMasterAnsweringMasterDown(t *testing.T) {
 	if v := next.Client().Get(ctx, "combo-test:k").Val(); v != "new" {
 		t.Fatalf("the new master holds %q, want the write", v)
 	}
-}
-
-// movingName listens on a loopback port and joins each connection to the
-// address target holds when it arrives, as a DNS name does to what it
-// resolves to at the dial.
-func movingName(t *testing.T, target *atomic.Value) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var open []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range open {
-			c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target.Load().(string))
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			open = append(open, c, s)
-			mu.Unlock()
-			go func() { _, _ = io.Copy(s, c); s.Close() }()
-			go func() { _, _ = io.Copy(c, s); c.Close() }()
-		}
-	}()
-	return ln.Addr().String()
 }

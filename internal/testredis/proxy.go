@@ -14,6 +14,13 @@ import (
 // copies.
 func Proxy(tb testing.TB, addr string, serve func(client, server net.Conn)) string {
 	tb.Helper()
+	return ProxyTo(tb, func() string { return addr }, serve)
+}
+
+// ProxyTo is Proxy dialing, for each connection, the address addr returns
+// then: a name a failover moves, as DNS does at each dial.
+func ProxyTo(tb testing.TB, addr func() string, serve func(client, server net.Conn)) string {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -34,7 +41,7 @@ func Proxy(tb testing.TB, addr string, serve func(client, server net.Conn)) stri
 			if err != nil {
 				return
 			}
-			server, err := net.Dial("tcp", addr)
+			server, err := net.Dial("tcp", addr())
 			if err != nil {
 				client.Close()
 				continue
