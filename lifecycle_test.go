@@ -238,11 +238,7 @@ func TestEmbeddedRedisRequiresThePassword(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	addr, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeAll()
+	addr, newClient := openTestRedis(t, cfg)
 	ctx := context.Background()
 	if err := newClient(0).Ping(ctx).Err(); err != nil {
 		t.Fatalf("the service's client on the embedded Redis at %s: %v", addr, err)
@@ -258,11 +254,7 @@ func TestEmbeddedRedisRequiresThePassword(t *testing.T) {
 // windows rely on it to stay bounded.
 func TestEmbeddedRedisExpiresKeys(t *testing.T) {
 	cfg := conf.Default()
-	addr, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeAll()
+	addr, newClient := openTestRedis(t, cfg)
 	rdb := newClient(0)
 	ctx := context.Background()
 	if err := rdb.Set(ctx, "combo-test:ttl", "x", 200*time.Millisecond).Err(); err != nil {
@@ -288,11 +280,7 @@ func TestEmbeddedRedisCommandsDoNotWalkKeys(t *testing.T) {
 	// -race on an idle machine, past the default 500 ms redis.timeout on a
 	// busy one; this test is about each command's cost, not the timeout.
 	cfg.Redis.Timeout = 30 * time.Second
-	_, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeAll()
+	_, newClient := openTestRedis(t, cfg)
 	rdb := newClient(0)
 	ctx := context.Background()
 	// The fastest of 500 GETs: the machine may be busy with other work,
@@ -551,11 +539,7 @@ func TestClusterClientsDoNotShareTheirAddresses(t *testing.T) {
 	addrs := make([]string, 2, 8) // spare capacity, as a decoded list may have
 	addrs[0], addrs[1] = "127.0.0.1:1", "127.0.0.1:2"
 	cfg.Redis.Addrs = addrs
-	_, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeAll()
+	_, newClient := openTestRedis(t, cfg)
 	a, ok := newClient(0).(*redis.ClusterClient)
 	if !ok {
 		t.Fatal("redis.addrs did not make a cluster client")
@@ -604,11 +588,7 @@ func TestServiceLeavesADemotedMasterAnsweringMasterDown(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	_, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeAll()
+	_, newClient := openTestRedis(t, cfg)
 	rdb := newClient(0)
 	ctx := context.Background()
 	if err := rdb.Set(ctx, "combo-test:k", "old", 0).Err(); err != nil {
@@ -638,4 +618,15 @@ func TestServiceLeavesADemotedMasterAnsweringMasterDown(t *testing.T) {
 	if v := next.Client().Get(ctx, "combo-test:k").Val(); v != "new" {
 		t.Fatalf("the new master holds %q, want the write", v)
 	}
+}
+
+// openTestRedis is openRedis for cfg, its clients closed when the test ends.
+func openTestRedis(t *testing.T, cfg conf.Config) (addr string, newClient func(minConns int) redis.UniversalClient) {
+	t.Helper()
+	addr, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeAll)
+	return addr, newClient
 }
