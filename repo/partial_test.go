@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -257,4 +258,96 @@ func readRESP2(rd *bufio.Reader) ([]byte, error) {
 		return line, nil
 	}
 	return nil, fmt.Errorf("unknown RESP2 type %q", line[0])
+}
+
+// A call of 150 new windows is two report scripts in one pipeline. Redis
+// runs the first and answers NOSCRIPT for the second (its script cache
+// lost the script: on a Cluster, one master restarted), so the second is
+// sent again with EVAL, and Redis does not answer that. The call fails
+// UNAVAILABLE, and its error still counts the 100 windows the first
+// script opened: the retry's failure does not drop the replies read
+// before it.
+func TestNoScriptRetryUnansweredKeepsWhatTheFirstScriptOpened(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	srv := testredis.Start(t, testredis.Options{})
+	var phase atomic.Int32 // 0: rewrite the second script's sha; 1: hold EVAL; 2: held
+	proxy := testredis.Proxy(t, srv.Addr, func(in, out net.Conn) {
+		go func() { _, _ = io.Copy(in, out); in.Close() }()
+		defer out.Close()
+		rd := bufio.NewReaderSize(in, 1<<20)
+		var batch [][]byte
+		for {
+			cmd, err := readRESP2(rd)
+			if err != nil {
+				return
+			}
+			batch = append(batch, cmd)
+			if rd.Buffered() > 0 {
+				continue
+			}
+			scripts := 0
+			for i, c := range batch {
+				lower := bytes.ToLower(c)
+				if phase.Load() == 1 && bytes.Contains(lower, []byte("$4\r\neval\r\n")) {
+					phase.Store(2) // Redis stops answering: the retry and all after it held
+					_, _ = io.Copy(io.Discard, rd)
+					return
+				}
+				const name = "$7\r\nevalsha\r\n$40\r\n"
+				at := bytes.Index(lower, []byte(name))
+				if at < 0 {
+					continue
+				}
+				scripts++
+				if scripts == 2 && phase.Load() == 0 {
+					// A sha Redis never loaded: it answers NOSCRIPT.
+					sha := at + len(name)
+					batch[i] = append([]byte(nil), c...)
+					copy(batch[i][sha:sha+40], strings.Repeat("0", 40))
+					phase.Store(1)
+				}
+			}
+			if !writeAll(out, batch) {
+				return
+			}
+			batch = batch[:0]
+		}
+	})
+	rdb := redis.NewClient(&redis.Options{Addr: proxy, Protocol: 2, DialTimeout: timeout,
+		ReadTimeout: timeout, WriteTimeout: timeout, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	s := settings()
+	s.Timeout = timeout
+	r := repo.New(rdb, s)
+	if err := r.LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	cs := make([]*combo.Contribution, 150)
+	for i := range cs {
+		cs[i] = contribution(int64(i+1), fmt.Sprint("t", i), base)
+	}
+	_, err := r.Report(context.Background(), cs)
+	if phase.Load() != 2 {
+		t.Fatalf("phase %d: no NOSCRIPT retry was held: the test did not test (err %v)", phase.Load(), err)
+	}
+	if !errors.Is(err, repo.ErrUnavailable) {
+		t.Fatalf("a call whose NOSCRIPT retry Redis did not answer: %v, want ErrUnavailable", err)
+	}
+	if n := repo.WindowsOpened(err); n != 100 {
+		t.Errorf("the call opened %d windows by repo.WindowsOpened, want 100: the first script's", n)
+	}
+	res, err := repo.New(srv.Client(), settings()).Report(context.Background(), cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, rr := range res {
+		want := repo.Opened
+		if i < 100 {
+			want = repo.Duplicate
+		}
+		if rr.Outcome != want {
+			t.Fatalf("report %d sent again: outcome %v, want %v", i+1, rr.Outcome, want)
+		}
+	}
 }

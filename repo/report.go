@@ -96,7 +96,8 @@ type reportReply struct {
 }
 
 // execute counts cs in one pipeline: one script call per shard and up to
-// maxPerScript reports. The error is set only when Redis did not answer.
+// maxPerScript reports. The error is set only when Redis answered none of
+// it; a reply Redis did not answer carries its error.
 func (r *Repo) execute(ctx context.Context, cs []*combo.Contribution) ([]reportReply, error) {
 	replies := make([]reportReply, len(cs))
 	todo := make([]int, len(cs))
@@ -105,6 +106,15 @@ func (r *Repo) execute(ctx context.Context, cs []*combo.Contribution) ([]reportR
 	}
 	for attempt := 0; ; attempt++ {
 		groups, cmds, err := r.runReports(ctx, cs, todo, attempt > 0)
+		if err != nil && attempt > 0 && isUnavailable(err) {
+			// The retry of scripts Redis lost got no answer: only those
+			// reports fail with it. The replies read before stand, so the
+			// windows they opened are still counted (WindowsOpened).
+			for _, i := range todo {
+				replies[i].err = err
+			}
+			return replies, nil
+		}
 		if err != nil {
 			return nil, wrapWithin("repo.Report", err, reportTimeout)
 		}
