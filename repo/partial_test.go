@@ -45,20 +45,7 @@ func TestCallAnsweredInPartSaysWhatItOpened(t *testing.T) {
 		t.Errorf("the call opened %d windows by repo.WindowsOpened, want 100: the first script's", n)
 	}
 
-	direct := repo.New(srv.Client(), settings())
-	res, err := direct.Report(context.Background(), cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, rr := range res {
-		want := repo.Opened
-		if i < 100 {
-			want = repo.Duplicate
-		}
-		if rr.Outcome != want {
-			t.Fatalf("report %d sent again: outcome %v, want %v", i+1, rr.Outcome, want)
-		}
-	}
+	firstHundredWereCounted(t, srv.Client(), cs)
 }
 
 // Seven calls of 15 reports share one pipeline: a script of 100 reports,
@@ -164,7 +151,31 @@ func TestSharedPipelineAnsweredInPart(t *testing.T) {
 func partlyAnsweringRepo(t *testing.T, addr string, timeout time.Duration) (*repo.Repo, *redis.Client, *atomic.Bool) {
 	t.Helper()
 	var stalled atomic.Bool
-	proxy := testredis.Proxy(t, addr, func(in, out net.Conn) {
+	proxy := writesProxy(t, addr, func(batch [][]byte) ([][]byte, bool) {
+		scripts := 0
+		for i, c := range batch {
+			if bytes.Contains(bytes.ToLower(c), []byte("evalsha")) {
+				scripts++
+				if scripts == 2 && stalled.CompareAndSwap(false, true) {
+					// Sent on up to the first script; the rest, and
+					// all that follows, held.
+					return batch[:i], false
+				}
+			}
+		}
+		return batch, true
+	})
+	r, rdb := proxiedRepo(t, proxy, timeout)
+	return r, rdb, &stalled
+}
+
+// writesProxy proxies the Redis at addr, passing each write of the
+// client's (its commands, read whole) through edit first: edit returns
+// the commands to send on, and false to hold what follows on that
+// connection, as a Redis that stopped answering.
+func writesProxy(t *testing.T, addr string, edit func(batch [][]byte) ([][]byte, bool)) string {
+	t.Helper()
+	return testredis.Proxy(t, addr, func(in, out net.Conn) {
 		go func() { _, _ = io.Copy(in, out); in.Close() }()
 		defer out.Close()
 		rd := bufio.NewReaderSize(in, 1<<20)
@@ -178,28 +189,21 @@ func partlyAnsweringRepo(t *testing.T, addr string, timeout time.Duration) (*rep
 			if rd.Buffered() > 0 {
 				continue
 			}
-			scripts := 0
-			for i, c := range batch {
-				if bytes.Contains(bytes.ToLower(c), []byte("evalsha")) {
-					scripts++
-					if scripts == 2 && stalled.CompareAndSwap(false, true) {
-						// Sent on up to the first script; the rest,
-						// and all that follows, held.
-						if !writeAll(out, batch[:i]) {
-							return
-						}
-						_, _ = io.Copy(io.Discard, rd)
-						return
-					}
-				}
-			}
-			if !writeAll(out, batch) {
+			send, more := edit(batch)
+			if !writeAll(out, send) || !more {
+				_, _ = io.Copy(io.Discard, rd)
 				return
 			}
 			batch = batch[:0]
 		}
 	})
-	rdb := redis.NewClient(&redis.Options{Addr: proxy, Protocol: 2, DialTimeout: timeout,
+}
+
+// proxiedRepo is a Repo, and its client, reaching Redis at addr, set as
+// the service sets its own: timeout bounds every call, no retries.
+func proxiedRepo(t *testing.T, addr string, timeout time.Duration) (*repo.Repo, *redis.Client) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DialTimeout: timeout,
 		ReadTimeout: timeout, WriteTimeout: timeout, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
 	s := settings()
@@ -208,7 +212,7 @@ func partlyAnsweringRepo(t *testing.T, addr string, timeout time.Duration) (*rep
 	if err := r.LoadScripts(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return r, rdb, &stalled
+	return r, rdb
 }
 
 // writeAll writes cmds to w, and tells whether it could.
@@ -271,57 +275,31 @@ func TestNoScriptRetryUnansweredKeepsWhatTheFirstScriptOpened(t *testing.T) {
 	const timeout = 500 * time.Millisecond
 	srv := testredis.Start(t, testredis.Options{})
 	var phase atomic.Int32 // 0: rewrite the second script's sha; 1: hold EVAL; 2: held
-	proxy := testredis.Proxy(t, srv.Addr, func(in, out net.Conn) {
-		go func() { _, _ = io.Copy(in, out); in.Close() }()
-		defer out.Close()
-		rd := bufio.NewReaderSize(in, 1<<20)
-		var batch [][]byte
-		for {
-			cmd, err := readRESP2(rd)
-			if err != nil {
-				return
+	proxy := writesProxy(t, srv.Addr, func(batch [][]byte) ([][]byte, bool) {
+		scripts := 0
+		for i, c := range batch {
+			lower := bytes.ToLower(c)
+			if phase.Load() == 1 && bytes.Contains(lower, []byte("$4\r\neval\r\n")) {
+				phase.Store(2) // Redis stops answering: the retry and all after it held
+				return nil, false
 			}
-			batch = append(batch, cmd)
-			if rd.Buffered() > 0 {
+			const name = "$7\r\nevalsha\r\n$40\r\n"
+			at := bytes.Index(lower, []byte(name))
+			if at < 0 {
 				continue
 			}
-			scripts := 0
-			for i, c := range batch {
-				lower := bytes.ToLower(c)
-				if phase.Load() == 1 && bytes.Contains(lower, []byte("$4\r\neval\r\n")) {
-					phase.Store(2) // Redis stops answering: the retry and all after it held
-					_, _ = io.Copy(io.Discard, rd)
-					return
-				}
-				const name = "$7\r\nevalsha\r\n$40\r\n"
-				at := bytes.Index(lower, []byte(name))
-				if at < 0 {
-					continue
-				}
-				scripts++
-				if scripts == 2 && phase.Load() == 0 {
-					// A sha Redis never loaded: it answers NOSCRIPT.
-					sha := at + len(name)
-					batch[i] = append([]byte(nil), c...)
-					copy(batch[i][sha:sha+40], strings.Repeat("0", 40))
-					phase.Store(1)
-				}
+			scripts++
+			if scripts == 2 && phase.Load() == 0 {
+				// A sha Redis never loaded: it answers NOSCRIPT.
+				sha := at + len(name)
+				batch[i] = append([]byte(nil), c...)
+				copy(batch[i][sha:sha+40], strings.Repeat("0", 40))
+				phase.Store(1)
 			}
-			if !writeAll(out, batch) {
-				return
-			}
-			batch = batch[:0]
 		}
+		return batch, true
 	})
-	rdb := redis.NewClient(&redis.Options{Addr: proxy, Protocol: 2, DialTimeout: timeout,
-		ReadTimeout: timeout, WriteTimeout: timeout, MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rdb.Close() })
-	s := settings()
-	s.Timeout = timeout
-	r := repo.New(rdb, s)
-	if err := r.LoadScripts(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	r, _ := proxiedRepo(t, proxy, timeout)
 
 	cs := make([]*combo.Contribution, 150)
 	for i := range cs {
@@ -337,7 +315,14 @@ func TestNoScriptRetryUnansweredKeepsWhatTheFirstScriptOpened(t *testing.T) {
 	if n := repo.WindowsOpened(err); n != 100 {
 		t.Errorf("the call opened %d windows by repo.WindowsOpened, want 100: the first script's", n)
 	}
-	res, err := repo.New(srv.Client(), settings()).Report(context.Background(), cs)
+	firstHundredWereCounted(t, srv.Client(), cs)
+}
+
+// firstHundredWereCounted sends cs again, straight to Redis: the first 100
+// were counted by the call before (Duplicate), the rest not (Opened).
+func firstHundredWereCounted(t *testing.T, rdb redis.UniversalClient, cs []*combo.Contribution) {
+	t.Helper()
+	res, err := repo.New(rdb, settings()).Report(context.Background(), cs)
 	if err != nil {
 		t.Fatal(err)
 	}
