@@ -70,8 +70,8 @@ const (
 // back to back without waiting for answers (8 MB batches, each within
 // every bound here) grew the heap by a gigabyte in 6 s on one connection.
 // Now what it can make the server hold is maxAhead, plus what arrives
-// while one request runs (a call's handler ends within about a second),
-// then its connection is gone. A pooled Kitex client (client.NewClient's)
+// while one request runs, up to unreadCloser's bound (a request and
+// maxAhead, at any time), then its connection is gone. A pooled Kitex client (client.NewClient's)
 // sends nothing ahead; a multiplexing one (Kitex's deprecated
 // WithMuxConnection) sends its concurrent calls ahead on one connection,
 // and is served one call at a time as before, within the bound.

@@ -1,8 +1,9 @@
 // Package rpcserver is the Kitex server set-up combo-service runs with: its
 // netpoll runner, its identity, its per-RPC metrics, and its defences: only
 // framed netpoll transports, each request's bytes checked before Kitex
-// decodes them (guard.go), a connection limit and an idle-connection closer
-// (idle.go); and each TTHeader caller's timeout, read for the handler
+// decodes them (guard.go), a bound on each connection's unread bytes
+// (unread.go), a connection limit and an idle-connection closer (idle.go),
+// a write timeout (writetimeout.go); and each TTHeader caller's timeout, read for the handler
 // (deadline.go). It lives apart from main so that cmd/combo-floor, the same
 // server with handlers that do no work, measures exactly the RPC layer the
 // service pays for.
@@ -86,6 +87,11 @@ const MaxConnIdle = 2 * time.Minute
 // that stops reading is cut alike.
 const ReadWriteTimeout = 5 * time.Second
 
+// unreadInterval is how often each connection's unread bytes are looked
+// at (unreadCloser): a peer sending while its answer waits may pass the
+// bound by what its link carries in this time.
+const unreadInterval = 50 * time.Millisecond
+
 // Options are the server options every combo-service RPC server shares;
 // the caller adds its listener and how it stops. RPCs are counted and
 // timed (kitex_server_throughput, kitex_server_latency_us) on reg. At most
@@ -109,6 +115,7 @@ func options(reg prometheus.Registerer, maxConns int, idle, readWrite time.Durat
 		server.WithConnectionLimiter(limiter.NewConnectionLimiter(maxConns)),
 		server.WithBoundHandler(newIdleCloser(idle)),
 		server.WithBoundHandler(writeTimeout{timeout: readWrite}),
+		server.WithBoundHandler(newUnreadCloser(MaxRequestBytes+maxAhead, unreadInterval)),
 		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: client.ServiceName}),
 		server.WithTracer(metrics.NewRPCTracer(reg)),
 		// The tracer reads only the RPC's start and finish: recording

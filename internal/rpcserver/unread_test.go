@@ -1,0 +1,150 @@
+package rpcserver
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/kitex/server"
+	"github.com/cloudwego/netpoll"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
+)
+
+// A peer asks for a large answer, reads none of it, and keeps sending.
+// The server cannot write the answer, decodes nothing meanwhile, and
+// netpoll reads all the peer sends into the connection's buffer: the
+// guard's check on bytes sent ahead, made when the next request is
+// decoded, never runs. The connection is closed once it holds more than
+// a request and maxAhead unread, long before the write timeout (30 s
+// here) would end it; before, it held all the peer sent until then (1.3
+// GB in 5 s on loopback with the service's own bounds).
+func TestPeerSendingWhileItsAnswerWaitsIsCut(t *testing.T) {
+	const maxAhead = 1 << 20
+	const limit = MaxRequestBytes + maxAhead
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	gone := closed{ch: make(chan struct{}, 1)}
+	svr := comboservice.NewServer(&bigAnswers{}, append(options(prometheus.NewRegistry(), 100, time.Minute, 30*time.Second, maxAhead),
+		server.WithBoundHandler(gone), server.WithListener(ln), StopOn(ctx))...)
+	done := make(chan error, 1)
+	go func() { done <- svr.Run() }()
+	t.Cleanup(func() { stop(); <-done })
+
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
+	call := request("MergeLatest", &combo.ComboServiceMergeLatestArgs{Req: &combo.MergeLatestRequest{}})
+	if _, err := conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(call))), call...)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	sent := make(chan int, 1)
+	go func() { // bytes, none of them read: the server is stuck writing its answer
+		junk := make([]byte, 1<<20)
+		n := 0
+		_ = conn.SetWriteDeadline(time.Now().Add(20 * time.Second))
+		for {
+			k, err := conn.Write(junk)
+			n += k
+			if err != nil {
+				sent <- n
+				return
+			}
+		}
+	}()
+	select {
+	case <-gone.ch:
+		t.Logf("closed %s after the request", time.Since(start).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the connection still open 10 s after its peer began sending while its answer waited (limit %d MB)", limit>>20)
+	}
+	n := <-sent
+	t.Logf("the peer sent %d MB before the connection was cut", n>>20)
+	// The socket buffers and one look's interval at loopback speed pass
+	// the limit by far less than this.
+	if n > limit+256<<20 {
+		t.Errorf("the peer sent %d MB before the connection was cut, want about %d MB at most", n>>20, limit>>20)
+	}
+}
+
+// bufferedConn is a connection whose unread bytes are buf's.
+type bufferedConn struct {
+	net.Conn
+	buf    *netpoll.LinkBuffer
+	closed chan struct{}
+}
+
+func (c bufferedConn) Reader() netpoll.Reader { return c.buf }
+func (c bufferedConn) Close() error           { close(c.closed); return nil }
+func (c bufferedConn) RemoteAddr() net.Addr   { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
+
+func holding(n int) bufferedConn {
+	buf := netpoll.NewLinkBuffer()
+	_, _ = buf.WriteBinary(make([]byte, n))
+	_ = buf.Flush()
+	return bufferedConn{buf: buf, closed: make(chan struct{})}
+}
+
+// Only the connection over the limit is closed, once; the watching
+// goroutine ends when no connection is open, and starts again with the
+// next.
+func TestUnreadCloserClosesOnlyWhatIsOverAndStopsWhenIdle(t *testing.T) {
+	u := newUnreadCloser(100, time.Millisecond)
+	ctx := context.Background()
+	under, over := holding(100), holding(101)
+	for _, c := range []bufferedConn{under, over} {
+		if _, err := u.OnActive(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-over.closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a connection holding 101 unread bytes, limit 100, not closed in 5 s")
+	}
+	time.Sleep(20 * time.Millisecond) // twenty looks more: the closed one is not closed twice (a panic)
+	select {
+	case <-under.closed:
+		t.Fatal("a connection holding 100 unread bytes, limit 100, was closed")
+	default:
+	}
+	u.OnInactive(ctx, over)
+	u.OnInactive(ctx, under)
+	waitStopped := func() {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			u.mu.Lock()
+			running := u.running
+			u.mu.Unlock()
+			if !running {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the watching goroutine still runs 5 s after the last connection closed")
+			}
+		}
+	}
+	waitStopped()
+	again := holding(101)
+	if _, err := u.OnActive(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-again.closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a connection opened after the watcher stopped was not watched")
+	}
+	u.OnInactive(ctx, again)
+	waitStopped()
+}
