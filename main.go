@@ -403,8 +403,19 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, supp
 			metrics.RegisterClientCertificateExpiry(reg, d.clientCertificateExpiry)
 		}
 	}
+	var watch *sentinelWatch
 	if cfg.Redis.Sentinel() {
 		opts.Addrs = cfg.Redis.SentinelAddrs
+		// Every connection is kept by the address dialed, so that a
+		// failover any Sentinel announces closes those to the old master
+		// (sentinelWatch), not only one go-redis's own Sentinel announces.
+		dial := opts.Dialer
+		if dial == nil {
+			dial = redis.NewDialer(&redis.Options{DialTimeout: cfg.Redis.Timeout}) // go-redis's own
+		}
+		conns := newConnsByAddr()
+		opts.Dialer = conns.dialer(dial)
+		watch = watchSentinels(cfg.Redis, tlsConfig, conns, log)
 	}
 	closeEmbedded := func() {}
 	addr := cfg.Redis.Addr
@@ -467,6 +478,9 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, supp
 		return c
 	}
 	closeAll := func() {
+		if watch != nil {
+			watch.stop()
+		}
 		for _, c := range clients {
 			_ = c.Close()
 		}
