@@ -192,7 +192,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	warnEvicting(loadCtx, cfg, store, log)
 	if cfg.Redis.Sentinel() {
 		if tlsConfig, err := cfg.Redis.TLSConfig(); err == nil { // read and checked by Validate already
-			checkSentinels(loadCtx, cfg.Redis, tlsConfig, log)
+			checkSentinels(ctx, cfg.Redis, tlsConfig, log) // each within its own time
 		}
 	}
 	cancel()

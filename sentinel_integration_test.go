@@ -178,10 +178,13 @@ func TestSentinelsAreCheckedAtStart(t *testing.T) {
 		want         string // a log line's snippet, or "" for none
 	}{
 		{"no-channels", sentinelMaster, "may not SUBSCRIBE to +switch-master"},
-		// go-redis subscribes to both at once: denied one, it gets neither.
-		{"switch-master-only", sentinelMaster, "may not SUBSCRIBE to +switch-master"},
+		// go-redis subscribes to both at once, and denied one it gets
+		// neither; but every Sentinel's +switch-master is listened to.
+		{"switch-master-only", sentinelMaster, ""},
 		{"failover-channels", sentinelMaster, ""},
 		{"failover-channels", "no-such-master", "knows no master of that name (redis.sentinel_master)"},
+		// A login this Sentinel refuses (the user made on the others only).
+		{"no-such-user", sentinelMaster, "could not ask this Sentinel where the master is"},
 	} {
 		core, logs := observer.New(zap.WarnLevel)
 		r := conf.Default().Redis
@@ -198,5 +201,46 @@ func TestSentinelsAreCheckedAtStart(t *testing.T) {
 		if len(got) != 1 || !strings.Contains(got[0].Message, tc.want) || got[0].ContextMap()["sentinel"] != sentinel.Addr {
 			t.Errorf("user %s, master %s: logged %v, want one line saying %q and naming the Sentinel", tc.user, tc.master, got, tc.want)
 		}
+	}
+}
+
+// A Sentinel that never answers (paused), listed first, is named, and the
+// one after it is still checked: each is asked on its own, within its own
+// time. Before, the first used up the time all shared, and the second's
+// missing channel went unreported. A plain Redis named as a Sentinel is
+// named too.
+func TestSentinelCheckNamesWhatItCannotAsk(t *testing.T) {
+	master := testredis.Start(t, testredis.Options{})
+	sentinels := testredis.StartSentinels(t, 2, sentinelMaster, master)
+	for _, sn := range sentinels {
+		if err := sn.Client().Do(context.Background(), "ACL", "SETUSER", "no-channels", "on", ">spw", "+@all").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sentinels[0].Pause()
+	defer sentinels[0].Resume()
+	core, logs := observer.New(zap.WarnLevel)
+	r := conf.Default().Redis
+	r.Timeout = 300 * time.Millisecond
+	r.SentinelAddrs = []string{sentinels[0].Addr, sentinels[1].Addr, master.Addr}
+	r.SentinelMaster, r.SentinelUsername, r.SentinelPassword = sentinelMaster, "no-channels", "spw"
+	start := time.Now()
+	checkSentinels(context.Background(), r, nil, zap.New(core))
+	if took := time.Since(start); took > 2*sentinelCheckTime*r.Timeout {
+		t.Errorf("the check took %v, want about %v at most: each Sentinel within its own time", took, sentinelCheckTime*r.Timeout)
+	}
+	want := map[string]string{
+		sentinels[0].Addr: "could not ask this Sentinel where the master is",
+		sentinels[1].Addr: "may not SUBSCRIBE to +switch-master",
+		master.Addr:       "could not ask this Sentinel where the master is",
+	}
+	for _, e := range logs.All() {
+		addr, _ := e.ContextMap()["sentinel"].(string)
+		if w, ok := want[addr]; ok && strings.Contains(e.Message, w) {
+			delete(want, addr)
+		}
+	}
+	for addr, w := range want {
+		t.Errorf("nothing logged of Sentinel %s saying %q; logged: %v", addr, w, logs.All())
 	}
 }

@@ -51,7 +51,7 @@ func watchSentinels(r conf.Redis, tlsConfig *tls.Config, conns *connsByAddr, log
 			// Dialed here, not at start: a Sentinel whose host is gone
 			// takes redis.timeout to fail. The channel is kept either way,
 			// and subscribed again each time the connection is made anew.
-			_ = ps.Subscribe(context.Background(), "+switch-master")
+			_ = ps.Subscribe(context.Background(), switchMaster)
 			for msg := range ps.Channel() {
 				w.switched(addr, msg.Payload)
 			}
