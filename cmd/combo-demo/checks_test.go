@@ -383,3 +383,20 @@ func TestPushBeforeTheAnswerNamingAnotherActivityFails(t *testing.T) {
 		t.Errorf("summary %v, want false, counting the window as misrouted:\n%s", ok, out)
 	}
 }
+
+// Against a Redis that asks for a password the demo was not given, the
+// error says so and names the flag, instead of sending the user to check
+// -redis, whose address answered.
+func TestMissingRedisPasswordNamesTheFlag(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	if err := srv.Client().ConfigSet(context.Background(), "requirepass", "s3cret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("COMBO_REDIS_PASSWORD", "")
+	o := options{addr: "127.0.0.1:1", redisAddr: srv.Addr, window: 3 * time.Second, grace: 200 * time.Millisecond,
+		scenario: "script", activity: 1001, color: "never"}
+	code, err := run(context.Background(), o)
+	if code != 2 || err == nil || !strings.Contains(err.Error(), "NOAUTH") || !strings.Contains(err.Error(), "-redis-password") {
+		t.Fatalf("run = %d, %v; want 2, naming NOAUTH and -redis-password", code, err)
+	}
+}

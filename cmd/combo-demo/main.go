@@ -251,8 +251,12 @@ func run(ctx context.Context, o options) (int, error) {
 	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := rdb.Ping(pingCtx).Err(); err != nil {
-		return unreached(fmt.Errorf("cannot reach Redis at %s: %w\n"+
-			"  -redis must be the Redis the service publishes on; with its embedded Redis, the embedded_redis_addr it logged at start", o.redisAddr, err))
+		hint := "-redis must be the Redis the service publishes on; with its embedded Redis, the embedded_redis_addr it logged at start"
+		if redis.HasErrorPrefix(err, "NOAUTH") || redis.HasErrorPrefix(err, "WRONGPASS") {
+			// The address answered: the password is what is wrong.
+			hint = "-redis-password (or COMBO_REDIS_PASSWORD) must be the service's redis.password"
+		}
+		return unreached(fmt.Errorf("cannot reach Redis at %s: %w\n  %s", o.redisAddr, err, hint))
 	}
 	sub := rdb.PSubscribe(ctx, push.ChannelPattern)
 	defer sub.Close()
@@ -504,7 +508,7 @@ func (st *state) onPush(b *board, channel, payload string, now time.Time) {
 	}
 	st.mu.Unlock()
 	if problem != "" {
-		detail = b.st.red(problem) + " " + detail
+		detail = b.st.red(problem) + ": " + detail
 	}
 	b.merged(now, feedText(m.ActivityID, r.Nickname, r.ItemName, int64(r.Quantity)), detail)
 	select {
