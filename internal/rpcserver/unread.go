@@ -19,7 +19,8 @@ import (
 // answer, read none of it and kept sending made the server hold 1.3 GB on
 // one connection through the write timeout (ReadWriteTimeout, 5 s), past
 // the 64 MB that MaxAheadBytes promises. netpoll calls nothing when bytes
-// arrive while a request runs, so one goroutine looks at every
+// arrive while a request runs, nor closes the connection before its
+// handler returns (shutDown), so one goroutine looks at every
 // connection's unread length (an atomic read) each interval, and runs only
 // while connections are open: 10,000 of them cost a fraction of a
 // millisecond per look.
@@ -92,7 +93,8 @@ func (u *unreadCloser) watch() {
 		for _, o := range cut {
 			klog.Warnf("combo-service: closed a connection from %s holding %d bytes it sent and the server "+
 				"has not read, more than the %d it may (a request and MaxAheadBytes sent ahead): "+
-				"it kept sending while an answer waited for it", o.conn.RemoteAddr(), o.n, u.limit)
+				"it kept sending while a request ran or its answer waited", o.conn.RemoteAddr(), o.n, u.limit)
+			shutDown(o.conn)
 			_ = o.conn.Close()
 		}
 		cut = cut[:0]

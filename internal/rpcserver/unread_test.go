@@ -78,6 +78,63 @@ func TestPeerSendingWhileItsAnswerWaitsIsCut(t *testing.T) {
 	}
 }
 
+// slowMerge answers MergeLatest after it has run for a while.
+type slowMerge struct {
+	okService
+	runs time.Duration
+}
+
+func (s *slowMerge) MergeLatest(context.Context, *combo.MergeLatestRequest) (*combo.MergeLatestResponse, error) {
+	time.Sleep(s.runs)
+	return &combo.MergeLatestResponse{}, nil
+}
+
+// A peer that keeps sending while its request's handler runs is cut as
+// soon as it passes the bound, not when the handler returns: netpoll
+// closes a connection only once its handler is done, and went on reading
+// all the peer sent until then (950 MB in a review's 4 s).
+func TestPeerSendingWhileItsRequestRunsIsCut(t *testing.T) {
+	const maxAhead = 1 << 20
+	const runs = 4 * time.Second
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	svr := comboservice.NewServer(&slowMerge{runs: runs}, append(options(prometheus.NewRegistry(), 100, time.Minute, ReadWriteTimeout, maxAhead),
+		server.WithListener(ln), StopOn(ctx))...)
+	done := make(chan error, 1)
+	go func() { done <- svr.Run() }()
+	t.Cleanup(func() { stop(); <-done })
+
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	call := request("MergeLatest", &combo.ComboServiceMergeLatestArgs{Req: &combo.MergeLatestRequest{}})
+	if _, err := conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(call))), call...)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	junk := make([]byte, 1<<20)
+	sent := 0
+	_ = conn.SetWriteDeadline(start.Add(2 * runs))
+	for {
+		n, err := conn.Write(junk)
+		sent += n
+		if err != nil {
+			break
+		}
+	}
+	took := time.Since(start)
+	t.Logf("the peer's writes failed %v after its request, %d MB sent", took.Round(time.Millisecond), sent>>20)
+	if took > runs/2 {
+		t.Errorf("the peer could send for %v while a handler of %v ran (%d MB): the connection was not cut at the bound",
+			took.Round(time.Millisecond), runs, sent>>20)
+	}
+}
+
 // bufferedConn is a connection whose unread bytes are buf's.
 type bufferedConn struct {
 	net.Conn
