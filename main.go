@@ -415,7 +415,7 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, supp
 		}
 		conns := newConnsByAddr()
 		opts.Dialer = conns.dialer(dial)
-		watch = watchSentinels(cfg.Redis, tlsConfig, conns, log)
+		watch = watchSentinels(cfg.Redis, tlsConfig, dial, conns, log)
 	}
 	closeEmbedded := func() {}
 	addr := cfg.Redis.Addr

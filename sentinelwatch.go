@@ -40,10 +40,16 @@ type sentinelWatch struct {
 // watchSentinels subscribes to +switch-master on each of r's Sentinels
 // (each PubSub reconnects by itself while its Sentinel is down) and acts on
 // what they announce until stop.
-func watchSentinels(r conf.Redis, tlsConfig *tls.Config, conns *connsByAddr, log *zap.Logger) *sentinelWatch {
+// Its connections are made by dial, the service's own dialer (with TLS,
+// one that reads the files again at each dial, so a subscription made
+// again after a certificate's rotation presents the new one), untracked:
+// a Sentinel's connections are never a master's.
+func watchSentinels(r conf.Redis, tlsConfig *tls.Config, dial dialFunc, conns *connsByAddr, log *zap.Logger) *sentinelWatch {
 	w := &sentinelWatch{master: r.SentinelMaster, log: log, conns: conns}
 	for _, addr := range r.SentinelAddrs {
-		sc := redis.NewSentinelClient(nodeOptions(r, tlsConfig, addr, r.SentinelUsername, r.SentinelPassword))
+		o := nodeOptions(r, tlsConfig, addr, r.SentinelUsername, r.SentinelPassword)
+		o.Dialer = dial
+		sc := redis.NewSentinelClient(o)
 		ps := sc.Subscribe(context.Background()) // no channel yet: nothing dialed
 		w.subs = append(w.subs, ps)
 		w.done.Go(func() {
@@ -93,9 +99,12 @@ func newConnsByAddr() *connsByAddr {
 	return &connsByAddr{conns: make(map[string]map[net.Conn]struct{})}
 }
 
+// dialFunc dials a Redis or a Sentinel (go-redis's Options.Dialer).
+type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+
 // dialer wraps dial so that each connection it makes is kept here until
 // closed.
-func (t *connsByAddr) dialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func (t *connsByAddr) dialer(dial dialFunc) dialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if err != nil {
