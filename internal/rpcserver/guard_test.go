@@ -228,13 +228,19 @@ func serveWith(t *testing.T, maxConns int, idle, readWrite time.Duration) string
 // ahead on a connection.
 func serveAhead(t *testing.T, maxConns int, idle, readWrite time.Duration, maxAhead int) string {
 	t.Helper()
+	return runServer(t, &okService{}, options(prometheus.NewRegistry(), maxConns, idle, readWrite, maxAhead)...)
+}
+
+// runServer serves svc with opts on a listener of its own until the test
+// ends, and returns its address.
+func runServer(t *testing.T, svc combo.ComboService, opts ...server.Option) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	svr := comboservice.NewServer(&okService{}, append(options(prometheus.NewRegistry(), maxConns, idle, readWrite, maxAhead),
-		server.WithListener(ln), StopOn(ctx))...)
+	svr := comboservice.NewServer(svc, append(opts, server.WithListener(ln), StopOn(ctx))...)
 	done := make(chan error, 1)
 	go func() { done <- svr.Run() }()
 	t.Cleanup(func() { stop(); <-done })

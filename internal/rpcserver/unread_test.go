@@ -2,7 +2,6 @@ package rpcserver
 
 import (
 	"context"
-	"encoding/binary"
 	"net"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
-	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 )
 
 // A peer asks for a large answer, reads none of it, and keeps sending.
@@ -26,28 +24,11 @@ import (
 func TestPeerSendingWhileItsAnswerWaitsIsCut(t *testing.T) {
 	const maxAhead = 1 << 20
 	const limit = MaxRequestBytes + maxAhead
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
 	gone := closed{ch: make(chan struct{}, 1)}
-	svr := comboservice.NewServer(&bigAnswers{}, append(options(prometheus.NewRegistry(), 100, time.Minute, 30*time.Second, maxAhead),
-		server.WithBoundHandler(gone), server.WithListener(ln), StopOn(ctx))...)
-	done := make(chan error, 1)
-	go func() { done <- svr.Run() }()
-	t.Cleanup(func() { stop(); <-done })
-
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	addr := runServer(t, &bigAnswers{}, append(options(prometheus.NewRegistry(), 100, time.Minute, 30*time.Second, maxAhead),
+		server.WithBoundHandler(gone))...)
+	conn := askMergeLatest(t, addr)
 	defer conn.Close()
-	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
-	call := request("MergeLatest", &combo.ComboServiceMergeLatestArgs{Req: &combo.MergeLatestRequest{}})
-	if _, err := conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(call))), call...)); err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
 	sent := make(chan int, 1)
 	go func() { // bytes, none of them read: the server is stuck writing its answer
@@ -96,26 +77,9 @@ func (s *slowMerge) MergeLatest(context.Context, *combo.MergeLatestRequest) (*co
 func TestPeerSendingWhileItsRequestRunsIsCut(t *testing.T) {
 	const maxAhead = 1 << 20
 	const runs = 4 * time.Second
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	svr := comboservice.NewServer(&slowMerge{runs: runs}, append(options(prometheus.NewRegistry(), 100, time.Minute, ReadWriteTimeout, maxAhead),
-		server.WithListener(ln), StopOn(ctx))...)
-	done := make(chan error, 1)
-	go func() { done <- svr.Run() }()
-	t.Cleanup(func() { stop(); <-done })
-
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	addr := runServer(t, &slowMerge{runs: runs}, options(prometheus.NewRegistry(), 100, time.Minute, ReadWriteTimeout, maxAhead)...)
+	conn := askMergeLatest(t, addr)
 	defer conn.Close()
-	call := request("MergeLatest", &combo.ComboServiceMergeLatestArgs{Req: &combo.MergeLatestRequest{}})
-	if _, err := conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(call))), call...)); err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
 	junk := make([]byte, 1<<20)
 	sent := 0

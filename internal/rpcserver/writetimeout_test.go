@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
-	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 )
 
 // bigAnswers answers MergeLatest with 16 MB, more than the socket buffers
@@ -47,33 +46,33 @@ func (c closed) OnInactive(ctx context.Context, _ net.Conn) context.Context {
 // sends nothing more, so nothing else times out.
 func TestUnreadAnswerCutsTheConnection(t *testing.T) {
 	const timeout = 300 * time.Millisecond
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
 	gone := closed{ch: make(chan struct{}, 10)}
-	svr := comboservice.NewServer(&bigAnswers{}, append(options(prometheus.NewRegistry(), 100, time.Minute, timeout, MaxAheadBytes),
-		server.WithBoundHandler(gone), server.WithListener(ln), StopOn(ctx))...)
-	done := make(chan error, 1)
-	go func() { done <- svr.Run() }()
-	t.Cleanup(func() { stop(); <-done })
-
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
-	call := request("MergeLatest", &combo.ComboServiceMergeLatestArgs{Req: &combo.MergeLatestRequest{}})
+	addr := runServer(t, &bigAnswers{}, append(options(prometheus.NewRegistry(), 100, time.Minute, timeout, MaxAheadBytes),
+		server.WithBoundHandler(gone))...)
 	start := time.Now()
-	if _, err := conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(call))), call...)); err != nil {
-		t.Fatal(err)
-	}
+	conn := askMergeLatest(t, addr)
+	defer conn.Close()
 	select {
 	case <-gone.ch:
 		t.Logf("closed %s after the request", time.Since(start).Round(time.Millisecond))
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the connection still open 10 s after its answer stopped being read (write timeout %s)", timeout)
 	}
+}
+
+// askMergeLatest dials addr, with a small receive buffer, and sends one
+// MergeLatest, reading no answer.
+func askMergeLatest(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
+	call := request("MergeLatest", &combo.ComboServiceMergeLatestArgs{Req: &combo.MergeLatestRequest{}})
+	if _, err := conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(call))), call...)); err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	return conn
 }
