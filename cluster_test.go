@@ -106,7 +106,7 @@ func TestRedisCluster(t *testing.T) {
 		for _, q := range want {
 			total += q
 		}
-		checkConservation(t, s.pushes, 15*time.Second, forActivity(a), want)
+		checkConservation(t, s.pushes, s.cfg, 15*time.Second, forActivity(a), want)
 	})
 
 	t.Run("streams spread over the masters and end empty", func(t *testing.T) {

@@ -233,7 +233,9 @@ func subscribe(t *testing.T, rdb redis.UniversalClient) *pushLog {
 		t.Fatalf("psubscribe: %v", err)
 	}
 	p := &pushLog{cond: make(chan struct{}, 1), t: t}
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		for m := range sub.Channel(redis.WithChannelSize(10000)) {
 			msg, err := push.Decode([]byte(m.Payload))
 			if err != nil {
@@ -249,7 +251,15 @@ func subscribe(t *testing.T, rdb redis.UniversalClient) *pushLog {
 			}
 		}
 	}()
-	t.Cleanup(func() { sub.Close() })
+	t.Cleanup(func() {
+		sub.Close()
+		// The reader may call t.Errorf: it must end with the test.
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("the push reader still runs 5 s after its subscription closed")
+		}
+	})
 	return p
 }
 
@@ -342,8 +352,10 @@ func newRPC(t *testing.T, addr string) comboservice.Client {
 
 // checkConservation waits until the pushes matching match carry as much
 // quantity as was reported, then checks it per key ("user|item_type") and
-// that no window id was pushed twice.
-func checkConservation(t *testing.T, p *pushLog, timeout time.Duration, match func(received) bool, want map[string]int32) {
+// that no window id was pushed twice, a late second push included: none
+// may come for as long as a window taken back (cfg's ClaimIdle) takes to
+// be due again.
+func checkConservation(t *testing.T, p *pushLog, cfg conf.Config, timeout time.Duration, match func(received) bool, want map[string]int32) {
 	t.Helper()
 	total := int32(0)
 	for _, q := range want {
@@ -358,6 +370,7 @@ func checkConservation(t *testing.T, p *pushLog, timeout time.Duration, match fu
 		got = rs
 		return sum >= total
 	}, match)
+	p.quiet(cfg.Worker.ClaimIdle+cfg.Window.Size+cfg.Window.Grace, len(got), match)
 	byKey := map[string]int32{}
 	ids := map[int64]bool{}
 	for _, r := range got {

@@ -140,7 +140,7 @@ func TestReporterAgainstTheService(t *testing.T) {
 	if err := r.Report(context.Background(), gift(a, 1, "firework", 1)); !errors.Is(err, client.ErrClosed) {
 		t.Fatalf("Report after Close = %v, want ErrClosed", err)
 	}
-	checkConservation(t, s.pushes, wait, forActivity(a), want)
+	checkConservation(t, s.pushes, s.cfg, wait, forActivity(a), want)
 	noReporterGoroutines(t)
 }
 
@@ -238,7 +238,7 @@ func TestReporterRidesOutARedisOutage(t *testing.T) {
 		ids, errs := d.snapshot()
 		t.Fatalf("stats %+v, want all 10 sent after Redis came back; dropped %v: %v", st, ids, errs)
 	}
-	checkConservation(t, pushes, wait, forActivity(a), want)
+	checkConservation(t, pushes, s.cfg, wait, forActivity(a), want)
 }
 
 // Close bounds itself by its ctx while the service cannot take the

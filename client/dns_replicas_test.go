@@ -231,18 +231,26 @@ func TestDNSNameFirstRecordDeadFallsBack(t *testing.T) {
 		kclient.WithConnectTimeout(connect), kclient.WithRPCTimeout(10*time.Second))
 
 	// The records are tried in random order: 127.0.0.2 first in about
-	// half of the dials, in none of 8 with a chance of 1/256.
-	const calls = 8
-	for i := range calls {
+	// half of the dials. Calls go on until it was first twice (a call
+	// that took half the connect timeout or more), at most 32: none of 32
+	// has a chance of 1 in 2^32.
+	calls, fellBack := 0, 0
+	for ; calls < 32 && fellBack < 2; calls++ {
 		start := time.Now()
 		_, err := cli.ReportContribution(context.Background(), &combo.ReportContributionRequest{
-			Contribution: &combo.Contribution{Id: int64(i + 1), Quantity: 1}})
+			Contribution: &combo.Contribution{Id: int64(calls + 1), Quantity: 1}})
 		took := time.Since(start)
 		if err != nil || took >= connect {
-			t.Fatalf("call %d: %v after %s, want an answer within the connect timeout (%s)", i, err, took, connect)
+			t.Fatalf("call %d: %v after %s, want an answer within the connect timeout (%s)", calls, err, took, connect)
+		}
+		if took >= connect/2 {
+			fellBack++
 		}
 	}
-	if got := up.n.Load(); got != calls {
+	if fellBack < 2 {
+		t.Fatalf("the dead record was tried first in %d of %d calls, want 2: the test did not test", fellBack, calls)
+	}
+	if got := up.n.Load(); got != int64(calls) {
 		t.Errorf("the live replica 127.0.0.3 took %d of %d calls", got, calls)
 	}
 }

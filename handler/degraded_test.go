@@ -150,9 +150,11 @@ func TestReportPushedAfterItsCallerGaveUpIsCountedDegraded(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-second // nobody reads this answer
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
 	for range 2 {
-		if _, err := sub.ReceiveMessage(ctx); err != nil { // both were pushed on their own
-			t.Fatal(err)
+		if _, err := sub.ReceiveMessage(rctx); err != nil { // both were pushed on their own
+			t.Fatalf("the two degraded reports not both pushed within 10 s: %v", err)
 		}
 	}
 	if got := testutil.ToFloat64(m.Reports.WithLabelValues(metrics.OutcomeDegraded)); got != 2 {

@@ -399,10 +399,7 @@ func TestPanickingWindowIsRetiredOnceStale(t *testing.T) {
 	if err != nil || res[0].Outcome != repo.Opened {
 		t.Fatalf("report after the retire: %+v %v, want a new window", res, err)
 	}
-	msg, err := sub.ReceiveMessage(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	msg := nextPush(t, sub)
 	if p, err := push.Decode([]byte(msg.Payload)); err != nil || p.Record.ID != 2 || p.Record.Quantity != 1 {
 		t.Fatalf("push %s, want the new window of report 2 alone", msg.Payload)
 	}
@@ -423,10 +420,7 @@ func TestPanicWhileRetiringIsRecovered(t *testing.T) {
 	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 666), contribution(2, 5)}); err != nil {
 		t.Fatal(err)
 	}
-	msg, err := sub.ReceiveMessage(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	msg := nextPush(t, sub)
 	if p, err := push.Decode([]byte(msg.Payload)); err != nil || p.ActivityID != 5 {
 		t.Fatalf("push %s, want activity 5's", msg.Payload)
 	}
@@ -686,6 +680,20 @@ func startClockWorker(t *testing.T, r *repo.Repo, m *metrics.Metrics, sampleEver
 	t.Cleanup(func() { wk.Shutdown(context.Background()) })
 	waitFor(t, "the worker reading Redis's clock", wk.ClockRead)
 	return wk, store
+}
+
+// nextPush is the next message on sub, within 10 s: a push that never
+// comes fails the test instead of hanging the package until go test's
+// timeout.
+func nextPush(t *testing.T, sub *redis.PubSub) *redis.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatalf("no push within 10 s: %v", err)
+	}
+	return msg
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
