@@ -153,3 +153,48 @@ func TestConnsByAddrKeepsOpenConnectionsByAddress(t *testing.T) {
 		t.Errorf("closeAll again closed %d, want none: closed connections are let go", n)
 	}
 }
+
+// A dial that began before an announcement that the master left its
+// address, and ended after it, was asked for the old master: its
+// connection is closed, not kept past closeAll.
+func TestConnsByAddrRefusesADialOverlappingAnAnnouncement(t *testing.T) {
+	client, server := net.Pipe()
+	defer server.Close()
+	dialing, release := make(chan struct{}), make(chan struct{})
+	conns := newConnsByAddr()
+	dial := conns.dialer(func(context.Context, string, string) (net.Conn, error) {
+		close(dialing)
+		<-release
+		return client, nil
+	})
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := dial(context.Background(), "tcp", "10.0.0.1:6379")
+		done <- result{c, err}
+	}()
+	<-dialing
+	conns.closeAll("10.0.0.1:6379")
+	close(release)
+	r := <-done
+	if r.err == nil || !strings.Contains(r.err.Error(), "left it while it was dialed") {
+		t.Fatalf("a dial overlapping the announcement: %v, %v; want refused", r.c, r.err)
+	}
+	if _, err := client.Write([]byte("x")); err == nil {
+		t.Error("the refused dial's connection is still open")
+	}
+	// A dial after the announcement is the pool's own: kept (the address
+	// may be a master again, failed back).
+	dial = conns.dialer(func(context.Context, string, string) (net.Conn, error) {
+		c, _ := net.Pipe()
+		return c, nil
+	})
+	c, err := dial(context.Background(), "tcp", "10.0.0.1:6379")
+	if err != nil {
+		t.Fatalf("a dial after the announcement: %v", err)
+	}
+	c.Close()
+}

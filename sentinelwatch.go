@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -93,10 +94,14 @@ func (w *sentinelWatch) stop() {
 type connsByAddr struct {
 	mu    sync.Mutex
 	conns map[string]map[net.Conn]struct{}
+	// left counts the announcements that a master left each address: a
+	// dial that began before one and ended after it was asked for the old
+	// master, and would be kept past closeAll.
+	left map[string]uint64
 }
 
 func newConnsByAddr() *connsByAddr {
-	return &connsByAddr{conns: make(map[string]map[net.Conn]struct{})}
+	return &connsByAddr{conns: make(map[string]map[net.Conn]struct{}), left: make(map[string]uint64)}
 }
 
 // dialFunc dials a Redis or a Sentinel (go-redis's Options.Dialer).
@@ -106,12 +111,20 @@ type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error
 // closed.
 func (t *connsByAddr) dialer(dial dialFunc) dialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		t.mu.Lock()
+		left := t.left[addr]
+		t.mu.Unlock()
 		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
 		tc := &trackedConn{Conn: c, t: t, addr: addr}
 		t.mu.Lock()
+		if t.left[addr] != left {
+			t.mu.Unlock()
+			_ = c.Close()
+			return nil, fmt.Errorf("dial %s: a Sentinel announced the master left it while it was dialed", addr)
+		}
 		if t.conns[addr] == nil {
 			t.conns[addr] = make(map[net.Conn]struct{})
 		}
@@ -126,9 +139,11 @@ func (t *connsByAddr) dialer(dial dialFunc) dialFunc {
 	}
 }
 
-// closeAll closes every open connection to addr and says how many.
+// closeAll closes every open connection to addr, and any being dialed,
+// and says how many were open.
 func (t *connsByAddr) closeAll(addr string) int {
 	t.mu.Lock()
+	t.left[addr]++
 	var cs []net.Conn
 	for c := range t.conns[addr] {
 		cs = append(cs, c)
