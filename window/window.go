@@ -19,8 +19,10 @@
 // the poll path (MergeLatest, which merges rows read back from the database).
 // When they disagreed in the source design, the frontend showed the same
 // combo twice under different ids. The Lua script mirrors Joins; Merge is
-// what the push path produces when reports of a key arrive in created_at
-// order, so tests of the push path state their expectations with Merge.
+// what the push path produces when reports of a key arrive in (created_at,
+// id) order, so tests of the push path state their expectations with
+// Merge. (A window full to int32's bound splits by arrival on the push
+// path and by id here when rows share a millisecond: README's "i32 split".)
 package window
 
 import (
