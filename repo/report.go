@@ -183,8 +183,12 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 	// One id twice in a pipeline (repeated in a batch, or a retry queued
 	// beside its original) degrades twice when the script forgets it after
 	// a failure (a full stream) or cannot write it (Redis refusing writes):
-	// both copies are answered degraded, and it is published once.
+	// it is published once, and the later copies are answered duplicate,
+	// as the script answers a repeated id (they were answered degraded,
+	// "published on its own", for a push that carried only the first).
 	var queued map[int64]bool // made only when a pipeline degrades
+	type at struct{ call, i int }
+	var copies []at // results of later copies of a queued id
 	// causes[j]: why call degradedCalls[j]'s first degraded report
 	// degraded; its error names that, not another call's in the pipeline.
 	var causes []error
@@ -194,6 +198,7 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 		var err, cause error
 		var mine []*combo.Contribution
 		var mineClocks []redisClock
+		var mineAt []int // each one's index in res
 		// Every reply is read, past one Redis did not answer: in a
 		// cluster the others came from live nodes, and the windows they
 		// opened are counted (WindowsOpened). A call that fails publishes
@@ -212,6 +217,7 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 				// pre-aggregation behaviour for this contribution.
 				mine = append(mine, cs[i])
 				mineClocks = append(mineClocks, replies[i].clock)
+				mineAt = append(mineAt, i-off)
 				if cause == nil {
 					cause = perr
 				}
@@ -232,11 +238,13 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 				queued = make(map[int64]bool)
 			}
 			for j, c := range mine {
-				if !queued[c.Id] {
-					queued[c.Id] = true
-					degraded = append(degraded, c)
-					clocks = append(clocks, mineClocks[j])
+				if queued[c.Id] {
+					copies = append(copies, at{k, mineAt[j]})
+					continue
 				}
+				queued[c.Id] = true
+				degraded = append(degraded, c)
+				clocks = append(clocks, mineClocks[j])
 			}
 			degradedCalls = append(degradedCalls, k)
 			causes = append(causes, cause)
@@ -259,6 +267,9 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 					*rr = ReportResult{Outcome: Duplicate}
 				}
 			}
+		}
+		for _, c := range copies {
+			out[c.call].res[c.i] = ReportResult{Outcome: Duplicate}
 		}
 	}
 	return out, nil

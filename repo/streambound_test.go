@@ -145,8 +145,10 @@ func TestDegradedIDIsRememberedOnlyOncePublished(t *testing.T) {
 
 // One id twice in a call at a full stream (a batch that repeats it, or a
 // retry coalesced with its original): the script forgets the id after the
-// first copy fails, so both copies fail; both are answered degraded and
-// the contribution is published once.
+// first copy fails, so both copies fail; the contribution is published
+// once, the first copy answered degraded and the second duplicate, as
+// the script answers a repeated id (both were answered degraded, "pushed
+// on its own", for one push).
 func TestSameIDTwiceAtAFullStreamIsPublishedOnce(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
@@ -156,8 +158,8 @@ func TestSameIDTwiceAtAFullStreamIsPublishedOnce(t *testing.T) {
 		}
 		c := contribution(2, "k1", base)
 		res, err := r.Report(ctx, []*combo.Contribution{c, c})
-		if err != nil || res[0].Outcome != repo.Degraded || res[1].Outcome != repo.Degraded {
-			t.Fatalf("one id twice at a full stream: %+v %v, want both degraded", res, err)
+		if err != nil || res[0].Outcome != repo.Degraded || res[1].Outcome != repo.Duplicate {
+			t.Fatalf("one id twice at a full stream: %+v %v, want degraded, then duplicate", res, err)
 		}
 		if err := rdb.Publish(ctx, push.Channel(7), "sentinel").Err(); err != nil {
 			t.Fatal(err)
