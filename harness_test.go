@@ -353,8 +353,8 @@ func newRPC(t *testing.T, addr string) comboservice.Client {
 // checkConservation waits until the pushes matching match carry as much
 // quantity as was reported, then checks it per key ("user|item_type") and
 // that no window id was pushed twice, a late second push included: none
-// may come for as long as a window taken back (cfg's ClaimIdle) takes to
-// be due again.
+// may come for as long as a window left pending takes to be taken back
+// (ClaimIdle, then the claimer's next scan, every ClaimIdle/2) and pushed.
 func checkConservation(t *testing.T, p *pushLog, cfg conf.Config, timeout time.Duration, match func(received) bool, want map[string]int32) {
 	t.Helper()
 	total := int32(0)
@@ -370,7 +370,7 @@ func checkConservation(t *testing.T, p *pushLog, cfg conf.Config, timeout time.D
 		got = rs
 		return sum >= total
 	}, match)
-	p.quiet(cfg.Worker.ClaimIdle+cfg.Window.Size+cfg.Window.Grace, len(got), match)
+	p.quiet(cfg.Worker.ClaimIdle*3/2+cfg.Window.Size+cfg.Window.Grace+time.Second, len(got), match)
 	byKey := map[string]int32{}
 	ids := map[int64]bool{}
 	for _, r := range got {

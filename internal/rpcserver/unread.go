@@ -85,6 +85,11 @@ func (u *unreadCloser) watch() {
 		}
 		for conn, r := range u.conns {
 			if n := r.Len(); n > u.limit {
+				// Under the lock, while conn is still here: netpoll
+				// closes its fd only after OnInactive, which waits for
+				// the lock, so the fd is still conn's. Later, the number
+				// could be another connection's, accepted since.
+				shutDown(conn)
 				cut = append(cut, over{conn, n})
 				delete(u.conns, conn) // closed once; OnInactive finds it gone
 			}
@@ -94,7 +99,6 @@ func (u *unreadCloser) watch() {
 			klog.Warnf("combo-service: closed a connection from %s holding %d bytes it sent and the server "+
 				"has not read, more than the %d it may (a request and MaxAheadBytes sent ahead): "+
 				"it kept sending while a request ran or its answer waited", o.conn.RemoteAddr(), o.n, u.limit)
-			shutDown(o.conn)
 			_ = o.conn.Close()
 		}
 		cut = cut[:0]
