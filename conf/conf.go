@@ -579,7 +579,7 @@ func read(path string) (Config, error) {
 		if err != nil {
 			return Config{}, fmt.Errorf("conf.Load: read %s: %w", path, err)
 		}
-		if err := errors.Join(refuseNulls(raw), refuseMisreadYAML(raw)); err != nil {
+		if err := errors.Join(refuseMoreDocuments(raw), refuseNulls(raw), refuseMisreadYAML(raw)); err != nil {
 			return Config{}, fmt.Errorf("conf.Load: invalid configuration:\n%w", err)
 		}
 		sections := map[string]bool{}

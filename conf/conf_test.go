@@ -106,6 +106,38 @@ func TestLoadRefusesUnknownKeys(t *testing.T) {
 	}
 }
 
+// A file of several YAML documents is refused: viper read only the first,
+// so a redis.addr (or a typo) after a "---" was ignored, and a first
+// document of only a comment started the service on the embedded Redis.
+// One document, after a leading "---" or before a trailing one, is read.
+func TestLoadRefusesMoreThanOneDocument(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	for _, body := range []string{
+		"log:\n  level: debug\n---\nredis:\n  addr: \"10.0.0.9:6379\"\n",
+		"---\n# combo-service\n---\nredis:\n  addr: \"10.0.0.1:6379\"\n  adress: typo\n",
+	} {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(path)
+		if err == nil || !strings.Contains(err.Error(), "2 YAML documents") {
+			t.Errorf("Load of %q = redis.addr %q, %v; want it refused, saying the file holds 2 documents", body, c.Redis.Addr, err)
+		}
+	}
+	for _, body := range []string{
+		"---\nredis:\n  addr: \"10.0.0.1:6379\"\n",
+		"redis:\n  addr: \"10.0.0.1:6379\"\n---\n",
+		"redis:\n  addr: \"10.0.0.1:6379\"\n---\n# nothing more\n",
+	} {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := Load(path); err != nil || c.Redis.Addr != "10.0.0.1:6379" {
+			t.Errorf("Load of %q = redis.addr %q, %v; want the file's", body, c.Redis.Addr, err)
+		}
+	}
+}
+
 // A bare number (or a boolean) where a duration goes is refused, naming
 // the key, not read as nanoseconds (redis.timeout: 500 would be 500ns).
 func TestLoadRefusesNumberForDuration(t *testing.T) {
@@ -781,13 +813,16 @@ func TestEmptySectionKeepsItsEnvironment(t *testing.T) {
 	if c.Log.Level != "debug" || c.Redis.Timeout != Default().Redis.Timeout {
 		t.Errorf("Load = log.level %q, redis.timeout %v; want the file's and the default", c.Log.Level, c.Redis.Timeout)
 	}
-	// An empty section that anchors what an alias uses stays: dropped, the
-	// alias would point at nothing ("unknown anchor").
+	// An empty section shared through an anchor cannot be dropped (the
+	// alias would point at nothing), and kept it hid both sections'
+	// variables (worker.consumer and metrics.addr read as defaults): it is
+	// refused, naming both.
 	if err := os.WriteFile(path, []byte("worker: &e\nmetrics: *e\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(path); err != nil {
-		t.Errorf("an empty section with an anchor another uses: %v", err)
+	if c, err := Load(path); err == nil || !strings.Contains(err.Error(), "worker, metrics:") {
+		t.Errorf("an empty section with an anchor another uses: worker.consumer %q, metrics.addr %q, %v; want it refused, naming both",
+			c.Worker.Consumer, c.Metrics.Addr, err)
 	}
 }
 

@@ -81,15 +81,27 @@ func withoutEmptySections(raw []byte, sections map[string]bool) ([]byte, bool, e
 	m := doc.Content[0]
 	kept := m.Content[:0:0]
 	dropped := false
+	var shared []string
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
-		// One that anchors a value an alias elsewhere uses stays: dropped,
-		// the alias would point at nothing.
-		if sections[strings.ToLower(k.Value)] && v.Kind == yaml.ScalarNode && v.Tag == "!!null" && v.Anchor == "" {
+		if !sections[strings.ToLower(k.Value)] {
+			kept = append(kept, k, v)
+			continue
+		}
+		// An empty section that anchors a null ("worker: &e") or is an
+		// alias to one ("metrics: *e") cannot be dropped (the alias would
+		// point at nothing), and kept it hides its variables as above.
+		if (isNull(v) && v.Anchor != "") || (v.Kind == yaml.AliasNode && v.Alias != nil && isNull(v.Alias)) {
+			shared = append(shared, k.Value)
+		}
+		if isNull(v) && v.Anchor == "" {
 			dropped = true
 			continue
 		}
 		kept = append(kept, k, v)
+	}
+	if len(shared) > 0 {
+		return nil, false, fmt.Errorf("%s: an empty section shared through a YAML anchor or alias hides its COMBO_* variables: leave it out, or write its keys", strings.Join(shared, ", "))
 	}
 	if !dropped {
 		return raw, false, nil
@@ -101,6 +113,9 @@ func withoutEmptySections(raw []byte, sections map[string]bool) ([]byte, bool, e
 	}
 	return out, true, nil
 }
+
+// isNull tells whether n is a YAML null ("worker:" with nothing after it, "~").
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
 
 // refuseSectionVariables names each COMBO_* variable set under a section's
 // own name (COMBO_REDIS=host:6379, a guess at COMBO_REDIS_ADDR): viper
