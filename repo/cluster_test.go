@@ -1105,3 +1105,94 @@ func (c *answerLostConn) Read(b []byte) (int, error) {
 	}
 	return c.Conn.Read(b)
 }
+
+// After a node's part of a cluster pipeline, go-redis sends the whole
+// part again when its first command was refused TRYAGAIN (its slot
+// moving), scripts Redis ran and answered included: a report of another
+// shard on the same master, counted by this call, was run again and
+// answered duplicate (window 0, quantity 0). Here the move ends right
+// after the first TRYAGAIN, as it may during go-redis's backoff. Now only
+// the refused report is sent again, and both open their windows.
+func TestReportBesideAMovingSlotIsNotAnsweredDuplicate(t *testing.T) {
+	ctx := context.Background()
+	cl := testredis.StartCluster(t, 3)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1})
+	t.Cleanup(func() { cc.Close() })
+	var once sync.Once
+	var finish func()
+	var tryAgains atomic.Int32
+	cc.OnNewNode(func(n *redis.Client) { n.AddHook(onTryAgain{fn: func() { tryAgains.Add(1); once.Do(finish) }}) })
+	s := settings()
+	s.Shards = 6
+	keys := repo.NewKeys(s.Shards)
+	byNode := map[string][]int{}
+	for sh := range s.Shards {
+		a := cl.MasterAddr(t, cc, keys.Stream(sh))
+		byNode[a] = append(byNode[a], sh)
+	}
+	x, y, from := -1, -1, ""
+	for a, shs := range byNode {
+		if len(shs) >= 2 {
+			x, y, from = shs[0], shs[1], a
+			break
+		}
+	}
+	if from == "" {
+		t.Fatal("no two shards on one master")
+	}
+	to := cl.Addrs[0]
+	if to == from {
+		to = cl.Addrs[1]
+	}
+	r := repo.New(cc, s)
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The streams exist, as in service: a script whose keys are all
+	// missing on the source is answered ASK, not TRYAGAIN.
+	if err := r.EnsureGroups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	on := func(shard int) string {
+		for i := 0; ; i++ {
+			if it := fmt.Sprint("t", i); keys.Shard(7, 1, it) == shard {
+				return it
+			}
+		}
+	}
+	now := time.Now().UnixMilli()
+	cx := &combo.Contribution{Id: 101, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: on(x), Quantity: 1, CreatedAt: now}
+	cy := &combo.Contribution{Id: 202, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: on(y), Quantity: 1, CreatedAt: now}
+	finish = cl.BeginMigration(t, keys.Stream(x), from, to).Finish
+	res, err := r.Report(ctx, []*combo.Contribution{cx, cy})
+	if tryAgains.Load() == 0 {
+		t.Fatal("no script was refused TRYAGAIN: the test did not test")
+	}
+	if err != nil {
+		t.Fatalf("Report while shard %d's slot moved: %v (windows opened %d)", x, err, repo.WindowsOpened(err))
+	}
+	for i, c := range []*combo.Contribution{cx, cy} {
+		if res[i].Outcome != repo.Opened || res[i].WindowID != c.Id {
+			t.Errorf("report %d, never sent before: %+v, want it to open window %d", c.Id, res[i], c.Id)
+		}
+	}
+}
+
+// onTryAgain is a node hook that calls fn after a pipeline in which a
+// command was refused TRYAGAIN.
+type onTryAgain struct{ fn func() }
+
+func (onTryAgain) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (onTryAgain) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h onTryAgain) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if c.Err() != nil && strings.HasPrefix(c.Err().Error(), "TRYAGAIN") {
+				h.fn()
+				break
+			}
+		}
+		return err
+	}
+}

@@ -64,12 +64,17 @@ func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution, clo
 		pipe := r.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(todo))
 		wait, bounded := r.replyWait(ctx)
+		guarded := map[int]bool{}
 		for i, c := range todo {
 			payload, err := push.Single(c)
 			if err != nil {
 				return nil, fmt.Errorf("repo.publishSingles: %w", err)
 			}
 			shard := r.keys.Shard(c.ActivityId, c.UserId, c.ItemType)
+			if !guarded[shard] { // a published report re-run would answer known
+				guarded[shard] = true
+				r.guardResend(ctx, pipe, shard)
+			}
 			run := degradeScript.EvalSha
 			if attempt > 0 {
 				run = degradeScript.Eval

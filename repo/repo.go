@@ -79,6 +79,8 @@ type Repo struct {
 	delay time.Duration
 
 	reports []*coalescer // one per shard
+	// cluster: rdb is a Redis Cluster client (see guardResend).
+	cluster bool
 	// The report pipelines that run on their own are bounded per Redis
 	// node (see slots.go); RefreshShardNodes swaps the table whole.
 	slots atomic.Pointer[slotTable]
@@ -116,6 +118,7 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 	// and a live one (go-redis fails such a pipeline whole, live answers
 	// included). With one shard, as by default, there is one.
 	r.slots.Store(newSlotTable(rdb, s.Shards, s.ShardNodes))
+	_, r.cluster = rdb.(*redis.ClusterClient)
 	// Read and Claim must fail when an attempt may have delivered entries
 	// whose reply was lost, not be sent again (see sendOnce).
 	rdb.AddHook(sendOnce{})

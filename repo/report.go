@@ -104,6 +104,7 @@ func (r *Repo) execute(ctx context.Context, cs []*combo.Contribution) ([]reportR
 	for i := range todo {
 		todo[i] = i
 	}
+	tryAgains := 0
 	for attempt := 0; ; attempt++ {
 		groups, cmds, err := r.runReports(ctx, cs, todo, attempt > 0)
 		if err != nil && attempt > 0 && isUnavailable(err) {
@@ -120,12 +121,20 @@ func (r *Repo) execute(ctx context.Context, cs []*combo.Contribution) ([]reportR
 		}
 		read := time.Now() // the replies' clocks are at most this old
 		var retry []int
+		tryAgain := false
 		for g, cmd := range cmds {
 			if err := cmd.Err(); err != nil {
 				// A script cache flushed under us (restart, failover): run
 				// those reports again with EVAL. NOSCRIPT means none ran.
 				if redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
 					retry = append(retry, groups[g]...)
+					continue
+				}
+				// Their slot moving between masters (see guardResend):
+				// sent again a few times, as go-redis would have.
+				if isTryAgain(err) && tryAgains < len(tryAgainBackoff) {
+					retry = append(retry, groups[g]...)
+					tryAgain = true
 					continue
 				}
 				for _, i := range groups[g] {
@@ -153,6 +162,15 @@ func (r *Repo) execute(ctx context.Context, cs []*combo.Contribution) ([]reportR
 		}
 		if len(retry) == 0 {
 			return replies, nil
+		}
+		if tryAgain {
+			if err := sleepCtx(ctx, tryAgainBackoff[tryAgains]); err != nil {
+				for _, i := range retry {
+					replies[i].err = wrapWithin("repo.Report", err, reportTimeout)
+				}
+				return replies, nil
+			}
+			tryAgains++
 		}
 		todo = retry
 	}
@@ -358,6 +376,7 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 	var cmds []*redis.Cmd
 	for _, shard := range order {
 		idx := byShard[shard]
+		r.guardResend(ctx, pipe, shard)
 		for len(idx) > 0 {
 			n := min(len(idx), maxPerScript)
 			group := idx[:n]
