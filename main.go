@@ -436,12 +436,13 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, supp
 			mr.RequireAuth(cfg.Redis.Password)
 			watch = "redis-cli --raw --askpass -p "
 		}
-		if err := mr.StartAddr(cfg.Redis.EmbeddedAddr); err != nil {
+		a, stopServer, err := startEmbedded(mr, cfg.Redis.EmbeddedAddr)
+		if err != nil {
 			return "", nil, nil, fmt.Errorf("start embedded redis on %s: %w", cfg.Redis.EmbeddedAddr, err)
 		}
-		addr = mr.Addr()
+		addr = a
 		stopTTL := countDownTTLs(mr, embeddedTTLTick)
-		closeEmbedded = func() { stopTTL(); mr.Close() }
+		closeEmbedded = func() { stopTTL(); stopServer() }
 		log.Warn("redis.addr is empty: running on an embedded in-memory Redis. NOTHING SURVIVES A RESTART. "+
 			"Set redis.addr (COMBO_REDIS_ADDR) for production.",
 			zap.String("embedded_redis_addr", addr),

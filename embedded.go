@@ -1,0 +1,80 @@
+package main
+
+import (
+	"errors"
+	"net"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+)
+
+// embeddedWriteTimeout bounds each write of the embedded Redis to a client.
+// miniredis hands a PUBLISH to each subscriber's writer under its one
+// global lock and writes with no deadline, so a subscriber that stops
+// reading (the logged redis-cli line suspended with Ctrl-Z, or piped
+// into a pager) froze it once the socket's buffers filled: every report
+// failed, /readyz too, and the process could not stop. Real Redis cuts such
+// a client (client-output-buffer-limit pubsub); here a client that takes
+// no byte for this long, with the kernel's megabytes of buffer full, is
+// cut alike.
+const embeddedWriteTimeout = time.Second
+
+// startEmbedded runs mr on its own listener at addr, each connection's
+// writes bounded by embeddedWriteTimeout, and returns the address it
+// listens on and how to stop it: the listener first, then mr with every
+// connection.
+func startEmbedded(mr *miniredis.Miniredis, addr string) (string, func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, err
+	}
+	// Dial starts mr without a listener of its own (the connection it
+	// returns is an in-memory pipe, not needed).
+	c, err := mr.Dial()
+	if err != nil {
+		ln.Close()
+		return "", nil, err
+	}
+	c.Close()
+	srv := mr.Server()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			conn, err := ln.Accept()
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			if err != nil { // out of file descriptors: as net/http, wait and go on
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			srv.ServeConn(writeBoundedConn{Conn: conn, timeout: embeddedWriteTimeout})
+		}
+	}()
+	stop := func() {
+		ln.Close()
+		<-done
+		mr.Close()
+	}
+	return ln.Addr().String(), stop, nil
+}
+
+// writeBoundedConn is a connection whose every write must end within
+// timeout; one that does not closes it, so its reader ends and the server
+// lets it go (a subscriber's subscriptions with it).
+type writeBoundedConn struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (c writeBoundedConn) Write(b []byte) (int, error) {
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Write(b)
+	if err != nil {
+		c.Conn.Close()
+	}
+	return n, err
+}

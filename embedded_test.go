@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// A subscriber that stops reading (the logged redis-cli line suspended)
+// is cut once a write to it waits embeddedWriteTimeout. miniredis writes
+// a PUBLISH to each subscriber under its one global lock: once the
+// socket's buffers were full the embedded Redis froze, every command
+// with it, and stopping it hung.
+func TestEmbeddedRedisCutsASubscriberThatStopsReading(t *testing.T) {
+	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			stop()
+		}
+	})
+	sub, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Write([]byte("*2\r\n$10\r\nPSUBSCRIBE\r\n$1\r\n*\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	// Read the subscription's confirmation, then nothing more.
+	if line, err := bufio.NewReader(sub).ReadString('\n'); err != nil || !strings.HasPrefix(line, "*3") {
+		t.Fatalf("PSUBSCRIBE answered %q, %v", line, err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 10 * time.Second, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	payload := strings.Repeat("x", 64<<10)
+	start := time.Now()
+	for sent := 0; ; sent++ {
+		n, err := rdb.Publish(ctx, "act:1:contributions", payload).Result()
+		if err != nil {
+			t.Fatalf("PUBLISH %d (%d MB sent) after %v: %v: the embedded Redis froze", sent, sent>>4, time.Since(start).Round(time.Millisecond), err)
+		}
+		if n == 0 {
+			break // the subscriber was cut
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("the subscriber that reads nothing still took PUBLISH %d (%d MB) after 30 s", sent, sent>>4)
+		}
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after the subscriber was cut: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { stop(); close(done) }()
+	select {
+	case <-done:
+		stopped = true
+	case <-time.After(10 * time.Second):
+		t.Fatal("the embedded Redis did not stop within 10 s")
+	}
+}
