@@ -420,7 +420,28 @@ func (c Config) Warnings() []string {
 		ws = append(ws, fmt.Sprintf("redis.conn_max_lifetime (%s, and a tenth more of jitter) is longer than window.stale less window.size + window.grace (%s): "+
 			"windows open at a failover may go stale while their flushes stay on a demoted master that answers MASTERDOWN", l, room))
 	}
+	// Real Redis refuses clients from elsewhere without a password
+	// (protected mode); the embedded one has no such guard, and its Lua
+	// can read files (loadfile).
+	if c.Embedded() && c.Redis.Password == "" && !loopback(c.Redis.EmbeddedAddr) {
+		ws = append(ws, fmt.Sprintf("redis.embedded_addr (%s) is reachable beyond this machine with no redis.password: "+
+			"anyone who reaches it can publish forged pushes, read or delete the windows, and run scripts", c.Redis.EmbeddedAddr))
+	}
 	return ws
+}
+
+// loopback tells whether addr's host reaches this machine only: a
+// loopback IP or "localhost"; an empty host listens on every interface.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // checkHostPort says what is wrong with addr as a Redis address, or "" if

@@ -393,6 +393,21 @@ func TestWarnings(t *testing.T) {
 	if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], "server.shutdown_timeout (12s)") || !strings.Contains(ws[0], "worker.block") {
 		t.Fatalf("want a warning naming worker.block, got %q", ws)
 	}
+	// The embedded Redis has no protected mode: reachable from elsewhere
+	// without a password, it is warned of.
+	for addr, want := range map[string]bool{"0.0.0.0:0": true, ":6390": true, "10.0.0.5:0": true,
+		"127.0.0.1:0": false, "localhost:6390": false, "[::1]:0": false} {
+		c = Default()
+		c.Redis.EmbeddedAddr = addr
+		ws := c.Warnings()
+		if got := len(ws) == 1 && strings.HasPrefix(ws[0], "redis.embedded_addr ("+addr+")"); got != want || len(ws) > 1 {
+			t.Errorf("redis.embedded_addr %s: warnings %q, want a warning %v", addr, ws, want)
+		}
+		c.Redis.Password = "s3cret"
+		if ws := c.Warnings(); len(ws) != 0 {
+			t.Errorf("redis.embedded_addr %s with a password: warnings %q", addr, ws)
+		}
+	}
 	c = Default()
 	c.Window.Dedupe = 20 * time.Second // above W + grace, below the Reporter's retries
 	if ws := c.Warnings(); len(ws) != 1 || !strings.Contains(ws[0], "client.Reporter") {
