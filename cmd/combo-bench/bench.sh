@@ -144,7 +144,7 @@ fi
 unconserved=$(jq -r 'input_filename as $f | [.. | objects | select(has("conserved")) | .conserved]
   | select(any(. == false)) | $f' "$OUT"/*.json 2>/dev/null || true)
 if [ -n "$unconserved" ]; then
-  echo "NOT CONSERVED (a window missing, pushed twice, or a quantity off) in:" $unconserved
+  echo "NOT CONSERVED (a window missing, pushed twice, a quantity off, or a new report answered duplicate) in:" $unconserved
 else
   echo "every run conserved"
 fi

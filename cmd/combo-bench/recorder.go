@@ -22,6 +22,12 @@ type recorder struct {
 
 	reported  map[comboKey]int64 // quantity the service acknowledged, per key
 	uncertain map[comboKey]int64 // quantity of failed RPCs, per key
+	// duplicated counts, per key, the reports answered duplicate. Every id
+	// a run sends is new, so on a key without a failed RPC (an attempt
+	// that may have been counted, then retried) each one is a report the
+	// service dropped: neither counted nor pushed, which the per-key sums
+	// cannot see.
+	duplicated map[comboKey]int64
 	// windowStart maps a window id (the smallest id in it) to the earliest
 	// RPC start of a report answered with that id: its first report's send
 	// time when ids rise within a key, as each caller ensures.
@@ -41,6 +47,7 @@ func newRecorder() *recorder {
 	return &recorder{
 		reported:    make(map[comboKey]int64),
 		uncertain:   make(map[comboKey]int64),
+		duplicated:  make(map[comboKey]int64),
 		windowStart: make(map[int64]time.Time),
 		openedIDs:   make(map[int64]bool),
 		degradedIDs: make(map[int64]bool),
@@ -72,6 +79,7 @@ func (r *recorder) observe(start time.Time, took time.Duration, cs []*combo.Cont
 		switch {
 		case res.Duplicate:
 			r.duplicates++
+			r.duplicated[keyOf(c)]++
 			continue
 		case res.Degraded:
 			r.degraded++
@@ -113,6 +121,9 @@ func (r *recorder) merge(o *recorder) {
 	}
 	for k, v := range o.uncertain {
 		r.uncertain[k] += v
+	}
+	for k, v := range o.duplicated {
+		r.duplicated[k] += v
 	}
 	for id, t := range o.windowStart {
 		if cur, ok := r.windowStart[id]; !ok || t.Before(cur) {

@@ -123,6 +123,7 @@ func (rs runs) print(w io.Writer) {
 		return fmt.Sprintf("%d/%d/%d/%d", p.WindowsMissing, p.PushedTwice, p.UnknownPushes, p.EarlyPushes)
 	})
 	pushRow("windows miscounted", func(p *pushCheck) string { return fmt.Sprint(p.WindowsMiscounted) })
+	pushRow("new reports answered duplicate", func(p *pushCheck) string { return fmt.Sprint(p.UnexpectedDuplicates) })
 	pushRow("push lag p50 ms", func(p *pushCheck) string { return f1(p.Lag.P50) })
 	pushRow("push lag p99 ms", func(p *pushCheck) string { return f1(p.Lag.P99) })
 	pushRow("push lag max ms", func(p *pushCheck) string { return f1(p.Lag.Max) })

@@ -88,8 +88,12 @@ type pushCheck struct {
 	// not the total its answers gave (window_quantity): quantity counted in
 	// another window than the caller was told, which the per-key sums
 	// below cannot see.
-	WindowsMiscounted int      `json:"windows_miscounted"`
-	Lag               durStats `json:"push_lag"`
+	WindowsMiscounted int `json:"windows_miscounted"`
+	// UnexpectedDuplicates are reports answered duplicate on keys whose
+	// every RPC was answered: every id a run sends is new, so each is a
+	// report the service dropped (see recorder.duplicated).
+	UnexpectedDuplicates int64    `json:"unexpected_duplicates"`
+	Lag                  durStats `json:"push_lag"`
 
 	KeysChecked    int   `json:"keys_checked"`
 	KeysMismatched int   `json:"keys_mismatched"` // pushed != reported, not explained by failed RPCs
@@ -170,6 +174,11 @@ func checkPushes(rec *recorder, pushes []pushed, window, grace time.Duration) pu
 	for k := range pushedQty {
 		keys[k] = true
 	}
+	for k, n := range rec.duplicated {
+		if rec.uncertain[k] == 0 {
+			c.UnexpectedDuplicates += n
+		}
+	}
 	for k := range keys {
 		c.KeysChecked++
 		want, got, extra := rec.reported[k], pushedQty[k], rec.uncertain[k]
@@ -187,7 +196,7 @@ func checkPushes(rec *recorder, pushes []pushed, window, grace time.Duration) pu
 		}
 	}
 	c.Conserved = c.KeysMismatched == 0 && c.PushedTwice == 0 && c.WindowsMissing == 0 && c.EarlyPushes == 0 &&
-		c.WindowsMiscounted == 0
+		c.WindowsMiscounted == 0 && c.UnexpectedDuplicates == 0
 	return c
 }
 

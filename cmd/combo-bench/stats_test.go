@@ -113,6 +113,30 @@ func TestCheckPushesFindsLossDuplicatesAndDrift(t *testing.T) {
 	}
 }
 
+// Every id a run sends is new: a report answered duplicate on a key whose
+// RPCs were all answered was dropped by the service, neither counted nor
+// pushed, and the per-key sums still agreed. On a key with a failed RPC a
+// duplicate is a retry of what may have been counted, and expected.
+func TestCheckPushesFindsAFreshReportAnsweredDuplicate(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	rec, a, b, c := recordedRun(t0)
+	dup := []*combo.ReportContributionResponse{{Duplicate: true}}
+	rec.observe(t0, time.Millisecond, []*combo.Contribution{{Id: 5, ActivityId: a.Activity, UserId: a.User, ItemType: a.ItemType, Quantity: 3}}, dup, nil)
+	rec.observe(t0, time.Millisecond, []*combo.Contribution{{Id: 4, ActivityId: c.Activity, UserId: c.User, ItemType: c.ItemType, Quantity: 1}}, dup, nil)
+	pushes := []pushed{
+		{Recv: t0.Add(3240 * time.Millisecond), WindowID: 1, Key: a, Quantity: 5},
+		{Recv: t0.Add(5260 * time.Millisecond), WindowID: 3, Key: b, Quantity: 4},
+		{Recv: t0.Add(3240 * time.Millisecond), WindowID: 4, Key: c, Quantity: 1},
+	}
+	got := checkPushes(rec, pushes, 3*time.Second, 200*time.Millisecond)
+	if got.Conserved || got.UnexpectedDuplicates != 1 {
+		t.Fatalf("check = %+v, want not conserved, one unexpected duplicate (key a's; key c's follows a failed RPC)", got)
+	}
+	if merged := mergeAll([]*recorder{rec}); merged.duplicated[a] != 1 || merged.duplicated[c] != 1 {
+		t.Fatalf("merged duplicates per key %v, want one on a and one on c", merged.duplicated)
+	}
+}
+
 func TestRecorderMergeKeepsEarliestStart(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	x, y := newRecorder(), newRecorder()
