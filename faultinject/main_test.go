@@ -113,7 +113,11 @@ type summaryRow struct {
 	order    int
 	scenario string
 	outcome
-	failed bool
+	// t is read for whether it failed when the table is made, once every
+	// test is over: a cleanup registered before record's (the cluster's
+	// shutdown, which fails the test on a replica's panic or data race in
+	// its log) runs after it, so record's own cleanup was too early.
+	t *testing.T
 }
 
 var summary struct {
@@ -124,16 +128,13 @@ var summary struct {
 // delayHeader names how "max push delay" is measured.
 const delayHeader = "max push delay (received − (earliest ack of its window's reports + W + grace))"
 
-// record adds t's row once the test has finished (so it knows whether the
-// test failed).
+// record adds t's row; whether t failed is read when the table is made.
 func record(t *testing.T, order int, scenario string, o outcome) {
 	t.Logf("summary: %s: reports=%d windows=%d lost=%d duplicated=%d max push delay=%s",
 		scenario, o.reports, o.windows, o.lost, o.duplicated, fmtDelay(o.maxDelay))
-	t.Cleanup(func() {
-		summary.mu.Lock()
-		defer summary.mu.Unlock()
-		summary.rows = append(summary.rows, summaryRow{order: order, scenario: scenario, outcome: o, failed: t.Failed()})
-	})
+	summary.mu.Lock()
+	defer summary.mu.Unlock()
+	summary.rows = append(summary.rows, summaryRow{order: order, scenario: scenario, outcome: o, t: t})
 }
 
 func fmtDelay(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }
@@ -151,7 +152,7 @@ func summaryTable() string {
 	b.WriteString("|---|--:|--:|--:|--:|--:|\n")
 	for _, r := range rows {
 		name := r.scenario
-		if r.failed {
+		if r.t.Failed() {
 			name += " (FAILED)"
 		}
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %s |\n", name, r.reports, r.windows, r.lost, r.duplicated, fmtDelay(r.maxDelay))
