@@ -109,6 +109,9 @@ func (b *bench) memory() (printable, error) {
 	if out.UsedAfter, err = usedMemory(ctx, b.rdb); err != nil {
 		return nil, err
 	}
+	if out.Pending < out.StreamLen {
+		out.Notes = append(out.Notes, fmt.Sprintf("the worker had read %d of the %d stream entries 5 s after the fill: the figure leaves out the pending entries of the rest", out.Pending, out.StreamLen))
+	}
 	opened := out.StreamLen - out.StreamLenBefore
 	if opened < int64(cfg.Windows)*99/100 {
 		out.Notes = append(out.Notes, fmt.Sprintf("only %d of %d windows are open: were some flushed already? run the service with a long window (COMBO_WINDOW_SIZE=50s)", opened, cfg.Windows))
