@@ -600,7 +600,11 @@ func read(path string) (Config, error) {
 		if err != nil {
 			return Config{}, fmt.Errorf("conf.Load: read %s: %w", path, err)
 		}
-		if err := errors.Join(refuseMoreDocuments(raw), refuseNulls(raw), refuseMisreadYAML(raw)); err != nil {
+		known := map[string]bool{}
+		for key := range flatten("", defaults) {
+			known[key] = true
+		}
+		if err := errors.Join(refuseMoreDocuments(raw), refuseNulls(raw, known), refuseMisreadYAML(raw)); err != nil {
 			return Config{}, fmt.Errorf("conf.Load: invalid configuration:\n%w", err)
 		}
 		sections := map[string]bool{}

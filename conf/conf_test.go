@@ -516,6 +516,14 @@ func TestLoadRefusesKeysWithoutValue(t *testing.T) {
 	if strings.Contains(err.Error(), "password") || strings.Contains(err.Error(), "worker") {
 		t.Errorf("Load: %v; an empty string is a value, and an empty section no key", err)
 	}
+	// An unknown key without a value is refused as unknown: asked for a
+	// value, it was then refused for its name.
+	if err := os.WriteFile(path, []byte("redis:\n  adress:\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "redis.adress: no such key") || strings.Contains(err.Error(), "has no value") {
+		t.Errorf("Load of an unknown key without a value: %v; want it refused as unknown, not asked for a value", err)
+	}
 	yaml = "metrics:\n  addr: \"\"\n"
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)

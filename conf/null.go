@@ -16,14 +16,18 @@ import (
 // off as README's "empty = off" says, left them on at :9100. A key whose
 // COMBO_* variable is set passes: the environment wins over the file, so
 // its null changes nothing (a template's "password:" filled from a secret).
-func refuseNulls(raw []byte) error {
+// A key the service does not know (known: "section.key", lower case) is
+// named as unknown: asked for a value ("adress:"), it was then refused for
+// its name; the decoder cannot name it itself, viper having dropped it as
+// unset.
+func refuseNulls(raw []byte, known map[string]bool) error {
 	var doc map[string]any
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
 		// viper read the file first, so this is not expected; its values
 		// are elided all the same, as Read elides viper's.
 		return errors.New(withoutYAMLValues(err))
 	}
-	var keys []string
+	var keys, unknown []string
 	var walk func(prefix string, m map[string]any)
 	walk = func(prefix string, m map[string]any) {
 		for k, v := range m {
@@ -31,7 +35,11 @@ func refuseNulls(raw []byte) error {
 			switch v := v.(type) {
 			case nil:
 				// A section left empty ("worker:") sets nothing.
-				if prefix != "" && !envSet(key) {
+				switch {
+				case prefix == "":
+				case !known[strings.ToLower(key)]:
+					unknown = append(unknown, key)
+				case !envSet(key):
 					keys = append(keys, key)
 				}
 			case map[string]any:
@@ -47,9 +55,13 @@ func refuseNulls(raw []byte) error {
 	}
 	walk("", doc)
 	sort.Strings(keys)
+	sort.Strings(unknown)
 	var errs []error
 	for _, key := range keys {
 		errs = append(errs, fmt.Errorf("%s: has no value (YAML null): give it one (\"\" for an empty string), or leave the key out for its default", key))
+	}
+	for _, key := range unknown {
+		errs = append(errs, fmt.Errorf("%s: no such key (README's configuration table lists them)", key))
 	}
 	return errors.Join(errs...)
 }
