@@ -2,8 +2,8 @@
 // CONTRACT.md §3 crash safety). Its tests build the service binary from
 // this module, run two or three replicas as real processes on one real
 // redis-server (AOF on, appendfsync always), drive reports through the RPC
-// while killing, stopping and restarting replicas and Redis (or having Redis
-// refuse writes), subscribe to
+// while killing (SIGKILL), pausing (SIGSTOP) and restarting replicas, and
+// killing and restarting Redis (or having it refuse writes), subscribe to
 // every push, and check that each acknowledged quantity is in exactly one
 // push: no window lost, none published twice.
 //
