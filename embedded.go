@@ -16,7 +16,9 @@ import (
 // failed, /readyz too, and the process could not stop. Real Redis cuts such
 // a client (client-output-buffer-limit pubsub); here a client that takes
 // no byte for this long, with the kernel's megabytes of buffer full, is
-// cut alike.
+// cut alike. Until it is, a PUBLISH to it holds miniredis's lock, so the
+// embedded Redis answers nothing for that second (reports then fail
+// UNAVAILABLE after redis.timeout).
 const embeddedWriteTimeout = time.Second
 
 // startEmbedded runs mr on its own listener at addr, each connection's
@@ -69,12 +71,26 @@ type writeBoundedConn struct {
 }
 
 func (c writeBoundedConn) Write(b []byte) (int, error) {
-	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
-		return 0, err
+	// miniredis writes a large reply whole: in chunks, each with its own
+	// deadline, a client that reads on, however slowly, is not cut.
+	written := 0
+	for len(b) > 0 {
+		chunk := b[:min(len(b), writeChunk)]
+		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+			return written, err
+		}
+		n, err := c.Conn.Write(chunk)
+		written += n
+		if err != nil {
+			c.Conn.Close()
+			return written, err
+		}
+		b = b[n:]
 	}
-	n, err := c.Conn.Write(b)
-	if err != nil {
-		c.Conn.Close()
-	}
-	return n, err
+	return written, nil
 }
+
+// writeChunk is the most written under one deadline: a fraction of a
+// loopback socket's buffers, so a deadline passes only when the client
+// takes nothing.
+const writeChunk = 64 << 10

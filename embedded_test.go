@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -67,5 +68,49 @@ func TestEmbeddedRedisCutsASubscriberThatStopsReading(t *testing.T) {
 		stopped = true
 	case <-time.After(10 * time.Second):
 		t.Fatal("the embedded Redis did not stop within 10 s")
+	}
+}
+
+// A client that reads a reply larger than the socket's buffers slowly,
+// but reads on, is not cut: each part of the write has its own second.
+func TestEmbeddedRedisKeepsASlowReader(t *testing.T) {
+	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	const size = 16 << 20
+	if err := rdb.Set(ctx, "big", strings.Repeat("x", size), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if err := conn.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte("*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	// 16 MB at 1 MB every 100 ms takes 1.6 s, past embeddedWriteTimeout,
+	// each read's pause well under it.
+	buf := make([]byte, 1<<20)
+	got := 0
+	want := size + len("$16777216\r\n\r\n")
+	for got < want {
+		if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		n, err := io.ReadFull(conn, buf[:min(len(buf), want-got)])
+		got += n
+		if err != nil {
+			t.Fatalf("after %d of %d bytes: %v: a client reading on was cut", got, want, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
