@@ -128,6 +128,7 @@ func TestLoadRefusesMoreThanOneDocument(t *testing.T) {
 		"---\nredis:\n  addr: \"10.0.0.1:6379\"\n",
 		"redis:\n  addr: \"10.0.0.1:6379\"\n---\n",
 		"redis:\n  addr: \"10.0.0.1:6379\"\n---\n# nothing more\n",
+		"redis:\n  addr: \"10.0.0.1:6379\"\n--- {}\n",
 	} {
 		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 			t.Fatal(err)

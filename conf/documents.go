@@ -40,12 +40,12 @@ func refuseMoreDocuments(raw []byte) error {
 	return fmt.Errorf("the file holds %d YAML documents (separated by \"---\") and the service reads only the first: make it one document", docs)
 }
 
-// emptyDocument tells whether doc holds nothing: no content, or a null
-// ("---" then only comments, or "~").
+// emptyDocument tells whether doc holds nothing: no content, a null
+// ("---" then only comments, or "~"), or an empty mapping ("{}").
 func emptyDocument(doc *yaml.Node) bool {
 	if len(doc.Content) == 0 {
 		return true
 	}
 	n := doc.Content[0]
-	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+	return (n.Kind == yaml.ScalarNode && n.Tag == "!!null") || (n.Kind == yaml.MappingNode && len(n.Content) == 0)
 }

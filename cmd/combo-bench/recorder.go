@@ -25,8 +25,9 @@ type recorder struct {
 	// duplicated counts, per key, the reports answered duplicate. Every id
 	// a run sends is new, so on a key without a failed RPC (an attempt
 	// that may have been counted, then retried) each one is a report the
-	// service dropped: neither counted nor pushed, which the per-key sums
-	// cannot see.
+	// service dropped (neither counted nor pushed, which the per-key sums
+	// cannot see) or, on a Cluster, counted and then answered for a
+	// re-send go-redis made after a network error (the sums see that).
 	duplicated map[comboKey]int64
 	// windowStart maps a window id (the smallest id in it) to the earliest
 	// RPC start of a report answered with that id: its first report's send
