@@ -1110,18 +1110,38 @@ func (c *answerLostConn) Read(b []byte) (int, error) {
 // part again when its first command was refused TRYAGAIN (its slot
 // moving), scripts Redis ran and answered included: a report of another
 // shard on the same master, counted by this call, was run again and
-// answered duplicate (window 0, quantity 0). Here the move ends right
-// after the first TRYAGAIN, as it may during go-redis's backoff. Now only
-// the refused report is sent again, and both open their windows.
+// answered duplicate (window 0, quantity 0). Only the refused reports are
+// sent again now, a few times, as go-redis did, so a move that ends soon
+// is ridden through, alone in its pipeline or not, and every report opens
+// its window.
 func TestReportBesideAMovingSlotIsNotAnsweredDuplicate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		beside bool // a report of another shard on the same master too
+		after  int  // the move ends after this many TRYAGAIN pipelines
+	}{
+		{"beside another shard, the move ending after the first refusal", true, 1},
+		{"beside another shard, the move ending after the second refusal", true, 2},
+		{"alone, the move ending after the first refusal", false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) { reportDuringAMove(t, tc.beside, tc.after) })
+	}
+}
+
+func reportDuringAMove(t *testing.T, beside bool, after int) {
 	ctx := context.Background()
 	cl := testredis.StartCluster(t, 3)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1})
 	t.Cleanup(func() { cc.Close() })
-	var once sync.Once
 	var finish func()
 	var tryAgains atomic.Int32
-	cc.OnNewNode(func(n *redis.Client) { n.AddHook(onTryAgain{fn: func() { tryAgains.Add(1); once.Do(finish) }}) })
+	cc.OnNewNode(func(n *redis.Client) {
+		n.AddHook(onTryAgain{fn: func() {
+			if int(tryAgains.Add(1)) == after {
+				finish()
+			}
+		}})
+	})
 	s := settings()
 	s.Shards = 6
 	keys := repo.NewKeys(s.Shards)
@@ -1161,17 +1181,19 @@ func TestReportBesideAMovingSlotIsNotAnsweredDuplicate(t *testing.T) {
 		}
 	}
 	now := time.Now().UnixMilli()
-	cx := &combo.Contribution{Id: 101, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: on(x), Quantity: 1, CreatedAt: now}
-	cy := &combo.Contribution{Id: 202, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: on(y), Quantity: 1, CreatedAt: now}
+	cs := []*combo.Contribution{{Id: 101, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: on(x), Quantity: 1, CreatedAt: now}}
+	if beside {
+		cs = append(cs, &combo.Contribution{Id: 202, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: on(y), Quantity: 1, CreatedAt: now})
+	}
 	finish = cl.BeginMigration(t, keys.Stream(x), from, to).Finish
-	res, err := r.Report(ctx, []*combo.Contribution{cx, cy})
-	if tryAgains.Load() == 0 {
-		t.Fatal("no script was refused TRYAGAIN: the test did not test")
+	res, err := r.Report(ctx, cs)
+	if n := int(tryAgains.Load()); n < after {
+		t.Fatalf("%d pipelines refused TRYAGAIN, want %d: the test did not test", n, after)
 	}
 	if err != nil {
 		t.Fatalf("Report while shard %d's slot moved: %v (windows opened %d)", x, err, repo.WindowsOpened(err))
 	}
-	for i, c := range []*combo.Contribution{cx, cy} {
+	for i, c := range cs {
 		if res[i].Outcome != repo.Opened || res[i].WindowID != c.Id {
 			t.Errorf("report %d, never sent before: %+v, want it to open window %d", c.Id, res[i], c.Id)
 		}
@@ -1194,5 +1216,37 @@ func (h onTryAgain) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 			}
 		}
 		return err
+	}
+}
+
+// The guard before a shard's scripts (EXISTS) is no command the service
+// needs: refused to the user (NOPERM), the degraded publish it precedes,
+// which ran, is still answered degraded, not failed.
+func TestDegradedPublishWithTheGuardRefusedToTheUser(t *testing.T) {
+	ctx := context.Background()
+	cluster := testredis.StartCluster(t, 3)
+	admin := cluster.Client(t)
+	if err := admin.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+		return n.Do(ctx, "ACL", "SETUSER", "noexists", "on", ">pw", "~*", "&*", "+@all", "-exists").Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s := settings()
+	s.StreamMaxLen = 1
+	r := repo.New(admin, s)
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := &combo.Contribution{Id: 42, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: "t", Quantity: 1,
+		CreatedAt: time.Now().UnixMilli()}
+	fillStreamOf(t, r, c)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs, Username: "noexists", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { cc.Close() })
+	if err := cc.Exists(ctx, "x").Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("EXISTS as the user: %v, want NOPERM: the test did not test", err)
+	}
+	res, err := repo.New(cc, s).Report(ctx, []*combo.Contribution{c})
+	if err != nil || res[0].Outcome != repo.Degraded {
+		t.Fatalf("report degraded behind a refused guard: %+v %v, want degraded (published on its own)", res, err)
 	}
 }

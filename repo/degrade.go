@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -64,16 +65,20 @@ func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution, clo
 		pipe := r.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(todo))
 		wait, bounded := r.replyWait(ctx)
-		guarded := map[int]bool{}
+		var guarded map[int]bool // shards given a guardResend, on a Cluster
+		var guards []*redis.IntCmd
+		if r.cluster {
+			guarded = map[int]bool{}
+		}
 		for i, c := range todo {
 			payload, err := push.Single(c)
 			if err != nil {
 				return nil, fmt.Errorf("repo.publishSingles: %w", err)
 			}
 			shard := r.keys.Shard(c.ActivityId, c.UserId, c.ItemType)
-			if !guarded[shard] { // a published report re-run would answer known
+			if guarded != nil && !guarded[shard] { // a published report re-run would answer known
 				guarded[shard] = true
-				r.guardResend(ctx, pipe, shard)
+				guards = append(guards, r.guardResend(ctx, pipe, shard))
 			}
 			run := degradeScript.EvalSha
 			if attempt > 0 {
@@ -110,7 +115,9 @@ func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution, clo
 			}
 		}
 		if len(retry) == 0 {
-			if err != nil {
+			// A guard's error (guardResend; NOPERM for a user denied
+			// EXISTS) is no matter: every script answered.
+			if err != nil && !slices.ContainsFunc(guards, func(g *redis.IntCmd) bool { return g.Err() == err }) {
 				return nil, wrapWithin("repo.publishSingles", err, reportTimeout)
 			}
 			return known, nil

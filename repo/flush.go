@@ -133,13 +133,8 @@ func (r *Repo) runFlushes(ctx context.Context, ws []Window, todo []int, eval boo
 	if eval {
 		run = flushScript.Eval
 	}
-	guarded := map[int]bool{}
 	for k, i := range todo {
 		w := ws[i]
-		if !guarded[w.Shard] { // a published window re-run would answer gone
-			guarded[w.Shard] = true
-			r.guardResend(ctx, pipe, w.Shard)
-		}
 		cmds[k] = run(ctx, pipe, r.flushKeys(w),
 			Group, w.ID, push.Channel(w.ActivityID), strconv.FormatInt(w.ActivityID, 10),
 			strconv.FormatInt(w.UserID, 10), push.JSONString(w.ItemType), r.delayMs, r.staleMs,

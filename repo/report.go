@@ -166,7 +166,7 @@ func (r *Repo) execute(ctx context.Context, cs []*combo.Contribution) ([]reportR
 		if tryAgain {
 			if err := sleepCtx(ctx, tryAgainBackoff[tryAgains]); err != nil {
 				for _, i := range retry {
-					replies[i].err = wrapWithin("repo.Report", err, reportTimeout)
+					replies[i].err = err // results wraps it, as any reply's
 				}
 				return replies, nil
 			}
@@ -406,7 +406,9 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 		}
 	}
 	sent, err := pipe.Exec(ctx)
-	if err := pipelineError(sent, err); err != nil {
+	// TRYAGAIN is one script's reply, on its own command: execute sends
+	// those again (see guardResend), whether others answered or not.
+	if err := pipelineError(sent, err); err != nil && !isTryAgain(err) {
 		if !isUnavailable(err) || !anyAnswered(cmds) {
 			return nil, nil, err
 		}

@@ -20,14 +20,15 @@ import (
 // moving key is answered ASK, which go-redis follows for that command
 // alone), so with one first on every node the scripts' errors stay on
 // their own commands: execute sends again only those refused TRYAGAIN
-// (sendAgainOnTryAgain). The guard's own answer is not read.
+// (tryAgainBackoff). The guard's own answer, or error, is no matter.
 //
 // On one Redis, go-redis sends a pipeline again only after a network
 // error, when the answers were lost; nothing to guard.
-func (r *Repo) guardResend(ctx context.Context, pipe redis.Pipeliner, shard int) {
-	if r.cluster {
-		pipe.Exists(ctx, r.keys.Stream(shard))
+func (r *Repo) guardResend(ctx context.Context, pipe redis.Pipeliner, shard int) *redis.IntCmd {
+	if !r.cluster {
+		return nil
 	}
+	return pipe.Exists(ctx, r.keys.Stream(shard))
 }
 
 // tryAgainBackoff is how long execute waits before each new send of the
