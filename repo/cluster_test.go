@@ -980,6 +980,27 @@ func TestDegradedPublishWhileItsSlotMovesIsRefused(t *testing.T) {
 // same shard, the one window a stream capped at 1 entry may hold, so that
 // c's report, opening a window of its own, finds the stream full and
 // degrades.
+// degradingReport is report 42 on a cluster whose stream of its shard is
+// full (redis.stream_maxlen 1), so that its script fails STREAMFULL and it
+// degrades; with the repo over admin that filled it, and its settings
+// (settings(), then adjust).
+func degradingReport(t *testing.T, admin redis.UniversalClient, adjust func(*repo.Settings)) (*repo.Repo, repo.Settings, *combo.Contribution) {
+	t.Helper()
+	s := settings()
+	s.StreamMaxLen = 1
+	if adjust != nil {
+		adjust(&s)
+	}
+	r := repo.New(admin, s)
+	if err := r.LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c := &combo.Contribution{Id: 42, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: "t", Quantity: 1,
+		CreatedAt: time.Now().UnixMilli()}
+	fillStreamOf(t, r, c)
+	return r, s, c
+}
+
 func fillStreamOf(t *testing.T, r *repo.Repo, c *combo.Contribution) {
 	t.Helper()
 	fill := *c
@@ -1002,15 +1023,7 @@ func TestDegradedPublishSentAgainIsPushedOnce(t *testing.T) {
 	ctx := context.Background()
 	cluster := testredis.StartCluster(t, 3)
 	admin := cluster.Client(t)
-	s := settings()
-	s.StreamMaxLen = 1
-	r := repo.New(admin, s)
-	if err := r.LoadScripts(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c := &combo.Contribution{Id: 42, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: "t", Quantity: 1,
-		CreatedAt: time.Now().UnixMilli()}
-	fillStreamOf(t, r, c)
+	r, s, c := degradingReport(t, admin, nil)
 	// Subscribed on the report's master, which runs its script: its pushes
 	// come there before a marker published there at the end (another
 	// node hears them later, over the cluster bus).
@@ -1231,15 +1244,7 @@ func TestDegradedPublishWithTheGuardRefusedToTheUser(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	s := settings()
-	s.StreamMaxLen = 1
-	r := repo.New(admin, s)
-	if err := r.LoadScripts(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c := &combo.Contribution{Id: 42, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: "t", Quantity: 1,
-		CreatedAt: time.Now().UnixMilli()}
-	fillStreamOf(t, r, c)
+	_, s, c := degradingReport(t, admin, nil)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs, Username: "noexists", Password: "pw", MaxRetries: -1})
 	t.Cleanup(func() { cc.Close() })
 	if err := cc.Exists(ctx, "x").Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {

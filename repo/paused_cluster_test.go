@@ -32,18 +32,11 @@ func TestDegradedPublishHeldByAPausedMasterIsNotPushedAgain(t *testing.T) {
 	ctx := context.Background()
 	cluster := testredis.StartCluster(t, 3)
 	admin := cluster.Client(t)
-	s := settings()
-	s.StreamMaxLen = 1
-	s.Timeout = timeout
-	s.Window = time.Minute // the window that fills the stream stays
-	s.Stale = 2 * time.Minute
-	r := repo.New(admin, s)
-	if err := r.LoadScripts(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c := &combo.Contribution{Id: 42, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: "t", Quantity: 1,
-		CreatedAt: time.Now().UnixMilli()}
-	fillStreamOf(t, r, c)
+	r, s, c := degradingReport(t, admin, func(s *repo.Settings) {
+		s.Timeout = timeout
+		s.Window = time.Minute // the window that fills the stream stays
+		s.Stale = 2 * time.Minute
+	})
 	from := cluster.MasterAddr(t, admin, r.Keys().Stream(r.Keys().Shard(7, 1, c.ItemType)))
 	replica := cluster.AddReplica(t, from)
 	var old *testredis.Server
