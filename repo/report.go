@@ -406,10 +406,11 @@ func (r *Repo) runReports(ctx context.Context, cs []*combo.Contribution, todo []
 		}
 	}
 	sent, err := pipe.Exec(ctx)
-	// TRYAGAIN is one script's reply, on its own command: execute sends
-	// those again (see guardResend), whether others answered or not.
-	if err := pipelineError(sent, err); err != nil && !isTryAgain(err) {
-		if !isUnavailable(err) || !anyAnswered(cmds) {
+	if err := pipelineError(sent, err); err != nil {
+		// TRYAGAIN is one script's reply, on its own command: execute
+		// sends those again (see guardResend), whether others answered
+		// or not.
+		if !isUnavailable(err) || (!anyAnswered(cmds) && !isTryAgain(err)) {
 			return nil, nil, err
 		}
 		// Some scripts answered before Redis stopped answering, or on
