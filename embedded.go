@@ -62,9 +62,10 @@ func startEmbedded(mr *miniredis.Miniredis, addr string) (string, func(), error)
 	return ln.Addr().String(), stop, nil
 }
 
-// writeBoundedConn is a connection whose every write must end within
-// timeout; one that does not closes it, so its reader ends and the server
-// lets it go (a subscriber's subscriptions with it).
+// writeBoundedConn is a connection whose writes must go on: each
+// writeChunk of one within timeout. One that does not closes it, so its
+// reader ends and the server lets it go (a subscriber's subscriptions with
+// it).
 type writeBoundedConn struct {
 	net.Conn
 	timeout time.Duration
