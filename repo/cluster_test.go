@@ -589,17 +589,21 @@ type shard0Move struct {
 	sub      *redis.PubSub
 }
 
+// itemTypeOn is an item type whose key of activity 7, user 1 falls on
+// shard.
+func itemTypeOn(keys repo.Keys, shard int) string {
+	for i := 0; ; i++ {
+		if it := fmt.Sprint("t", i); keys.Shard(7, 1, it) == shard {
+			return it
+		}
+	}
+}
+
 func openOnShard0(t *testing.T, c *clusterCase) shard0Move {
 	t.Helper()
 	ctx := context.Background()
 	keys := c.r.Keys()
-	it := ""
-	for i := 0; it == ""; i++ {
-		if s := fmt.Sprint("t", i); keys.Shard(7, 1, s) == 0 {
-			it = s
-		}
-	}
-	first := &combo.Contribution{Id: 1, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: it, Quantity: 1,
+	first := &combo.Contribution{Id: 1, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: itemTypeOn(keys, 0), Quantity: 1,
 		CreatedAt: time.Now().UnixMilli()}
 	if res, err := c.r.Report(ctx, []*combo.Contribution{first}); err != nil || res[0].Outcome != repo.Opened {
 		t.Fatalf("first report: %+v %v", res, err)
@@ -1186,17 +1190,10 @@ func reportDuringAMove(t *testing.T, beside bool, after int) {
 	if err := r.EnsureGroups(ctx); err != nil {
 		t.Fatal(err)
 	}
-	on := func(shard int) string {
-		for i := 0; ; i++ {
-			if it := fmt.Sprint("t", i); keys.Shard(7, 1, it) == shard {
-				return it
-			}
-		}
-	}
 	now := time.Now().UnixMilli()
-	cs := []*combo.Contribution{{Id: 101, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: on(x), Quantity: 1, CreatedAt: now}}
+	cs := []*combo.Contribution{{Id: 101, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: itemTypeOn(keys, x), Quantity: 1, CreatedAt: now}}
 	if beside {
-		cs = append(cs, &combo.Contribution{Id: 202, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: on(y), Quantity: 1, CreatedAt: now})
+		cs = append(cs, &combo.Contribution{Id: 202, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: itemTypeOn(keys, y), Quantity: 1, CreatedAt: now})
 	}
 	finish = cl.BeginMigration(t, keys.Stream(x), from, to).Finish
 	res, err := r.Report(ctx, cs)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -184,19 +183,12 @@ func TestTryAgainFirstKeepsAnAnswerFromAnotherNode(t *testing.T) {
 			return &partCutConn{Conn: conn, cut: &cut, keep: 2}, nil
 		}})
 	t.Cleanup(func() { cc.Close() })
-	on := func(shard int) string {
-		for i := 0; ; i++ {
-			if it := fmt.Sprint("t", i); keys.Shard(7, 1, it) == shard {
-				return it
-			}
-		}
-	}
 	cl.BeginMigration(t, keys.Stream(x), A, C)
 	now := time.Now().UnixMilli()
 	cs := []*combo.Contribution{
-		{Id: 101, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: on(x), Quantity: 1, CreatedAt: now},
-		{Id: 202, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: on(w), Quantity: 1, CreatedAt: now},
-		{Id: 303, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: on(v), Quantity: 1, CreatedAt: now},
+		{Id: 101, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: itemTypeOn(keys, x), Quantity: 1, CreatedAt: now},
+		{Id: 202, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: itemTypeOn(keys, w), Quantity: 1, CreatedAt: now},
+		{Id: 303, ActivityId: 7, UserId: 1, ItemId: 1, ItemType: itemTypeOn(keys, v), Quantity: 1, CreatedAt: now},
 	}
 	_, err := repo.New(cc, s).Report(ctx, cs)
 	if !cut.Load() {
