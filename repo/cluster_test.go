@@ -589,6 +589,18 @@ type shard0Move struct {
 	sub      *redis.PubSub
 }
 
+// shardsByMaster maps each master's address to the shards of keys it
+// holds, as rdb sees the slot map.
+func shardsByMaster(t *testing.T, cl *testredis.Cluster, rdb *redis.ClusterClient, keys repo.Keys) map[string][]int {
+	t.Helper()
+	byNode := map[string][]int{}
+	for sh := range keys.Shards() {
+		a := cl.MasterAddr(t, rdb, keys.Stream(sh))
+		byNode[a] = append(byNode[a], sh)
+	}
+	return byNode
+}
+
 // itemTypeOn is an item type whose key of activity 7, user 1 falls on
 // shard.
 func itemTypeOn(keys repo.Keys, shard int) string {
@@ -1162,11 +1174,7 @@ func reportDuringAMove(t *testing.T, beside bool, after int) {
 	s := settings()
 	s.Shards = 6
 	keys := repo.NewKeys(s.Shards)
-	byNode := map[string][]int{}
-	for sh := range s.Shards {
-		a := cl.MasterAddr(t, cc, keys.Stream(sh))
-		byNode[a] = append(byNode[a], sh)
-	}
+	byNode := shardsByMaster(t, cl, cc, keys)
 	x, y, from := -1, -1, ""
 	for a, shs := range byNode {
 		if len(shs) >= 2 {

@@ -138,11 +138,7 @@ func TestTryAgainFirstKeepsAnAnswerFromAnotherNode(t *testing.T) {
 	s := settings()
 	s.Shards = 12
 	keys := repo.NewKeys(s.Shards)
-	byNode := map[string][]int{}
-	for sh := range s.Shards {
-		a := cl.MasterAddr(t, admin, keys.Stream(sh))
-		byNode[a] = append(byNode[a], sh)
-	}
+	byNode := shardsByMaster(t, cl, admin, keys)
 	var A, B, C string // A holds the moving shard, B two others; the move goes to C
 	for a, shs := range byNode {
 		if len(shs) >= 2 && B == "" {
