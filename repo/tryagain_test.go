@@ -1,12 +1,12 @@
 package repo_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,47 +18,6 @@ import (
 	"github.com/combo-service/combo-service/repo"
 )
 
-// respLen is the length of the whole RESP reply at b's start, or -1 if
-// b holds only part of it.
-func respLen(b []byte) int {
-	if len(b) == 0 {
-		return -1
-	}
-	nl := bytes.Index(b, []byte("\r\n"))
-	if nl < 0 {
-		return -1
-	}
-	line := string(b[1:nl])
-	n := nl + 2
-	switch b[0] {
-	case '+', '-', ':', '_', ',', '#', '(':
-		return n
-	case '$', '=', '!':
-		l, _ := strconv.Atoi(line)
-		if l < 0 {
-			return n
-		}
-		if len(b) < n+l+2 {
-			return -1
-		}
-		return n + l + 2
-	case '*', '~', '>', '%', '|':
-		c, _ := strconv.Atoi(line)
-		if b[0] == '%' || b[0] == '|' {
-			c *= 2
-		}
-		for range c {
-			k := respLen(b[n:])
-			if k < 0 {
-				return -1
-			}
-			n += k
-		}
-		return n
-	}
-	panic("resp " + string(b[0]))
-}
-
 // partCutConn is a connection that, once a write of its carries a script
 // (evalsha) and no connection sharing cut was cut before, delivers the
 // first keep replies and then EOF: Redis ran the rest, their answers lost.
@@ -68,8 +27,7 @@ type partCutConn struct {
 	cut   *atomic.Bool
 	keep  int
 	armed bool
-	buf   []byte
-	out   []byte
+	out   []byte // the keep replies, once read
 	done  bool
 }
 
@@ -92,27 +50,15 @@ func (c *partCutConn) Read(b []byte) (int, error) {
 	if !c.armed {
 		return c.Conn.Read(b)
 	}
-	for !c.done {
-		tmp := make([]byte, 64<<10)
-		n, err := c.Conn.Read(tmp)
-		c.buf = append(c.buf, tmp[:n]...)
-		off := 0
-		got := 0
-		for got < c.keep {
-			k := respLen(c.buf[off:])
-			if k < 0 {
-				break
+	if !c.done {
+		c.done = true
+		rd := bufio.NewReader(c.Conn)
+		for range c.keep {
+			reply, err := readRESP2(rd)
+			if err != nil {
+				return 0, err
 			}
-			off += k
-			got++
-		}
-		if got == c.keep {
-			c.out = c.buf[:off]
-			c.done = true
-			break
-		}
-		if err != nil {
-			return 0, err
+			c.out = append(c.out, reply...)
 		}
 	}
 	if len(c.out) == 0 {
