@@ -1473,8 +1473,11 @@ func TestCloseAfterOneGaveUpDoesNotWaitForStuckSend(t *testing.T) {
 			closeOther := func() { other <- r.Close(context.Background()) }
 			if waiting {
 				go closeOther()
-				for !r.closed.Load() { // it has begun, and waits for the send
-					runtime.Gosched()
+				// It has begun, and waits for the send.
+				for deadline := time.Now().Add(waitFor); !r.closed.Load(); runtime.Gosched() {
+					if time.Now().After(deadline) {
+						t.Fatal("the other Close never began")
+					}
 				}
 			}
 			closeGivingUp(t, r)
