@@ -124,6 +124,10 @@ func (rs runs) print(w io.Writer) {
 	})
 	pushRow("windows miscounted", func(p *pushCheck) string { return fmt.Sprint(p.WindowsMiscounted) })
 	pushRow("new reports answered duplicate", func(p *pushCheck) string { return fmt.Sprint(p.UnexpectedDuplicates) })
+	// The lag figures are taken over the pushed windows whose opening report
+	// was answered (a window opened by a failed RPC has no known start): a
+	// count short of "windows pushed" says they describe part of the run.
+	pushRow("push lag over windows", func(p *pushCheck) string { return d(int64(p.Lag.N)) })
 	pushRow("push lag p50 ms", func(p *pushCheck) string { return f1(p.Lag.P50) })
 	pushRow("push lag p99 ms", func(p *pushCheck) string { return f1(p.Lag.P99) })
 	pushRow("push lag max ms", func(p *pushCheck) string { return f1(p.Lag.Max) })

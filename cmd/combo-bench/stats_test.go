@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -279,5 +281,15 @@ func TestCheckPushesFindsQuantityInTheWrongWindow(t *testing.T) {
 	if !got.Conserved || got.WindowsMiscounted != 0 {
 		t.Fatalf("a run whose only unannounced window is on a key with a failed RPC: conserved %v, miscounted %d; want true, 0",
 			got.Conserved, got.WindowsMiscounted)
+	}
+}
+
+// The table says how many windows its push lag figures were taken over, so
+// a reader can tell figures over every pushed window from figures over part.
+func TestTableCountsTheWindowsOfItsLagFigures(t *testing.T) {
+	var b strings.Builder
+	runs{{Mode: "rate", Pushes: &pushCheck{WindowsPushed: 20000, Lag: durStats{N: 19998, P99: 5.6}}}}.print(&b)
+	if !regexp.MustCompile(`push lag over windows +19998`).MatchString(b.String()) {
+		t.Fatalf("no lag count in the table:\n%s", b.String())
 	}
 }
