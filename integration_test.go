@@ -618,8 +618,8 @@ func TestPushAndMergeLatestAgreeOnTheEdges(t *testing.T) {
 // A DB row whose report was refused (the DB kept it; the push path never
 // counted it) is left out of MergeLatest, so the poll feed shows what the
 // pushes showed instead of failing whole while that row is among the
-// latest. A request none of whose rows is valid is the caller's mistake,
-// and is refused naming the first row's field.
+// latest. A request every row of which has its time in the wrong unit is
+// the caller's mistake, and is refused naming the first row's created_at.
 func TestMergeLatestLeavesOutRowsTheReportRefused(t *testing.T) {
 	s := startService(t, options{})
 	ctx := context.Background()

@@ -104,10 +104,12 @@ func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportCont
 // A row its report would have been refused for (the DB kept it, the push
 // path answered INVALID_ARGUMENT and never counted it) is left out, so both
 // paths show the same feed: refusing the call would empty the activity's
-// whole poll feed for as long as that row is among its latest. Such rows
-// are counted and logged; only a request none of whose rows is valid is
-// refused, naming the first row's fault, since that is the caller's own
-// mistake (seconds for milliseconds) and an empty feed would hide it.
+// whole poll feed for as long as that row is among its latest, even when
+// every row given is such a row (the feed is then empty, as the pushes
+// were). Such rows are counted and logged. Only a request every row of
+// which has its created_at refused is refused, naming the first: that is
+// the caller's own mistake (seconds for milliseconds), which an empty feed
+// would hide.
 func (h *Handler) MergeLatest(ctx context.Context, req *combo.MergeLatestRequest) (*combo.MergeLatestResponse, error) {
 	if err := validate.MergeLatest(req); err != nil {
 		return nil, h.fail(ctx, err, 0)
@@ -129,7 +131,9 @@ func (h *Handler) MergeLatest(ctx context.Context, req *combo.MergeLatestRequest
 	}
 	if firstBad != nil {
 		if len(rows) == 0 {
-			return nil, h.fail(ctx, firstBad, 0)
+			if err := validate.MisreadCreatedAt(req.Records); err != nil {
+				return nil, h.fail(ctx, err, 0)
+			}
 		}
 		skipped := len(req.Records) - len(rows)
 		h.metrics.MergeRowsSkipped.Add(float64(skipped))

@@ -173,7 +173,9 @@ func TestDebugLogsEachReport(t *testing.T) {
 
 // MergeLatest leaves out the rows a report would be refused for, counts
 // them and warns once per call naming the first; a call with no valid row
-// is refused, naming that row.
+// answers an empty feed, unless every row's created_at is refused (the
+// caller read its times in the wrong unit): that is refused, naming the
+// first row's.
 func TestMergeLatestSkipsRowsAReportWouldBeRefusedFor(t *testing.T) {
 	core, logs := observer.New(zapcore.WarnLevel)
 	m := metrics.New(prometheus.NewRegistry())
@@ -201,13 +203,26 @@ func TestMergeLatestSkipsRowsAReportWouldBeRefusedFor(t *testing.T) {
 		t.Fatalf("warnings %v, want one naming records[2].created_at and 2 skipped", warns)
 	}
 
-	_, err = h.MergeLatest(context.Background(), &combo.MergeLatestRequest{ActivityId: 7,
+	// Only rows the DB kept and the reports were refused for: the push
+	// feed showed nothing, and so does the poll feed, without failing.
+	resp, err = h.MergeLatest(context.Background(), &combo.MergeLatestRequest{ActivityId: 7,
 		Records: []*combo.ContributionRecord{rec(3, t0/1000), badQty}})
-	var ce *combo.ComboError
-	if !errors.As(err, &ce) || ce.Code != CodeInvalidArgument || !strings.HasPrefix(ce.Message, "records[0].created_at") {
-		t.Fatalf("no valid row: %v, want INVALID_ARGUMENT naming records[0].created_at", err)
+	if err != nil || resp == nil || len(resp.Records) != 0 {
+		t.Fatalf("no valid row: %+v, %v, want an empty feed", resp, err)
 	}
-	if got := testutil.ToFloat64(m.MergeRowsSkipped); got != 2 {
+	if got := testutil.ToFloat64(m.MergeRowsSkipped); got != 4 {
+		t.Fatalf("combo_merge_rows_skipped_total %v, want 4", got)
+	}
+
+	// Every row's time in seconds: the caller's mistake, named.
+	badID := rec(0, t0/1000) // refused for its id first; its time is wrong too
+	_, err = h.MergeLatest(context.Background(), &combo.MergeLatestRequest{ActivityId: 7,
+		Records: []*combo.ContributionRecord{badID, rec(3, t0/1000)}})
+	var ce *combo.ComboError
+	if !errors.As(err, &ce) || ce.Code != CodeInvalidArgument || !strings.HasPrefix(ce.Message, "records[0].created_at: must be unix milliseconds") {
+		t.Fatalf("every row in seconds: %v, want INVALID_ARGUMENT naming records[0].created_at", err)
+	}
+	if got := testutil.ToFloat64(m.MergeRowsSkipped); got != 4 {
 		t.Fatalf("a refused call counted skipped rows: %v", got)
 	}
 }

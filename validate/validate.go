@@ -149,6 +149,32 @@ func Record(activityID int64, r *combo.ContributionRecord, i int) error {
 	return nil
 }
 
+// MisreadCreatedAt returns the first record's created_at error when every
+// record's created_at is refused, nil otherwise. Rows all refused for their
+// time are the caller's own mistake (read in seconds or microseconds, or not
+// read at all), which an empty feed would hide; rows refused for their data
+// (a nickname the DB kept and the report refused) are not, and are merely
+// left out.
+func MisreadCreatedAt(records []*combo.ContributionRecord) error {
+	var first *Error
+	for i, r := range records {
+		if r == nil {
+			return nil
+		}
+		e := createdAt("created_at", r.CreatedAt)
+		if e == nil {
+			return nil
+		}
+		if first == nil {
+			first = e.under(fmt.Sprintf("records[%d]", i))
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	return first
+}
+
 // itemType checks the combo key's free-text part. Any byte that is valid
 // UTF-8 and not a control character is allowed (':', '{', '}', spaces, CJK):
 // keys are built so none of them can collide or escape a hash tag.
