@@ -62,6 +62,11 @@ const (
 // service, which takes framed requests only). A caller that must speak
 // without TTHeader builds its client with comboservice.NewClient and
 // transport.Framed. The returned client satisfies BatchSender.
+//
+// The 1 s timeout suits reports. A MergeLatest near its 10000-row bound
+// with long strings (tens of MB) can take most of it on a busy replica, and
+// a timeout is not an answer that the request was wrong: a caller sending
+// pages that large gives those calls their own callopt.WithRPCTimeout.
 func NewClient(hostPorts []string, opts ...kclient.Option) (comboservice.Client, error) {
 	if len(hostPorts) == 0 {
 		return nil, errors.New("combo client: NewClient needs at least one host:port")
