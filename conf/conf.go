@@ -20,7 +20,6 @@ import (
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
-	"go.yaml.in/yaml/v3"
 )
 
 // Config is every knob of the service. CONTRACT.md §4 names the required
@@ -535,13 +534,15 @@ func MetricsAddr(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("conf.MetricsAddr: %w", err)
 	}
-	var file map[string]any
-	if err := yaml.Unmarshal(raw, &file); err != nil {
+	// Read by viper, as Load reads it, so that the two cannot disagree:
+	// keys in any case (Metrics: {Addr: ...}) and dotted keys
+	// (metrics.addr: ...) alike.
+	v := viper.New()
+	v.SetConfigType("yaml")
+	if err := v.ReadConfig(bytes.NewReader(raw)); err != nil {
 		return "", fmt.Errorf("conf.MetricsAddr: read %s: %s", path, withoutYAMLValues(err))
 	}
-	// Keys in any case, as viper reads them (Metrics: {Addr: ...} too).
-	metrics, _ := lookupFold(file, "metrics").(map[string]any)
-	switch addr := lookupFold(metrics, "addr").(type) {
+	switch addr := v.Get("metrics.addr").(type) {
 	case string:
 		return addr, nil
 	case nil:
@@ -549,16 +550,6 @@ func MetricsAddr(path string) (string, error) {
 	default:
 		return "", fmt.Errorf("conf.MetricsAddr: read %s: metrics.addr is no string", path)
 	}
-}
-
-// lookupFold is m's value under key, whatever the case of m's keys.
-func lookupFold(m map[string]any, key string) any {
-	for k, v := range m {
-		if strings.EqualFold(k, key) {
-			return v
-		}
-	}
-	return nil
 }
 
 // read is Load without Validate.

@@ -811,6 +811,36 @@ func TestMetricsAddrReadsNothingElse(t *testing.T) {
 	}
 }
 
+// Wherever Load takes a file, the probe reads the metrics.addr the service
+// listens on: a probe of another port fails a live replica for good (or
+// reports another process's health).
+func TestMetricsAddrAgreesWithLoad(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	for _, body := range []string{
+		"metrics:\n  addr: \"127.0.0.1:9200\"\n",
+		"metrics: {addr: \"127.0.0.1:9201\"}\n",
+		"Metrics:\n  Addr: \"127.0.0.1:9202\"\n",
+		"metrics.addr: \"127.0.0.1:9203\"\n", // dotted keys: viper reads them
+		"Metrics.Addr: \"127.0.0.1:9204\"\nmetrics.pprof: true\n",
+		"metrics:\n  pprof: true\n",
+		"metrics:\n  addr: \"\"\n",
+		"log:\n  level: debug\n",
+		"# nothing but a comment\n",
+	} {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(path)
+		if err != nil {
+			t.Errorf("Load of %q: %v", body, err)
+			continue
+		}
+		if got, err := MetricsAddr(path); err != nil || got != c.Metrics.Addr {
+			t.Errorf("MetricsAddr of %q: %q, %v; the service listens on %q", body, got, err, c.Metrics.Addr)
+		}
+	}
+}
+
 // A section left empty (its keys commented out, values coming from the
 // environment) sets nothing: its COMBO_* variables still apply. viper took
 // "redis:" for a key with a value and read the section from the defaults
