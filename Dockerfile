@@ -12,7 +12,8 @@
 #
 # The go build lines are build.sh's, word for word (deploy/container_test.go
 # checks it): the README's `go build -o <bin> .` plus CGO_ENABLED=0 (static),
-# -trimpath (reproducible paths) and -ldflags="-s -w" (no symbol tables).
+# -trimpath (reproducible paths) and -ldflags="-s -w" (no symbol tables; the
+# service's also stamps the revision).
 
 FROM golang:1.26 AS build
 WORKDIR /src
@@ -20,11 +21,16 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+# The commit built (docker build --build-arg REVISION=$(git rev-parse HEAD)):
+# .git is not in the build context, so Go cannot stamp it itself.
+ARG REVISION=
 RUN mkdir -p output/bin && \
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o output/bin/combo-service . && \
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.stampedRevision=${REVISION}" -o output/bin/combo-service . && \
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o output/bin/combo-demo ./cmd/combo-demo
 
 FROM gcr.io/distroless/static-debian12:nonroot
+ARG REVISION=
+LABEL org.opencontainers.image.revision="${REVISION}"
 COPY --from=build /src/output/bin/ /usr/local/bin/
 # nonroot (65532), numeric so that runAsNonRoot checks can verify it.
 USER 65532:65532

@@ -7,27 +7,30 @@ import "runtime/debug"
 // module's version (since Go 1.24, a pseudo-version carrying the commit when
 // built in a git checkout; "(devel)" otherwise) and the VCS revision, with
 // "+dirty" when the checkout had uncommitted changes. A build without VCS
-// data (the container image: .git is not in its build context) has no
-// revision; it says "unknown". /metrics tells the same version as
-// go_build_info (client_golang's build-info collector).
+// data (the container image: .git is not in its build context) takes the
+// revision build.sh and the Dockerfile stamp into stampedRevision (from git,
+// or REVISION); with neither it says "unknown". /metrics tells both as
+// combo_build_info.
 func buildVersion() (version, revision string) {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "unknown", "unknown"
+		return "unknown", orUnknown(stampedRevision)
 	}
-	return versionOf(bi)
+	return versionOf(bi, stampedRevision)
 }
 
-func versionOf(bi *debug.BuildInfo) (version, revision string) {
-	version, revision = bi.Main.Version, "unknown"
-	if version == "" {
-		version = "unknown"
-	}
+// stampedRevision is set at link time (-ldflags "-X
+// main.stampedRevision=..."): build.sh sets it to $REVISION, else the
+// checkout's commit; the Dockerfile to its REVISION build argument.
+var stampedRevision string
+
+func versionOf(bi *debug.BuildInfo, stamped string) (version, revision string) {
+	version, revision = orUnknown(bi.Main.Version), orUnknown(stamped)
 	modified := false
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
-			revision = s.Value
+			revision = s.Value // Go's own, which knows "+dirty"
 		case "vcs.modified":
 			modified = s.Value == "true"
 		}
@@ -36,4 +39,11 @@ func versionOf(bi *debug.BuildInfo) (version, revision string) {
 		revision += "+dirty"
 	}
 	return version, revision
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }

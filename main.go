@@ -138,6 +138,8 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		collectors.NewBuildInfoCollector())
 	m := metrics.New(reg)
 	m.StreamMaxLength.Set(float64(cfg.Redis.StreamMaxLen))
+	version, revision := buildVersion()
+	m.BuildInfo.WithLabelValues(version, revision).Set(1)
 
 	redisAddr, newClient, closeRedis, err := openRedis(cfg, log, reg, m.LogSuppressed)
 	if err != nil {
@@ -254,7 +256,6 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 
 	metricsSrv, metricsAddr := serveMetrics(metricsLn, cfg.Metrics, reg, store, w, ctx.Done(), log, rpcserver.MaxConnIdle)
 
-	version, revision := buildVersion()
 	log.Info("combo-service started",
 		zap.String("version", version), zap.String("revision", revision),
 		zap.String("rpc_addr", ln.Addr().String()), zap.String("redis", redisAddr), zap.Bool("redis_tls", cfg.Redis.TLS),

@@ -23,6 +23,7 @@ import (
 	"io/fs"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,6 +74,27 @@ type goBuild struct {
 }
 
 func (g goBuild) String() string { return strings.Join(append(slices.Clone(g.Env), g.Args...), " ") }
+
+// testRevision is what the builds here stamp for build.sh's ${REVISION}.
+const testRevision = "0123456789abcdef0123456789abcdef01234567"
+
+// command is the build, run at the repository root with out as its -o
+// and ${REVISION} (build.sh's variable, the Dockerfile's argument) set to
+// testRevision, without Go's VCS stamp, as in the image, whose build
+// context has no .git.
+func (g goBuild) command(ctx context.Context, t *testing.T, out string) *exec.Cmd {
+	args := slices.Clone(g.Args)
+	for i := range args {
+		if args[i] == "-o" {
+			args[i+1] = out
+		}
+		args[i] = strings.ReplaceAll(args[i], "${REVISION}", testRevision)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Dir = root(t)
+	cmd.Env = append(append(os.Environ(), g.Env...), "GOFLAGS=-buildvcs=false")
+	return cmd
+}
 
 // Pkg is the package built: the last argument.
 func (g goBuild) Pkg() string { return g.Args[len(g.Args)-1] }
@@ -360,16 +382,8 @@ func TestBuiltBinariesAreStaticAndWork(t *testing.T) {
 	bins := map[string]string{}
 	for pkg, b := range byPkg(t, "build.sh", goBuilds(t, read(t, "build.sh"))) {
 		out := filepath.Join(dir, filepath.Base(b.Out()))
-		args := slices.Clone(b.Args)
-		for i := range args {
-			if args[i] == "-o" {
-				args[i+1] = out
-			}
-		}
 		ctx, cancel := buildContext(t)
-		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-		cmd.Dir = root(t)
-		cmd.Env = append(os.Environ(), b.Env...)
+		cmd := b.command(ctx, t, out)
 		if msg, err := cmd.CombinedOutput(); err != nil {
 			cancel()
 			t.Fatalf("%s: %v\n%s", b, err, msg)
@@ -405,6 +419,14 @@ func TestBuiltBinariesAreStaticAndWork(t *testing.T) {
 	// and SIGTERM stops it with exit status 0.
 	const w = time.Second
 	s := startService(t, svc, "COMBO_WINDOW_SIZE="+w.String())
+	// The image has no VCS data: the stamped revision names the build, in
+	// the start log and on /metrics (the rolling-upgrade notes go by commit).
+	if s.revision != testRevision {
+		t.Errorf("the start log names revision %q, want the stamped %q", s.revision, testRevision)
+	}
+	if body := get(t, "http://"+s.metrics+"/metrics"); !strings.Contains(body, `combo_build_info{revision="`+testRevision+`",version=`) {
+		t.Errorf("/metrics has no combo_build_info naming revision %s", testRevision)
+	}
 	// The image's HEALTHCHECK: the binary probes its own configured metrics.addr.
 	for _, path := range []string{"/healthz", "/readyz"} {
 		probe := exec.Command(svc, "-healthcheck", path)
@@ -519,6 +541,7 @@ func assertStatic(t *testing.T, path string) {
 type service struct {
 	cmd                 *exec.Cmd
 	rpc, metrics, redis string
+	revision            string        // as its start log names it
 	draining            chan struct{} // closed when it logs that its drain began
 	done                chan struct{} // closed when the process has exited
 	err                 error         // its Wait error, once done
@@ -559,6 +582,7 @@ func startService(t *testing.T, bin string, env ...string) *service {
 			}
 			if m["msg"] == "combo-service started" {
 				s.rpc, _ = m["rpc_addr"].(string)
+				s.revision, _ = m["revision"].(string)
 				s.metrics, _ = m["metrics_addr"].(string)
 				close(started)
 			}
@@ -628,16 +652,9 @@ func TestHealthcheckProbesOnlyMetricsAddr(t *testing.T) {
 	}
 	dir := t.TempDir()
 	svc := filepath.Join(dir, "combo-service")
-	args := slices.Clone(b.Args)
-	for i := range args {
-		if args[i] == "-o" {
-			args[i+1] = svc
-		}
-	}
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Dir = root(t)
-	cmd.Env = append(os.Environ(), b.Env...)
-	if msg, err := cmd.CombinedOutput(); err != nil {
+	ctx, cancel := buildContext(t)
+	defer cancel()
+	if msg, err := b.command(ctx, t, svc).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", b, err, msg)
 	}
 	s := startService(t, svc)
@@ -1178,4 +1195,20 @@ func TestAlertRules(t *testing.T) {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
+}
+
+// get is the body of a GET of url answered 200.
+func get(t *testing.T, url string) string {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d, %v", url, resp.StatusCode, err)
+	}
+	return string(b)
 }

@@ -104,6 +104,10 @@ type Metrics struct {
 	// StreamLength with the bound past which this replica opens no window.
 	StreamMaxLength prometheus.Gauge
 	ConsumersGone   prometheus.Counter
+	// BuildInfo is 1, labelled with the running build's version and
+	// revision (the start log's), so a scrape tells which code each
+	// replica runs: go_build_info has no revision in the container image.
+	BuildInfo *prometheus.GaugeVec // by version, revision
 	// The report path's shared pipelines (repo.Settings.ObservePipeline).
 	PipelineReports prometheus.Histogram
 	PipelineSeconds prometheus.Histogram
@@ -156,6 +160,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Entries read by some consumer and not yet flushed, sampled."}, []string{"shard"}),
 		StreamMaxLength: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_max_length",
 			Help: "redis.stream_maxlen: at it, no window is opened and reports are published on their own (degraded)."}),
+		BuildInfo: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
+			Help: "1, labelled with the running build's version and VCS revision."}, []string{"version", "revision"}),
 		ConsumersGone: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "consumers_removed_total",
 			Help: "Dead consumers removed from the group (no pending entries, idle past worker.consumer_idle_delete)."}),
 		PipelineReports: f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "report_pipeline_reports",
