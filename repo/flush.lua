@@ -47,8 +47,9 @@
 --                e.g. by the consumer that claimed it); acked and deleted
 --   4 lost       a = age ms, b = 0: the entry still waits but its data is
 --                gone before window.stale, so it was never published and did
---                not expire: evicted (maxmemory-policy is not noeviction) or
---                deleted; acked and deleted
+--                not expire: evicted (maxmemory-policy is not noeviction),
+--                deleted, or overwritten with another type; acked and
+--                deleted
 --   5 kept       a = age ms, b = 0: mode "retire" and not stale; nothing
 --                changed
 --   6 late       a = now ms (Redis clock), b = 0: run past ARGV[10];
@@ -71,9 +72,13 @@ local function retire()
   redis.call('XDEL', KEYS[1], sid)
 end
 
+-- A value of another type at the key (a foreign write under our prefix) is
+-- no window data either: with redis.call its WRONGTYPE would fail every
+-- flush and retire of the window, which would stay pending for ever,
+-- retried by every replica, never dropped at window.stale.
 local function load(key)
-  local v = redis.call('GET', key)
-  if not v then return nil end
+  local v = redis.pcall('GET', key)
+  if not v or type(v) == 'table' then return nil end
   local q, a, i, c, s, f = string.match(v, '^(%d+)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31(.*)$')
   if s ~= sid then return nil end
   -- q has leading zeros (fixed width); as a number it prints without them.

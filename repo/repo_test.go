@@ -369,6 +369,35 @@ func TestFlushTellsLostFromGone(t *testing.T) {
 	})
 }
 
+// A window whose key holds a value of another type (a foreign write under
+// the prefix) has no data: it is retired as lost, not retried for ever.
+func TestFlushRetiresAWindowWhoseKeyHoldsAnotherType(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r := repo.New(rdb, settings())
+		if err := r.EnsureGroups(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil {
+			t.Fatal(err)
+		}
+		ws, _, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
+		if err != nil || len(ws) != 1 {
+			t.Fatalf("read %v %v", ws, err)
+		}
+		cur := r.Keys().Current(0, 7, 42, "rose")
+		rdb.Del(ctx, cur)
+		rdb.HSet(ctx, cur, "foreign", "1")
+		res, err := r.Flush(ctx, ws)
+		if err != nil || res[0].Err != nil || res[0].Status != repo.Lost {
+			t.Fatalf("flush of a window whose key holds a hash: %+v %v, want lost", res, err)
+		}
+		if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 0 {
+			t.Fatalf("stream holds %d entries, want the window retired", n)
+		}
+	})
+}
+
 // Concurrent calls share pipelines; each must get exactly its own answers.
 // All report quantity 1 into one window, so the totals answered are a
 // permutation of 1..n. ObservePipeline sees every report exactly once.
