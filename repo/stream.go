@@ -176,6 +176,25 @@ func (r *Repo) LastID(ctx context.Context, shard int) (string, error) {
 	return msgs[0].ID, nil
 }
 
+// PendingIDs lists up to count ids of entries pending for consumer in
+// shard's stream, from start (inclusive) on, in id order. It reads only:
+// unlike a re-read with XREADGROUP, it leaves each entry's idle time and
+// delivery count as they were, so another replica's claimer still sees
+// how long ago the entry was read.
+func (r *Repo) PendingIDs(ctx context.Context, shard int, consumer, start string, count int) ([]string, error) {
+	ps, err := r.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: r.keys.Stream(shard), Group: Group, Start: start, End: "+", Count: int64(count), Consumer: consumer,
+	}).Result()
+	if err != nil {
+		return nil, wrap("repo.PendingIDs", err)
+	}
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = p.ID
+	}
+	return ids, nil
+}
+
 // Drop acknowledges and deletes entries that can never be flushed, in one
 // script: acknowledged but not deleted (a connection cut between the two
 // commands of a pipeline), an entry stayed in the stream for good, behind

@@ -120,6 +120,14 @@ func (q *dueQueue) done(items ...dueItem) {
 	q.mu.Unlock()
 }
 
+// holds reports whether ref is held: waiting, or popped and being flushed.
+func (q *dueQueue) holds(ref windowRef) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.held[ref]
+	return ok
+}
+
 // next is the earliest due time (Redis ms), if any item waits.
 func (q *dueQueue) next() (int64, bool) {
 	q.mu.Lock()

@@ -222,3 +222,29 @@ func TestShutdownFinalReadStopsAtMaxHeld(t *testing.T) {
 		t.Fatalf("another replica read %d windows (%v), want the %d left unread", len(ws), err, n-2)
 	}
 }
+
+// A drain cut short leaves the windows it holds pending as they were read:
+// the final read does not read them again, which would re-deliver each (its
+// idle time back to 0, its delivery count up), so that another replica's
+// claimer took them claim_idle after the shutdown instead of after the
+// read, and with a tight window.stale dropped them stale.
+func TestShutdownCutShortLeavesHeldWindowsAsRead(t *testing.T) {
+	r, rdb, _, m := setup(t)
+	ctx := context.Background()
+	store := &refusing{Repo: r} // Redis refuses every flush: the drain cannot publish
+	wk := startReported(t, store, r, m)
+	waitFor(t, "the window held and its flush refused", func() bool { return wk.Held() == 1 && store.calls.Load() > 0 })
+	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := wk.Shutdown(sctx); err == nil || !strings.Contains(err.Error(), "1 windows still held") {
+		t.Fatalf("Shutdown = %v, want the window left held", err)
+	}
+	pe, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: r.Keys().Stream(0), Group: repo.Group, Start: "-", End: "+", Count: 10}).Result()
+	if err != nil || len(pe) != 1 {
+		t.Fatalf("pending %+v %v, want the one window", pe, err)
+	}
+	if pe[0].RetryCount != 1 {
+		t.Fatalf("the window left pending was delivered %d times (idle %v): the final read re-delivered it, resetting its idle time",
+			pe[0].RetryCount, pe[0].Idle)
+	}
+}

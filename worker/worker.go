@@ -38,6 +38,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -57,6 +58,7 @@ type Store interface {
 	EnsureGroup(ctx context.Context, shard int) error
 	Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) (ws []repo.Window, bad, deleted []string, err error)
 	LastID(ctx context.Context, shard int) (string, error)
+	PendingIDs(ctx context.Context, shard int, consumer, start string, count int) ([]string, error)
 	Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) (ws []repo.Window, bad, deleted []string, next string, err error)
 	Drop(ctx context.Context, shard int, ids []string) error
 	Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error)
@@ -968,7 +970,11 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 	}); err != nil {
 		return err
 	}
-	for start := "0"; ctx.Err() == nil; {
+	start := "0"
+	if w.holdsAllPending(ctx, shard) {
+		start = ">"
+	}
+	for ctx.Err() == nil {
 		if w.Held() >= w.cfg.MaxHeld {
 			return nil
 		}
@@ -1004,6 +1010,39 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// holdsAllPending reports whether every entry pending for this replica in
+// shard's stream is a window it holds, listing their ids alone (XPENDING).
+// The final read then skips its re-read of them: XREADGROUP re-delivers
+// each entry it returns, its idle time back to 0, so windows the drain then
+// could not publish (Redis refusing writes, or the drain's bound) waited
+// claim_idle from the shutdown, not from when they were read, before
+// another replica took them; a replica killed outright left them better
+// placed. Any doubt (an entry not held, an error) answers false: the
+// re-read finds what a read cut off by stopTaking, or a lost reply, left.
+func (w *Worker) holdsAllPending(ctx context.Context, shard int) bool {
+	q := w.qs[shard]
+	for start := "-"; ctx.Err() == nil; {
+		var ids []string
+		if err := w.op(ctx, func(ctx context.Context) (err error) {
+			defer w.recoverAs(metrics.LoopRead, &err, zap.Int("shard", shard))
+			ids, err = w.store.PendingIDs(ctx, shard, w.cfg.Consumer, start, w.cfg.ReadCount)
+			return err
+		}); err != nil {
+			return false
+		}
+		for _, id := range ids {
+			if !q.holds(windowRef{shard, id}) {
+				return false
+			}
+		}
+		if len(ids) < w.cfg.ReadCount {
+			return true
+		}
+		start = nextID(ids[len(ids)-1])
+	}
+	return false
 }
 
 // groupLost counts and logs a consumer group found missing after this
@@ -1068,6 +1107,15 @@ func maxID(a, b string) string {
 		return b
 	}
 	return a
+}
+
+// nextID is the smallest stream id after id.
+func nextID(id string) string {
+	ms, seq := splitID(id)
+	if seq == math.MaxUint64 {
+		return strconv.FormatUint(ms+1, 10) + "-0"
+	}
+	return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq+1, 10)
 }
 
 func compareIDs(a, b string) int {
