@@ -248,3 +248,68 @@ func TestShutdownCutShortLeavesHeldWindowsAsRead(t *testing.T) {
 			pe[0].RetryCount, pe[0].Idle)
 	}
 }
+
+// losingRefusing refuses every flush, and loses the reply of a read of new
+// entries while lose is set (once per setting).
+type losingRefusing struct {
+	refusing
+	lose atomic.Bool
+}
+
+func (s *losingRefusing) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
+	ws, bad, del, err := s.Repo.Read(ctx, shard, consumer, start, count, block)
+	if err == nil && start == ">" && len(ws) > 0 && s.lose.CompareAndSwap(true, false) {
+		return nil, nil, nil, nil
+	}
+	return ws, bad, del, err
+}
+
+// Own pending entries the replica does not hold (their read replies were
+// lost) are read again at shutdown, and only they: the windows it holds,
+// listed over several pages, keep their one delivery.
+func TestShutdownRereadsOnlyOwnPendingNotHeld(t *testing.T) {
+	r, rdb, _, m := setup(t)
+	ctx := context.Background()
+	store := &losingRefusing{}
+	store.Repo = r
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond, ReadCount: 2},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	report := func(id int64, lose bool) {
+		t.Helper()
+		store.lose.Store(lose)
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(id, id)}); err != nil {
+			t.Fatal(err)
+		}
+		if lose {
+			waitFor(t, "the read reply lost", func() bool { return !store.lose.Load() })
+		}
+	}
+	held := 0
+	for id := int64(1); id <= 8; id++ {
+		lost := id == 6 || id == 8 // two runs of one, a held window between them
+		report(id, lost)
+		if !lost {
+			held++
+			waitFor(t, "the window held", func() bool { return wk.Held() == held })
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if err := wk.Shutdown(sctx); err == nil || !strings.Contains(err.Error(), "8 windows still held") {
+		t.Fatalf("Shutdown = %v, want all 8 windows held (the 2 lost ones read again), left pending", err)
+	}
+	pe, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: r.Keys().Stream(0), Group: repo.Group, Start: "-", End: "+", Count: 20}).Result()
+	if err != nil || len(pe) != 8 {
+		t.Fatalf("pending %+v %v, want 8", pe, err)
+	}
+	for i, p := range pe {
+		want := int64(1)
+		if i == 5 || i == 7 {
+			want = 2 // the lost ones, read again
+		}
+		if p.RetryCount != want {
+			t.Errorf("window %d (%s) delivered %d times, want %d", i+1, p.ID, p.RetryCount, want)
+		}
+	}
+}

@@ -327,7 +327,7 @@ func (w *Worker) readLoop(ctx context.Context, shard int) {
 			continue
 		}
 		losses := w.losses[shard].Load()
-		n, err := w.readOnce(ctx, shard, start, w.cfg.Block)
+		n, err := w.readOnce(ctx, shard, start, 0, w.cfg.Block)
 		if errors.Is(err, repo.ErrGroupRecreated) {
 			w.groupLost(shard, losses, err) // recreated: read it from the start
 			start = "0"
@@ -373,7 +373,7 @@ type readResult struct {
 
 // readOnce reads one batch and queues it; a panic on a bad entry is
 // recovered and counted so the loop goes on.
-func (w *Worker) readOnce(ctx context.Context, shard int, start string, block time.Duration) (res readResult, err error) {
+func (w *Worker) readOnce(ctx context.Context, shard int, start string, count int, block time.Duration) (res readResult, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			w.panicked(metrics.LoopRead, loopPanic, p, zap.Int("shard", shard))
@@ -384,9 +384,12 @@ func (w *Worker) readOnce(ctx context.Context, shard int, start string, block ti
 	// takes: a full ReadCount at the cap went past it by as much per shard.
 	// Our own pending entries come in full pages: those held already are
 	// skipped, and pages of the room left could take a round trip each.
-	count := w.cfg.ReadCount
-	if start == ">" {
-		count = max(min(count, w.cfg.MaxHeld-w.Held()), 1)
+	// count > 0 asks for that many (a run of own entries not held).
+	if count <= 0 {
+		count = w.cfg.ReadCount
+		if start == ">" {
+			count = max(min(count, w.cfg.MaxHeld-w.Held()), 1)
+		}
 	}
 	// The read may block for Block; its timeout must cover that.
 	rctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout+max(block, 0))
@@ -506,7 +509,7 @@ func (w *Worker) claimOrReread(ctx context.Context, shard int) {
 	}
 	start := "0"
 	for ctx.Err() == nil && w.Held() < w.cfg.MaxHeld {
-		n, err := w.readOnce(ctx, shard, start, -1) // own entries: never blocks
+		n, err := w.readOnce(ctx, shard, start, 0, -1) // own entries: never blocks
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, errRecovered) {
 				w.redisError(metrics.OpRead, err)
@@ -970,16 +973,27 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 	}); err != nil {
 		return err
 	}
+	if w.Held() >= w.cfg.MaxHeld {
+		return nil
+	}
+	// Own pending entries not held first: only those, where they can be
+	// listed, else all of them from the start.
 	start := "0"
-	if w.holdsAllPending(ctx, shard) {
+	if runs, ok := w.unheldPending(ctx, shard); ok {
 		start = ">"
+		for _, run := range runs {
+			if _, err := w.readOnce(ctx, shard, run.after, run.n, -1); err != nil {
+				start = "0" // the loop below meets the error again, and handles it
+				break
+			}
+		}
 	}
 	for ctx.Err() == nil {
 		if w.Held() >= w.cfg.MaxHeld {
 			return nil
 		}
 		losses := w.losses[shard].Load()
-		n, err := w.readOnce(ctx, shard, start, -1)
+		n, err := w.readOnce(ctx, shard, start, 0, -1)
 		if errors.Is(err, repo.ErrNoStream) {
 			return nil // never written to, and Redis refuses to create it: nothing to read
 		}
@@ -1012,17 +1026,26 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 	return ctx.Err()
 }
 
-// holdsAllPending reports whether every entry pending for this replica in
-// shard's stream is a window it holds, listing their ids alone (XPENDING).
-// The final read then skips its re-read of them: XREADGROUP re-delivers
-// each entry it returns, its idle time back to 0, so windows the drain then
-// could not publish (Redis refusing writes, or the drain's bound) waited
+// pendingRun is a run of entries pending for this replica that it does not
+// hold, next to each other in its pending list: after is the id just
+// before the first of them, n how many there are.
+type pendingRun struct {
+	after string
+	n     int
+}
+
+// unheldPending lists the entries pending for this replica in shard's
+// stream that it does not hold (a read cut off by the stop, a lost reply,
+// a window whose flush panicked), by their ids alone (XPENDING), so that
+// the final read re-reads only those: XREADGROUP re-delivers each entry it
+// returns, its idle time back to 0, and windows the drain then could not
+// publish (Redis refusing writes, or the drain's bound) would wait
 // claim_idle from the shutdown, not from when they were read, before
 // another replica took them; a replica killed outright left them better
-// placed. Any doubt (an entry not held, an error) answers false: the
-// re-read finds what a read cut off by stopTaking, or a lost reply, left.
-func (w *Worker) holdsAllPending(ctx context.Context, shard int) bool {
+// placed. ok is false if the list could not be read whole.
+func (w *Worker) unheldPending(ctx context.Context, shard int) (runs []pendingRun, ok bool) {
 	q := w.qs[shard]
+	inRun := false
 	for start := "-"; ctx.Err() == nil; {
 		var ids []string
 		if err := w.op(ctx, func(ctx context.Context) (err error) {
@@ -1030,19 +1053,25 @@ func (w *Worker) holdsAllPending(ctx context.Context, shard int) bool {
 			ids, err = w.store.PendingIDs(ctx, shard, w.cfg.Consumer, start, w.cfg.ReadCount)
 			return err
 		}); err != nil {
-			return false
+			return nil, false
 		}
 		for _, id := range ids {
-			if !q.holds(windowRef{shard, id}) {
-				return false
+			if q.holds(windowRef{shard, id}) {
+				inRun = false
+				continue
 			}
+			if !inRun {
+				runs = append(runs, pendingRun{after: prevID(id)})
+				inRun = true
+			}
+			runs[len(runs)-1].n++
 		}
 		if len(ids) < w.cfg.ReadCount {
-			return true
+			return runs, true
 		}
 		start = nextID(ids[len(ids)-1])
 	}
-	return false
+	return nil, false
 }
 
 // groupLost counts and logs a consumer group found missing after this
@@ -1107,6 +1136,18 @@ func maxID(a, b string) string {
 		return b
 	}
 	return a
+}
+
+// prevID is the largest stream id before id ("0-0" for the smallest).
+func prevID(id string) string {
+	ms, seq := splitID(id)
+	switch {
+	case seq > 0:
+		return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq-1, 10)
+	case ms > 0:
+		return strconv.FormatUint(ms-1, 10) + "-" + strconv.FormatUint(math.MaxUint64, 10)
+	}
+	return "0-0"
 }
 
 // nextID is the smallest stream id after id.
