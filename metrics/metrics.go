@@ -31,8 +31,8 @@ const (
 const (
 	FlushedPublished = "published"
 	FlushedStale     = "stale" // dropped unpublished, older than window.stale
-	FlushedGone      = "gone"  // already flushed elsewhere
-	FlushedLost      = "lost"  // data evicted or deleted before it was published
+	FlushedGone      = "gone"  // already flushed, elsewhere or by a flush of ours answered too late
+	FlushedLost      = "lost"  // data evicted, deleted or overwritten before it was published
 )
 
 // The worker's Redis operations (label op of combo_redis_errors_total).
@@ -125,7 +125,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		WindowsOpened: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "windows_opened_total",
 			Help: "Windows opened (first report of a combo key's window), also by a batch answered with an error because its degraded reports could not be published or Redis did not answer for some of its reports."}),
 		WindowsFlushed: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "windows_flushed_total",
-			Help: "Windows retired by the worker, by status: published, stale (dropped unpublished), gone (already flushed elsewhere), lost (data evicted or deleted before publish)."}, []string{"status"}),
+			Help: "Windows retired by the worker, by status: published, stale (dropped unpublished), gone (already flushed, elsewhere or by a flush of this replica answered too late), lost (data evicted, deleted or overwritten before publish)."}, []string{"status"}),
 		PushLag: f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "push_lag_seconds",
 			Help:    "Publish time minus the window's due time (W + grace after its first report), by Redis's clock.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),

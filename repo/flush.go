@@ -43,7 +43,8 @@ const (
 	Stale                 // older than window.stale: dropped, never published
 	Gone                  // no data: already flushed (e.g. by a claimer)
 	// Lost: the entry still waited but its data was gone before
-	// window.stale: evicted or deleted, never published.
+	// window.stale: evicted, deleted or overwritten with another type, never
+	// published.
 	Lost
 	Kept // Retire only: not stale yet; nothing changed
 	Late // run past Window.NotAfter (Redis's clock then in Now); nothing changed

@@ -835,7 +835,7 @@ func (w *Worker) stale(win repo.Window, r repo.FlushResult, lvl zapcore.Level, m
 // published, found by a flush or a retire.
 func (w *Worker) lost(win repo.Window, age time.Duration) {
 	w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedLost).Inc()
-	w.log.Error("window lost unpublished: its data was evicted or deleted (maxmemory-policy must be noeviction)",
+	w.log.Error("window lost unpublished: its data was evicted, deleted or overwritten with another type (maxmemory-policy must be noeviction; nothing else may write combo: keys)",
 		zap.Int("shard", win.Shard), zap.String("window", win.ID), zap.Int64("activity", win.ActivityID),
 		zap.Int64("user", win.UserID), zap.String("item_type", win.ItemType), zap.Duration("age", age))
 }
