@@ -339,63 +339,48 @@ func TestRetireOnlyAStaleWindow(t *testing.T) {
 }
 
 // A window whose entry still waits but whose data is gone before
-// window.stale (evicted, or deleted by hand) was never published: it is
-// lost, not gone (already published elsewhere), and retired.
+// window.stale (evicted, deleted by hand, or overwritten with another type
+// by a foreign write under the prefix, which would otherwise fail every
+// flush with WRONGTYPE, the window retried for ever) was never published:
+// it is lost, not gone (already published elsewhere), and retired.
 func TestFlushTellsLostFromGone(t *testing.T) {
-	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
-		ctx := context.Background()
-		r := repo.New(rdb, settings()) // stale 10 s
-		if err := r.EnsureGroups(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil {
-			t.Fatal(err)
-		}
-		ws, _, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
-		if err != nil || len(ws) != 1 {
-			t.Fatalf("read %v %v", ws, err)
-		}
-		rdb.Del(ctx, r.Keys().Current(0, 7, 42, "rose")) // as an eviction would
-		res, err := r.Flush(ctx, ws)
-		if err != nil || res[0].Status != repo.Lost {
-			t.Fatalf("flush of a window whose data vanished: %+v %v, want lost", res, err)
-		}
-		if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 0 {
-			t.Fatalf("stream holds %d entries after the lost window, want it retired", n)
-		}
-		if res, err = r.Flush(ctx, ws); err != nil || res[0].Status != repo.Gone {
-			t.Fatalf("second flush %+v %v, want gone", res, err)
-		}
-	})
-}
-
-// A window whose key holds a value of another type (a foreign write under
-// the prefix) has no data: it is retired as lost, not retried for ever.
-func TestFlushRetiresAWindowWhoseKeyHoldsAnotherType(t *testing.T) {
-	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
-		ctx := context.Background()
-		r := repo.New(rdb, settings())
-		if err := r.EnsureGroups(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil {
-			t.Fatal(err)
-		}
-		ws, _, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
-		if err != nil || len(ws) != 1 {
-			t.Fatalf("read %v %v", ws, err)
-		}
-		cur := r.Keys().Current(0, 7, 42, "rose")
-		rdb.Del(ctx, cur)
-		rdb.HSet(ctx, cur, "foreign", "1")
-		res, err := r.Flush(ctx, ws)
-		if err != nil || res[0].Err != nil || res[0].Status != repo.Lost {
-			t.Fatalf("flush of a window whose key holds a hash: %+v %v, want lost", res, err)
-		}
-		if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 0 {
-			t.Fatalf("stream holds %d entries, want the window retired", n)
-		}
-	})
+	for name, damage := range map[string]func(ctx context.Context, rdb redis.UniversalClient, key string){
+		"deleted": func(ctx context.Context, rdb redis.UniversalClient, key string) {
+			rdb.Del(ctx, key) // as an eviction would
+		},
+		"another type": func(ctx context.Context, rdb redis.UniversalClient, key string) {
+			rdb.Del(ctx, key)
+			rdb.HSet(ctx, key, "foreign", "1")
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+				ctx := context.Background()
+				r := repo.New(rdb, settings()) // stale 10 s
+				if err := r.EnsureGroups(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil {
+					t.Fatal(err)
+				}
+				ws, _, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
+				if err != nil || len(ws) != 1 {
+					t.Fatalf("read %v %v", ws, err)
+				}
+				damage(ctx, rdb, r.Keys().Current(0, 7, 42, "rose"))
+				res, err := r.Flush(ctx, ws)
+				if err != nil || res[0].Err != nil || res[0].Status != repo.Lost {
+					t.Fatalf("flush of a window whose data is gone: %+v %v, want lost", res, err)
+				}
+				if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 0 {
+					t.Fatalf("stream holds %d entries after the lost window, want it retired", n)
+				}
+				if res, err = r.Flush(ctx, ws); err != nil || res[0].Status != repo.Gone {
+					t.Fatalf("second flush %+v %v, want gone", res, err)
+				}
+			})
+		})
+	}
 }
 
 // Concurrent calls share pipelines; each must get exactly its own answers.

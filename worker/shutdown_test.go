@@ -3,6 +3,8 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -230,23 +232,34 @@ func TestShutdownFinalReadStopsAtMaxHeld(t *testing.T) {
 // read, and with a tight window.stale dropped them stale.
 func TestShutdownCutShortLeavesHeldWindowsAsRead(t *testing.T) {
 	r, rdb, _, m := setup(t)
-	ctx := context.Background()
 	store := &refusing{Repo: r} // Redis refuses every flush: the drain cannot publish
 	wk := startReported(t, store, r, m)
 	waitFor(t, "the window held and its flush refused", func() bool { return wk.Held() == 1 && store.calls.Load() > 0 })
-	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	if got := deliveriesAfterADrainCutShort(t, wk, rdb, r, 1); got[0] != 1 {
+		t.Fatalf("the window left pending was delivered %d times: the final read re-delivered it, resetting its idle time", got[0])
+	}
+}
+
+// deliveriesAfterADrainCutShort shuts wk down with too little time to
+// publish the held windows it must report left, and returns how many times
+// each entry left pending was delivered, in id order.
+func deliveriesAfterADrainCutShort(t *testing.T, wk *worker.Worker, rdb *redis.Client, r *repo.Repo, held int) []int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	if err := wk.Shutdown(sctx); err == nil || !strings.Contains(err.Error(), "1 windows still held") {
-		t.Fatalf("Shutdown = %v, want the window left held", err)
+	if err := wk.Shutdown(ctx); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%d windows still held", held)) {
+		t.Fatalf("Shutdown = %v, want %d windows left held", err, held)
 	}
-	pe, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: r.Keys().Stream(0), Group: repo.Group, Start: "-", End: "+", Count: 10}).Result()
-	if err != nil || len(pe) != 1 {
-		t.Fatalf("pending %+v %v, want the one window", pe, err)
+	pe, err := rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{
+		Stream: r.Keys().Stream(0), Group: repo.Group, Start: "-", End: "+", Count: int64(held) + 10}).Result()
+	if err != nil || len(pe) != held {
+		t.Fatalf("pending %+v %v, want %d", pe, err, held)
 	}
-	if pe[0].RetryCount != 1 {
-		t.Fatalf("the window left pending was delivered %d times (idle %v): the final read re-delivered it, resetting its idle time",
-			pe[0].RetryCount, pe[0].Idle)
+	out := make([]int64, len(pe))
+	for i, p := range pe {
+		out[i] = p.RetryCount
 	}
+	return out
 }
 
 // losingRefusing refuses every flush, and loses the reply of a read of new
@@ -294,22 +307,9 @@ func TestShutdownRereadsOnlyOwnPendingNotHeld(t *testing.T) {
 			waitFor(t, "the window held", func() bool { return wk.Held() == held })
 		}
 	}
-	sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancel()
-	if err := wk.Shutdown(sctx); err == nil || !strings.Contains(err.Error(), "8 windows still held") {
-		t.Fatalf("Shutdown = %v, want all 8 windows held (the 2 lost ones read again), left pending", err)
-	}
-	pe, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: r.Keys().Stream(0), Group: repo.Group, Start: "-", End: "+", Count: 20}).Result()
-	if err != nil || len(pe) != 8 {
-		t.Fatalf("pending %+v %v, want 8", pe, err)
-	}
-	for i, p := range pe {
-		want := int64(1)
-		if i == 5 || i == 7 {
-			want = 2 // the lost ones, read again
-		}
-		if p.RetryCount != want {
-			t.Errorf("window %d (%s) delivered %d times, want %d", i+1, p.ID, p.RetryCount, want)
-		}
+	// All 8 held by then (the 2 lost ones read again), left pending.
+	got := deliveriesAfterADrainCutShort(t, wk, rdb, r, 8)
+	if want := []int64{1, 1, 1, 1, 1, 2, 1, 2}; !slices.Equal(got, want) {
+		t.Fatalf("windows 1..8 delivered %v times, want %v: only the lost ones read again", got, want)
 	}
 }
