@@ -327,7 +327,7 @@ func (w *Worker) readLoop(ctx context.Context, shard int) {
 			continue
 		}
 		losses := w.losses[shard].Load()
-		n, err := w.readOnce(ctx, shard, start, 0, w.cfg.Block)
+		n, err := w.readOnce(ctx, shard, start, w.cfg.Block)
 		if errors.Is(err, repo.ErrGroupRecreated) {
 			w.groupLost(shard, losses, err) // recreated: read it from the start
 			start = "0"
@@ -373,7 +373,7 @@ type readResult struct {
 
 // readOnce reads one batch and queues it; a panic on a bad entry is
 // recovered and counted so the loop goes on.
-func (w *Worker) readOnce(ctx context.Context, shard int, start string, count int, block time.Duration) (res readResult, err error) {
+func (w *Worker) readOnce(ctx context.Context, shard int, start string, block time.Duration) (res readResult, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			w.panicked(metrics.LoopRead, loopPanic, p, zap.Int("shard", shard))
@@ -384,12 +384,9 @@ func (w *Worker) readOnce(ctx context.Context, shard int, start string, count in
 	// takes: a full ReadCount at the cap went past it by as much per shard.
 	// Our own pending entries come in full pages: those held already are
 	// skipped, and pages of the room left could take a round trip each.
-	// count > 0 asks for that many (a run of own entries not held).
-	if count <= 0 {
-		count = w.cfg.ReadCount
-		if start == ">" {
-			count = max(min(count, w.cfg.MaxHeld-w.Held()), 1)
-		}
+	count := w.cfg.ReadCount
+	if start == ">" {
+		count = max(min(count, w.cfg.MaxHeld-w.Held()), 1)
 	}
 	// The read may block for Block; its timeout must cover that.
 	rctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout+max(block, 0))
@@ -509,7 +506,7 @@ func (w *Worker) claimOrReread(ctx context.Context, shard int) {
 	}
 	start := "0"
 	for ctx.Err() == nil && w.Held() < w.cfg.MaxHeld {
-		n, err := w.readOnce(ctx, shard, start, 0, -1) // own entries: never blocks
+		n, err := w.readOnce(ctx, shard, start, -1) // own entries: never blocks
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, errRecovered) {
 				w.redisError(metrics.OpRead, err)
@@ -976,16 +973,13 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 	if w.Held() >= w.cfg.MaxHeld {
 		return nil
 	}
-	// Own pending entries not held first: only those, where they can be
-	// listed, else all of them from the start.
+	// Own pending entries first: from the first not held, where they can
+	// be listed, else all of them from the start; none if all are held.
 	start := "0"
-	if runs, ok := w.unheldPending(ctx, shard); ok {
+	if first, ok := w.firstUnheldPending(ctx, shard); ok {
 		start = ">"
-		for _, run := range runs {
-			if _, err := w.readOnce(ctx, shard, run.after, run.n, -1); err != nil {
-				start = "0" // the loop below meets the error again, and handles it
-				break
-			}
+		if first != "" {
+			start = prevID(first) // XREADGROUP reads own entries after it
 		}
 	}
 	for ctx.Err() == nil {
@@ -993,7 +987,7 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 			return nil
 		}
 		losses := w.losses[shard].Load()
-		n, err := w.readOnce(ctx, shard, start, 0, -1)
+		n, err := w.readOnce(ctx, shard, start, -1)
 		if errors.Is(err, repo.ErrNoStream) {
 			return nil // never written to, and Redis refuses to create it: nothing to read
 		}
@@ -1026,26 +1020,18 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 	return ctx.Err()
 }
 
-// pendingRun is a run of entries pending for this replica that it does not
-// hold, next to each other in its pending list: after is the id just
-// before the first of them, n how many there are.
-type pendingRun struct {
-	after string
-	n     int
-}
-
-// unheldPending lists the entries pending for this replica in shard's
-// stream that it does not hold (a read cut off by the stop, a lost reply,
-// a window whose flush panicked), by their ids alone (XPENDING), so that
-// the final read re-reads only those: XREADGROUP re-delivers each entry it
-// returns, its idle time back to 0, and windows the drain then could not
-// publish (Redis refusing writes, or the drain's bound) would wait
-// claim_idle from the shutdown, not from when they were read, before
-// another replica took them; a replica killed outright left them better
-// placed. ok is false if the list could not be read whole.
-func (w *Worker) unheldPending(ctx context.Context, shard int) (runs []pendingRun, ok bool) {
+// firstUnheldPending finds the first entry pending for this replica in
+// shard's stream that it does not hold (a read cut off by the stop, a lost
+// reply, a window whose flush panicked), "" if it holds them all, by their
+// ids alone (XPENDING), so that the final read re-reads from there only:
+// XREADGROUP re-delivers each entry it returns, its idle time back to 0,
+// and windows the drain then could not publish (Redis refusing writes, or
+// the drain's bound) would wait claim_idle from the shutdown, not from
+// when they were read, before another replica took them; a replica killed
+// outright left them better placed. ok is false if the list could not be
+// read.
+func (w *Worker) firstUnheldPending(ctx context.Context, shard int) (first string, ok bool) {
 	q := w.qs[shard]
-	inRun := false
 	for start := "-"; ctx.Err() == nil; {
 		var ids []string
 		if err := w.op(ctx, func(ctx context.Context) (err error) {
@@ -1053,25 +1039,19 @@ func (w *Worker) unheldPending(ctx context.Context, shard int) (runs []pendingRu
 			ids, err = w.store.PendingIDs(ctx, shard, w.cfg.Consumer, start, w.cfg.ReadCount)
 			return err
 		}); err != nil {
-			return nil, false
+			return "", false
 		}
 		for _, id := range ids {
-			if q.holds(windowRef{shard, id}) {
-				inRun = false
-				continue
+			if !q.holds(windowRef{shard, id}) {
+				return id, true
 			}
-			if !inRun {
-				runs = append(runs, pendingRun{after: prevID(id)})
-				inRun = true
-			}
-			runs[len(runs)-1].n++
 		}
 		if len(ids) < w.cfg.ReadCount {
-			return runs, true
+			return "", true
 		}
 		start = nextID(ids[len(ids)-1])
 	}
-	return nil, false
+	return "", false
 }
 
 // groupLost counts and logs a consumer group found missing after this
