@@ -21,7 +21,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# The commit built (docker build --build-arg REVISION=$(git rev-parse HEAD)):
+# The commit built (docker build --build-arg REVISION=$(git describe --always --abbrev=40 --dirty=+dirty)):
 # .git is not in the build context, so Go cannot stamp it itself.
 ARG REVISION=
 RUN mkdir -p output/bin && \
