@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -973,15 +974,25 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 	if w.Held() >= w.cfg.MaxHeld {
 		return nil
 	}
-	// Own pending entries first: from the first not held, where they can
-	// be listed, else all of them from the start; none if all are held.
-	start := "0"
-	if first, ok := w.firstUnheldPending(ctx, shard); ok {
-		start = ">"
-		if first != "" {
-			start = prevID(first) // XREADGROUP reads own entries after it
+	// Own pending entries first: each page from just before the next one
+	// not held, where they can be listed (XREADGROUP reads own entries
+	// after the id it is given), else all of them from the start; then new
+	// ones.
+	unheld, listed := w.unheldPending(ctx, shard)
+	after := func(id string) string {
+		if !listed {
+			return id
 		}
+		i, _ := slices.BinarySearchFunc(unheld, id, compareIDs)
+		for i < len(unheld) && compareIDs(unheld[i], id) <= 0 {
+			i++
+		}
+		if i == len(unheld) {
+			return ">"
+		}
+		return prevID(unheld[i])
 	}
+	start := after("0-0")
 	for ctx.Err() == nil {
 		if w.Held() >= w.cfg.MaxHeld {
 			return nil
@@ -997,7 +1008,7 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 			if w.prepared[shard].Load() {
 				w.groupLost(shard, losses, err)
 			}
-			start = "0"
+			start, listed = "0", false // the list is of a group now gone
 			continue
 		}
 		if err != nil {
@@ -1007,7 +1018,7 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 			if n.last == "" {
 				start = ">"
 			} else {
-				start = n.last
+				start = after(n.last)
 			}
 			continue
 		}
@@ -1020,38 +1031,38 @@ func (w *Worker) finalRead(ctx context.Context, shard int) error {
 	return ctx.Err()
 }
 
-// firstUnheldPending finds the first entry pending for this replica in
-// shard's stream that it does not hold (a read cut off by the stop, a lost
-// reply, a window whose flush panicked), "" if it holds them all, by their
-// ids alone (XPENDING), so that the final read re-reads from there only:
+// unheldPending lists, in id order, the entries pending for this replica
+// in shard's stream that it does not hold (a read cut off by the stop, a
+// lost reply, a window whose flush panicked), by their ids alone
+// (XPENDING), so that the final read re-reads those, not every one:
 // XREADGROUP re-delivers each entry it returns, its idle time back to 0,
 // and windows the drain then could not publish (Redis refusing writes, or
 // the drain's bound) would wait claim_idle from the shutdown, not from
 // when they were read, before another replica took them; a replica killed
 // outright left them better placed. ok is false if the list could not be
-// read.
-func (w *Worker) firstUnheldPending(ctx context.Context, shard int) (first string, ok bool) {
+// read whole.
+func (w *Worker) unheldPending(ctx context.Context, shard int) (ids []string, ok bool) {
 	q := w.qs[shard]
 	for start := "-"; ctx.Err() == nil; {
-		var ids []string
+		var page []string
 		if err := w.op(ctx, func(ctx context.Context) (err error) {
 			defer w.recoverAs(metrics.LoopRead, &err, zap.Int("shard", shard))
-			ids, err = w.store.PendingIDs(ctx, shard, w.cfg.Consumer, start, w.cfg.ReadCount)
+			page, err = w.store.PendingIDs(ctx, shard, w.cfg.Consumer, start, w.cfg.ReadCount)
 			return err
 		}); err != nil {
-			return "", false
+			return nil, false
 		}
-		for _, id := range ids {
+		for _, id := range page {
 			if !q.holds(windowRef{shard, id}) {
-				return id, true
+				ids = append(ids, id)
 			}
 		}
-		if len(ids) < w.cfg.ReadCount {
-			return "", true
+		if len(page) < w.cfg.ReadCount {
+			return ids, true
 		}
-		start = nextID(ids[len(ids)-1])
+		start = nextID(page[len(page)-1])
 	}
-	return "", false
+	return nil, false
 }
 
 // groupLost counts and logs a consumer group found missing after this
