@@ -328,8 +328,12 @@ func (c Config) Validate() error {
 		bad("worker.consumer", "must not be empty")
 	}
 	// XAUTOCLAIM's min-idle is whole milliseconds: 3200.5ms was sent as
-	// 3200, not past W + grace as Validate had checked.
-	if c.Worker.ClaimIdle%time.Millisecond != 0 {
+	// 3200, not past W + grace as Validate had checked. Only against whole
+	// window.size and window.grace: the default claim_idle derives from
+	// them, and their own errors say what to fix (an error naming
+	// claim_idle, which the operator never set, would not).
+	windowWhole := w.Size%time.Millisecond == 0 && w.Grace%time.Millisecond == 0
+	if windowWhole && c.Worker.ClaimIdle%time.Millisecond != 0 {
 		bad("worker.claim_idle", "must be whole milliseconds, got %s", c.Worker.ClaimIdle)
 	}
 	// Only against a valid window.stale: its own error says what to fix,

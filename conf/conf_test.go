@@ -896,3 +896,18 @@ func TestLoadRefusesSectionVariable(t *testing.T) {
 		t.Errorf("Load: %v; want no error about keys the operator never set", err)
 	}
 }
+
+// A window.size of a fraction of a millisecond is named alone: the default
+// worker.claim_idle derived from it is no whole milliseconds either, and an
+// error naming that key, which the operator never set, sends them to the
+// wrong one.
+func TestFractionalWindowIsNamedAlone(t *testing.T) {
+	t.Setenv("COMBO_WINDOW_SIZE", "10500us")
+	_, err := Load("")
+	if err == nil || !strings.Contains(err.Error(), "window.size: must be whole milliseconds") {
+		t.Fatalf("Load = %v, want window.size named", err)
+	}
+	if strings.Contains(err.Error(), "claim_idle") {
+		t.Fatalf("Load = %v, names worker.claim_idle, which was not set", err)
+	}
+}
