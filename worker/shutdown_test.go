@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest"
 
@@ -318,5 +319,30 @@ func TestShutdownRereadsOwnPendingNotHeld(t *testing.T) {
 				t.Fatalf("windows 1..8 delivered %v times, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// unlistable fails every listing of own pending entries.
+type unlistable struct{ *repo.Repo }
+
+func (unlistable) PendingIDs(context.Context, int, string, string, int) ([]string, error) {
+	return nil, errors.New("read tcp: i/o timeout (injected)")
+}
+
+// A listing of own pending entries that fails at shutdown is counted as the
+// final read's Redis error, and the final read still reads them all (from
+// the start, as before the listing).
+func TestShutdownCountsAFailedListingAndReadsAll(t *testing.T) {
+	r, _, sub, m := setup(t)
+	wk := startReported(t, unlistable{r}, r, m)
+	waitFor(t, "the window held", func() bool { return wk.Held() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := wk.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitPushes(t, sub, 1)
+	if n := testutil.ToFloat64(m.RedisErrors.WithLabelValues(metrics.OpFinalRead)); n != 1 {
+		t.Fatalf("combo_redis_errors_total{op=final_read} %v, want the failed listing counted once", n)
 	}
 }

@@ -1050,6 +1050,11 @@ func (w *Worker) unheldPending(ctx context.Context, shard int) (ids []string, ok
 			page, err = w.store.PendingIDs(ctx, shard, w.cfg.Consumer, start, w.cfg.ReadCount)
 			return err
 		}); err != nil {
+			// Counted, as every other Redis failure here: the re-read from
+			// the start that follows re-delivers every held window.
+			if !errors.Is(err, errRecovered) && ctx.Err() == nil {
+				w.redisError(metrics.OpFinalRead, err)
+			}
 			return nil, false
 		}
 		for _, id := range page {
