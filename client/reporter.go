@@ -30,6 +30,9 @@ var (
 	// ErrBadResponse is the (retryable) error of an attempt whose reply was
 	// not one result per contribution; it reaches OnDrop if retries run out.
 	ErrBadResponse = errors.New("combo client: malformed ReportContributions response")
+	// ErrSenderPanicked is the (retryable) error of an attempt whose
+	// BatchSender panicked; the panic's value follows it in the message.
+	ErrSenderPanicked = errors.New("combo client: BatchSender panicked")
 )
 
 // BatchSender sends one batch. comboservice.Client satisfies it. The
@@ -60,6 +63,9 @@ type ReporterStats struct {
 	// Closed counts reports refused with ErrClosed. It has no metric: Close
 	// unregisters the metrics when it returns.
 	Closed uint64
+	// OnDropPanics counts OnDrop calls that panicked; each was recovered
+	// and logged with the ids it was handed.
+	OnDropPanics uint64
 }
 
 // Reporter reports contributions to combo-service fire-and-forget: Report
@@ -681,7 +687,15 @@ func (r *Reporter) dropItem(b *batch, i int, err error) bool {
 // answers counts a sent batch's answers that are worth telling apart.
 type answers struct{ duplicate, degraded uint64 }
 
-func (r *Reporter) attempt(items []*combo.Contribution) (answers, error) {
+func (r *Reporter) attempt(items []*combo.Contribution) (_ answers, err error) {
+	// A BatchSender of the caller's that panics fails the attempt, retried
+	// and in the end dropped like any other: the panic would otherwise
+	// kill the caller's process, and every contribution queued with it.
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v", ErrSenderPanicked, p)
+		}
+	}()
 	ctx, cancel := context.WithTimeout(r.ctx, r.opts.RPCTimeout)
 	defer cancel()
 	// The ctx deadline alone is not enough: Kitex applies the shorter of it
@@ -783,27 +797,61 @@ func (r *Reporter) drop(items []*combo.Contribution, err error) {
 		items = own
 	}
 	if l := r.opts.Logger; l != nil {
-		// Every id: a batch mixes the reports of concurrent callers, so
-		// the ids between its first and last are no range of the dropped
-		// ones, and without OnDrop these lines are all that names them.
-		// At most dropLogIDs a line: a batch of 1000 long ids made a line
-		// of about 20 KB, and container runtimes split lines over 16 KB,
-		// which a log shipper may then not parse as JSON.
-		for start := 0; start < len(items); start += dropLogIDs {
-			chunk := items[start:min(start+dropLogIDs, len(items))]
-			ids := make([]int64, len(chunk)) // a core may keep the field
-			for i, c := range chunk {
-				ids[i] = c.Id
-			}
-			l.Error("combo client: contributions dropped",
-				zap.Int("count", len(chunk)),
-				zap.Int64("first_id", chunk[0].Id),
-				zap.Int64("last_id", chunk[len(chunk)-1].Id),
-				zap.Int64s("ids", ids),
-				zap.Error(err))
-		}
+		logDrop(l, items, err)
 	}
 	if r.opts.OnDrop != nil {
-		r.opts.OnDrop(items, err)
+		r.handToOnDrop(items, err)
 	}
+}
+
+// logDrop writes the drop of items to l. Every id: a batch mixes the
+// reports of concurrent callers, so the ids between its first and last are
+// no range of the dropped ones, and without OnDrop these lines are all that
+// names them. At most dropLogIDs a line: a batch of 1000 long ids made a
+// line of about 20 KB, and container runtimes split lines over 16 KB, which
+// a log shipper may then not parse as JSON.
+func logDrop(l *zap.Logger, items []*combo.Contribution, err error) {
+	for start := 0; start < len(items); start += dropLogIDs {
+		chunk := items[start:min(start+dropLogIDs, len(items))]
+		ids := make([]int64, len(chunk)) // a core may keep the field
+		for i, c := range chunk {
+			ids[i] = c.Id
+		}
+		l.Error("combo client: contributions dropped",
+			zap.Int("count", len(chunk)),
+			zap.Int64("first_id", chunk[0].Id),
+			zap.Int64("last_id", chunk[len(chunk)-1].Id),
+			zap.Int64s("ids", ids),
+			zap.Error(err))
+	}
+}
+
+// handToOnDrop calls OnDrop with items, its own copies. A panic in OnDrop
+// is recovered, counted in Stats.OnDropPanics and logged (with the drop
+// itself where no Logger logged it already, so the ids are not lost): it
+// runs on the Reporter's goroutines, where it would otherwise kill the
+// caller's process and lose every contribution still queued.
+func (r *Reporter) handToOnDrop(items []*combo.Contribution, err error) {
+	ids := make([]int64, len(items)) // OnDrop may change its copies
+	for i, c := range items {
+		ids[i] = c.Id
+	}
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		r.mu.Lock()
+		r.stats.OnDropPanics++
+		r.mu.Unlock()
+		l := r.opts.Logger
+		if l == nil {
+			l = newDefaultDropLogger()
+			logDrop(l, items, err)
+		}
+		l.Error("combo client: OnDrop panicked; its contributions stay dropped",
+			zap.Any("panic", p), zap.Int("count", len(ids)), zap.Int64s("ids", ids[:min(len(ids), dropLogIDs)]),
+			zap.Stack("stack"))
+	}()
+	r.opts.OnDrop(items, err)
 }

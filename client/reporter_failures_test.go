@@ -582,3 +582,64 @@ func TestDefaultRetriesEndWithinTheServicesHorizon(t *testing.T) {
 	}
 	t.Logf("default retries last up to %s", worst)
 }
+
+// A BatchSender that panics fails its attempt, which is retried and then
+// dropped like any other failure: the panic must not escape the Reporter's
+// goroutine, which would kill the caller's process.
+func TestPanickingSenderFailsTheAttempt(t *testing.T) {
+	f := newFake(func(_ context.Context, attempt int, _ []*combo.Contribution) error {
+		if attempt <= 2 {
+			panic("sender bug")
+		}
+		return nil
+	})
+	drops := newDropLog()
+	r := newTestReporter(t, f, ReporterOptions{BatchSize: 2, Linger: time.Hour, MaxRetries: 1,
+		InitialBackoff: time.Millisecond, OnDrop: drops.onDrop})
+	mustReport(t, r, 1, 2) // attempts 1 and 2 panic: dropped
+	drops.recv(t)
+	_, errs := drops.snapshot()
+	if !errors.Is(errs[0], ErrSenderPanicked) || !strings.Contains(errs[0].Error(), "sender bug") {
+		t.Fatalf("OnDrop err %v, want ErrSenderPanicked naming the panic", errs[0])
+	}
+	mustReport(t, r, 3, 4) // attempt 3 succeeds: the Reporter goes on
+	closeWithin(t, r)
+	if s := r.Stats(); s.Sent != 2 || s.Dropped != 2 || s.Retried != 2 {
+		t.Fatalf("stats %+v, want 2 sent, 2 dropped after 1 retry", s)
+	}
+}
+
+// An OnDrop that panics is recovered, counted and logged with the ids it
+// was handed (on the default logger, where the caller gave no Logger), and
+// the Reporter goes on sending.
+func TestPanickingOnDropIsLoggedAndCounted(t *testing.T) {
+	var out syncBuffer
+	old := defaultDropLogOutput
+	defaultDropLogOutput = &out
+	t.Cleanup(func() { defaultDropLogOutput = old })
+
+	f := newFake(func(_ context.Context, _ int, items []*combo.Contribution) error {
+		if items[0].Id < 10 {
+			return errTransport
+		}
+		return nil
+	})
+	r := newTestReporter(t, f, ReporterOptions{BatchSize: 2, Linger: time.Hour, MaxRetries: -1,
+		OnDrop: func(batch []*combo.Contribution, _ error) {
+			batch[0].Id = -1 // a handler that changes its copies, then fails
+			panic("handler bug")
+		}})
+	mustReport(t, r, 1, 2)
+	waitStats(t, r, func(s ReporterStats) bool { return s.OnDropPanics == 1 })
+	mustReport(t, r, 11, 12)
+	closeWithin(t, r)
+	if s := r.Stats(); s.Sent != 2 || s.Dropped != 2 || s.OnDropPanics != 1 {
+		t.Fatalf("stats %+v, want 2 sent, 2 dropped, 1 OnDrop panic", s)
+	}
+	logged := out.String()
+	for _, want := range []string{`"ids":[1,2]`, "OnDrop panicked", "handler bug"} {
+		if !strings.Contains(logged, want) {
+			t.Errorf("default logger wrote %q, want it to hold %s", logged, want)
+		}
+	}
+}
