@@ -82,12 +82,12 @@ const unblockedStreamDeleted = "UNBLOCKED the stream key no longer exists"
 // Read reads up to count entries of shard's stream for consumer. start "0"
 // re-reads the consumer's own pending entries (after a restart), ">" reads
 // new ones, waiting up to block (block must be > 0 or < 0 for no wait: 0
-// would wait forever). Entries that cannot be parsed come back as bad ids
-// for the caller to Drop. Own pending entries deleted from the stream
+// would wait forever). Entries that cannot be parsed come back as bad
+// entries, each with why, for the caller to log and Drop. Own pending entries deleted from the stream
 // before their windows were published (by hand, or trimmed) come back as
 // deleted ids, as Claim's: their windows cannot be published. Unlike
 // XAUTOCLAIM, XREADGROUP leaves them pending, so the caller Drops them too.
-func (r *Repo) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) (ws []Window, bad, deleted []string, err error) {
+func (r *Repo) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) (ws []Window, bad []BadEntry, deleted []string, err error) {
 	if block == 0 {
 		return nil, nil, nil, errors.New("repo.Read: block 0 would wait forever")
 	}
@@ -127,7 +127,7 @@ func (r *Repo) Read(ctx context.Context, shard int, consumer, start string, coun
 			}
 			w, err := r.parseEntry(shard, m)
 			if err != nil {
-				bad = append(bad, m.ID)
+				bad = append(bad, BadEntry{ID: m.ID, Err: err})
 				continue
 			}
 			ws = append(ws, w)
@@ -142,7 +142,7 @@ func (r *Repo) Read(ctx context.Context, shard int, consumer, start string, coun
 // deleted (by hand, while pending: their windows cannot be published; Redis
 // has already removed them from the pending list), and the next cursor
 // ("0-0" when the scan is complete).
-func (r *Repo) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) (ws []Window, bad, deleted []string, next string, err error) {
+func (r *Repo) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) (ws []Window, bad []BadEntry, deleted []string, next string, err error) {
 	msgs, next, deleted, err := r.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
 		Stream: r.keys.Stream(shard), Group: Group, Consumer: consumer,
 		MinIdle: minIdle, Start: start, Count: int64(count),
@@ -226,16 +226,25 @@ for i = 1, #ARGV, 1000 do
 end
 return n`)
 
-func (r *Repo) parseEntries(shard int, msgs []redis.XMessage, ws []Window, bad []string) ([]Window, []string) {
+func (r *Repo) parseEntries(shard int, msgs []redis.XMessage, ws []Window, bad []BadEntry) ([]Window, []BadEntry) {
 	for _, m := range msgs {
 		w, err := r.parseEntry(shard, m)
 		if err != nil {
-			bad = append(bad, m.ID)
+			bad = append(bad, BadEntry{ID: m.ID, Err: err})
 			continue
 		}
 		ws = append(ws, w)
 	}
 	return ws, bad
+}
+
+// BadEntry is a stream entry that cannot be flushed (its fields do not
+// parse: written by an incompatible version, or by another writer under
+// the prefix), with why: the caller drops it, so the reason, which quotes
+// what the entry held, is all that is left of it.
+type BadEntry struct {
+	ID  string
+	Err error
 }
 
 // parseEntry reads an entry's fields; its due time is its id's ms part (when

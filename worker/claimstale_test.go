@@ -120,7 +120,7 @@ func takeOver(t *testing.T, store worker.Store, shards int, nodePerShard bool) {
 // out its deadline: a Redis Cluster master that stopped answering.
 type unansweringShard0 struct{ *repo.Repo }
 
-func (s unansweringShard0) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []string, []string, string, error) {
+func (s unansweringShard0) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []repo.BadEntry, []string, string, error) {
 	if shard == 0 {
 		<-ctx.Done()
 		return nil, nil, nil, "", ctx.Err()
@@ -128,7 +128,7 @@ func (s unansweringShard0) Claim(ctx context.Context, shard int, consumer string
 	return s.Repo.Claim(ctx, shard, consumer, minIdle, start, count)
 }
 
-func (s unansweringShard0) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
+func (s unansweringShard0) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []repo.BadEntry, []string, error) {
 	if shard == 0 {
 		<-ctx.Done()
 		return nil, nil, nil, ctx.Err()
@@ -161,7 +161,7 @@ type lostClaimReply struct {
 	lost atomic.Bool
 }
 
-func (s *lostClaimReply) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []string, []string, string, error) {
+func (s *lostClaimReply) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []repo.BadEntry, []string, string, error) {
 	ws, bad, del, next, err := s.Repo.Claim(ctx, shard, consumer, minIdle, start, count)
 	if err == nil && len(ws) > 0 && s.lost.CompareAndSwap(false, true) {
 		return nil, nil, nil, "", errors.New("read tcp: i/o timeout")

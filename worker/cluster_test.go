@@ -201,12 +201,12 @@ func (s *nodeSkewed) shift(shard int, ws []repo.Window) []repo.Window {
 	return ws
 }
 
-func (s *nodeSkewed) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
+func (s *nodeSkewed) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []repo.BadEntry, []string, error) {
 	ws, bad, del, err := s.Repo.Read(ctx, shard, consumer, start, count, block)
 	return s.shift(shard, ws), bad, del, err
 }
 
-func (s *nodeSkewed) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []string, []string, string, error) {
+func (s *nodeSkewed) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []repo.BadEntry, []string, string, error) {
 	ws, bad, del, next, err := s.Repo.Claim(ctx, shard, consumer, minIdle, start, count)
 	return s.shift(shard, ws), bad, del, next, err
 }

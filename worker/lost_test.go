@@ -72,7 +72,7 @@ func (u *unprepared) EnsureGroup(ctx context.Context, shard int) error {
 	return err
 }
 
-func (u *unprepared) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []string, []string, string, error) {
+func (u *unprepared) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []repo.BadEntry, []string, string, error) {
 	ws, bad, deleted, next, err := u.Repo.Claim(ctx, shard, consumer, minIdle, start, count)
 	if errors.Is(err, repo.ErrGroupRecreated) && !u.allowed.Swap(true) {
 		// Redis is back: the reader's prepare lands before this answer.

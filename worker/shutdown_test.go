@@ -34,7 +34,7 @@ type stalledFinalRead struct {
 	dead     atomic.Int32 // 1 + the shard whose final reads always fail; 0: none
 }
 
-func (s *stalledFinalRead) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
+func (s *stalledFinalRead) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []repo.BadEntry, []string, error) {
 	if block >= 0 {
 		if s.blind.Load() {
 			<-ctx.Done()
@@ -127,7 +127,7 @@ type busyFinalRead struct {
 	reads atomic.Int32 // final reads of new entries
 }
 
-func (s *busyFinalRead) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
+func (s *busyFinalRead) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []repo.BadEntry, []string, error) {
 	if block < 0 && start == ">" {
 		s.reads.Add(1)
 		id := s.other.Add(1)
@@ -177,7 +177,7 @@ func TestShutdownFinalReadEndsUnderOthersLoad(t *testing.T) {
 // stay unread.
 type blindReads struct{ *repo.Repo }
 
-func (blindReads) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
+func (blindReads) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []repo.BadEntry, []string, error) {
 	return nil, nil, nil, nil
 }
 
@@ -270,7 +270,7 @@ type losingRefusing struct {
 	lose atomic.Bool
 }
 
-func (s *losingRefusing) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
+func (s *losingRefusing) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []repo.BadEntry, []string, error) {
 	ws, bad, del, err := s.Repo.Read(ctx, shard, consumer, start, count, block)
 	if err == nil && start == ">" && len(ws) > 0 && s.lose.CompareAndSwap(true, false) {
 		return nil, nil, nil, nil

@@ -57,10 +57,10 @@ import (
 // Store is what the worker needs of Redis.
 type Store interface {
 	EnsureGroup(ctx context.Context, shard int) error
-	Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) (ws []repo.Window, bad, deleted []string, err error)
+	Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) (ws []repo.Window, bad []repo.BadEntry, deleted []string, err error)
 	LastID(ctx context.Context, shard int) (string, error)
 	PendingIDs(ctx context.Context, shard int, consumer, start string, count int) ([]string, error)
-	Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) (ws []repo.Window, bad, deleted []string, next string, err error)
+	Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) (ws []repo.Window, bad []repo.BadEntry, deleted []string, next string, err error)
 	Drop(ctx context.Context, shard int, ids []string) error
 	Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error)
 	Retire(ctx context.Context, w repo.Window) (repo.FlushResult, error)
@@ -411,10 +411,11 @@ func (w *Worker) readOnce(ctx context.Context, shard int, start string, block ti
 	for _, win := range ws {
 		res.last = maxID(res.last, win.ID)
 	}
-	for _, ids := range [][]string{bad, deleted} {
-		for _, id := range ids {
-			res.last = maxID(res.last, id)
-		}
+	for _, b := range bad {
+		res.last = maxID(res.last, b.ID)
+	}
+	for _, id := range deleted {
+		res.last = maxID(res.last, id)
 	}
 	return res, nil
 }
@@ -433,12 +434,27 @@ func (w *Worker) hold(shard int, ws []repo.Window) int {
 	return n
 }
 
-func (w *Worker) dropBad(ctx context.Context, shard int, ids []string) {
-	if len(ids) == 0 {
+// badReasonsLogged bounds the reasons one drop line gives: a batch of
+// entries of an incompatible version repeats one reason.
+const badReasonsLogged = 8
+
+func (w *Worker) dropBad(ctx context.Context, shard int, bad []repo.BadEntry) {
+	if len(bad) == 0 {
 		return
 	}
+	ids := make([]string, len(bad))
+	reasons := make([]string, 0, min(len(bad), badReasonsLogged))
+	for i, b := range bad {
+		ids[i] = b.ID
+		if i < badReasonsLogged {
+			reasons = append(reasons, b.Err.Error())
+		}
+	}
 	w.metrics.BadEntries.Add(float64(len(ids)))
-	w.log.Warn("dropping stream entries that cannot be flushed", zap.Int("shard", shard), zap.Strings("ids", ids))
+	// The reasons quote what each entry held: once dropped, this line is
+	// all that is left to tell a version skew from a foreign writer.
+	w.log.Warn("dropping stream entries that cannot be flushed", zap.Int("shard", shard),
+		zap.Strings("ids", ids), zap.Strings("reasons", reasons))
 	if err := w.op(ctx, func(ctx context.Context) error { return w.store.Drop(ctx, shard, ids) }); err != nil && ctx.Err() == nil {
 		// They stay pending; the claimer brings them back and we try again.
 		w.redisError(metrics.OpDrop, err)
@@ -539,7 +555,8 @@ func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
 			return nil
 		}
 		var ws []repo.Window
-		var bad, deleted []string
+		var bad []repo.BadEntry
+		var deleted []string
 		var next string
 		// Read before the claim: the reader may prepare the shard while
 		// the claim finds a new Redis's group missing and creates it.

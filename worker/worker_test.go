@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -146,14 +147,14 @@ type panicsOnce struct {
 	read, claim atomic.Bool // set once each has panicked
 }
 
-func (p *panicsOnce) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
+func (p *panicsOnce) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []repo.BadEntry, []string, error) {
 	if p.read.CompareAndSwap(false, true) {
 		panic("read boom")
 	}
 	return p.Repo.Read(ctx, shard, consumer, start, count, block)
 }
 
-func (p *panicsOnce) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []string, []string, string, error) {
+func (p *panicsOnce) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []repo.BadEntry, []string, string, error) {
 	if p.claim.CompareAndSwap(false, true) {
 		panic("claim boom")
 	}
@@ -598,7 +599,7 @@ type lossy struct {
 	stall bool
 }
 
-func (s *lossy) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
+func (s *lossy) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []repo.BadEntry, []string, error) {
 	if s.stall && s.lost.Load() && block > 0 {
 		<-ctx.Done()
 		return nil, nil, nil, ctx.Err()
@@ -963,12 +964,12 @@ func (s *skewedRedis) shift(ws []repo.Window) []repo.Window {
 	return ws
 }
 
-func (s *skewedRedis) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []string, []string, error) {
+func (s *skewedRedis) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []repo.BadEntry, []string, error) {
 	ws, bad, del, err := s.Repo.Read(ctx, shard, consumer, start, count, block)
 	return s.shift(ws), bad, del, err
 }
 
-func (s *skewedRedis) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []string, []string, string, error) {
+func (s *skewedRedis) Claim(ctx context.Context, shard int, consumer string, minIdle time.Duration, start string, count int) ([]repo.Window, []repo.BadEntry, []string, string, error) {
 	ws, bad, del, next, err := s.Repo.Claim(ctx, shard, consumer, minIdle, start, count)
 	return s.shift(ws), bad, del, next, err
 }
@@ -1070,5 +1071,38 @@ func readTwoThenDeleteOne(t *testing.T, r *repo.Repo, rdb *redis.Client, consume
 	}
 	if err := rdb.XDel(ctx, r.Keys().Stream(0), ws[0].ID).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An entry the worker drops as unflushable is logged with why, quoting what
+// it held: once XDEL'd, the log line is all that is left of it.
+func TestBadEntriesAreLoggedWithTheirReasons(t *testing.T) {
+	r, rdb, _, m := setup(t)
+	ctx := context.Background()
+	for _, values := range [][]string{{"junk", "1"}, {"k", "7:42:99:rose"}} {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: r.Keys().Stream(0), Values: values}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		zap.New(core), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	waitFor(t, "both entries dropped", func() bool { return testutil.ToFloat64(m.BadEntries) == 2 })
+
+	var reasons []string
+	for _, e := range logs.FilterMessage("dropping stream entries that cannot be flushed").All() {
+		for _, f := range e.Context {
+			if f.Key == "reasons" {
+				reasons = append(reasons, fmt.Sprint(f.Interface))
+			}
+		}
+	}
+	got := strings.Join(reasons, " ")
+	for _, want := range []string{`no field "k"`, `7:42:99:rose`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("drop lines gave reasons %q, want one naming %s", got, want)
+		}
 	}
 }
