@@ -13,7 +13,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
-	"runtime"
 	"slices"
 	"syscall"
 	"time"
@@ -461,11 +460,7 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, supp
 		// spare wrote into each other's node lists, a data race the race
 		// detector found during a failover.
 		o.Addrs = slices.Clip(slices.Clone(opts.Addrs))
-		pool := o.PoolSize
-		if pool == 0 {
-			pool = 10 * runtime.GOMAXPROCS(0) // go-redis's default
-		}
-		o.PoolSize = max(pool, minConns)
+		o.PoolSize = max(conf.EffectivePoolSize(o.PoolSize), minConns)
 		var c redis.UniversalClient
 		if o.IsClusterMode && o.MasterName == "" {
 			// As NewUniversalClient would, but with the slot map reloaded

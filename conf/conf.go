@@ -12,6 +12,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -412,9 +413,15 @@ func (c Config) Warnings() []string {
 	// or not, while Redis answers.
 	// On one Redis every shard is on the node; a Cluster's masters share
 	// them, in a way known only once its slot map is read.
-	if need := c.Redis.Shards + 2; len(c.Redis.Addrs) == 0 && c.Redis.PoolSize > 0 && c.Redis.PoolSize < need {
-		ws = append(ws, fmt.Sprintf("redis.pool_size (%d) is below redis.shards + 2 (%d): reports may wait for a connection "+
-			"and fail UNAVAILABLE while Redis answers", c.Redis.PoolSize, need))
+	// The default (0) is checked too: 10 per CPU is 10 in a container
+	// limited to one CPU, below what 9 shards need.
+	if pool, need := EffectivePoolSize(c.Redis.PoolSize), c.Redis.Shards+2; len(c.Redis.Addrs) == 0 && pool < need {
+		set := fmt.Sprint(pool)
+		if c.Redis.PoolSize == 0 {
+			set = fmt.Sprintf("0: 10 per CPU, %d here", pool)
+		}
+		ws = append(ws, fmt.Sprintf("redis.pool_size (%s) is below redis.shards + 2 (%d): reports may wait for a connection "+
+			"and fail UNAVAILABLE while Redis answers", set, need))
 	}
 	// A window open at a failover comes due up to W + grace after it and
 	// goes stale window.stale after it opened; its flushes may stay on the
@@ -431,6 +438,16 @@ func (c Config) Warnings() []string {
 			"anyone who reaches it can publish forged pushes, read or delete the windows, and run scripts", c.Redis.EmbeddedAddr))
 	}
 	return ws
+}
+
+// EffectivePoolSize is the go-redis pool per node that redis.pool_size
+// gives: poolSize, or go-redis's default of 10 per CPU (GOMAXPROCS, which Go
+// sets from a container's CPU limit) when it is 0.
+func EffectivePoolSize(poolSize int) int {
+	if poolSize > 0 {
+		return poolSize
+	}
+	return 10 * runtime.GOMAXPROCS(0)
 }
 
 // loopback tells whether addr's host reaches this machine only: a

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -422,6 +423,16 @@ func TestWarnings(t *testing.T) {
 	c.Redis.PoolSize = c.Redis.Shards + 2
 	if ws := c.Warnings(); len(ws) != 0 {
 		t.Fatalf("pool_size shards + 2 warns: %q", ws)
+	}
+	// The default pool, 10 per CPU, is checked as a set one is.
+	c = Default()
+	c.Redis.Shards = 10 * runtime.GOMAXPROCS(0)
+	if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], "redis.pool_size (0: 10 per CPU") {
+		t.Fatalf("want a warning naming the default redis.pool_size, got %q", ws)
+	}
+	c.Redis.Shards -= 2
+	if ws := c.Warnings(); len(ws) != 0 {
+		t.Fatalf("a default pool of shards + 2 warns: %q", ws)
 	}
 	c.Redis.PoolSize = c.Redis.Shards + 1
 	c.Redis.Addr, c.Redis.Addrs = "", []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}
