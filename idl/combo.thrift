@@ -1,5 +1,5 @@
 // combo-service: merges repeated gifts of one user into one feed item per
-// time window. The wire contract is ../shared/CONTRACT.md section 1: field ids
+// time window. The wire contract is CONTRACT.md (section 1) at the repository root: field ids
 // and names here are normative and no field is optional.
 namespace go combo
 

@@ -62,8 +62,12 @@ type config struct {
 var modes = []string{"single", "batch", "reporter", "rate", "naive", "floor", "compare"}
 
 func parseFlags(args []string) (config, error) {
+	return parseFlagsOn(flag.NewFlagSet("combo-bench", flag.ContinueOnError), args)
+}
+
+// parseFlagsOn defines the flags on fs and parses args.
+func parseFlagsOn(fs *flag.FlagSet, args []string) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("combo-bench", flag.ContinueOnError)
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8888", "combo-service Kitex RPC address (loopback only)")
 	fs.StringVar(&c.Redis, "redis", "127.0.0.1:6379", "the Redis the service uses (pushes are read from it; naive mode writes to it)")
 	fs.StringVar(&c.Mode, "mode", "single", "load: "+strings.Join(modes, "|"))
@@ -78,7 +82,8 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.Window, "window", 3*time.Second, "the service's window.size (W)")
 	fs.DurationVar(&c.Grace, "grace", 200*time.Millisecond, "the service's window.grace")
 	fs.DurationVar(&c.Settle, "settle", 2*time.Second, "past W+grace after the last report, stop waiting for pushes after this long without one")
-	fs.DurationVar(&c.LateHorizon, "late-horizon", -1, "after the last run, listen this long for pushes of runs already checked, and check those runs again with them: a window pushed again makes its run not conserved (default: -window + -grace + 3s, past the service's default worker.claim_idle of W + grace + 2s; 0: do not wait)")
+	var lateHorizon derivedDuration
+	fs.Var(&lateHorizon, "late-horizon", "after the last run, listen this long for pushes of runs already checked, and check those runs again with them: a window pushed again makes its run not conserved (default: -window + -grace + 3s, past the service's default worker.claim_idle of W + grace + 2s; 0: do not wait)")
 	fs.IntVar(&c.Shards, "shards", 1, "the service's redis.shards (memory mode names its keys)")
 	fs.IntVar(&c.ServicePID, "service-pid", 0, "pid of the combo-service process, to report its CPU per 1000 reports")
 	fs.IntVar(&c.RedisPID, "redis-pid", 0, "pid of the redis-server as this host numbers it (default: INFO's process_id, used only when that is a redis-server here; a Redis in a container reports its own namespace's)")
@@ -98,7 +103,8 @@ func parseFlags(args []string) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	if c.LateHorizon < 0 {
+	c.LateHorizon = lateHorizon.d
+	if !lateHorizon.set {
 		c.LateHorizon = c.lagBase() + 3*time.Second
 	}
 	var err error
@@ -183,4 +189,31 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// derivedDuration is a duration flag whose default is derived from other
+// flags: unset, -h prints no default of its own (the usage text says how
+// it is derived) instead of a marker value a user might copy.
+type derivedDuration struct {
+	d   time.Duration
+	set bool
+}
+
+func (f *derivedDuration) String() string {
+	if f == nil || !f.set {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f *derivedDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if d < 0 {
+		return fmt.Errorf("%s is negative", s)
+	}
+	f.d, f.set = d, true
+	return nil
 }
