@@ -630,3 +630,30 @@ func openTestRedis(t *testing.T, cfg conf.Config) (addr string, newClient func(m
 	t.Cleanup(closeAll)
 	return addr, newClient
 }
+
+// A drain cut short on the embedded Redis says its windows end with the
+// process: the worker's own words, "left pending for another replica",
+// hold only for a Redis that outlives it.
+func TestEmbeddedDrainCutShortSaysTheWindowsEnd(t *testing.T) {
+	cfg := conf.Default()
+	cfg.Server.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Window.Size = 20 * time.Second // still open at stop
+	cfg.Worker.ClaimIdle = conf.DefaultClaimIdle(cfg.Window)
+	cfg.Worker.Block = 100 * time.Millisecond
+	cfg.Server.ShutdownTimeout = 500 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan started, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg, testLogger(t), ready) }()
+	st := <-ready
+	rpc := newRPC(t, st.RPCAddr)
+	if _, err := rpc.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: gift(newActivity(), 1, "firework", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	err := <-done
+	if err == nil || !strings.Contains(err.Error(), "still held") || !strings.Contains(err.Error(), "embedded Redis ends with this process") {
+		t.Fatalf("run returned %v, want the held window named as ending with the embedded Redis", err)
+	}
+}

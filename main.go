@@ -287,6 +287,11 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	}
 	log.Info("rpc server stopped; publishing held windows", zap.Int("held", w.Held()))
 	shutdownErr := w.Shutdown(drainCtx)
+	if shutdownErr != nil && cfg.Embedded() {
+		// The worker's error says what stays pending is another replica's
+		// to take; the embedded Redis ends with this process.
+		shutdownErr = fmt.Errorf("%w (the embedded Redis ends with this process: no other replica takes what it held)", shutdownErr)
+	}
 	if metricsSrv != nil {
 		_ = metricsSrv.Shutdown(drainCtx)
 	}
