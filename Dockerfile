@@ -21,7 +21,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# The commit built (docker build --build-arg REVISION=$(git describe --always --abbrev=40 --dirty=+dirty)):
+# The commit built (docker build --build-arg REVISION=$(./build.sh --revision)):
 # .git is not in the build context, so Go cannot stamp it itself.
 ARG REVISION=
 RUN mkdir -p output/bin && \
@@ -30,7 +30,7 @@ RUN mkdir -p output/bin && \
 
 FROM gcr.io/distroless/static-debian12:nonroot
 ARG REVISION=
-LABEL org.opencontainers.image.revision="${REVISION}"
+LABEL org.opencontainers.image.revision="${REVISION:-unknown}"
 COPY --from=build /src/output/bin/ /usr/local/bin/
 # nonroot (65532), numeric so that runAsNonRoot checks can verify it.
 USER 65532:65532

@@ -14,6 +14,13 @@ if [ -z "${REVISION:-}" ] && REVISION=$(git rev-parse HEAD 2>/dev/null); then
     REVISION="$REVISION+dirty"
   fi
 fi
+# ./build.sh --revision prints that revision and builds nothing: the
+# Dockerfile's build argument, whose context has no .git
+# (docker build --build-arg REVISION=$(./build.sh --revision) .).
+if [ "${1:-}" = "--revision" ]; then
+  echo "${REVISION:-}"
+  exit 0
+fi
 mkdir -p output/bin
 CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.stampedRevision=${REVISION}" -o output/bin/combo-service .
 CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o output/bin/combo-demo ./cmd/combo-demo

@@ -1212,3 +1212,53 @@ func get(t *testing.T, url string) string {
 	}
 	return string(b)
 }
+
+// ./build.sh --revision prints the revision build.sh stamps, which README,
+// the Dockerfile and compose pass as the image's REVISION: one rule for
+// both (untracked files make it +dirty, as the build context takes them),
+// and it builds nothing.
+func TestBuildShPrintsItsRevision(t *testing.T) {
+	dir := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t"}, args...)...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "build.sh"), []byte(read(t, "build.sh")), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	git("init", "-q")
+	git("add", "build.sh")
+	git("commit", "-qm", "x")
+	head := git("rev-parse", "HEAD")
+	revision := func(env ...string) string {
+		t.Helper()
+		cmd := exec.Command("bash", "build.sh", "--revision")
+		cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("build.sh --revision: %v\n%s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if got := revision("REVISION="); got != head {
+		t.Errorf("clean checkout: %q, want %q", got, head)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "new.go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := revision("REVISION="); got != head+"+dirty" {
+		t.Errorf("with an untracked file: %q, want %q", got, head+"+dirty")
+	}
+	if got := revision("REVISION=abc"); got != "abc" {
+		t.Errorf("REVISION set: %q, want it as given", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "output")); !os.IsNotExist(err) {
+		t.Errorf("build.sh --revision built something: %v", err)
+	}
+}
