@@ -75,6 +75,10 @@ func (r *Repo) moved(ctx context.Context, shard int, consumer string) bool {
 // elsewhere (their flushes answer Gone), so this is the one sign of the loss.
 var ErrGroupRecreated = errors.New("consumer group was missing and has been created again: Redis lost the stream and the windows waiting in it")
 
+// ErrNoGroup is PendingIDs' error for a stream or consumer group that is
+// missing: nothing was created, unlike Read's ErrGroupRecreated.
+var ErrNoGroup = errors.New("consumer group missing")
+
 // unblockedStreamDeleted is Redis's reply to an XREADGROUP blocked on a
 // stream that was deleted meanwhile (FLUSHALL, DEL).
 const unblockedStreamDeleted = "UNBLOCKED the stream key no longer exists"
@@ -186,6 +190,11 @@ func (r *Repo) PendingIDs(ctx context.Context, shard int, consumer, start string
 		Stream: r.keys.Stream(shard), Group: Group, Start: start, End: "+", Count: int64(count), Consumer: consumer,
 	}).Result()
 	if err != nil {
+		if redis.HasErrorPrefix(err, "NOGROUP") {
+			// Redis answered: the stream or group is gone, which the
+			// caller's next Read finds, recreates and reports.
+			return nil, fmt.Errorf("repo.PendingIDs: shard %d: %w (%w)", shard, ErrNoGroup, err)
+		}
 		return nil, wrap("repo.PendingIDs", err)
 	}
 	ids := make([]string, len(ps))

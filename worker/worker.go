@@ -1068,8 +1068,10 @@ func (w *Worker) unheldPending(ctx context.Context, shard int) (ids []string, ok
 			return err
 		}); err != nil {
 			// Counted, as every other Redis failure here: the re-read from
-			// the start that follows re-delivers every held window.
-			if !errors.Is(err, errRecovered) && ctx.Err() == nil {
+			// the start that follows re-delivers every held window. Not a
+			// missing group, which Redis answered: that re-read finds it
+			// missing too and counts the loss.
+			if !errors.Is(err, errRecovered) && !errors.Is(err, repo.ErrNoGroup) && ctx.Err() == nil {
 				w.redisError(metrics.OpFinalRead, err)
 			}
 			return nil, false
