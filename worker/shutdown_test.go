@@ -190,8 +190,13 @@ func TestShutdownWithAnEndedContextSaysWindowsWereLeftUnread(t *testing.T) {
 	wk := startReported(t, blindReads{r}, r, m)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := wk.Shutdown(ctx); err == nil || !strings.Contains(err.Error(), "left unread") {
+	err := wk.Shutdown(ctx)
+	if err == nil || !strings.Contains(err.Error(), "left unread") {
 		t.Fatalf("Shutdown with an ended context: %v; want it to say windows were left unread", err)
+	}
+	// Nothing was held: the error does not say "0 windows still held".
+	if strings.Contains(err.Error(), "still held") {
+		t.Fatalf("Shutdown with nothing held: %v; want no held windows named", err)
 	}
 }
 
