@@ -131,7 +131,7 @@ func (h *Handler) MergeLatest(ctx context.Context, req *combo.MergeLatestRequest
 	}
 	if firstBad != nil {
 		if len(rows) == 0 {
-			if err := validate.MisreadCreatedAt(req.Records); err != nil {
+			if err := validate.MisreadColumn(req.Records); err != nil {
 				return nil, h.fail(ctx, err, 0)
 			}
 		}

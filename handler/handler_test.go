@@ -173,9 +173,9 @@ func TestDebugLogsEachReport(t *testing.T) {
 
 // MergeLatest leaves out the rows a report would be refused for, counts
 // them and warns once per call naming the first; a call with no valid row
-// answers an empty feed, unless every row's created_at is refused (the
-// caller read its times in the wrong unit): that is refused, naming the
-// first row's.
+// answers an empty feed, unless every row is refused alike for a column
+// the caller misread (times in the wrong unit, or a column not read at
+// all): that is refused, naming the first row's field.
 func TestMergeLatestSkipsRowsAReportWouldBeRefusedFor(t *testing.T) {
 	core, logs := observer.New(zapcore.WarnLevel)
 	m := metrics.New(prometheus.NewRegistry())
@@ -224,6 +224,14 @@ func TestMergeLatestSkipsRowsAReportWouldBeRefusedFor(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.MergeRowsSkipped); got != 4 {
 		t.Fatalf("a refused call counted skipped rows: %v", got)
+	}
+
+	// No row's id read (0 in every row, which no DB row holds): also the
+	// caller's mistake, named.
+	_, err = h.MergeLatest(context.Background(), &combo.MergeLatestRequest{ActivityId: 7,
+		Records: []*combo.ContributionRecord{rec(0, t0), rec(0, t0+1)}})
+	if !errors.As(err, &ce) || ce.Code != CodeInvalidArgument || !strings.HasPrefix(ce.Message, "records[0].id: must be > 0, got 0 in every row") {
+		t.Fatalf("every id unset: %v, want INVALID_ARGUMENT naming records[0].id", err)
 	}
 }
 

@@ -6,6 +6,7 @@ package validate
 
 import (
 	"fmt"
+	"slices"
 	"unicode"
 	"unicode/utf8"
 
@@ -149,30 +150,48 @@ func Record(activityID int64, r *combo.ContributionRecord, i int) error {
 	return nil
 }
 
-// MisreadCreatedAt returns the first record's created_at error when every
-// record's created_at is refused, nil otherwise. Rows all refused for their
-// time are the caller's own mistake (read in seconds or microseconds, or not
-// read at all), which an empty feed would hide; rows refused for their data
-// (a nickname the DB kept and the report refused) are not, and are merely
-// left out.
-func MisreadCreatedAt(records []*combo.ContributionRecord) error {
-	var first *Error
-	for i, r := range records {
-		if r == nil {
-			return nil
-		}
-		e := createdAt("created_at", r.CreatedAt)
-		if e == nil {
-			return nil
-		}
-		if first == nil {
-			first = e.under(fmt.Sprintf("records[%d]", i))
-		}
-	}
-	if first == nil {
+// MisreadColumn returns an error naming the first record's field when
+// every record is refused alike for a column the caller misread: every
+// created_at refused (read in seconds or microseconds), or a required column
+// unset in every row (id, user_id, item_id, item_type or quantity at its
+// zero value: not read at all, which no DB row holds). An empty feed would
+// hide that mistake. Rows refused for their data (a nickname the DB kept
+// and the report refused) are not, and are merely left out: it returns nil.
+func MisreadColumn(records []*combo.ContributionRecord) error {
+	if len(records) == 0 || slices.Contains(records, nil) {
 		return nil
 	}
-	return first
+	if every(records, func(r *combo.ContributionRecord) bool { return createdAt("created_at", r.CreatedAt) != nil }) {
+		return createdAt("created_at", records[0].CreatedAt).under("records[0]")
+	}
+	for _, col := range unreadColumns {
+		if every(records, col.unset) {
+			return fail(col.field, "%s, got %s in every row: is the column read?", col.rule, col.zero).under("records[0]")
+		}
+	}
+	return nil
+}
+
+// unreadColumns are the required columns whose zero value no valid row
+// holds, as check refuses them.
+var unreadColumns = []struct {
+	field, rule, zero string
+	unset             func(*combo.ContributionRecord) bool
+}{
+	{"id", "must be > 0", "0", func(r *combo.ContributionRecord) bool { return r.Id == 0 }},
+	{"user_id", "must be > 0", "0", func(r *combo.ContributionRecord) bool { return r.UserId == 0 }},
+	{"item_id", "must be > 0", "0", func(r *combo.ContributionRecord) bool { return r.ItemId == 0 }},
+	{"item_type", fmt.Sprintf("must be 1..%d bytes", MaxItemType), "0 bytes", func(r *combo.ContributionRecord) bool { return r.ItemType == "" }},
+	{"quantity", fmt.Sprintf("must be 1..%d", MaxQuantity), "0", func(r *combo.ContributionRecord) bool { return r.Quantity == 0 }},
+}
+
+func every(records []*combo.ContributionRecord, f func(*combo.ContributionRecord) bool) bool {
+	for _, r := range records {
+		if !f(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // itemType checks the combo key's free-text part. Any byte that is valid
