@@ -30,6 +30,10 @@ func (h *Handler) fail(_ context.Context, err error, n int, fields ...zap.Field)
 	switch {
 	case errors.As(err, &invalid):
 		code, outcome = CodeInvalidArgument, metrics.OutcomeInvalid
+		// The caller's mistake, but a caller that regressed has every
+		// report refused: the operator needs the field named too (the
+		// logger is sampled, so a flood writes about a line a second).
+		h.log.Info("request refused: invalid argument", append(fields, zap.Error(err))...)
 	case errors.Is(err, ErrDraining):
 		// Not Redis's fault either. Mostly a client without TTHeader gets
 		// it: client.NewClient drops a connection on the stopping

@@ -254,3 +254,20 @@ func TestCanceledCallerIsNoInternalError(t *testing.T) {
 		}
 	}
 }
+
+// A refused report is logged, naming the field: a caller that regressed
+// (times in seconds) has every report refused, and the count alone does
+// not say why. The logger in main is sampled, so a flood writes little.
+func TestInvalidReportIsLoggedNamingTheField(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	m := metrics.New(prometheus.NewRegistry())
+	h := New(&scriptedStore{}, 3*time.Second, m, zap.New(core))
+	c := &combo.Contribution{Id: 1, ActivityId: 7, UserId: 42, ItemId: 3, ItemType: "rose", Quantity: 1, CreatedAt: 1732950000}
+	if _, err := h.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: c}); err == nil {
+		t.Fatal("a report in seconds was taken")
+	}
+	es := logs.FilterMessage("request refused: invalid argument").All()
+	if len(es) != 1 || !strings.HasPrefix(es[0].ContextMap()["error"].(string), "contribution.created_at:") {
+		t.Fatalf("logged %v, want one line naming created_at", logs.All())
+	}
+}
