@@ -140,10 +140,13 @@ func TestShutdownPublishesHeldWindows(t *testing.T) {
 func TestWarnsOfAnEvictingRedis(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	rs := testredis.Start(t, testredis.Options{Args: []string{"--maxmemory-policy", "allkeys-lru"}})
-	startService(t, options{redis: rs, log: zap.New(core)})
+	s := startService(t, options{redis: rs, log: zap.New(core)})
 	warned := logs.FilterMessageSnippet("maxmemory-policy must be noeviction").FilterField(zap.String("maxmemory_policy", "allkeys-lru"))
 	if warned.Len() != 1 || warned.All()[0].ContextMap()["node"] != rs.Addr {
 		t.Fatalf("warnings %v, want one naming %s and allkeys-lru", logs.All(), rs.Addr)
+	}
+	if !strings.Contains(scrape(t, s), "\ncombo_redis_nodes_evicting 1\n") {
+		t.Fatal("combo_redis_nodes_evicting is not 1 after the start check found one node evicting")
 	}
 }
 

@@ -190,13 +190,19 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	if err := store.LoadScripts(loadCtx); err != nil {
 		log.Warn("could not load Lua scripts yet; will send them on first use", zap.Error(err))
 	}
-	warnEvicting(loadCtx, cfg, store, log)
+	evicting := warnEvicting(loadCtx, cfg, store, log)
 	if cfg.Redis.Sentinel() {
 		if tlsConfig, err := cfg.Redis.TLSConfig(); err == nil { // read and checked by Validate already
 			checkSentinels(ctx, cfg.Redis, tlsConfig, log) // each within its own time
 		}
 	}
 	cancel()
+	if !cfg.Embedded() {
+		ew := newEvictionWatch(store.Evicting, evictionWatchEvery, cfg.Redis.Timeout, evicting,
+			logging.Sampled(log.Named("eviction_watch"), m.LogSuppressed), m)
+		ew.Start()
+		defer ew.Stop() // before closeRedis, deferred earlier
+	}
 
 	// The ports are taken before the worker starts: one in use stops the
 	// start at once. A worker already started would have to drain first,
@@ -307,9 +313,11 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 // loses gifts silently or counts them twice, and a policy set by a
 // platform's default is easy to miss. The embedded Redis has no policy.
 // Found through Sentinels, the replicas they list are asked too.
-func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *zap.Logger) {
+// It returns the masters found evicting, node by node, for evictionWatch
+// to go on from.
+func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *zap.Logger) map[string]string {
 	if cfg.Embedded() {
-		return
+		return nil
 	}
 	nodes, err := store.Evicting(ctx)
 	if err != nil { // of some nodes: the others' policies are still named
@@ -321,12 +329,12 @@ func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *z
 			zap.String("node", addr), zap.String("maxmemory_policy", policy))
 	}
 	if !cfg.Redis.Sentinel() {
-		return
+		return nodes
 	}
 	tlsConfig, err := cfg.Redis.TLSConfig() // read and checked by Validate already
 	if err != nil {
 		log.Warn("could not read the Redis replicas' maxmemory-policy; it must be noeviction", zap.Error(err))
-		return
+		return nodes
 	}
 	replicas, err := evictingReplicas(ctx, cfg.Redis, tlsConfig)
 	if err != nil {
@@ -338,6 +346,7 @@ func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *z
 			"maxmemory-policy must be noeviction on every node",
 			zap.String("node", addr), zap.String("maxmemory_policy", policy))
 	}
+	return nodes
 }
 
 // clusterStateReload is how old a Redis Cluster client's copy of the slot

@@ -59,6 +59,8 @@ const (
 	LoopFlush        = "flush"
 	LoopHousekeeping = "housekeeping"
 	LoopShardNodes   = "shard_nodes"
+	// LoopEvictionWatch is the loop reading Redis's maxmemory-policy.
+	LoopEvictionWatch = "eviction_watch"
 	// LoopReportPipeline is the report path's shared pipelines, run by a
 	// caller or by the goroutine that carries on for queued calls.
 	LoopReportPipeline = "report_pipeline"
@@ -72,7 +74,7 @@ var (
 	reportOutcomes  = []string{OutcomeOK, OutcomeDuplicate, OutcomeDegraded, OutcomeInvalid, OutcomeUnavailable, OutcomeInternal, OutcomeCanceled, OutcomeDraining}
 	flushedStatuses = []string{FlushedPublished, FlushedStale, FlushedGone, FlushedLost}
 	redisOps        = []string{OpPrepare, OpRead, OpDrop, OpRetire, OpClaim, OpFlush, OpFlushScript, OpFinalRead, OpTime, OpStreamStats, OpPruneConsumers}
-	loops           = []string{LoopRead, LoopClaim, LoopFlush, LoopHousekeeping, LoopShardNodes, LoopReportPipeline}
+	loops           = []string{LoopRead, LoopClaim, LoopFlush, LoopHousekeeping, LoopShardNodes, LoopEvictionWatch, LoopReportPipeline}
 )
 
 // Metrics are the service's collectors.
@@ -104,6 +106,9 @@ type Metrics struct {
 	// StreamLength with the bound past which this replica opens no window.
 	StreamMaxLength prometheus.Gauge
 	ConsumersGone   prometheus.Counter
+	// RedisNodesEvicting is the number of Redis nodes last read with a
+	// maxmemory-policy other than noeviction (main's evictionWatch).
+	RedisNodesEvicting prometheus.Gauge
 	// BuildInfo is 1, labelled with the running build's version and
 	// revision (the start log's), so a scrape tells which code each
 	// replica runs: go_build_info has no revision in the container image.
@@ -160,6 +165,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Entries read by some consumer and not yet flushed, sampled."}, []string{"shard"}),
 		StreamMaxLength: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_max_length",
 			Help: "redis.stream_maxlen: at it, no window is opened and reports are published on their own (degraded)."}),
+		RedisNodesEvicting: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "redis_nodes_evicting",
+			Help: "Redis nodes (masters) last read with a maxmemory-policy other than noeviction, which may evict windows, dedupe ids and the stream; read every minute (0 with the embedded Redis)."}),
 		BuildInfo: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
 			Help: "1, labelled with the running build's version and VCS revision."}, []string{"version", "revision"}),
 		ConsumersGone: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "consumers_removed_total",
@@ -172,7 +179,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}),
 		LogLinesSuppressed: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "log_lines_suppressed_total",
 			Help: "Log lines at info or above left out because the same message was logged less than a second before, " +
-				"by logger: worker, handler, shard_nodes, repo (a report pipeline's panic), main (the Redis TLS dialer's)."}, []string{"logger"}),
+				"by logger: worker, handler, shard_nodes, eviction_watch, repo (a report pipeline's panic), main (the Redis TLS dialer's)."}, []string{"logger"}),
 	}
 	for _, o := range reportOutcomes {
 		m.Reports.WithLabelValues(o)

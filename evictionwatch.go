@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/combo-service/combo-service/metrics"
+)
+
+// evictionWatchEvery is how often evictionWatch reads the policies again.
+const evictionWatchEvery = time.Minute
+
+// evictionWatch reads every Redis master's maxmemory-policy again each
+// minute, exports how many may evict (combo_redis_nodes_evicting, which
+// the ComboRedisMayEvict alert reads) and logs each node that starts or
+// stops evicting. The check at start alone missed a replica started before
+// its Redis (compose, Kubernetes: the start could not read it and nothing
+// asked again) and a Redis restarted later with another policy. It is not
+// started with the embedded Redis, which has no policy.
+//
+// Shutdown order: it stops as run returns, after the worker's shutdown,
+// and before the Redis client it reads through closes (run's deferred
+// closeRedis, deferred before it).
+type evictionWatch struct {
+	read    func(context.Context) (map[string]string, error) // repo.Evicting
+	every   time.Duration
+	timeout time.Duration // of one reading
+	log     *zap.Logger
+	m       *metrics.Metrics
+	known   map[string]string // node -> policy, of nodes found evicting
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// newEvictionWatch starts from the nodes the start check found evicting
+// (already logged).
+func newEvictionWatch(read func(context.Context) (map[string]string, error), every, timeout time.Duration,
+	known map[string]string, log *zap.Logger, m *metrics.Metrics) *evictionWatch {
+	w := &evictionWatch{read: read, every: every, timeout: timeout, log: log, m: m,
+		known: maps.Clone(known), done: make(chan struct{})}
+	if w.known == nil {
+		w.known = map[string]string{}
+	}
+	m.RedisNodesEvicting.Set(float64(len(w.known)))
+	return w
+}
+
+// Start runs the loop until Stop.
+func (w *evictionWatch) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(w.every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				w.once(ctx)
+			}
+		}
+	}()
+}
+
+// once reads the policies one time; a panic is logged, counted, and the
+// loop goes on.
+func (w *evictionWatch) once(ctx context.Context) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.m.LoopPanics.WithLabelValues(metrics.LoopEvictionWatch).Inc()
+			w.log.Error("recovered panic in the eviction watch loop", zap.Any("panic", p), zap.Stack("stack"))
+		}
+	}()
+	readCtx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	found, err := w.read(readCtx)
+	if ctx.Err() != nil {
+		return // a reading cut short by Stop is no news
+	}
+	for _, node := range slices.Sorted(maps.Keys(found)) {
+		if policy := found[node]; w.known[node] != policy {
+			w.log.Warn("Redis may evict this service's keys: maxmemory-policy must be noeviction, "+
+				"or windows, dedupe ids and the stream can be lost under memory pressure",
+				zap.String("node", node), zap.String("maxmemory_policy", policy))
+			w.known[node] = policy
+		}
+	}
+	if err != nil {
+		// Some node was not read: what it was last read as stands.
+		w.log.Debug("could not read every Redis node's maxmemory-policy", zap.Error(err))
+	} else {
+		for _, node := range slices.Sorted(maps.Keys(w.known)) {
+			if _, ok := found[node]; !ok {
+				w.log.Info("Redis node no longer evicts: its maxmemory-policy is noeviction", zap.String("node", node))
+				delete(w.known, node)
+			}
+		}
+	}
+	w.m.RedisNodesEvicting.Set(float64(len(w.known)))
+}
+
+// Stop ends the loop and waits for it.
+func (w *evictionWatch) Stop() {
+	w.cancel()
+	<-w.done
+}

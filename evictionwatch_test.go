@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/repo"
+)
+
+// The policy is read again while the service runs: a Redis set to evict
+// after the start (restarted with another policy, or started after the
+// replica, whose start check could not read it) is warned of and counted
+// in combo_redis_nodes_evicting, and a return to noeviction clears it.
+func TestEvictionWatchFollowsThePolicy(t *testing.T) {
+	rs := testredis.Start(t, testredis.Options{})
+	rdb := rs.Client()
+	store := repo.New(rdb, repo.Settings{Shards: 1})
+	m := metrics.New(prometheus.NewRegistry())
+	core, logs := observer.New(zap.InfoLevel)
+	w := newEvictionWatch(store.Evicting, 20*time.Millisecond, time.Second, nil, zap.New(core), m)
+	w.Start()
+	defer w.Stop()
+	evicting := func(want float64) func() bool {
+		return func() bool { return testutil.ToFloat64(m.RedisNodesEvicting) == want }
+	}
+	ctx := context.Background()
+	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the node counted evicting", evicting(1))
+	warned := logs.FilterMessageSnippet("maxmemory-policy must be noeviction").FilterField(zap.String("node", rs.Addr))
+	if warned.Len() != 1 {
+		t.Fatalf("warnings %v, want one naming %s, once however many readings", logs.All(), rs.Addr)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the node no longer counted", evicting(0))
+	if logs.FilterMessageSnippet("no longer evicts").Len() != 1 {
+		t.Fatalf("logs %v, want the return to noeviction said once", logs.All())
+	}
+}
+
+// A reading that fails keeps what the nodes were last read as (the gauge
+// does not drop to 0 while Redis is unreachable), and a panic in a reading
+// is counted and the loop goes on.
+func TestEvictionWatchKeepsWhatItCannotRead(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	answers := make(chan func() (map[string]string, error), 1)
+	read := func(context.Context) (map[string]string, error) { return (<-answers)() }
+	w := newEvictionWatch(read, time.Hour, time.Second, map[string]string{"a:6379": "allkeys-lru"}, zap.NewNop(), m)
+	if got := testutil.ToFloat64(m.RedisNodesEvicting); got != 1 {
+		t.Fatalf("gauge %v, want the start check's 1", got)
+	}
+	for _, step := range []struct {
+		answer func() (map[string]string, error)
+		want   float64
+	}{
+		{func() (map[string]string, error) { return nil, errors.New("connection refused") }, 1},
+		{func() (map[string]string, error) { panic("boom") }, 1},
+		{func() (map[string]string, error) {
+			return map[string]string{"b:6379": "volatile-lru"}, errors.New("a: timeout")
+		}, 2},
+		{func() (map[string]string, error) { return map[string]string{}, nil }, 0},
+	} {
+		answers <- step.answer
+		w.once(context.Background())
+		if got := testutil.ToFloat64(m.RedisNodesEvicting); got != step.want {
+			t.Fatalf("gauge %v, want %v", got, step.want)
+		}
+	}
+	if n := testutil.ToFloat64(m.LoopPanics.WithLabelValues(metrics.LoopEvictionWatch)); n != 1 {
+		t.Fatalf("panics counted %v, want 1", n)
+	}
+}
