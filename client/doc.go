@@ -87,6 +87,8 @@
 // write commits, and Close it on shutdown after the RPC server has stopped
 // taking requests:
 //
+//	// Kitex logs a warning per connection retry, process-wide: thin them.
+//	klog.SetLogger(client.KitexLogger(logger))
 //	// One name for the replicas: see "Replicas behind one name" above.
 //	cli, err := client.NewClient([]string{"combo-service:8888"})
 //	if err != nil {

@@ -26,8 +26,11 @@ import (
 	"os"
 	"time"
 
+	"github.com/cloudwego/kitex/pkg/klog"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
+	"github.com/combo-service/combo-service/client"
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 )
 
@@ -36,6 +39,9 @@ func main() { os.Exit(benchMain(os.Args[1:])) }
 // benchMain returns the exit code, so deferred work (the profile) is done
 // before the process exits.
 func benchMain(args []string) int {
+	// Kitex writes a warning per connection retry (up to 6 per call) while
+	// the service restarts: thinned to a line a second, on stderr.
+	klog.SetLogger(client.KitexLogger(zap.Must(zap.NewProduction())))
 	cfg, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

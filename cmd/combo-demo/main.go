@@ -38,7 +38,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cloudwego/kitex/pkg/klog"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/combo-service/combo-service/client"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
@@ -56,6 +58,9 @@ type options struct {
 }
 
 func main() {
+	// Kitex writes a warning per connection retry (up to 6 per call):
+	// thinned to a line a second, on stderr.
+	klog.SetLogger(client.KitexLogger(zap.Must(zap.NewProduction())))
 	o, err := parseFlags(flag.CommandLine, os.Args[1:])
 	if err != nil {
 		// flag.CommandLine exits by itself on a bad flag: this is a
