@@ -325,3 +325,24 @@ func runEveryFlow(t *testing.T, rdb redis.UniversalClient, r *repo.Repo) {
 		t.Fatalf("pruned %v, want [c1]", pruned)
 	}
 }
+
+// A report degraded because the user may not run a command of the report
+// script says so and points to /readyz, which names the command: Redis's
+// own words inside a script name neither.
+func TestReportDeniedACommandSaysWhereItIsNamed(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	ctx := context.Background()
+	if err := srv.Client().Do(ctx, "ACL", "SETUSER", "combo", "reset", "on", ">pw", "~combo:*", "&act:*", "+@all", "-@stream").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "combo", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	r := repo.New(rdb, settings())
+	res, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", time.Now().UnixMilli())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Outcome != repo.Degraded || res[0].Cause == nil || !strings.Contains(res[0].Cause.Error(), "/readyz names it") {
+		t.Fatalf("result %+v, want degraded with a cause pointing to /readyz", res[0])
+	}
+}

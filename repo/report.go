@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -81,8 +82,17 @@ const maxPerScript = 100
 // implements redis.Error, which marks replies).
 type scriptError string
 
-func (e scriptError) Error() string { return "report script: " + string(e) }
-func (e scriptError) RedisError()   {}
+func (e scriptError) Error() string {
+	msg := "report script: " + string(e)
+	// Redis 7's words for a command inside a script that the ACL user may
+	// not run name neither the command nor the key; the readiness probe
+	// (writeProbeScript) names both.
+	if strings.Contains(string(e), "can't run this command") {
+		msg += " (the Redis user may not run a command the report script runs: /readyz names it)"
+	}
+	return msg
+}
+func (e scriptError) RedisError() {}
 
 // reportReply is one report's answer from the script.
 type reportReply struct {
