@@ -319,9 +319,7 @@ func TestClusterDownForWritesIsUnavailable(t *testing.T) {
 	}
 	_, err = repo.PublishSingles(ctx, c.r, onLive[1:])
 	refused("a degraded publish", err)
-	if wait := time.Until(time.UnixMilli(ws[0].Due)); wait > 0 {
-		time.Sleep(wait + 50*time.Millisecond) // the window must be due for its flush to write
-	}
+	untilDue(t, c.r, ws) // the window must be due for its flush to write
 	_, err = c.r.Flush(ctx, ws)
 	refused("a flush", err)
 	if after, err := live.DBSize(ctx).Result(); err != nil || after != before {

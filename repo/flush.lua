@@ -18,7 +18,7 @@
 --                       delay (open is floored to the ms; the extra ms
 --                       keeps a push with grace 0 from coming early)
 -- ARGV[8]  stale        ms after opening past which the window is dropped
--- ARGV[9]  mode         absent: flush; "retire": retire the window only if
+-- ARGV[9]  mode         "" (or absent): flush; "retire": retire the window only if
 --                       it is done with (stale, gone or lost, as below),
 --                       never publish it, and otherwise change nothing
 --                       (status 5). The worker retires so a window whose

@@ -254,7 +254,9 @@ func TestFlushTellsExpiredFromPublished(t *testing.T) {
 		if n, err := rdb.Del(ctx, r.Keys().Current(0, 7, 42, "t1")).Result(); err != nil || n != 1 {
 			t.Fatalf("DEL of window 1's data: %d %v, want 1: the test did not test", n, err)
 		}
-		time.Sleep(s.Stale + 50*time.Millisecond)
+		for _, w := range ws {
+			untilStale(t, r, w, s.Stale)
+		}
 		res, err := r.Flush(ctx, ws)
 		if err != nil {
 			t.Fatal(err)
@@ -312,7 +314,7 @@ func TestRetireOnlyAStaleWindow(t *testing.T) {
 		if rdb.Exists(ctx, cur).Val() != 1 || rdb.XLen(ctx, r.Keys().Stream(0)).Val() != 1 {
 			t.Fatal("a kept window was changed")
 		}
-		time.Sleep(s.Stale + 50*time.Millisecond)
+		untilStale(t, r, ws[0], s.Stale)
 		res, err := r.Retire(ctx, ws[0])
 		if err != nil || res.Status != repo.Stale || res.Quantity != 1 {
 			t.Fatalf("retire of a stale window: %+v %v", res, err)
@@ -799,16 +801,34 @@ func dueWindow(t *testing.T, r *repo.Repo) []repo.Window {
 // grace after the report on a stalled CI host, published the window.
 func untilDue(t *testing.T, r *repo.Repo, ws []repo.Window) {
 	t.Helper()
+	untilRedisTime(t, r, ws[0].Shard, ws[0].Due+1)
+}
+
+// untilStale waits until Redis's clock finds w older than stale: the
+// flush script's stale check reads that clock, not this host's.
+func untilStale(t *testing.T, r *repo.Repo, w repo.Window, stale time.Duration) {
+	t.Helper()
+	msPart, _, _ := strings.Cut(w.ID, "-")
+	opened, err := strconv.ParseInt(msPart, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	untilRedisTime(t, r, w.Shard, opened+stale.Milliseconds()+2)
+}
+
+// untilRedisTime waits until shard's Redis clock reads ms or later.
+func untilRedisTime(t *testing.T, r *repo.Repo, shard int, ms int64) {
+	t.Helper()
 	for {
-		now, err := r.Time(context.Background(), ws[0].Shard)
+		now, err := r.Time(context.Background(), shard)
 		if err != nil {
 			t.Fatal(err)
 		}
-		wait := ws[0].Due - now.UnixMilli()
-		if wait < 0 {
+		wait := ms - now.UnixMilli()
+		if wait <= 0 {
 			return
 		}
-		time.Sleep(time.Duration(wait+1) * time.Millisecond)
+		time.Sleep(time.Duration(wait) * time.Millisecond)
 	}
 }
 
