@@ -29,3 +29,16 @@ func TestEntryComboKeyRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkKeys measures building a report's keys: the shard of its combo
+// key and the window key, once per report on the request path.
+//
+//	go test -run '^$' -bench Keys -benchmem ./repo/
+func BenchmarkKeys(b *testing.B) {
+	k := repo.NewKeys(16)
+	b.ReportAllocs()
+	for i := range b.N {
+		s := k.Shard(1001, int64(i%1024), "烟花 firework")
+		_ = k.Current(s, 1001, int64(i%1024), "烟花 firework")
+	}
+}
