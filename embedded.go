@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"go.uber.org/zap"
 )
 
 // embeddedWriteTimeout bounds each write of the embedded Redis to a client.
@@ -24,8 +25,8 @@ const embeddedWriteTimeout = time.Second
 // startEmbedded runs mr on its own listener at addr, each connection's
 // writes bounded by embeddedWriteTimeout, and returns the address it
 // listens on and how to stop it: the listener first, then mr with every
-// connection.
-func startEmbedded(mr *miniredis.Miniredis, addr string) (string, func(), error) {
+// connection. log (sampled) hears of connections it could not accept.
+func startEmbedded(mr *miniredis.Miniredis, addr string, log *zap.Logger) (string, func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, err
@@ -48,6 +49,7 @@ func startEmbedded(mr *miniredis.Miniredis, addr string) (string, func(), error)
 				return
 			}
 			if err != nil { // out of file descriptors: as net/http, wait and go on
+				log.Warn("the embedded Redis could not accept a connection; trying again in 10ms", zap.Error(err))
 				time.Sleep(10 * time.Millisecond)
 				continue
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 )
 
 // A subscriber that stops reading (the logged redis-cli line suspended)
@@ -19,7 +20,7 @@ import (
 // socket's buffers were full the embedded Redis froze, every command
 // with it, and stopping it hung.
 func TestEmbeddedRedisCutsASubscriberThatStopsReading(t *testing.T) {
-	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0")
+	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0", zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestEmbeddedRedisCutsASubscriberThatStopsReading(t *testing.T) {
 // A client that reads a reply larger than the socket's buffers slowly,
 // but reads on, is not cut: each part of the write has its own second.
 func TestEmbeddedRedisKeepsASlowReader(t *testing.T) {
-	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0")
+	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0", zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}

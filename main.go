@@ -450,7 +450,7 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, supp
 			mr.RequireAuth(cfg.Redis.Password)
 			watch = "redis-cli --raw --askpass -p "
 		}
-		a, stopServer, err := startEmbedded(mr, cfg.Redis.EmbeddedAddr)
+		a, stopServer, err := startEmbedded(mr, cfg.Redis.EmbeddedAddr, logging.Sampled(log.Named("main"), suppressed))
 		if err != nil {
 			return "", nil, nil, fmt.Errorf("start embedded redis on %s: %w", cfg.Redis.EmbeddedAddr, err)
 		}
@@ -517,6 +517,9 @@ const embeddedTTLTick = time.Second
 // held: a batch of 1000 new windows took 3 s, past redis.timeout and the
 // client's RPC timeout, and with a thousand windows open a batch of 50
 // took about 500 ms. Here the walk is paid once a tick, off the commands.
+// Shutdown order: stopped by openRedis's closeAll (run's deferred
+// closeRedis, the last thing run does), after the clients close and just
+// before the embedded Redis itself.
 func countDownTTLs(mr *miniredis.Miniredis, tick time.Duration) (stop func()) {
 	done := make(chan struct{})
 	exited := make(chan struct{})

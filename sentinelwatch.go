@@ -30,6 +30,10 @@ import (
 // go-redis does on its own Sentinel's word. The next command on each
 // fails (its caller retries, UNAVAILABLE) and the pool dials again,
 // asking the Sentinels where the master is now.
+//
+// Shutdown order: stopped by openRedis's closeAll (run's deferred
+// closeRedis, the last thing run does), before the service's Redis clients
+// close, after the worker's shutdown and every loop that uses them.
 type sentinelWatch struct {
 	master string
 	log    *zap.Logger
@@ -68,8 +72,15 @@ func watchSentinels(r conf.Redis, tlsConfig *tls.Config, dial dialFunc, conns *c
 }
 
 // switched acts on one +switch-master announcement: "<name> <old ip>
-// <old port> <new ip> <new port>".
+// <old port> <new ip> <new port>". A panic is logged and the watch goes
+// on: the next failover must still be acted on.
 func (w *sentinelWatch) switched(sentinel, payload string) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.log.Error("recovered panic acting on a Sentinel's announcement", zap.String("sentinel", sentinel),
+				zap.String("payload", payload), zap.Any("panic", p), zap.Stack("stack"))
+		}
+	}()
 	f := strings.Fields(payload)
 	if len(f) != 5 || f[0] != w.master {
 		return
