@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -788,54 +789,50 @@ const dropLogIDs = 256
 // while its pooled goroutine goes on encoding the request), and the caller
 // may keep, sort or change what it is given.
 func (r *Reporter) drop(items []*combo.Contribution, err error) {
+	// The ids, read before OnDrop gets the copies, which are the caller's
+	// to change (or hand to another goroutine) from then on.
+	ids := make([]int64, len(items))
+	for i, c := range items {
+		ids[i] = c.Id
+	}
+	if l := r.opts.Logger; l != nil {
+		logDrop(l, ids, err)
+	}
 	if r.opts.OnDrop != nil {
 		own := make([]*combo.Contribution, len(items))
 		for i, c := range items {
 			cp := *c // every field is a value
 			own[i] = &cp
 		}
-		items = own
-	}
-	if l := r.opts.Logger; l != nil {
-		logDrop(l, items, err)
-	}
-	if r.opts.OnDrop != nil {
-		r.handToOnDrop(items, err)
+		r.handToOnDrop(own, ids, err)
 	}
 }
 
-// logDrop writes the drop of items to l. Every id: a batch mixes the
-// reports of concurrent callers, so the ids between its first and last are
-// no range of the dropped ones, and without OnDrop these lines are all that
-// names them. At most dropLogIDs a line: a batch of 1000 long ids made a
-// line of about 20 KB, and container runtimes split lines over 16 KB, which
-// a log shipper may then not parse as JSON.
-func logDrop(l *zap.Logger, items []*combo.Contribution, err error) {
-	for start := 0; start < len(items); start += dropLogIDs {
-		chunk := items[start:min(start+dropLogIDs, len(items))]
-		ids := make([]int64, len(chunk)) // a core may keep the field
-		for i, c := range chunk {
-			ids[i] = c.Id
-		}
+// logDrop writes the drop of the contributions ids to l. Every id: a batch
+// mixes the reports of concurrent callers, so the ids between its first
+// and last are no range of the dropped ones, and without OnDrop these
+// lines are all that names them. At most dropLogIDs a line: a batch of
+// 1000 long ids made a line of about 20 KB, and container runtimes split
+// lines over 16 KB, which a log shipper may then not parse as JSON.
+func logDrop(l *zap.Logger, ids []int64, err error) {
+	for start := 0; start < len(ids); start += dropLogIDs {
+		chunk := slices.Clone(ids[start:min(start+dropLogIDs, len(ids))]) // a core may keep the field
 		l.Error("combo client: contributions dropped",
 			zap.Int("count", len(chunk)),
-			zap.Int64("first_id", chunk[0].Id),
-			zap.Int64("last_id", chunk[len(chunk)-1].Id),
-			zap.Int64s("ids", ids),
+			zap.Int64("first_id", chunk[0]),
+			zap.Int64("last_id", chunk[len(chunk)-1]),
+			zap.Int64s("ids", chunk),
 			zap.Error(err))
 	}
 }
 
-// handToOnDrop calls OnDrop with items, its own copies. A panic in OnDrop
-// is recovered, counted in Stats.OnDropPanics and logged (with the drop
-// itself where no Logger logged it already, so the ids are not lost): it
-// runs on the Reporter's goroutines, where it would otherwise kill the
-// caller's process and lose every contribution still queued.
-func (r *Reporter) handToOnDrop(items []*combo.Contribution, err error) {
-	ids := make([]int64, len(items)) // OnDrop may change its copies
-	for i, c := range items {
-		ids[i] = c.Id
-	}
+// handToOnDrop calls OnDrop with items, its own copies of the contributions
+// ids names. A panic in OnDrop is recovered, counted in Stats.OnDropPanics
+// and logged (with the drop itself where no Logger logged it already, so
+// the ids are not lost): it runs on the Reporter's goroutines, where it
+// would otherwise kill the caller's process and lose every contribution
+// still queued.
+func (r *Reporter) handToOnDrop(items []*combo.Contribution, ids []int64, err error) {
 	defer func() {
 		p := recover()
 		if p == nil {
@@ -847,11 +844,10 @@ func (r *Reporter) handToOnDrop(items []*combo.Contribution, err error) {
 		l := r.opts.Logger
 		if l == nil {
 			l = newDefaultDropLogger()
-			logDrop(l, items, err)
+			logDrop(l, ids, err)
 		}
-		l.Error("combo client: OnDrop panicked; its contributions stay dropped",
-			zap.Any("panic", p), zap.Int("count", len(ids)), zap.Int64s("ids", ids[:min(len(ids), dropLogIDs)]),
-			zap.Stack("stack"))
+		l.Error("combo client: OnDrop panicked; its contributions stay dropped (logged as dropped)",
+			zap.Any("panic", p), zap.Int("count", len(ids)), zap.Stack("stack"))
 	}()
 	r.opts.OnDrop(items, err)
 }

@@ -626,7 +626,11 @@ func TestPanickingOnDropIsLoggedAndCounted(t *testing.T) {
 	})
 	r := newTestReporter(t, f, ReporterOptions{BatchSize: 2, Linger: time.Hour, MaxRetries: -1,
 		OnDrop: func(batch []*combo.Contribution, _ error) {
-			batch[0].Id = -1 // a handler that changes its copies, then fails
+			// A handler that hands its copies on (they are its own), then
+			// fails: the Reporter must not read them again.
+			done := make(chan struct{})
+			go func() { batch[0].Id = -1; close(done) }()
+			<-done
 			panic("handler bug")
 		}})
 	mustReport(t, r, 1, 2)
@@ -641,5 +645,8 @@ func TestPanickingOnDropIsLoggedAndCounted(t *testing.T) {
 		if !strings.Contains(logged, want) {
 			t.Errorf("default logger wrote %q, want it to hold %s", logged, want)
 		}
+	}
+	if strings.Contains(logged, "-1") {
+		t.Errorf("default logger wrote %q: ids read from OnDrop's copies after it changed them", logged)
 	}
 }

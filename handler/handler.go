@@ -107,9 +107,9 @@ func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportCont
 // whole poll feed for as long as that row is among its latest, even when
 // every row given is such a row (the feed is then empty, as the pushes
 // were). Such rows are counted and logged. Only a request every row of
-// which has its created_at refused is refused, naming the first: that is
-// the caller's own mistake (seconds for milliseconds), which an empty feed
-// would hide.
+// which has its created_at refused, or its id 0, is refused, naming the
+// first (validate.MisreadColumn): that is the caller's own mistake (seconds
+// for milliseconds, a column not read), which an empty feed would hide.
 func (h *Handler) MergeLatest(ctx context.Context, req *combo.MergeLatestRequest) (*combo.MergeLatestResponse, error) {
 	if err := validate.MergeLatest(req); err != nil {
 		return nil, h.fail(ctx, err, 0)

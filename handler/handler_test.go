@@ -233,6 +233,14 @@ func TestMergeLatestSkipsRowsAReportWouldBeRefusedFor(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Code != CodeInvalidArgument || !strings.HasPrefix(ce.Message, "records[0].id: must be > 0, got 0 in every row") {
 		t.Fatalf("every id unset: %v, want INVALID_ARGUMENT naming records[0].id", err)
 	}
+	// A page of one row the DB holds and the push path refused (a guest's
+	// user_id 0): an empty feed, as the pushes were, not an error.
+	guest := rec(5, t0)
+	guest.UserId = 0
+	if resp, err := h.MergeLatest(context.Background(), &combo.MergeLatestRequest{ActivityId: 7,
+		Records: []*combo.ContributionRecord{guest}}); err != nil || len(resp.Records) != 0 {
+		t.Fatalf("a guest's row alone: %+v, %v, want an empty feed", resp, err)
+	}
 }
 
 // A store failing with the caller's context canceled answers UNAVAILABLE,

@@ -190,9 +190,10 @@ func TestCreatedAtPastTheBoundGuessesOnlyAPlausibleUnit(t *testing.T) {
 }
 
 // MisreadColumn refuses a page refused alike for a column the caller
-// misread (every time in the wrong unit, or a required column unset in
-// every row), naming the first row's field; a page refused for its rows'
-// data, or for different columns, is not the caller's mistake.
+// misread (every time in the wrong unit, or every id 0, which no DB row
+// holds), naming the first row's field; a page refused for its rows' data
+// (a guest's user_id 0, a quantity 0 the DB kept), or for different
+// columns, is not the caller's mistake.
 func TestMisreadColumn(t *testing.T) {
 	const t0 = 1732950000000
 	ok := func() *combo.ContributionRecord {
@@ -211,10 +212,10 @@ func TestMisreadColumn(t *testing.T) {
 		{"no rows", nil, ""},
 		{"every time in seconds", []*combo.ContributionRecord{with(func(r *combo.ContributionRecord) { r.CreatedAt = t0 / 1000 }), with(func(r *combo.ContributionRecord) { r.CreatedAt = t0/1000 + 1 })}, "records[0].created_at: must be unix milliseconds"},
 		{"every id unset", []*combo.ContributionRecord{with(func(r *combo.ContributionRecord) { r.Id = 0 }), with(func(r *combo.ContributionRecord) { r.Id = 0 })}, "records[0].id: must be > 0, got 0 in every row"},
-		{"every user_id unset", []*combo.ContributionRecord{with(func(r *combo.ContributionRecord) { r.UserId = 0 })}, "records[0].user_id: must be > 0, got 0 in every row"},
-		{"every item_id unset", []*combo.ContributionRecord{with(func(r *combo.ContributionRecord) { r.ItemId = 0 })}, "records[0].item_id: must be > 0, got 0 in every row"},
-		{"every item_type empty", []*combo.ContributionRecord{with(func(r *combo.ContributionRecord) { r.ItemType = "" })}, "records[0].item_type: must be 1..64 bytes, got 0 bytes in every row"},
-		{"every quantity unset", []*combo.ContributionRecord{with(func(r *combo.ContributionRecord) { r.Quantity = 0 })}, "records[0].quantity: must be 1..1000000, got 0 in every row"},
+		{"every user_id 0: a guest's gifts the DB holds", []*combo.ContributionRecord{with(func(r *combo.ContributionRecord) { r.UserId = 0 })}, ""},
+		{"every item_id 0", []*combo.ContributionRecord{with(func(r *combo.ContributionRecord) { r.ItemId = 0 })}, ""},
+		{"every item_type empty", []*combo.ContributionRecord{with(func(r *combo.ContributionRecord) { r.ItemType = "" })}, ""},
+		{"every quantity 0", []*combo.ContributionRecord{with(func(r *combo.ContributionRecord) { r.Quantity = 0 })}, ""},
 		{"every item_type too long: data, not a column unread", []*combo.ContributionRecord{with(func(r *combo.ContributionRecord) { r.ItemType = strings.Repeat("玫", 22) })}, ""},
 		{"ids unset in some rows only", []*combo.ContributionRecord{with(func(r *combo.ContributionRecord) { r.Id = 0 }), with(func(r *combo.ContributionRecord) { r.Quantity = 0 })}, ""},
 		{"a nil row", []*combo.ContributionRecord{nil, with(func(r *combo.ContributionRecord) { r.Id = 0 })}, ""},
