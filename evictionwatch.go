@@ -14,19 +14,24 @@ import (
 // evictionWatchEvery is how often evictionWatch reads the policies again.
 const evictionWatchEvery = time.Minute
 
-// evictionWatch reads every Redis master's maxmemory-policy again each
-// minute, exports how many may evict (combo_redis_nodes_evicting, which
-// the ComboRedisMayEvict alert reads) and logs each node that starts or
-// stops evicting. The check at start alone missed a replica started before
-// its Redis (compose, Kubernetes: the start could not read it and nothing
-// asked again) and a Redis restarted later with another policy. It is not
-// started with the embedded Redis, which has no policy.
+// evictionWatch reads the maxmemory-policy of every Redis node the start
+// check asks (one Redis; with Sentinel, the master; on a Cluster, masters
+// and replicas, a failover making a replica the master with its own
+// policy) again each minute, exports how many may evict
+// (combo_redis_nodes_evicting, which the ComboRedisMayEvict alert reads)
+// and logs each node that starts or stops evicting. The check at start
+// alone missed a replica started before its Redis (compose, Kubernetes:
+// the start could not read it and nothing asked again) and a Redis
+// restarted later with another policy. A node that is not read keeps what
+// it was last read as; one no longer among the nodes (removed from a
+// Cluster) is forgotten. It is not started with the embedded Redis, which
+// has no policy.
 //
 // Shutdown order: it stops as run returns, after the worker's shutdown,
 // and before the Redis client it reads through closes (run's deferred
 // closeRedis, deferred before it).
 type evictionWatch struct {
-	read    func(context.Context) (map[string]string, error) // repo.Evicting
+	read    func(context.Context) (map[string]string, error) // repo.Policies
 	every   time.Duration
 	timeout time.Duration // of one reading
 	log     *zap.Logger
@@ -79,12 +84,17 @@ func (w *evictionWatch) once(ctx context.Context) {
 	}()
 	readCtx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
-	found, err := w.read(readCtx)
+	read, err := w.read(readCtx)
 	if ctx.Err() != nil {
 		return // a reading cut short by Stop is no news
 	}
-	for _, node := range slices.Sorted(maps.Keys(found)) {
-		if policy := found[node]; w.known[node] != policy {
+	for _, node := range slices.Sorted(maps.Keys(read)) {
+		policy, was := read[node], w.known[node]
+		switch {
+		case policy == "noeviction" && was != "":
+			w.log.Info("Redis node no longer evicts: its maxmemory-policy is noeviction", zap.String("node", node))
+			delete(w.known, node)
+		case policy != "noeviction" && policy != was:
 			w.log.Warn("Redis may evict this service's keys: maxmemory-policy must be noeviction, "+
 				"or windows, dedupe ids and the stream can be lost under memory pressure",
 				zap.String("node", node), zap.String("maxmemory_policy", policy))
@@ -92,12 +102,12 @@ func (w *evictionWatch) once(ctx context.Context) {
 		}
 	}
 	if err != nil {
-		// Some node was not read: what it was last read as stands.
+		// Those not read keep what they were last read as.
 		w.log.Debug("could not read every Redis node's maxmemory-policy", zap.Error(err))
 	} else {
 		for _, node := range slices.Sorted(maps.Keys(w.known)) {
-			if _, ok := found[node]; !ok {
-				w.log.Info("Redis node no longer evicts: its maxmemory-policy is noeviction", zap.String("node", node))
+			if _, ok := read[node]; !ok {
+				w.log.Info("Redis node found evicting is no longer among the nodes; forgotten", zap.String("node", node))
 				delete(w.known, node)
 			}
 		}

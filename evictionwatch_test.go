@@ -26,7 +26,7 @@ func TestEvictionWatchFollowsThePolicy(t *testing.T) {
 	store := repo.New(rdb, repo.Settings{Shards: 1})
 	m := metrics.New(prometheus.NewRegistry())
 	core, logs := observer.New(zap.InfoLevel)
-	w := newEvictionWatch(store.Evicting, 20*time.Millisecond, time.Second, nil, zap.New(core), m)
+	w := newEvictionWatch(store.Policies, 20*time.Millisecond, time.Second, nil, zap.New(core), m)
 	w.Start()
 	defer w.Stop()
 	evicting := func(want float64) func() bool {
@@ -50,9 +50,12 @@ func TestEvictionWatchFollowsThePolicy(t *testing.T) {
 	}
 }
 
-// A reading that fails keeps what the nodes were last read as (the gauge
-// does not drop to 0 while Redis is unreachable), and a panic in a reading
-// is counted and the loop goes on.
+// A node that is not read keeps what it was last read as (the gauge does
+// not drop to 0 while Redis is unreachable), while the nodes that are read
+// are followed, even when another is not (a Cluster replica down must not
+// keep a master set back to noeviction counted for ever); a node no longer
+// among those read, with none failing, is forgotten; and a panic in a
+// reading is counted and the loop goes on.
 func TestEvictionWatchKeepsWhatItCannotRead(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	answers := make(chan func() (map[string]string, error), 1)
@@ -68,9 +71,12 @@ func TestEvictionWatchKeepsWhatItCannotRead(t *testing.T) {
 		{func() (map[string]string, error) { return nil, errors.New("connection refused") }, 1},
 		{func() (map[string]string, error) { panic("boom") }, 1},
 		{func() (map[string]string, error) {
-			return map[string]string{"b:6379": "volatile-lru"}, errors.New("a: timeout")
+			return map[string]string{"b:6379": "volatile-lru"}, errors.New("a:6379: timeout")
 		}, 2},
-		{func() (map[string]string, error) { return map[string]string{}, nil }, 0},
+		{func() (map[string]string, error) {
+			return map[string]string{"a:6379": "noeviction", "b:6379": "volatile-lru"}, errors.New("c:6379: timeout")
+		}, 1},
+		{func() (map[string]string, error) { return map[string]string{"c:6379": "noeviction"}, nil }, 0},
 	} {
 		answers <- step.answer
 		w.once(context.Background())

@@ -198,7 +198,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	}
 	cancel()
 	if !cfg.Embedded() {
-		ew := newEvictionWatch(store.Evicting, evictionWatchEvery, cfg.Redis.Timeout, evicting,
+		ew := newEvictionWatch(store.Policies, evictionWatchEvery, cfg.Redis.Timeout, evicting,
 			logging.Sampled(log.Named("eviction_watch"), m.LogSuppressed), m)
 		ew.Start()
 		defer ew.Stop() // before closeRedis, deferred earlier

@@ -24,6 +24,19 @@ const failoverClientAddr = "FailoverClient"
 // and the nodes that did answer are returned all the same: one master
 // down must not hide the policy of the others.
 func (r *Repo) Evicting(ctx context.Context) (map[string]string, error) {
+	policies, err := r.Policies(ctx)
+	for node, policy := range policies {
+		if policy == "noeviction" {
+			delete(policies, node)
+		}
+	}
+	return policies, err
+}
+
+// Policies returns the maxmemory-policy of every node Evicting asks that
+// answered (address -> policy), and an error naming each that did not: a
+// node missing from the map was not read, unlike one read as noeviction.
+func (r *Repo) Policies(ctx context.Context) (map[string]string, error) {
 	var mu sync.Mutex // ForEachShard asks the nodes at once
 	out := map[string]string{}
 	var errs []error // of every node, where ForEachShard returns one
@@ -37,7 +50,7 @@ func (r *Repo) Evicting(ctx context.Context) (map[string]string, error) {
 		defer mu.Unlock()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", node, err))
-		} else if policy != "noeviction" {
+		} else {
 			out[node] = policy
 		}
 		return nil
@@ -51,9 +64,9 @@ func (r *Repo) Evicting(ctx context.Context) (map[string]string, error) {
 	case *redis.Client:
 		_ = ask(ctx, c)
 	default:
-		return nil, fmt.Errorf("repo.Evicting: a %T cannot be asked node by node", r.rdb)
+		return nil, fmt.Errorf("repo.Policies: a %T cannot be asked node by node", r.rdb)
 	}
-	return out, wrap("repo.Evicting", errors.Join(errs...))
+	return out, wrap("repo.Policies", errors.Join(errs...))
 }
 
 // MaxmemoryPolicy reads c's node's maxmemory-policy from INFO memory.

@@ -434,9 +434,15 @@ func (w *Worker) hold(shard int, ws []repo.Window) int {
 	return n
 }
 
-// badReasonsLogged bounds the reasons one drop line gives: a batch of
-// entries of an incompatible version repeats one reason.
-const badReasonsLogged = 8
+// badReasonsLogged bounds the reasons one drop line gives (a batch of
+// entries of an incompatible version repeats one reason), and
+// badReasonBytes each reason, which quotes a field another writer may have
+// made as long as it liked: the line stays well under the 16 KB at which
+// container runtimes split a line.
+const (
+	badReasonsLogged = 8
+	badReasonBytes   = 512
+)
 
 func (w *Worker) dropBad(ctx context.Context, shard int, bad []repo.BadEntry) {
 	if len(bad) == 0 {
@@ -447,7 +453,11 @@ func (w *Worker) dropBad(ctx context.Context, shard int, bad []repo.BadEntry) {
 	for i, b := range bad {
 		ids[i] = b.ID
 		if i < badReasonsLogged {
-			reasons = append(reasons, b.Err.Error())
+			reason := b.Err.Error()
+			if len(reason) > badReasonBytes {
+				reason = strings.ToValidUTF8(reason[:badReasonBytes], "") + "…"
+			}
+			reasons = append(reasons, reason)
 		}
 	}
 	w.metrics.BadEntries.Add(float64(len(ids)))

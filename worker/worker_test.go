@@ -1079,7 +1079,7 @@ func readTwoThenDeleteOne(t *testing.T, r *repo.Repo, rdb *redis.Client, consume
 func TestBadEntriesAreLoggedWithTheirReasons(t *testing.T) {
 	r, rdb, _, m := setup(t)
 	ctx := context.Background()
-	for _, values := range [][]string{{"junk", "1"}, {"k", "7:42:99:rose"}} {
+	for _, values := range [][]string{{"junk", "1"}, {"k", "7:42:99:rose"}, {"k", strings.Repeat("x", 100_000)}} {
 		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: r.Keys().Stream(0), Values: values}).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -1089,7 +1089,7 @@ func TestBadEntriesAreLoggedWithTheirReasons(t *testing.T) {
 		zap.New(core), m)
 	wk.Start()
 	defer wk.Shutdown(context.Background())
-	waitFor(t, "both entries dropped", func() bool { return testutil.ToFloat64(m.BadEntries) == 2 })
+	waitFor(t, "the entries dropped", func() bool { return testutil.ToFloat64(m.BadEntries) == 3 })
 
 	var reasons []string
 	for _, e := range logs.FilterMessage("dropping stream entries that cannot be flushed").All() {
@@ -1098,6 +1098,10 @@ func TestBadEntriesAreLoggedWithTheirReasons(t *testing.T) {
 				reasons = append(reasons, fmt.Sprint(f.Interface))
 			}
 		}
+	}
+	// A field as long as its writer liked is cut: the line stays short.
+	if n := len(strings.Join(reasons, " ")); n > 4<<10 {
+		t.Errorf("drop lines' reasons hold %d bytes, want a few KB at most", n)
 	}
 	got := strings.Join(reasons, " ")
 	for _, want := range []string{`no field "k"`, `7:42:99:rose`} {
