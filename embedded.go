@@ -1,12 +1,18 @@
 package main
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
 	"go.uber.org/zap"
+
+	"github.com/combo-service/combo-service/repo"
 )
 
 // embeddedWriteTimeout bounds each write of the embedded Redis to a client.
@@ -40,6 +46,7 @@ func startEmbedded(mr *miniredis.Miniredis, addr string, log *zap.Logger) (strin
 	}
 	c.Close()
 	srv := mr.Server()
+	srv.SetPreHook(onlyOwnScripts(repo.ScriptHashes()))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -97,3 +104,43 @@ func (c writeBoundedConn) Write(b []byte) (int, error) {
 // loopback socket's buffers, so a deadline passes only when the client
 // takes nothing.
 const writeChunk = 64 << 10
+
+// onlyOwnScripts is a miniredis hook refusing every Lua script but the
+// service's own (known: their SHA1s). miniredis runs scripts in gopher-lua
+// with its base and package libraries (loadfile, dofile, require, print)
+// and no time bound: any client of the embedded Redis could read the
+// host's files (a config's password shows in loadfile's parse error),
+// write forged lines into the service's log, or hang it for good with an
+// endless loop, which also kept SIGTERM from ending the process (the TTL
+// countdown waits on the lock that loop holds). Real Redis sandboxes
+// scripts and can kill them; miniredis cannot, so it runs nothing else.
+func onlyOwnScripts(known map[string]bool) server.Hook {
+	const refusal = "ERR combo-service's embedded Redis runs only the service's own scripts"
+	own := func(script string) bool {
+		sum := sha1.Sum([]byte(script))
+		return known[hex.EncodeToString(sum[:])]
+	}
+	return func(c *server.Peer, cmd string, args ...string) bool {
+		ok := true
+		switch cmd {
+		case "EVAL", "EVAL_RO":
+			ok = len(args) > 0 && own(args[0])
+		case "EVALSHA", "EVALSHA_RO":
+			ok = len(args) > 0 && known[strings.ToLower(args[0])]
+		case "SCRIPT":
+			// LOAD of one of ours, EXISTS; not FLUSH or KILL.
+			sub := ""
+			if len(args) > 0 {
+				sub = strings.ToUpper(args[0])
+			}
+			ok = sub == "EXISTS" || (sub == "LOAD" && len(args) > 1 && own(args[1]))
+		case "FUNCTION", "FCALL", "FCALL_RO":
+			ok = false
+		}
+		if ok {
+			return false // dispatched as usual (AUTH first, where required)
+		}
+		c.WriteError(refusal)
+		return true
+	}
+}

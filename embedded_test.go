@@ -12,6 +12,9 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/repo"
 )
 
 // A subscriber that stops reading (the logged redis-cli line suspended)
@@ -113,5 +116,50 @@ func TestEmbeddedRedisKeepsASlowReader(t *testing.T) {
 			t.Fatalf("after %d of %d bytes: %v: a client reading on was cut", got, want, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The embedded Redis runs the service's own scripts and no other: miniredis
+// gives scripts loadfile, dofile and print and no time bound, so any client
+// could read the host's files, forge log lines or hang the service for good.
+func TestEmbeddedRedisRunsOnlyTheServicesScripts(t *testing.T) {
+	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0", zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	refused := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "runs only the service's own scripts") {
+			t.Errorf("%s: %v, want refused", what, err)
+		}
+	}
+	refused("EVAL of loadfile", rdb.Eval(ctx, "return tostring(select(2, loadfile('/etc/hostname')))", nil).Err())
+	refused("EVAL of an endless loop", rdb.Eval(ctx, "while true do end", nil).Err())
+	refused("EVALSHA of another script", rdb.EvalSha(ctx, "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", nil).Err())
+	refused("SCRIPT LOAD of another script", rdb.ScriptLoad(ctx, "return 1").Err())
+	refused("SCRIPT FLUSH", rdb.ScriptFlush(ctx).Err())
+
+	// The service's own run: loaded, then by EVALSHA and by EVAL.
+	r := repo.New(rdb, repo.Settings{Window: time.Second, Grace: 100 * time.Millisecond, Dedupe: time.Minute,
+		Stale: time.Minute, Timeout: time.Second, Shards: 1, StreamMaxLen: 100000})
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Time(ctx, 0); err != nil {
+		t.Fatalf("the service's own clock script: %v", err)
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err == nil {
+		t.Fatal("SCRIPT FLUSH ran")
+	}
+	if err := r.EnsureGroups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := &combo.Contribution{Id: 1, ActivityId: 7, UserId: 42, ItemId: 3, ItemType: "rose", Quantity: 1, CreatedAt: time.Now().UnixMilli()}
+	if res, err := r.Report(ctx, []*combo.Contribution{c}); err != nil || res[0].Outcome != repo.Opened {
+		t.Fatalf("a report on the embedded Redis: %+v %v", res, err)
 	}
 }

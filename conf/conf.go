@@ -431,11 +431,12 @@ func (c Config) Warnings() []string {
 			"windows open at a failover may go stale while their flushes stay on a demoted master that answers MASTERDOWN", l, room))
 	}
 	// Real Redis refuses clients from elsewhere without a password
-	// (protected mode); the embedded one has no such guard, and its Lua
-	// can read files (loadfile).
+	// (protected mode); the embedded one has no such guard (it runs only
+	// the service's own scripts, main's onlyOwnScripts, but takes every
+	// other command).
 	if c.Embedded() && c.Redis.Password == "" && !loopback(c.Redis.EmbeddedAddr) {
 		ws = append(ws, fmt.Sprintf("redis.embedded_addr (%s) is reachable beyond this machine with no redis.password: "+
-			"anyone who reaches it can publish forged pushes, read or delete the windows, and run scripts", c.Redis.EmbeddedAddr))
+			"anyone who reaches it can publish forged pushes and read or delete the windows", c.Redis.EmbeddedAddr))
 	}
 	return ws
 }

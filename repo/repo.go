@@ -147,6 +147,17 @@ func (r *Repo) LoadScripts(ctx context.Context) error {
 	return nil
 }
 
+// ScriptHashes is the SHA1 (hex, as EVALSHA takes it) of every Lua script
+// the service runs: the embedded Redis runs these and no other (see
+// main's onlyOwnScripts).
+func ScriptHashes() map[string]bool {
+	out := map[string]bool{}
+	for _, s := range []*redis.Script{reportScript, degradeScript, flushScript, writeProbeScript, timeScript, dropScript, pruneScript} {
+		out[s.Hash()] = true
+	}
+	return out
+}
+
 // timeScript reads the clock of the node that holds a shard's keys: TIME
 // itself has no key, and on a Redis Cluster goes to any node, whose clock
 // may differ from the one that dates and flushes the shard's windows.
