@@ -660,3 +660,33 @@ func TestEmbeddedDrainCutShortSaysTheWindowsEnd(t *testing.T) {
 		t.Fatalf("run returned %v, want the held window named as ending with the embedded Redis", err)
 	}
 }
+
+// The whole service runs as README's ACL user, which is granted the
+// commands it runs and nothing else: ready, reports pushed once merged,
+// and no warning of a command it was denied (a start that could not read
+// the eviction policy, a loop's NOPERM).
+func TestServiceRunsAsTheREADMEACLUser(t *testing.T) {
+	rs := testredis.Start(t, testredis.Options{})
+	admin := rs.Client()
+	testredis.SetREADMEACLUser(t, func(args ...any) error { return admin.Do(context.Background(), args...).Err() }, "README.md", "pw")
+	core, logs := observer.New(zap.WarnLevel)
+	s := startService(t, options{redis: rs, log: zap.New(core), mutate: func(c *conf.Config) {
+		c.Redis.Username, c.Redis.Password = "combo", "pw"
+	}})
+	if code, body := readyz(t, s); code != http.StatusOK {
+		t.Fatalf("/readyz %d %q", code, body)
+	}
+	a := newActivity()
+	for range 3 {
+		s.report(gift(a, 1, "firework", 1))
+	}
+	got := s.pushes.waitFor(1, wait, forActivity(a))
+	if q := got[0].msg.Record.Quantity; q != 3 {
+		t.Fatalf("pushed quantity %d, want the 3 reports merged", q)
+	}
+	for _, e := range logs.All() {
+		if strings.Contains(fmt.Sprint(e.Message, e.ContextMap()), "NOPERM") || strings.Contains(e.Message, "could not read") {
+			t.Errorf("logged %q %v: the README's ACL user was denied something", e.Message, e.ContextMap())
+		}
+	}
+}

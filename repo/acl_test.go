@@ -2,7 +2,6 @@ package repo_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 
@@ -12,24 +11,6 @@ import (
 	"github.com/combo-service/combo-service/repo"
 )
 
-// readmeACLRules are the rules of README's "ACL SETUSER combo on >… ..."
-// line, the one it says is enough, read from README so this test follows it.
-func readmeACLRules(t *testing.T) []string {
-	t.Helper()
-	raw, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := strings.Join(strings.Fields(string(raw)), " ") // the line wraps
-	const lead = "`ACL SETUSER combo on >… "
-	i := strings.Index(s, lead)
-	if i < 0 {
-		t.Fatalf("README has no %q line", lead)
-	}
-	rules, _, _ := strings.Cut(s[i+len(lead):], "`")
-	return strings.Fields(rules)
-}
-
 // A user with exactly README's ACL line runs every flow of the service,
 // on one Redis and on a Redis Cluster: README says the line is enough, and
 // an operator who trusts it has no other hint. (Before, it lacked
@@ -37,12 +18,10 @@ func readmeACLRules(t *testing.T) []string {
 // on a cluster every command, /readyz too, failed with NOPERM.)
 func TestTheREADMEACLUserRunsEveryFlow(t *testing.T) {
 	ctx := context.Background()
-	setUser := append([]any{"ACL", "SETUSER", "combo", "reset", "on", ">pw"}, func() (a []any) {
-		for _, r := range readmeACLRules(t) {
-			a = append(a, r)
-		}
-		return a
-	}()...)
+	setUser := []any{"ACL", "SETUSER", "combo", "reset", "on", ">pw"}
+	for _, r := range testredis.READMEACLRules(t, "../README.md") {
+		setUser = append(setUser, r)
+	}
 	t.Run("one node", func(t *testing.T) {
 		srv := testredis.Start(t, testredis.Options{})
 		if err := srv.Client().Do(ctx, setUser...).Err(); err != nil {
@@ -63,4 +42,26 @@ func TestTheREADMEACLUserRunsEveryFlow(t *testing.T) {
 		t.Cleanup(func() { cc.Close() })
 		runEveryFlow(t, cc, repo.New(cc, settings()))
 	})
+}
+
+// README's ACL user may run nothing that reaches beyond its keys: on a
+// shared Redis a grant by category let it list every key name (SCAN,
+// RANDOMKEY) and flush or load other teams' functions and scripts.
+func TestTheREADMEACLUserReachesNothingBeyondItsKeys(t *testing.T) {
+	ctx := context.Background()
+	srv := testredis.Start(t, testredis.Options{})
+	admin := srv.Client()
+	testredis.SetREADMEACLUser(t, func(args ...any) error { return admin.Do(ctx, args...).Err() }, "../README.md", "pw")
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "combo", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	for _, cmd := range [][]any{
+		{"SCAN", "0"}, {"RANDOMKEY"}, {"KEYS", "*"}, {"DBSIZE"}, {"FLUSHALL"}, {"FLUSHDB"},
+		{"FUNCTION", "FLUSH"}, {"FUNCTION", "LIST"}, {"FCALL", "f", "0"}, {"SCRIPT", "FLUSH"}, {"SCRIPT", "KILL"},
+		{"CLIENT", "KILL", "TYPE", "normal"}, {"CLIENT", "LIST"}, {"CONFIG", "GET", "*"},
+		{"SUBSCRIBE", "act:1:contributions"}, {"MONITOR"}, {"GET", "session:alice"},
+	} {
+		if err := rdb.Do(ctx, cmd...).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("%v as README's ACL user: %v, want NOPERM", cmd, err)
+		}
+	}
 }

@@ -1,0 +1,39 @@
+package testredis
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// READMEACLRules are the rules of README's "ACL SETUSER combo on >… ..."
+// line, the one it says is enough, read from the README at readme so that
+// tests follow it.
+func READMEACLRules(t testing.TB, readme string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Join(strings.Fields(string(raw)), " ") // the line wraps
+	const lead = "`ACL SETUSER combo on >… "
+	i := strings.Index(s, lead)
+	if i < 0 {
+		t.Fatalf("%s has no %q line", readme, lead)
+	}
+	rules, _, _ := strings.Cut(s[i+len(lead):], "`")
+	return strings.Fields(rules)
+}
+
+// SetREADMEACLUser makes user "combo" with password pw and README's rules
+// on c (one node).
+func SetREADMEACLUser(t testing.TB, do func(args ...any) error, readme, pw string) {
+	t.Helper()
+	args := []any{"ACL", "SETUSER", "combo", "reset", "on", ">" + pw}
+	for _, r := range READMEACLRules(t, readme) {
+		args = append(args, r)
+	}
+	if err := do(args...); err != nil {
+		t.Fatal(err)
+	}
+}
