@@ -92,6 +92,14 @@ const ReadWriteTimeout = 5 * time.Second
 // bound by what its link carries in this time.
 const unreadInterval = 50 * time.Millisecond
 
+// MaxUnreadTotalBytes bounds the bytes every connection holds unread
+// together (unreadCloser): the per-connection bound times
+// server.max_connections would be terabytes. 1 GiB holds about twenty of
+// the largest requests arriving at once, far more than callers of
+// ordinary size ever hold; past it the connections holding the most are
+// closed.
+const MaxUnreadTotalBytes = 1 << 30
+
 // Options are the server options every combo-service RPC server shares;
 // the caller adds its listener and how it stops. RPCs are counted and
 // timed (kitex_server_throughput, kitex_server_latency_us) on reg. At most
@@ -115,7 +123,7 @@ func options(reg prometheus.Registerer, maxConns int, idle, readWrite time.Durat
 		server.WithConnectionLimiter(limiter.NewConnectionLimiter(maxConns)),
 		server.WithBoundHandler(newIdleCloser(idle)),
 		server.WithBoundHandler(writeTimeout{timeout: readWrite}),
-		server.WithBoundHandler(newUnreadCloser(MaxRequestBytes+maxAhead, unreadInterval)),
+		server.WithBoundHandler(newUnreadCloser(MaxRequestBytes+maxAhead, MaxUnreadTotalBytes, unreadInterval)),
 		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: client.ServiceName}),
 		server.WithTracer(metrics.NewRPCTracer(reg)),
 		// The tracer reads only the RPC's start and finish: recording

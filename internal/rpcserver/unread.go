@@ -1,8 +1,10 @@
 package rpcserver
 
 import (
+	"cmp"
 	"context"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,9 +26,17 @@ import (
 // connection's unread length (an atomic read) each interval, and runs only
 // while connections are open: 10,000 of them cost a fraction of a
 // millisecond per look.
+//
+// The bound is per connection; in all, at server.max_connections of them,
+// peers could make a replica hold terabytes. total bounds what every
+// connection holds unread together: past it, the connections holding the
+// most are closed until the rest fit, so one peer opening many
+// connections, each stalled near its own bound, cannot run the replica
+// out of memory, while many callers of ordinary size never meet it.
 type unreadCloser struct {
 	passInbound
 	limit    int
+	total    int
 	interval time.Duration
 
 	mu      sync.Mutex
@@ -34,8 +44,8 @@ type unreadCloser struct {
 	running bool // the watching goroutine runs; it ends when conns is empty
 }
 
-func newUnreadCloser(limit int, interval time.Duration) *unreadCloser {
-	return &unreadCloser{limit: limit, interval: interval, conns: make(map[net.Conn]netpoll.Reader)}
+func newUnreadCloser(limit, total int, interval time.Duration) *unreadCloser {
+	return &unreadCloser{limit: limit, total: total, interval: interval, conns: make(map[net.Conn]netpoll.Reader)}
 }
 
 var _ remote.InboundHandler = (*unreadCloser)(nil)
@@ -75,7 +85,7 @@ func (u *unreadCloser) watch() {
 		conn net.Conn
 		n    int
 	}
-	var cut []over
+	var cut, held []over
 	for range t.C {
 		u.mu.Lock()
 		if len(u.conns) == 0 {
@@ -83,24 +93,51 @@ func (u *unreadCloser) watch() {
 			u.mu.Unlock()
 			return
 		}
+		// Closed under the lock, while conn is still here: netpoll closes
+		// its fd only after OnInactive, which waits for the lock, so the
+		// fd is still conn's. Later, the number could be another
+		// connection's, accepted since.
+		closeNow := func(o over) {
+			shutDown(o.conn)
+			cut = append(cut, o)
+			delete(u.conns, o.conn) // closed once; OnInactive finds it gone
+		}
+		sum := 0
 		for conn, r := range u.conns {
-			if n := r.Len(); n > u.limit {
-				// Under the lock, while conn is still here: netpoll
-				// closes its fd only after OnInactive, which waits for
-				// the lock, so the fd is still conn's. Later, the number
-				// could be another connection's, accepted since.
-				shutDown(conn)
-				cut = append(cut, over{conn, n})
-				delete(u.conns, conn) // closed once; OnInactive finds it gone
+			n := r.Len()
+			if n > u.limit {
+				closeNow(over{conn, n})
+				continue
+			}
+			if n > 0 {
+				held = append(held, over{conn, n})
+				sum += n
+			}
+		}
+		overTotal := len(cut)
+		if sum > u.total {
+			slices.SortFunc(held, func(a, b over) int { return cmp.Compare(b.n, a.n) })
+			for _, o := range held {
+				if sum <= u.total {
+					break
+				}
+				closeNow(o)
+				sum -= o.n
 			}
 		}
 		u.mu.Unlock()
-		for _, o := range cut {
-			klog.Warnf("combo-service: closed a connection from %s holding %d bytes it sent and the server "+
-				"has not read, more than the %d it may (a request and MaxAheadBytes sent ahead): "+
-				"it kept sending while a request ran or its answer waited", o.conn.RemoteAddr(), o.n, u.limit)
+		for i, o := range cut {
+			if i < overTotal {
+				klog.Warnf("combo-service: closed a connection from %s holding %d bytes it sent and the server "+
+					"has not read, more than the %d it may (a request and MaxAheadBytes sent ahead): "+
+					"it kept sending while a request ran or its answer waited", o.conn.RemoteAddr(), o.n, u.limit)
+			} else {
+				klog.Warnf("combo-service: closed a connection from %s holding %d bytes it sent and the server "+
+					"has not read, the most of any while all connections held more than the %d they may together",
+					o.conn.RemoteAddr(), o.n, u.total)
+			}
 			_ = o.conn.Close()
 		}
-		cut = cut[:0]
+		cut, held = cut[:0], held[:0]
 	}
 }

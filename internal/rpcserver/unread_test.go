@@ -121,7 +121,7 @@ func holding(n int) bufferedConn {
 // goroutine ends when no connection is open, and starts again with the
 // next.
 func TestUnreadCloserClosesOnlyWhatIsOverAndStopsWhenIdle(t *testing.T) {
-	u := newUnreadCloser(100, time.Millisecond)
+	u := newUnreadCloser(100, 1<<30, time.Millisecond)
 	ctx := context.Background()
 	under, over := holding(100), holding(101)
 	for _, c := range []bufferedConn{under, over} {
@@ -168,4 +168,35 @@ func TestUnreadCloserClosesOnlyWhatIsOverAndStopsWhenIdle(t *testing.T) {
 	}
 	u.OnInactive(ctx, again)
 	waitStopped()
+}
+
+// Connections each under their own bound but over the total together:
+// those holding the most are closed until the rest fit, and only they.
+func TestUnreadCloserBoundsWhatAllConnectionsHold(t *testing.T) {
+	u := newUnreadCloser(100, 250, time.Millisecond)
+	ctx := context.Background()
+	conns := []bufferedConn{holding(90), holding(80), holding(70), holding(60), holding(0)}
+	for _, c := range conns {
+		if _, err := u.OnActive(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range conns {
+			u.OnInactive(ctx, c)
+		}
+	})
+	select {
+	case <-conns[0].closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("300 bytes held in all, total bound 250: the connection holding the most not closed in 5 s")
+	}
+	time.Sleep(20 * time.Millisecond) // twenty looks more: 210 held, under the total
+	for i, c := range conns[1:] {
+		select {
+		case <-c.closed:
+			t.Fatalf("connection %d closed though the rest fit the total once the largest was", i+1)
+		default:
+		}
+	}
 }
