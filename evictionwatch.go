@@ -37,8 +37,7 @@ type evictionWatch struct {
 	log     *zap.Logger
 	m       *metrics.Metrics
 	known   map[string]string // node -> policy, of nodes found evicting
-	cancel  context.CancelFunc
-	done    chan struct{}
+	loop    *ticking
 }
 
 // newEvictionWatch starts from the nodes the start check found evicting
@@ -46,7 +45,7 @@ type evictionWatch struct {
 func newEvictionWatch(read func(context.Context) (map[string]string, error), every, timeout time.Duration,
 	known map[string]string, log *zap.Logger, m *metrics.Metrics) *evictionWatch {
 	w := &evictionWatch{read: read, every: every, timeout: timeout, log: log, m: m,
-		known: maps.Clone(known), done: make(chan struct{})}
+		known: maps.Clone(known)}
 	if w.known == nil {
 		w.known = map[string]string{}
 	}
@@ -56,21 +55,7 @@ func newEvictionWatch(read func(context.Context) (map[string]string, error), eve
 
 // Start runs the loop until Stop.
 func (w *evictionWatch) Start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	w.cancel = cancel
-	go func() {
-		defer close(w.done)
-		t := time.NewTicker(w.every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				w.once(ctx)
-			}
-		}
-	}()
+	w.loop = startTicking(w.every, w.once)
 }
 
 // once reads the policies one time; a panic is logged, counted, and the
@@ -116,7 +101,4 @@ func (w *evictionWatch) once(ctx context.Context) {
 }
 
 // Stop ends the loop and waits for it.
-func (w *evictionWatch) Stop() {
-	w.cancel()
-	<-w.done
-}
+func (w *evictionWatch) Stop() { w.loop.stop() }

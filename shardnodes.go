@@ -37,31 +37,16 @@ type shardNodeWatch struct {
 	timeout time.Duration // of one reading
 	log     *zap.Logger   // sampled: a cluster that stays unreadable logs once a second at most
 	m       *metrics.Metrics
-	cancel  context.CancelFunc
-	done    chan struct{}
+	loop    *ticking
 }
 
 func newShardNodeWatch(refresh func(context.Context) (bool, error), every, timeout time.Duration, log *zap.Logger, m *metrics.Metrics) *shardNodeWatch {
-	return &shardNodeWatch{refresh: refresh, every: every, timeout: timeout, log: log, m: m, done: make(chan struct{})}
+	return &shardNodeWatch{refresh: refresh, every: every, timeout: timeout, log: log, m: m}
 }
 
 // Start runs the loop until Stop.
 func (w *shardNodeWatch) Start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	w.cancel = cancel
-	go func() {
-		defer close(w.done)
-		t := time.NewTicker(w.every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				w.once(ctx)
-			}
-		}
-	}()
+	w.loop = startTicking(w.every, w.once)
 }
 
 // once reads the slot map one time; a panic is logged, counted, and the
@@ -89,7 +74,4 @@ func (w *shardNodeWatch) once(ctx context.Context) {
 }
 
 // Stop ends the loop and waits for it.
-func (w *shardNodeWatch) Stop() {
-	w.cancel()
-	<-w.done
-}
+func (w *shardNodeWatch) Stop() { w.loop.stop() }

@@ -136,11 +136,18 @@ func (b *syncBuffer) String() string {
 
 // With no OnDrop and no Logger, a drop is still logged, at error level, by
 // the default logger (stderr in production; a buffer here).
-func TestDefaultLoggerReportsDrops(t *testing.T) {
-	var out syncBuffer
+// captureDefaultDropLog makes the default drop logger write to the
+// returned buffer until the test ends.
+func captureDefaultDropLog(t *testing.T) *syncBuffer {
+	out := &syncBuffer{}
 	old := defaultDropLogOutput
-	defaultDropLogOutput = &out
+	defaultDropLogOutput = out
 	t.Cleanup(func() { defaultDropLogOutput = old })
+	return out
+}
+
+func TestDefaultLoggerReportsDrops(t *testing.T) {
+	out := captureDefaultDropLog(t)
 
 	f := newFake(func(context.Context, int, []*combo.Contribution) error { return errTransport })
 	// No OnDrop, no Logger; no retries, whose default budget is seconds.
@@ -181,10 +188,7 @@ func TestDefaultLoggerReportsDrops(t *testing.T) {
 // each well under the 16 KB at which container runtimes split a line,
 // and together naming every id once.
 func TestDropLinesStayShort(t *testing.T) {
-	var out syncBuffer
-	old := defaultDropLogOutput
-	defaultDropLogOutput = &out
-	t.Cleanup(func() { defaultDropLogOutput = old })
+	out := captureDefaultDropLog(t)
 
 	f := newFake(func(context.Context, int, []*combo.Contribution) error { return errTransport })
 	r := newTestReporter(t, f, ReporterOptions{MaxRetries: -1, BatchSize: 600, QueueSize: 600, Linger: time.Hour})
@@ -613,10 +617,7 @@ func TestPanickingSenderFailsTheAttempt(t *testing.T) {
 // was handed (on the default logger, where the caller gave no Logger), and
 // the Reporter goes on sending.
 func TestPanickingOnDropIsLoggedAndCounted(t *testing.T) {
-	var out syncBuffer
-	old := defaultDropLogOutput
-	defaultDropLogOutput = &out
-	t.Cleanup(func() { defaultDropLogOutput = old })
+	out := captureDefaultDropLog(t)
 
 	f := newFake(func(_ context.Context, _ int, items []*combo.Contribution) error {
 		if items[0].Id < 10 {
