@@ -662,31 +662,56 @@ func TestEmbeddedDrainCutShortSaysTheWindowsEnd(t *testing.T) {
 }
 
 // The whole service runs as README's ACL user, which is granted the
-// commands it runs and nothing else: ready, reports pushed once merged,
-// and no warning of a command it was denied (a start that could not read
-// the eviction policy, a loop's NOPERM).
+// commands it runs and nothing else, on one Redis and on a Redis Cluster:
+// ready, reports pushed once merged, and no command denied, neither one
+// the service would log (a start that could not read the eviction policy,
+// a loop's NOPERM) nor one go-redis swallows (the ACL LOG of every node).
 func TestServiceRunsAsTheREADMEACLUser(t *testing.T) {
-	rs := testredis.Start(t, testredis.Options{})
-	admin := rs.Client()
-	testredis.SetREADMEACLUser(t, func(args ...any) error { return admin.Do(context.Background(), args...).Err() }, "README.md", "pw")
-	core, logs := observer.New(zap.WarnLevel)
-	s := startService(t, options{redis: rs, log: zap.New(core), mutate: func(c *conf.Config) {
-		c.Redis.Username, c.Redis.Password = "combo", "pw"
-	}})
-	if code, body := readyz(t, s); code != http.StatusOK {
-		t.Fatalf("/readyz %d %q", code, body)
-	}
-	a := newActivity()
-	for range 3 {
-		s.report(gift(a, 1, "firework", 1))
-	}
-	got := s.pushes.waitFor(1, wait, forActivity(a))
-	if q := got[0].msg.Record.Quantity; q != 3 {
-		t.Fatalf("pushed quantity %d, want the 3 reports merged", q)
-	}
-	for _, e := range logs.All() {
-		if strings.Contains(fmt.Sprint(e.Message, e.ContextMap()), "NOPERM") || strings.Contains(e.Message, "could not read") {
-			t.Errorf("logged %q %v: the README's ACL user was denied something", e.Message, e.ContextMap())
-		}
+	for _, cluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one node", true: "cluster"}[cluster], func(t *testing.T) {
+			ctx := context.Background()
+			o := options{mutate: func(c *conf.Config) { c.Redis.Username, c.Redis.Password = "combo", "pw" }}
+			var nodes []*redis.Client
+			if cluster {
+				o.cluster = testredis.StartCluster(t, 3)
+				var mu sync.Mutex // ForEachShard calls at once
+				if err := o.cluster.Client(t).ForEachShard(ctx, func(_ context.Context, n *redis.Client) error {
+					mu.Lock()
+					defer mu.Unlock()
+					nodes = append(nodes, n)
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				o.redis = testredis.Start(t, testredis.Options{})
+				nodes = append(nodes, o.redis.Client())
+			}
+			for _, n := range nodes {
+				testredis.SetREADMEACLUser(t, func(args ...any) error { return n.Do(ctx, args...).Err() }, "README.md", "pw")
+			}
+			core, logs := observer.New(zap.WarnLevel)
+			o.log = zap.New(core)
+			s := startService(t, o)
+			if code, body := readyz(t, s); code != http.StatusOK {
+				t.Fatalf("/readyz %d %q", code, body)
+			}
+			a := newActivity()
+			for range 3 {
+				s.report(gift(a, 1, "firework", 1))
+			}
+			got := s.pushes.waitFor(1, wait, forActivity(a))
+			if q := got[0].msg.Record.Quantity; q != 3 {
+				t.Fatalf("pushed quantity %d, want the 3 reports merged", q)
+			}
+			for _, e := range logs.All() {
+				if strings.Contains(fmt.Sprint(e.Message, e.ContextMap()), "NOPERM") || strings.Contains(e.Message, "could not read") {
+					t.Errorf("logged %q %v: the README's ACL user was denied something", e.Message, e.ContextMap())
+				}
+			}
+			for _, n := range nodes {
+				testredis.NoneDenied(t, n)
+			}
+		})
 	}
 }

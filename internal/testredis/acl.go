@@ -1,9 +1,12 @@
 package testredis
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // READMEACLRules are the rules of README's "ACL SETUSER combo on >… ..."
@@ -35,5 +38,20 @@ func SetREADMEACLUser(t testing.TB, do func(args ...any) error, readme, pw strin
 	}
 	if err := do(args...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// NoneDenied fails tb if node's ACL LOG holds a denial: it also catches
+// commands whose refusal go-redis swallows and only retries (the Cluster
+// client's COMMAND, asked before every command not pipelined, holding one
+// client-wide lock while it asks up to three nodes).
+func NoneDenied(tb testing.TB, node *redis.Client) {
+	tb.Helper()
+	entries, err := node.Do(context.Background(), "ACL", "LOG").Slice()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if len(entries) > 0 {
+		tb.Errorf("%s: README's ACL user was denied %d times, latest: %v", node.Options().Addr, len(entries), entries[0])
 	}
 }
