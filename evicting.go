@@ -59,5 +59,6 @@ func nodeOptions(r conf.Redis, tlsConfig *tls.Config, addr, username, password s
 	return &redis.Options{
 		Addr: addr, Username: username, Password: password, TLSConfig: tlsConfig,
 		DialTimeout: r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout, MaxRetries: -1, DialerRetries: 1,
+		DisableIdentity: true, // as openRedis's clients: no CLIENT SETINFO
 	}
 }

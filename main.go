@@ -391,6 +391,11 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, supp
 		// exceeded" instead of why the dial failed (refused, a certificate
 		// not trusted). The next request dials again.
 		DialerRetries: 1,
+		// No CLIENT SETINFO on connect: README's ACL user is granted the
+		// commands the service runs and no other, and on Redis 7.2+ each
+		// new connection's SETINFO, whose refusal go-redis ignores, would
+		// fill the ACL LOG with denials that bury real ones.
+		DisableIdentity: true,
 		// Off by default: renewed, each connection is a dial again, through
 		// DNS for a name and through a Sentinel for a master name, so an
 		// outage of either would fail every report within the lifetime.

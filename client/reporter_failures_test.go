@@ -134,8 +134,6 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// With no OnDrop and no Logger, a drop is still logged, at error level, by
-// the default logger (stderr in production; a buffer here).
 // captureDefaultDropLog makes the default drop logger write to the
 // returned buffer until the test ends.
 func captureDefaultDropLog(t *testing.T) *syncBuffer {
@@ -146,6 +144,8 @@ func captureDefaultDropLog(t *testing.T) *syncBuffer {
 	return out
 }
 
+// With no OnDrop and no Logger, a drop is still logged, at error level, by
+// the default logger (stderr in production; a buffer here).
 func TestDefaultLoggerReportsDrops(t *testing.T) {
 	out := captureDefaultDropLog(t)
 

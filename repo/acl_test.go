@@ -3,6 +3,7 @@ package repo_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -34,21 +35,36 @@ func TestTheREADMEACLUserRunsEveryFlow(t *testing.T) {
 	})
 	t.Run("cluster", func(t *testing.T) {
 		c := testredis.StartCluster(t, 3)
-		if err := c.Client(t).ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
-			return n.Do(ctx, setUser...).Err()
-		}); err != nil {
-			t.Fatal(err)
+		nodes := clusterNodes(t, c)
+		for _, n := range nodes {
+			if err := n.Do(ctx, setUser...).Err(); err != nil {
+				t.Fatal(err)
+			}
 		}
 		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Username: "combo", Password: "pw", MaxRetries: -1})
 		t.Cleanup(func() { cc.Close() })
 		runEveryFlow(t, cc, repo.New(cc, settings()))
-		if err := c.Client(t).ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+		for _, n := range nodes {
 			testredis.NoneDenied(t, n)
-			return nil
-		}); err != nil {
-			t.Fatal(err)
 		}
 	})
+}
+
+// clusterNodes are c's nodes, gathered first so that a test's checks of
+// each run on the test's goroutine (ForEachShard calls on its own).
+func clusterNodes(t *testing.T, c *testredis.Cluster) []*redis.Client {
+	t.Helper()
+	var mu sync.Mutex
+	var nodes []*redis.Client
+	if err := c.Client(t).ForEachShard(context.Background(), func(_ context.Context, n *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		nodes = append(nodes, n)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return nodes
 }
 
 // README's ACL user follows a slot being moved (a reshard): go-redis
@@ -58,11 +74,8 @@ func TestTheREADMEACLUserFollowsASlotMove(t *testing.T) {
 	ctx := context.Background()
 	c := testredis.StartCluster(t, 3)
 	admin := c.Client(t)
-	if err := admin.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+	for _, n := range clusterNodes(t, c) {
 		testredis.SetREADMEACLUser(t, func(args ...any) error { return n.Do(ctx, args...).Err() }, "../README.md", "pw")
-		return nil
-	}); err != nil {
-		t.Fatal(err)
 	}
 	key := repo.NewKeys(1).Stream(0)
 	if err := admin.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []any{"k", "v"}}).Err(); err != nil {
