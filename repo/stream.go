@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -261,7 +262,9 @@ type BadEntry struct {
 func (r *Repo) parseEntry(shard int, m redis.XMessage) (Window, error) {
 	k, ok := m.Values["k"].(string)
 	if !ok {
-		return Window{}, fmt.Errorf("entry %s: no field \"k\"", m.ID)
+		// The fields found tell a version skew (8c32588 and earlier wrote
+		// a, u, t) from a foreign writer.
+		return Window{}, fmt.Errorf("entry %s: no field \"k\", fields %q", m.ID, slices.Sorted(maps.Keys(m.Values)))
 	}
 	w := Window{Shard: shard, ID: m.ID}
 	var err error

@@ -441,7 +441,7 @@ func (w *Worker) hold(shard int, ws []repo.Window) int {
 // container runtimes split a line.
 const (
 	badReasonsLogged = 8
-	badReasonBytes   = 512
+	badReasonBytes   = 256 // JSON may double it (a quoted field of quotes); with 512 ids the line stays near 13 KB
 )
 
 func (w *Worker) dropBad(ctx context.Context, shard int, bad []repo.BadEntry) {

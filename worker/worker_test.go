@@ -1079,7 +1079,8 @@ func readTwoThenDeleteOne(t *testing.T, r *repo.Repo, rdb *redis.Client, consume
 func TestBadEntriesAreLoggedWithTheirReasons(t *testing.T) {
 	r, rdb, _, m := setup(t)
 	ctx := context.Background()
-	for _, values := range [][]string{{"junk", "1"}, {"k", "7:42:99:rose"}, {"k", strings.Repeat("x", 100_000)}} {
+	for _, values := range [][]string{{"junk", "1"}, {"k", "7:42:99:rose"}, {"k", strings.Repeat("x", 100_000)},
+		{"a", "7", "u", "42", "t", "rose"}} { // the last an entry of 8c32588 or earlier
 		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: r.Keys().Stream(0), Values: values}).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -1089,7 +1090,7 @@ func TestBadEntriesAreLoggedWithTheirReasons(t *testing.T) {
 		zap.New(core), m)
 	wk.Start()
 	defer wk.Shutdown(context.Background())
-	waitFor(t, "the entries dropped", func() bool { return testutil.ToFloat64(m.BadEntries) == 3 })
+	waitFor(t, "the entries dropped", func() bool { return testutil.ToFloat64(m.BadEntries) == 4 })
 
 	var reasons []string
 	for _, e := range logs.FilterMessage("dropping stream entries that cannot be flushed").All() {
@@ -1104,7 +1105,7 @@ func TestBadEntriesAreLoggedWithTheirReasons(t *testing.T) {
 		t.Errorf("drop lines' reasons hold %d bytes, want a few KB at most", n)
 	}
 	got := strings.Join(reasons, " ")
-	for _, want := range []string{`no field "k"`, `7:42:99:rose`} {
+	for _, want := range []string{`no field "k"`, `7:42:99:rose`, `fields ["a" "t" "u"]`} {
 		if !strings.Contains(got, want) {
 			t.Errorf("drop lines gave reasons %q, want one naming %s", got, want)
 		}
