@@ -674,15 +674,7 @@ func TestServiceRunsAsTheREADMEACLUser(t *testing.T) {
 			var nodes []*redis.Client
 			if cluster {
 				o.cluster = testredis.StartCluster(t, 3)
-				var mu sync.Mutex // ForEachShard calls at once
-				if err := o.cluster.Client(t).ForEachShard(ctx, func(_ context.Context, n *redis.Client) error {
-					mu.Lock()
-					defer mu.Unlock()
-					nodes = append(nodes, n)
-					return nil
-				}); err != nil {
-					t.Fatal(err)
-				}
+				nodes = o.cluster.NodeClients(t)
 			} else {
 				o.redis = testredis.Start(t, testredis.Options{})
 				nodes = append(nodes, o.redis.Client())

@@ -3,7 +3,6 @@ package repo_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -35,7 +34,7 @@ func TestTheREADMEACLUserRunsEveryFlow(t *testing.T) {
 	})
 	t.Run("cluster", func(t *testing.T) {
 		c := testredis.StartCluster(t, 3)
-		nodes := clusterNodes(t, c)
+		nodes := c.NodeClients(t)
 		for _, n := range nodes {
 			if err := n.Do(ctx, setUser...).Err(); err != nil {
 				t.Fatal(err)
@@ -50,23 +49,6 @@ func TestTheREADMEACLUserRunsEveryFlow(t *testing.T) {
 	})
 }
 
-// clusterNodes are c's nodes, gathered first so that a test's checks of
-// each run on the test's goroutine (ForEachShard calls on its own).
-func clusterNodes(t *testing.T, c *testredis.Cluster) []*redis.Client {
-	t.Helper()
-	var mu sync.Mutex
-	var nodes []*redis.Client
-	if err := c.Client(t).ForEachShard(context.Background(), func(_ context.Context, n *redis.Client) error {
-		mu.Lock()
-		defer mu.Unlock()
-		nodes = append(nodes, n)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return nodes
-}
-
 // README's ACL user follows a slot being moved (a reshard): go-redis
 // answers ASK with ASKING, which the user must be granted, or every
 // command on the moving shard fails NOPERM until the move ends.
@@ -74,7 +56,7 @@ func TestTheREADMEACLUserFollowsASlotMove(t *testing.T) {
 	ctx := context.Background()
 	c := testredis.StartCluster(t, 3)
 	admin := c.Client(t)
-	for _, n := range clusterNodes(t, c) {
+	for _, n := range c.NodeClients(t) {
 		testredis.SetREADMEACLUser(t, func(args ...any) error { return n.Do(ctx, args...).Err() }, "../README.md", "pw")
 	}
 	key := repo.NewKeys(1).Stream(0)

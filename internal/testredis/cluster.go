@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,6 +91,25 @@ func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	cc := redis.NewClusterClient(o)
 	tb.Cleanup(func() { _ = cc.Close() })
 	return cc
+}
+
+// NodeClients are clients of every node the cluster's slot map lists (masters
+// and replicas), gathered so that a test checks each on its own goroutine:
+// ForEachShard calls on goroutines of its own, where t.Fatal does not stop
+// the test.
+func (c *Cluster) NodeClients(tb testing.TB) []*redis.Client {
+	tb.Helper()
+	var mu sync.Mutex
+	var nodes []*redis.Client
+	if err := c.Client(tb).ForEachShard(context.Background(), func(_ context.Context, n *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		nodes = append(nodes, n)
+		return nil
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	return nodes
 }
 
 // AddReplica starts a cluster node and joins it as a replica of the master
