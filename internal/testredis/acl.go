@@ -29,7 +29,7 @@ func READMEACLRules(t testing.TB, readme string) []string {
 }
 
 // SetREADMEACLUser makes user "combo" with password pw and README's rules
-// on c (one node).
+// on the node that do sends its command to.
 func SetREADMEACLUser(t testing.TB, do func(args ...any) error, readme, pw string) {
 	t.Helper()
 	args := []any{"ACL", "SETUSER", "combo", "reset", "on", ">" + pw}
