@@ -42,9 +42,9 @@ const (
 	Early                 // not due yet by Redis's clock; try again at Due
 	Stale                 // older than window.stale: dropped, never published
 	Gone                  // no data: already flushed (e.g. by a claimer)
-	// Lost: the entry still waited but its data was gone before
-	// window.stale: evicted, deleted or overwritten with another type, never
-	// published.
+	// Lost: the entry still waited but its data was gone before it could
+	// expire: evicted, deleted or overwritten with another type, never
+	// published (told from an expiry however late the flush comes).
 	Lost
 	Kept // Retire only: not stale yet; nothing changed
 	Late // run past Window.NotAfter (Redis's clock then in Now); nothing changed
@@ -140,6 +140,7 @@ func (r *Repo) runFlushes(ctx context.Context, ws []Window, todo []int, eval boo
 			Group, w.ID, push.Channel(w.ActivityID), strconv.FormatInt(w.ActivityID, 10),
 			strconv.FormatInt(w.UserID, 10), push.JSONString(w.ItemType), r.delayMs, r.staleMs,
 			"", w.NotAfter, // no mode: a flush
+			r.ttlMs,
 		)
 	}
 	sent, err := pipe.Exec(ctx)
@@ -156,7 +157,7 @@ func (r *Repo) runFlushes(ctx context.Context, ws []Window, todo []int, eval boo
 // flush script in its "retire" mode, without the push's arguments: the
 // worker's way out for a window whose flush keeps panicking.
 func (r *Repo) Retire(ctx context.Context, w Window) (FlushResult, error) {
-	cmd := flushScript.Run(ctx, r.rdb, r.flushKeys(w), Group, w.ID, "", "", "", "", r.delayMs, r.staleMs, "retire")
+	cmd := flushScript.Run(ctx, r.rdb, r.flushKeys(w), Group, w.ID, "", "", "", "", r.delayMs, r.staleMs, "retire", 0, r.ttlMs)
 	res := parseFlush(cmd)
 	if res.Err != nil {
 		return FlushResult{}, wrap("repo.Retire", res.Err)

@@ -35,21 +35,26 @@
 --                       the new master had already published, and pushed
 --                       it a second time (PUBLISH reaches the whole
 --                       cluster).
+-- ARGV[11] ttl          ms a window's data lives from its opening (report.lua's
+--                       ARGV[1]): data missing before then cannot have
+--                       expired, so it was evicted or deleted (lost), even
+--                       when the flush comes after window.stale
 --
 -- Window value: see report.lua.
 --
 -- Returns {status, a, b}, three integers:
 --   0 published  a = lag ms past due, b = quantity
 --   1 early      a = due ms, b = now ms (Redis clock); nothing changed
---   2 stale      a = age ms, b = quantity (0 if its data had expired
---                unpublished); dropped, acked and deleted, never published
+--   2 stale      a = age ms, b = quantity (0 if its data had expired:
+--                past ARGV[11]); dropped, acked and deleted, never published
 --   3 gone       a = 0, b = 0: no window for this entry (already published,
 --                e.g. by the consumer that claimed it); acked and deleted
 --   4 lost       a = age ms, b = 0: the entry still waits but its data is
---                gone before window.stale, so it was never published and did
---                not expire: evicted (maxmemory-policy is not noeviction),
+--                gone before it could expire (ARGV[11]), so it was never
+--                published: evicted (maxmemory-policy is not noeviction),
 --                deleted, or overwritten with another type; acked and
---                deleted
+--                deleted. A flush delayed past window.stale (an outage, a
+--                backlog) still tells this from an expiry
 --   5 kept       a = age ms, b = 0: mode "retire" and not stale; nothing
 --                changed
 --   6 late       a = now ms (Redis clock), b = 0: run past ARGV[10];
@@ -93,14 +98,15 @@ if not w then
 end
 if not w then
   -- No data. A publish deletes the data and the entry together, so if the
-  -- entry is still in the stream nobody published the window: past
-  -- window.stale its data expired (stale); before, it was evicted or
-  -- deleted (lost). If the entry is gone too, another consumer already
-  -- published it.
+  -- entry is still in the stream nobody published the window: once its
+  -- TTL has run (ARGV[11], set when the window opened, in the same script
+  -- as its entry), its data expired (stale); before, it was evicted or
+  -- deleted (lost), however late this flush comes. If the entry is gone
+  -- too, another consumer already published it.
   local waiting = #redis.call('XRANGE', KEYS[1], sid, sid) > 0
   retire()
   if not waiting then return {3, 0, 0} end
-  if now - opened > tonumber(ARGV[8]) then return {2, now - opened, 0} end
+  if now - opened >= tonumber(ARGV[11]) then return {2, now - opened, 0} end
   return {4, now - opened, 0}
 end
 

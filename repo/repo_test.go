@@ -235,9 +235,12 @@ func staleRepo(t *testing.T, rdb redis.UniversalClient) (repo.Settings, *repo.Re
 	return s, r
 }
 
-// An entry whose window record expired unpublished is stale; an entry whose
-// window another consumer published is gone.
-func TestFlushTellsExpiredFromPublished(t *testing.T) {
+// Past window.stale, an entry whose window another consumer published is
+// gone; one whose window still holds its data is stale, its quantity read;
+// one whose data was deleted (evicted) though it could not have expired yet
+// is lost, however late the flush comes (a backlog, an outage): counted
+// stale, an eviction would never show as one.
+func TestFlushPastStaleTellsDeletedFromExpired(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		s, r := staleRepo(t, rdb)
@@ -250,7 +253,7 @@ func TestFlushTellsExpiredFromPublished(t *testing.T) {
 		if err != nil || len(ws) != 2 {
 			t.Fatalf("read %v %v", ws, err)
 		}
-		// Window 1: its data vanished (TTL) while its entry waits.
+		// Window 1: its data deleted while its entry waits.
 		if n, err := rdb.Del(ctx, r.Keys().Current(0, 7, 42, "t1")).Result(); err != nil || n != 1 {
 			t.Fatalf("DEL of window 1's data: %d %v, want 1: the test did not test", n, err)
 		}
@@ -261,9 +264,8 @@ func TestFlushTellsExpiredFromPublished(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Window 1's quantity is gone with its data; window 2's is read.
-		if res[0].Status != repo.Stale || res[0].Quantity != 0 || res[1].Status != repo.Stale || res[1].Quantity != 1 {
-			t.Fatalf("results %+v", res)
+		if res[0].Status != repo.Lost || res[0].Quantity != 0 || res[1].Status != repo.Stale || res[1].Quantity != 1 {
+			t.Fatalf("results %+v, want window 1 lost and window 2 stale with its quantity 1", res)
 		}
 		// Flushing the same entries again (as a consumer that lost a race
 		// would): both already retired, so gone.
@@ -272,6 +274,43 @@ func TestFlushTellsExpiredFromPublished(t *testing.T) {
 			t.Fatalf("second flush %+v %v", res, err)
 		}
 	})
+}
+
+// An entry whose window's data expired unpublished (its flush came after
+// the data's TTL, window.stale + W + grace + 10 s) is stale, its quantity
+// unknown, and retired; Retire finds it so too. Only the embedded Redis
+// can move its clock that far ahead, TTLs with it.
+func TestFlushTellsExpiredDataStale(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := serviceLikeClient(t, m.Addr())
+	ctx := context.Background()
+	s, r := staleRepo(t, rdb)
+	for _, id := range []int64{1, 2} {
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(id, fmt.Sprint("t", id), base)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws, _, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
+	if err != nil || len(ws) != 2 {
+		t.Fatalf("read %v %v", ws, err)
+	}
+	ttl := s.Stale + s.Window + s.Grace + 10*time.Second
+	m.SetTime(time.Now().Add(ttl + time.Second))
+	m.FastForward(ttl + time.Second)
+	if n := rdb.Exists(ctx, r.Keys().Current(0, 7, 42, "t1"), r.Keys().Current(0, 7, 42, "t2")).Val(); n != 0 {
+		t.Fatalf("%d windows' data still there past their TTL: the test did not test", n)
+	}
+	res, err := r.Flush(ctx, ws[:1])
+	if err != nil || res[0].Status != repo.Stale || res[0].Quantity != 0 {
+		t.Fatalf("flush of a window whose data expired: %+v %v, want stale, quantity 0", res, err)
+	}
+	got, err := r.Retire(ctx, ws[1])
+	if err != nil || got.Status != repo.Stale || got.Quantity != 0 {
+		t.Fatalf("retire of a window whose data expired: %+v %v, want stale, quantity 0", got, err)
+	}
+	if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 0 {
+		t.Fatalf("stream holds %d entries after both were retired", n)
+	}
 }
 
 // Retire never publishes, and changes nothing until a window is stale;
