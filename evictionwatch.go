@@ -15,9 +15,10 @@ import (
 const evictionWatchEvery = time.Minute
 
 // evictionWatch reads the maxmemory-policy of every Redis node the start
-// check asks (one Redis; with Sentinel, the master; on a Cluster, masters
-// and replicas, a failover making a replica the master with its own
-// policy) again each minute, exports how many may evict
+// check asks (one Redis; with Sentinel, the master and the replicas the
+// Sentinels list; on a Cluster, masters and replicas: a failover makes a
+// replica the master with its own policy; see policyReader) again each
+// minute, exports how many may evict
 // (combo_redis_nodes_evicting, which the ComboRedisMayEvict alert reads)
 // and logs each node that starts or stops evicting. The check at start
 // alone missed a replica started before its Redis (compose, Kubernetes:

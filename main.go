@@ -198,7 +198,8 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	}
 	cancel()
 	if !cfg.Embedded() {
-		ew := newEvictionWatch(store.Policies, evictionWatchEvery, cfg.Redis.Timeout, evicting,
+		read, timeout := policyReader(cfg.Redis, store)
+		ew := newEvictionWatch(read, evictionWatchEvery, timeout, evicting,
 			logging.Sampled(log.Named("eviction_watch"), m.LogSuppressed), m)
 		ew.Start()
 		defer ew.Stop() // before closeRedis, deferred earlier
@@ -313,8 +314,9 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 // loses gifts silently or counts them twice, and a policy set by a
 // platform's default is easy to miss. The embedded Redis has no policy.
 // Found through Sentinels, the replicas they list are asked too.
-// It returns the masters found evicting, node by node, for evictionWatch
-// to go on from.
+// It returns the nodes found evicting (on a Cluster, replicas included;
+// with Sentinel, the master and the replicas listed), node by node, for
+// evictionWatch to go on from.
 func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *zap.Logger) map[string]string {
 	if cfg.Embedded() {
 		return nil
@@ -336,15 +338,19 @@ func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *z
 		log.Warn("could not read the Redis replicas' maxmemory-policy; it must be noeviction", zap.Error(err))
 		return nodes
 	}
-	replicas, err := evictingReplicas(ctx, cfg.Redis, tlsConfig)
+	replicas, err := replicaPolicies(ctx, cfg.Redis, tlsConfig)
 	if err != nil {
 		log.Warn("could not read the Redis replicas' maxmemory-policy; it must be noeviction: "+
 			"a failover makes a replica the master with its own", zap.Error(err))
 	}
-	for addr, policy := range replicas {
+	if nodes == nil {
+		nodes = map[string]string{}
+	}
+	for addr, policy := range evictingOnly(replicas) {
 		log.Warn("a Redis replica may evict this service's keys once a failover makes it the master: "+
 			"maxmemory-policy must be noeviction on every node",
 			zap.String("node", addr), zap.String("maxmemory_policy", policy))
+		nodes[addr] = policy
 	}
 	return nodes
 }

@@ -7,12 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/repo"
 )
 
 // sentinelMaster is the name the tests' Sentinel watches.
@@ -153,6 +158,43 @@ func TestWarnsOfAnEvictingReplicaOfTheSentinels(t *testing.T) {
 	if len(warned) != 1 || warned[0].ContextMap()["node"] != replica.Addr || warned[0].ContextMap()["maxmemory_policy"] != "allkeys-lru" {
 		t.Fatalf("warnings %v, want one naming the replica %s and allkeys-lru", logs.All(), replica.Addr)
 	}
+}
+
+// The eviction watch reads the replicas the Sentinels list too, as the
+// start check does: a replica set to evict after the start (restarted with
+// another policy) is counted in combo_redis_nodes_evicting, which the
+// ComboRedisMayEvict alert reads, before a failover makes it the master.
+func TestEvictionWatchReadsTheSentinelsReplicas(t *testing.T) {
+	master := testredis.Start(t, testredis.Options{})
+	replica := testredis.StartReplica(t, master)
+	sentinel := testredis.StartSentinel(t, sentinelMaster, master)
+	cfg := conf.Default()
+	cfg.Redis.Addr = ""
+	cfg.Redis.SentinelAddrs, cfg.Redis.SentinelMaster = []string{sentinel.Addr}, sentinelMaster
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: sentinelMaster, SentinelAddrs: cfg.Redis.SentinelAddrs})
+	defer rdb.Close()
+	read, _ := policyReader(cfg.Redis, repo.New(rdb, repo.Settings{Shards: 1}))
+	m := metrics.New(prometheus.NewRegistry())
+	core, logs := observer.New(zap.InfoLevel)
+	w := newEvictionWatch(read, 20*time.Millisecond, 5*time.Second, nil, zap.New(core), m)
+	w.Start()
+	defer w.Stop()
+	ctx := context.Background()
+	if err := replica.Client().ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the replica counted evicting", func() bool {
+		return testutil.ToFloat64(m.RedisNodesEvicting) == 1
+	})
+	if warned := logs.FilterMessageSnippet("maxmemory-policy must be noeviction").FilterField(zap.String("node", replica.Addr)); warned.Len() != 1 {
+		t.Fatalf("warnings %v, want one naming the replica %s", logs.All(), replica.Addr)
+	}
+	if err := replica.Client().ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the replica no longer counted", func() bool {
+		return testutil.ToFloat64(m.RedisNodesEvicting) == 0
+	})
 }
 
 // At start the Sentinels are asked what a failover needs of them: a master

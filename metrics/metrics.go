@@ -166,7 +166,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		StreamMaxLength: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_max_length",
 			Help: "redis.stream_maxlen: at it, no window is opened and reports are published on their own (degraded)."}),
 		RedisNodesEvicting: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "redis_nodes_evicting",
-			Help: "Redis nodes last read with a maxmemory-policy other than noeviction, which may evict windows, dedupe ids and the stream (on a Cluster, masters and replicas; with Sentinel, the master); read every minute (0 with the embedded Redis)."}),
+			Help: "Redis nodes last read with a maxmemory-policy other than noeviction, which may evict windows, dedupe ids and the stream (on a Cluster, masters and replicas; with Sentinel, the master and the replicas the Sentinels list); read every minute (0 with the embedded Redis)."}),
 		BuildInfo: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
 			Help: "1, labelled with the running build's version and VCS revision."}, []string{"version", "revision"}),
 		ConsumersGone: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "consumers_removed_total",
