@@ -56,7 +56,8 @@ type Metrics struct {
 }
 
 type Redis struct {
-	// Addr of a single Redis; empty (and no Addrs) starts an embedded one.
+	// Addr of a single Redis; empty (and no Addrs, no SentinelAddrs)
+	// starts an embedded one.
 	Addr string `mapstructure:"addr"`
 	// Addrs of Redis Cluster seed nodes; non-empty turns on cluster mode.
 	Addrs []string `mapstructure:"addrs"`
@@ -716,9 +717,9 @@ var envInteger = regexp.MustCompile(`^[+-]?[0-9]+(_[0-9]+)*$`)
 //     password: 012345 as the octal number 5349 and 1.10 as 1.1, so such a
 //     value must be quoted.
 //
-// Environment variables are strings: booleans (but an empty one) and
-// strings pass as before, and an integer is read in base 10 (the weak
-// decoding read 010 as octal).
+// Environment variables are strings: a boolean must read true or false
+// (the weak decoding also took "", 1, t and TRUE), strings pass as before,
+// and an integer is read in base 10 (the weak decoding read 010 as octal).
 func numbersAreExact(from, to reflect.Type, data any) (any, error) {
 	switch to.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:

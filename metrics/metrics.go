@@ -52,7 +52,7 @@ const (
 
 // The background loops (label loop of combo_loop_panics_total): the
 // worker's, the one that reads which Redis Cluster node serves each
-// shard, and the report path's shared pipelines.
+// shard, the eviction watch, and the report path's shared pipelines.
 const (
 	LoopRead         = "read"
 	LoopClaim        = "claim"
@@ -146,7 +146,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		ClaimDeleted: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "claim_deleted_entries_total",
 			Help: "Pending entries found deleted from the stream, by XAUTOCLAIM or by a read of a consumer's own pending entries: their windows cannot be published."}),
 		GroupsRecreated: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "stream_groups_recreated_total",
-			Help: "Consumer groups found missing (NOGROUP) and created again: Redis lost the stream and the windows waiting in it (FLUSHALL, restart without persistence, eviction), whose flushes then count as gone."}),
+			Help: "Consumer groups found missing (NOGROUP, or a blocked read told its stream was deleted) and created again: Redis lost the stream and the windows waiting in it (FLUSHALL, restart without persistence, eviction), whose flushes then count as gone."}),
 		BadEntries: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "bad_entries_total",
 			Help: "Times a stream entry could not be parsed or its processing panicked; one entry can count again (a window whose flush keeps panicking, each time it is claimed until stale; unparsable entries a failed drop leaves to be read again)."}),
 		FlushesLate: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "flushes_late_total",

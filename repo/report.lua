@@ -40,7 +40,8 @@
 --
 -- Go computes what it can (created_at - W, the sub-set): number parsing and
 -- formatting in this Lua cost as much as a Redis command, so the script
--- formats two numbers per call and none per plain join. All numbers
+-- formats two numbers per call (the dedupe buckets) and per join only the
+-- new total (two tonumber and one format). All numbers
 -- compared here are positive decimals without leading zeros, so comparing
 -- length, then bytes, compares their values.
 --

@@ -18,11 +18,12 @@ type dueQueue struct {
 	h    dueHeap
 	held map[windowRef]struct{}
 	wake chan struct{} // poked when an earlier due time arrives, or the clock estimate moves
-	// clock estimates the clock of the Redis node holding this shard,
-	// shared by the shards of one node (Config.NodePerShard): on a Redis
-	// Cluster each master has its own, and one estimate for all would move
-	// with every node's reply, making windows late on the nodes ahead and
-	// flushes early on the ones behind.
+	// clock estimates the clock of the Redis node holding this shard:
+	// on one Redis one estimate serves every shard; on a Redis Cluster
+	// (Config.NodePerShard) each shard has its own, for each master has
+	// its own clock, and one estimate for all would move with every
+	// node's reply, making windows late on the nodes ahead and flushes
+	// early on the ones behind.
 	clock *redisClock
 }
 
