@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/repo"
 )
@@ -161,5 +162,19 @@ func TestEmbeddedRedisRunsOnlyTheServicesScripts(t *testing.T) {
 	c := &combo.Contribution{Id: 1, ActivityId: 7, UserId: 42, ItemId: 3, ItemType: "rose", Quantity: 1, CreatedAt: time.Now().UnixMilli()}
 	if res, err := r.Report(ctx, []*combo.Contribution{c}); err != nil || res[0].Outcome != repo.Opened {
 		t.Fatalf("a report on the embedded Redis: %+v %v", res, err)
+	}
+}
+
+// The embedded Redis counts TTLs down a tick at a time, so its keys may
+// expire up to a tick early: the repo is told, and tells a window's data
+// expired in that tick from data deleted (lost). A Redis server is not.
+func TestRepoKnowsTheEmbeddedRedisExpiresEarly(t *testing.T) {
+	cfg := conf.Default()
+	if got := repoSettings(cfg).ExpiresEarly; got != embeddedTTLTick {
+		t.Fatalf("embedded Redis: ExpiresEarly %v, want the TTL tick %v", got, embeddedTTLTick)
+	}
+	cfg.Redis.Addr = "127.0.0.1:6379"
+	if got := repoSettings(cfg).ExpiresEarly; got != 0 {
+		t.Fatalf("a Redis server: ExpiresEarly %v, want 0", got)
 	}
 }

@@ -146,10 +146,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	}
 	defer closeRedis()
 
-	settings := repo.Settings{
-		Window: cfg.Window.Size, Grace: cfg.Window.Grace, Dedupe: cfg.Window.Dedupe, Stale: cfg.Window.Stale,
-		Timeout: cfg.Redis.Timeout, Shards: cfg.Redis.Shards, StreamMaxLen: cfg.Redis.StreamMaxLen,
-	}
+	settings := repoSettings(cfg)
 	reportSettings := settings
 	reportSettings.ObservePipeline = func(reports int, took time.Duration) {
 		m.PipelineReports.Observe(float64(reports))
@@ -511,11 +508,25 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, supp
 	return addr, newClient, closeAll, nil
 }
 
+// repoSettings are the repo's settings read from cfg, the same for the
+// report path's repo and the worker's.
+func repoSettings(cfg conf.Config) repo.Settings {
+	s := repo.Settings{
+		Window: cfg.Window.Size, Grace: cfg.Window.Grace, Dedupe: cfg.Window.Dedupe, Stale: cfg.Window.Stale,
+		Timeout: cfg.Redis.Timeout, Shards: cfg.Redis.Shards, StreamMaxLen: cfg.Redis.StreamMaxLen,
+	}
+	if cfg.Embedded() {
+		s.ExpiresEarly = embeddedTTLTick
+	}
+	return s
+}
+
 // embeddedTTLTick is how often the embedded Redis counts its TTLs down:
 // a key set within a tick is charged the whole tick, so keys expire up to
 // a tick early (or late). What relies on expiry keeps more than a tick of
 // margin: a dedupe set lives 2 s past its last lookup (repo/report.lua),
-// a window 10 s past window.stale. Each tick walks every key under miniredis's lock
+// a window 10 s past window.stale, and a flush tells a window's expired
+// data from deleted data a tick before its TTL (repo.Settings.ExpiresEarly). Each tick walks every key under miniredis's lock
 // (about 13 ms for 50,000 keys, 50 ms under -race), so a second keeps
 // that to about 1% of the time where 100 ms made it 13-50%.
 const embeddedTTLTick = time.Second

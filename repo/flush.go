@@ -140,7 +140,7 @@ func (r *Repo) runFlushes(ctx context.Context, ws []Window, todo []int, eval boo
 			Group, w.ID, push.Channel(w.ActivityID), strconv.FormatInt(w.ActivityID, 10),
 			strconv.FormatInt(w.UserID, 10), push.JSONString(w.ItemType), r.delayMs, r.staleMs,
 			"", w.NotAfter, // no mode: a flush
-			r.ttlMs,
+			r.expiredMs,
 		)
 	}
 	sent, err := pipe.Exec(ctx)
@@ -157,7 +157,7 @@ func (r *Repo) runFlushes(ctx context.Context, ws []Window, todo []int, eval boo
 // flush script in its "retire" mode, without the push's arguments: the
 // worker's way out for a window whose flush keeps panicking.
 func (r *Repo) Retire(ctx context.Context, w Window) (FlushResult, error) {
-	cmd := flushScript.Run(ctx, r.rdb, r.flushKeys(w), Group, w.ID, "", "", "", "", r.delayMs, r.staleMs, "retire", 0, r.ttlMs)
+	cmd := flushScript.Run(ctx, r.rdb, r.flushKeys(w), Group, w.ID, "", "", "", "", r.delayMs, r.staleMs, "retire", 0, r.expiredMs)
 	res := parseFlush(cmd)
 	if res.Err != nil {
 		return FlushResult{}, wrap("repo.Retire", res.Err)

@@ -50,6 +50,12 @@ type Settings struct {
 	// at once on each node, until RefreshShardNodes reads it anew.
 	ShardNodes   []int
 	StreamMaxLen int64
+	// ExpiresEarly is how much sooner than its TTL this Redis may expire
+	// a key: 0 for a Redis server, which never expires a key before its
+	// time; the embedded Redis counts TTLs down a tick at a time. A flush
+	// that finds a window's data missing takes it for expired (stale) from
+	// the data's TTL less this, and for evicted or deleted (lost) before.
+	ExpiresEarly time.Duration
 	// ObservePipeline, if set, is called after each pipeline of the report
 	// path with the reports it carried and how long it took (sending to
 	// the last reply, retries included, and the publish of its degraded
@@ -87,6 +93,7 @@ type Repo struct {
 
 	// Script arguments that never change, formatted once.
 	delayMs, ttlMs, staleMs, maxLen string
+	expiredMs                       string // a window's age from which its data may have expired
 	// bucketSec is a dedupe bucket's length: window.dedupe in whole seconds,
 	// rounded up.
 	bucketSec string
@@ -97,15 +104,16 @@ type Repo struct {
 // never sends a XREADGROUP or XAUTOCLAIM twice (see sendOnce).
 func New(rdb redis.UniversalClient, s Settings) *Repo {
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+	// A window's record outlives its stale deadline a little, so the flush
+	// that finds it stale can count it; then Redis reclaims the memory even
+	// if no flush ever comes.
+	ttl := s.Stale + s.Window + s.Grace + 10*time.Second
 	r := &Repo{
 		delay: s.Window + s.Grace + time.Millisecond,
 		rdb:   rdb, keys: NewKeys(s.Shards), set: s,
 		windowMs: window.SizeMillis(s.Window), bucketSec: strconv.FormatInt(int64(max((s.Dedupe+time.Second-1)/time.Second, 1)), 10),
 		delayMs: ms(s.Window + s.Grace + time.Millisecond), staleMs: ms(s.Stale),
-		// A window's record outlives its stale deadline a little, so the flush
-		// that finds it stale can count it; then Redis reclaims the memory
-		// even if no flush ever comes.
-		ttlMs:  ms(s.Stale + s.Window + s.Grace + 10*time.Second),
+		ttlMs: ms(ttl), expiredMs: ms(max(ttl-s.ExpiresEarly, 0)),
 		maxLen: strconv.FormatInt(s.StreamMaxLen, 10),
 	}
 	// One shared pipeline of small calls in flight: every call that arrives

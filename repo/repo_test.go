@@ -313,6 +313,52 @@ func TestFlushTellsExpiredDataStale(t *testing.T) {
 	}
 }
 
+// A Redis that expires keys up to a tick early (the embedded one counts
+// TTLs down a tick at a time: a key set just before a tick is charged the
+// whole tick) says so in Settings.ExpiresEarly, and a window whose data it
+// expired that early is stale, not lost: counted lost, it blamed an
+// eviction and fired the critical alert. A Redis server, which never
+// expires a key early, keeps the line at the TTL.
+func TestFlushTellsDataExpiredEarlyStale(t *testing.T) {
+	for _, tc := range []struct {
+		early time.Duration
+		want  repo.FlushStatus
+	}{{time.Second, repo.Stale}, {0, repo.Lost}} {
+		t.Run(fmt.Sprint("expires early ", tc.early), func(t *testing.T) {
+			m := miniredis.RunT(t)
+			rdb := serviceLikeClient(t, m.Addr())
+			ctx := context.Background()
+			s := settings()
+			s.Stale, s.ExpiresEarly = 300*time.Millisecond, tc.early
+			r := repo.New(rdb, s)
+			if err := r.EnsureGroups(ctx); err != nil {
+				t.Fatal(err)
+			}
+			opened := time.Now()
+			m.SetTime(opened)
+			if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "t1", base)}); err != nil {
+				t.Fatal(err)
+			}
+			ws, _, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
+			if err != nil || len(ws) != 1 {
+				t.Fatalf("read %v %v", ws, err)
+			}
+			// The data's TTL charged in full while the clock reads half a
+			// second short of it, as a tick would.
+			ttl := s.Stale + s.Window + s.Grace + 10*time.Second
+			m.FastForward(ttl)
+			m.SetTime(opened.Add(ttl - 500*time.Millisecond))
+			if n := rdb.Exists(ctx, r.Keys().Current(0, 7, 42, "t1")).Val(); n != 0 {
+				t.Fatal("the window's data is still there: the test did not test")
+			}
+			res, err := r.Flush(ctx, ws)
+			if err != nil || res[0].Status != tc.want {
+				t.Fatalf("flush %+v %v, want %v", res, err, tc.want)
+			}
+		})
+	}
+}
+
 // Retire never publishes, and changes nothing until a window is stale;
 // then it retires it as a flush would: its data deleted with its entry, so
 // a later report of its combo key opens a new window rather than joining
