@@ -310,13 +310,18 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 // may evict the service's keys: an evicted window, dedupe set or stream
 // loses gifts silently or counts them twice, and a policy set by a
 // platform's default is easy to miss. The embedded Redis has no policy.
-// Found through Sentinels, the replicas they list are asked too.
-// It returns the nodes found evicting (on a Cluster, replicas included;
-// with Sentinel, the master and the replicas listed), node by node, for
-// evictionWatch to go on from.
+// Found through Sentinels, the master they name and the replicas they
+// list are asked, each by its address. It returns the nodes found evicting
+// (on a Cluster, replicas included), node by node, for evictionWatch to go
+// on from: it reads the same nodes (policyReader).
 func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *zap.Logger) map[string]string {
 	if cfg.Embedded() {
 		return nil
+	}
+	if cfg.Redis.Sentinel() {
+		if tlsConfig, err := cfg.Redis.TLSConfig(); err == nil { // read and checked by Validate already
+			return warnEvictingFoundBySentinel(ctx, cfg.Redis, tlsConfig, log)
+		}
 	}
 	nodes, err := store.Evicting(ctx)
 	if err != nil { // of some nodes: the others' policies are still named
@@ -326,28 +331,6 @@ func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *z
 		log.Warn("Redis may evict this service's keys: maxmemory-policy must be noeviction, "+
 			"or windows, dedupe ids and the stream can be lost under memory pressure",
 			zap.String("node", addr), zap.String("maxmemory_policy", policy))
-	}
-	if !cfg.Redis.Sentinel() {
-		return nodes
-	}
-	tlsConfig, err := cfg.Redis.TLSConfig() // read and checked by Validate already
-	if err != nil {
-		log.Warn("could not read the Redis replicas' maxmemory-policy; it must be noeviction", zap.Error(err))
-		return nodes
-	}
-	replicas, err := replicaPolicies(ctx, cfg.Redis, tlsConfig)
-	if err != nil {
-		log.Warn("could not read the Redis replicas' maxmemory-policy; it must be noeviction: "+
-			"a failover makes a replica the master with its own", zap.Error(err))
-	}
-	if nodes == nil {
-		nodes = map[string]string{}
-	}
-	for addr, policy := range evictingOnly(replicas) {
-		log.Warn("a Redis replica may evict this service's keys once a failover makes it the master: "+
-			"maxmemory-policy must be noeviction on every node",
-			zap.String("node", addr), zap.String("maxmemory_policy", policy))
-		nodes[addr] = policy
 	}
 	return nodes
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,7 +105,8 @@ func TestRedisViaSentinelFailsOver(t *testing.T) {
 }
 
 // A master found through Sentinels that may evict is warned of at start,
-// named as such: go-redis gives such a client no node address.
+// named by the address the Sentinels give (go-redis gives such a client
+// none), as a master.
 func TestWarnsOfAnEvictingMasterFoundBySentinel(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	master := testredis.Start(t, testredis.Options{Args: []string{"--maxmemory-policy", "allkeys-lru"}})
@@ -113,8 +116,9 @@ func TestWarnsOfAnEvictingMasterFoundBySentinel(t *testing.T) {
 		c.Redis.SentinelAddrs, c.Redis.SentinelMaster = []string{sentinel.Addr}, sentinelMaster
 	}})
 	warned := logs.FilterMessageSnippet("maxmemory-policy must be noeviction").FilterField(zap.String("maxmemory_policy", "allkeys-lru"))
-	if warned.Len() != 1 || warned.All()[0].ContextMap()["node"] != "the master found by Sentinel" {
-		t.Fatalf("warnings %v, want one naming the master found by Sentinel and allkeys-lru", logs.All())
+	if warned.Len() != 1 || warned.All()[0].ContextMap()["node"] != master.Addr ||
+		!strings.HasPrefix(warned.All()[0].Message, "Redis may evict") {
+		t.Fatalf("warnings %v, want one naming the master %s and allkeys-lru", logs.All(), master.Addr)
 	}
 }
 
@@ -160,41 +164,83 @@ func TestWarnsOfAnEvictingReplicaOfTheSentinels(t *testing.T) {
 	}
 }
 
-// The eviction watch reads the replicas the Sentinels list too, as the
-// start check does: a replica set to evict after the start (restarted with
-// another policy) is counted in combo_redis_nodes_evicting, which the
-// ComboRedisMayEvict alert reads, before a failover makes it the master.
+// The eviction watch reads the nodes the start check reads: with Sentinel,
+// the master they name and the replicas they list, each by its address. A
+// replica found evicting at start is counted at once; one set to evict
+// later (restarted with another policy) is counted in
+// combo_redis_nodes_evicting, which the ComboRedisMayEvict alert reads,
+// before a failover makes it the master; one that cannot be read (paused,
+// then down as the Sentinels see it) keeps what it was last read as; a
+// return to noeviction is said as such.
 func TestEvictionWatchReadsTheSentinelsReplicas(t *testing.T) {
 	master := testredis.Start(t, testredis.Options{})
-	replica := testredis.StartReplica(t, master)
+	evicting := testredis.StartReplica(t, master, "--maxmemory-policy", "allkeys-lru")
+	other := testredis.StartReplica(t, master)
 	sentinel := testredis.StartSentinel(t, sentinelMaster, master)
 	cfg := conf.Default()
 	cfg.Redis.Addr = ""
 	cfg.Redis.SentinelAddrs, cfg.Redis.SentinelMaster = []string{sentinel.Addr}, sentinelMaster
 	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: sentinelMaster, SentinelAddrs: cfg.Redis.SentinelAddrs})
 	defer rdb.Close()
-	read, _ := policyReader(cfg.Redis, repo.New(rdb, repo.Settings{Shards: 1}))
-	m := metrics.New(prometheus.NewRegistry())
+	store := repo.New(rdb, repo.Settings{Shards: 1})
 	core, logs := observer.New(zap.InfoLevel)
-	w := newEvictionWatch(read, 20*time.Millisecond, 5*time.Second, nil, zap.New(core), m)
+	ctx := context.Background()
+	found := warnEvicting(ctx, cfg, store, zap.New(core))
+	if len(found) != 1 || found[evicting.Addr] != "allkeys-lru" {
+		t.Fatalf("start check found %v, want only %s on allkeys-lru", found, evicting.Addr)
+	}
+	read, _ := policyReader(cfg.Redis, store)
+	var readings atomic.Int64
+	counting := func(ctx context.Context) (map[string]string, error) {
+		defer readings.Add(1)
+		return read(ctx)
+	}
+	m := metrics.New(prometheus.NewRegistry())
+	w := newEvictionWatch(counting, 20*time.Millisecond, time.Second, found, zap.New(core), m)
+	counted := func(want float64) func() bool {
+		return func() bool { return testutil.ToFloat64(m.RedisNodesEvicting) == want }
+	}
+	if !counted(1)() {
+		t.Fatalf("gauge %v before the first reading, want the replica the start check found", testutil.ToFloat64(m.RedisNodesEvicting))
+	}
 	w.Start()
 	defer w.Stop()
-	ctx := context.Background()
-	if err := replica.Client().ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+	if err := other.Client().ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 10*time.Second, "the replica counted evicting", func() bool {
-		return testutil.ToFloat64(m.RedisNodesEvicting) == 1
-	})
-	if warned := logs.FilterMessageSnippet("maxmemory-policy must be noeviction").FilterField(zap.String("node", replica.Addr)); warned.Len() != 1 {
-		t.Fatalf("warnings %v, want one naming the replica %s", logs.All(), replica.Addr)
+	waitUntil(t, 10*time.Second, "the second replica counted evicting", counted(2))
+	if warned := logs.FilterMessageSnippet("maxmemory-policy must be noeviction").FilterField(zap.String("node", other.Addr)); warned.Len() != 1 {
+		t.Fatalf("warnings %v, want one naming the replica %s", logs.All(), other.Addr)
 	}
-	if err := replica.Client().ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, 10*time.Second, "the replica no longer counted", func() bool {
-		return testutil.ToFloat64(m.RedisNodesEvicting) == 0
+	// Paused: not read, then, down as the Sentinel sees it (after 500 ms),
+	// not asked, and still counted through readings of both kinds.
+	evicting.Pause()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
+	defer sc.Close()
+	waitUntil(t, 10*time.Second, "the Sentinel to see the paused replica down", func() bool {
+		rs, _ := sc.Replicas(ctx, sentinelMaster).Result()
+		for _, r := range rs {
+			if net.JoinHostPort(r["ip"], r["port"]) == evicting.Addr {
+				return strings.Contains(r["flags"], "s_down")
+			}
+		}
+		return false
 	})
+	after := readings.Load() + 3
+	waitUntil(t, 10*time.Second, "three readings more", func() bool { return readings.Load() >= after })
+	if !counted(2)() {
+		t.Fatalf("gauge %v while an evicting replica is paused, want it kept at 2", testutil.ToFloat64(m.RedisNodesEvicting))
+	}
+	evicting.Resume()
+	for _, r := range []*testredis.Server{evicting, other} {
+		if err := r.Client().ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, 10*time.Second, "the replicas no longer counted", counted(0))
+	if n := logs.FilterMessageSnippet("no longer evicts").Len(); n != 2 {
+		t.Fatalf("logs %v, want each replica's return to noeviction said", logs.All())
+	}
 }
 
 // At start the Sentinels are asked what a failover needs of them: a master
