@@ -3,13 +3,18 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
 	"github.com/combo-service/combo-service/worker"
 )
@@ -65,4 +70,74 @@ func TestNoFlushBeforeTheNodesClockIsRead(t *testing.T) {
 	if store.flushBeforeClock.Load() {
 		t.Fatal("a window was flushed before any reading of Redis's clock")
 	}
+}
+
+// Before its first reading of Redis's clock the worker has only this
+// host's, which may be ahead of Redis's or behind it by any amount: it
+// must schedule nothing by it. When the node's clock could not be read at
+// first (a Redis just restarted), windows retried were put back at this
+// host's time + a backoff, and with the host ahead by 30 s every window
+// past the first batch waited those 30 s once the clock was read; with
+// the host behind, no window was popped until the host's clock reached
+// its due time. The embedded Redis here runs its clock 30 s off this
+// host's, and its first three readings fail.
+func TestWindowsAreOnTimeWhateverTheHostsClockBeforeAReading(t *testing.T) {
+	for _, skew := range []time.Duration{-30 * time.Second, 30 * time.Second} {
+		t.Run(fmt.Sprint("Redis's clock ", skew), func(t *testing.T) {
+			mr := miniredis.RunT(t)
+			offsetClock(t, mr, skew)
+			rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+			t.Cleanup(func() { rdb.Close() })
+			r, sub := prepare(t, rdb, w, 1)
+			store := &clockFirst{Repo: r}
+			store.timeFails.Store(3) // the housekeeper's, then the flusher's first two
+			const n = 12
+			for i := int64(1); i <= n; i++ {
+				c := contribution(i, 5)
+				c.UserId = i
+				if _, err := r.Report(context.Background(), []*combo.Contribution{c}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+				SampleEvery: time.Hour, BatchSize: 4}, zaptest.NewLogger(t), metrics.New(prometheus.NewRegistry()))
+			wk.Start()
+			defer wk.Shutdown(context.Background())
+			got := 0
+			deadline := time.After(10 * time.Second) // far short of the skew, far past W
+			for got < n {
+				select {
+				case <-sub.Channel():
+					got++
+				case <-deadline:
+					t.Fatalf("%d of %d windows pushed within 10 s (clock readings failed: %d)", got, n, store.timeFailed.Load())
+				}
+			}
+			if store.timeFailed.Load() != 3 {
+				t.Fatalf("%d clock readings failed, want 3: the test did not test", store.timeFailed.Load())
+			}
+		})
+	}
+}
+
+// offsetClock runs mr's clock (TIME, stream ids, the scripts' TIME) at
+// this host's clock + offset until the test ends.
+func offsetClock(t *testing.T, mr *miniredis.Miniredis, offset time.Duration) {
+	mr.SetTime(time.Now().Add(offset))
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				mr.SetTime(time.Now().Add(offset))
+			}
+		}
+	}()
+	t.Cleanup(func() { close(done); <-stopped })
 }

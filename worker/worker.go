@@ -236,8 +236,8 @@ func (w *Worker) Start() {
 	w.startOnce.Do(func() {
 		w.takeCtx, w.stopTaking = context.WithCancel(context.Background())
 		var flushers sync.WaitGroup
-		for _, q := range w.qs {
-			flushers.Go(func() { w.flushLoop(q) })
+		for shard, q := range w.qs {
+			flushers.Go(func() { w.flushLoop(shard, q) })
 		}
 		go func() { flushers.Wait(); close(w.flushDone) }()
 		// Each shard is prepared and read on its own: on a Redis Cluster
@@ -604,7 +604,7 @@ func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
 
 // flushLoop flushes one shard's queue until Shutdown: at once when its
 // deadline passes, or once the queue is empty after draining begins.
-func (w *Worker) flushLoop(q *dueQueue) {
+func (w *Worker) flushLoop(shard int, q *dueQueue) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	bo := newBackoff()
@@ -615,6 +615,22 @@ func (w *Worker) flushLoop(q *dueQueue) {
 			case <-w.flushCtx.Done(): // Shutdown's deadline passed: leave the rest pending
 				return
 			default:
+			}
+			// Nothing is scheduled by this host's clock, which may be ahead
+			// of the node's or behind it by any amount: before a reading of
+			// the node's clock (the housekeeper's first may still be under
+			// way, or have failed), the flusher reads it, and waits for a
+			// reading. A window popped by the host's clock behind the node's
+			// waited out the difference; one retried (retryLater) at the
+			// host's clock ahead of it, the same once the clock was read.
+			if !q.clock.known() {
+				if _, ok := q.next(); !ok {
+					break // nothing to flush: read when there is
+				}
+				if w.readClock(w.flushCtx, q, shard) != nil {
+					bo.wait(w.flushCtx)
+					break
+				}
 			}
 			batch := q.popDue(q.clock.now(), w.cfg.BatchSize)
 			if len(batch) == 0 {
@@ -630,7 +646,11 @@ func (w *Worker) flushLoop(q *dueQueue) {
 			return
 		}
 		if due, ok := q.next(); ok {
-			timer.Reset(max(q.clock.until(due), 0))
+			wait := time.Duration(0) // no reading yet: read again at once (above, after a backoff)
+			if q.clock.known() {
+				wait = max(q.clock.until(due), 0)
+			}
+			timer.Reset(wait)
 		} else {
 			timer.Reset(time.Hour)
 		}
@@ -715,13 +735,8 @@ func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) 
 	// On the node's clock as estimated (a lower bound of it, so the bound
 	// errs early by a round trip at most); a reading it corrects answers
 	// Late at worst once, and the window is sent again at once. Before the
-	// first reading the estimate is this host's clock, which may be ahead
-	// of the node's: the node's clock is read first (the housekeeper's
-	// first reading may still be under way, or have failed).
-	if !q.clock.known() && w.readClock(w.flushCtx, q, batch[0].w.Shard) != nil {
-		w.retryLater(q, batch)
-		return false
-	}
+	// first reading the estimate would be this host's clock, which may be
+	// ahead of the node's: flushLoop pops nothing before a reading.
 	notAfter := q.clock.now() + w.flushWait.Milliseconds()
 	ws := make([]repo.Window, len(batch))
 	for i, it := range batch {
