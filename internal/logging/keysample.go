@@ -8,7 +8,9 @@ import (
 // keySampler passes the first line of each key, then at most one a second,
 // and counts the lines it holds back in between. Klog and NetpollWriter
 // sample by it where zap's sampler, keyed by the whole message, would
-// thin nothing: their lines name peers and errors.
+// thin nothing: their lines name peers and errors; Sampled by level and
+// message. It reads the monotonic clock, which no step of the host's
+// clock moves.
 type keySampler struct {
 	mu   sync.Mutex
 	seen map[string]keySample
@@ -32,10 +34,19 @@ func (s *keySampler) pass(key string) (ok bool, suppressed int, since time.Time)
 	defer s.mu.Unlock()
 	now, st := s.now(), s.seen[key]
 	if st.at.IsZero() && len(s.seen) >= 1024 {
-		// The keys (Kitex's formats, netpoll's lines) are far fewer; a
-		// bound all the same. A new key past it is written, unsampled,
-		// and the others keep their counts.
-		return true, 0, time.Time{}
+		// The keys (Kitex's formats, netpoll's lines, the service's
+		// messages) are far fewer; a bound all the same, over which the
+		// keys idle for a second with no count to report are forgotten
+		// (their next line would pass anyway). A new key still past it
+		// is written, unsampled, and the others keep their counts.
+		for k, old := range s.seen {
+			if old.suppressed == 0 && now.Sub(old.at) >= time.Second {
+				delete(s.seen, k)
+			}
+		}
+		if len(s.seen) >= 1024 {
+			return true, 0, time.Time{}
+		}
 	}
 	if !st.at.IsZero() && now.Sub(st.at) < time.Second {
 		if st.suppressed == 0 {

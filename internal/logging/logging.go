@@ -5,7 +5,6 @@ package logging
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -51,21 +50,49 @@ func New(level, format string) (*zap.Logger, error) {
 // Each line left out is counted by suppressed, unless it is nil (the
 // service counts them in combo_log_lines_suppressed_total).
 func Sampled(l *zap.Logger, suppressed Suppressed) *zap.Logger {
-	var opts []zapcore.SamplerOption
+	return sampled(l, suppressed, newKeySampler())
+}
+
+// sampled is Sampled timed by sample's clock.
+func sampled(l *zap.Logger, suppressed Suppressed, sample *keySampler) *zap.Logger {
+	dropped := func(zapcore.Entry) {}
 	if suppressed != nil {
 		suppressed(l.Name(), 0)
-		opts = append(opts, zapcore.SamplerHook(func(e zapcore.Entry, d zapcore.SamplingDecision) {
-			if d&zapcore.LogDropped != 0 {
-				suppressed(e.LoggerName, 1)
-			}
-		}))
+		dropped = func(e zapcore.Entry) { suppressed(e.LoggerName, 1) }
 	}
 	return l.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 		return zapcore.NewTee(
 			levelRange{c, zapcore.DebugLevel, zapcore.InfoLevel},
-			zapcore.NewSamplerWithOptions(levelRange{c, zapcore.InfoLevel, zapcore.InvalidLevel}, time.Second, 1, 0, opts...),
+			messageSampler{levelRange{c, zapcore.InfoLevel, zapcore.InvalidLevel}, sample, dropped},
 		)
 	}))
+}
+
+// messageSampler writes the first line of each level and message, then at
+// most one a second, timed by the monotonic clock (keySampler). zap's own
+// sampler times lines by their wall-clock time: a step back of the host's
+// clock (NTP) held back every line it had seen in the last second for the
+// length of the step, the loops' repeated errors through an outage among
+// them.
+type messageSampler struct {
+	zapcore.Core
+	sample  *keySampler // shared by the cores With makes, as zap's counters are
+	dropped func(zapcore.Entry)
+}
+
+func (s messageSampler) With(fields []zapcore.Field) zapcore.Core {
+	return messageSampler{s.Core.With(fields), s.sample, s.dropped}
+}
+
+func (s messageSampler) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if !s.Enabled(e.Level) {
+		return ce
+	}
+	if ok, _, _ := s.sample.pass(e.Level.String() + "\x00" + e.Message); !ok {
+		s.dropped(e)
+		return ce
+	}
+	return s.Core.Check(e, ce)
 }
 
 // Suppressed counts the log lines a sampled logger left out: n more for

@@ -3,6 +3,7 @@ package logging
 import (
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +88,58 @@ func TestSampledCountsWhatItLeavesOut(t *testing.T) {
 	Sampled(zap.New(core), count).Warn("x")
 	if _, ok := counts[""]; !ok {
 		t.Errorf("counts %v: the unnamed logger's count not made", counts)
+	}
+}
+
+// steppedClock is a wall clock (zapcore.Clock) set by the test.
+type steppedClock struct{ t time.Time }
+
+func (c *steppedClock) Now() time.Time                         { return c.t }
+func (c *steppedClock) NewTicker(d time.Duration) *time.Ticker { return time.NewTicker(d) }
+
+// A step back of the host's clock (NTP) does not hold lines back: zap's
+// sampler timed them by their wall-clock time, so after a step back of
+// 2 minutes a repeated error was left out for those 2 minutes. A second
+// passed on the monotonic clock lets the next line through, whatever the
+// wall clock says.
+func TestSampledIgnoresStepsOfTheWallClock(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	wall := &steppedClock{t: time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)}
+	mono := time.Now()
+	sample := newKeySampler()
+	sample.now = func() time.Time { return mono }
+	l := sampled(zap.New(core, zap.WithClock(wall)), nil, sample)
+	l.Warn("redis read failed; retrying")
+	wall.t = wall.t.Add(-2 * time.Minute) // the host's clock stepped back
+	mono = mono.Add(1100 * time.Millisecond)
+	l.Warn("redis read failed; retrying")
+	if n := logs.Len(); n != 2 {
+		t.Fatalf("%d lines written, want 2: a second passed since the first", n)
+	}
+	mono = mono.Add(100 * time.Millisecond)
+	l.Warn("redis read failed; retrying")
+	if n := logs.Len(); n != 2 {
+		t.Fatalf("%d lines written, want the third, within a second of the second, left out", n)
+	}
+}
+
+// Past 1024 keys, those idle for a second with nothing to report are
+// forgotten, so a new key is still sampled.
+func TestKeySamplerForgetsIdleKeys(t *testing.T) {
+	now := time.Now()
+	s := newKeySampler()
+	s.now = func() time.Time { return now }
+	for i := range 1024 {
+		s.pass(strconv.Itoa(i))
+	}
+	now = now.Add(2 * time.Second)
+	if ok, _, _ := s.pass("new"); !ok {
+		t.Fatal("a new key's first line left out")
+	}
+	if ok, _, _ := s.pass("new"); ok {
+		t.Fatal("a new key's second line within a second written: past the bound, nothing is sampled")
+	}
+	if len(s.seen) != 1 {
+		t.Fatalf("%d keys kept, want the idle ones forgotten", len(s.seen))
 	}
 }
