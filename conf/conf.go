@@ -349,14 +349,20 @@ func (c Config) Validate() error {
 	if c.Worker.ConsumerIdleDelete < c.Worker.ClaimIdle {
 		bad("worker.consumer_idle_delete", "must be >= worker.claim_idle (%s), got %s", c.Worker.ClaimIdle, c.Worker.ConsumerIdleDelete)
 	}
-	if c.Worker.ReadCount < 1 {
-		bad("worker.read_count", "must be >= 1, got %d", c.Worker.ReadCount)
+	// A read's reply and a flush pipeline must come back within
+	// redis.timeout: a flush of a million windows did not, and every
+	// window it carried waited seconds to be flushed again.
+	if c.Worker.ReadCount < 1 || c.Worker.ReadCount > maxReadCount {
+		bad("worker.read_count", "must be 1..%d, got %d", maxReadCount, c.Worker.ReadCount)
 	}
-	if c.Worker.BatchSize < 1 {
-		bad("worker.batch_size", "must be >= 1, got %d", c.Worker.BatchSize)
+	if c.Worker.BatchSize < 1 || c.Worker.BatchSize > maxBatchSize {
+		bad("worker.batch_size", "must be 1..%d, got %d", maxBatchSize, c.Worker.BatchSize)
 	}
-	if c.Worker.Block < time.Millisecond || c.Worker.Block%time.Millisecond != 0 {
-		bad("worker.block", "must be whole milliseconds, >= 1ms (XREADGROUP BLOCK 0 blocks forever), got %s", c.Worker.Block)
+	// On SIGTERM the drain waits out a read under way (go-redis does not
+	// cut it short), so a long block holds up the exit; the one of
+	// 2562047h overflowed the read's deadline, and every read failed.
+	if c.Worker.Block < time.Millisecond || c.Worker.Block > maxBlock || c.Worker.Block%time.Millisecond != 0 {
+		bad("worker.block", "must be whole milliseconds, 1ms..%s (XREADGROUP BLOCK 0 blocks forever), got %s", maxBlock, c.Worker.Block)
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
@@ -370,6 +376,13 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// minStaleMargin is the least window.stale past W + grace that is not
+// warned of; minSensibleTimeout the least redis.timeout.
+const (
+	minStaleMargin     = time.Second
+	minSensibleTimeout = 10 * time.Millisecond
+)
 
 // ReporterRetryHorizon bounds how long client.Reporter, with its default
 // options, may send a batch again after its first attempt (backoffs plus
@@ -389,13 +402,33 @@ func (c Config) Warnings() []string {
 		// and the process then exits 1.
 		ws = append(ws, fmt.Sprintf("server.shutdown_timeout (%s) is shorter than window.size + window.grace (%s): "+
 			"on SIGTERM, windows that come due later are left to other replicas", c.Server.ShutdownTimeout, open))
-	} else if need := open + c.Worker.Block + c.Redis.Timeout; c.Server.ShutdownTimeout < need {
+	} else if need := satAdd(open+c.Worker.Block, c.Redis.Timeout); c.Server.ShutdownTimeout < need {
 		// The drain's last read of the stream waits for the readers'
 		// blocking read to end first, which Redis ends after worker.block
 		// (go-redis does not cut it short), then its reply's redis.timeout.
 		ws = append(ws, fmt.Sprintf("server.shutdown_timeout (%s) is shorter than window.size + window.grace + "+
 			"worker.block + redis.timeout (%s): on SIGTERM the readers' blocking read is waited out first, so the "+
 			"last reports' windows may be left unread, to other replicas", c.Server.ShutdownTimeout, need))
+	}
+	// A window is flushed once due, W + grace after opening; one whose
+	// flush comes later than window.stale is dropped. A margin of a few ms
+	// (Validate's bound is 2ms) dropped about a quarter of the windows on
+	// an idle machine: a round trip, a batch's turn, a claim after a
+	// replica died all take longer.
+	if margin := c.Window.Stale - open; margin >= 2*time.Millisecond && margin < minStaleMargin {
+		ws = append(ws, fmt.Sprintf("window.stale (%s) leaves %s past window.size + window.grace: "+
+			"a window whose flush comes later (a busy replica, a Redis hiccup, a claim after a replica died) is dropped unpublished; "+
+			"leave at least %s", c.Window.Stale, margin, minStaleMargin))
+	}
+	// Below a few ms a dial, or a loaded Redis's reply, takes longer:
+	// reports then fail UNAVAILABLE while Redis works, their windows
+	// perhaps pushed all the same.
+	if c.Redis.Timeout < minSensibleTimeout {
+		ws = append(ws, fmt.Sprintf("redis.timeout (%s) is below %s: dials and replies of a loaded Redis take longer, "+
+			"and reports fail UNAVAILABLE while Redis works", c.Redis.Timeout, minSensibleTimeout))
+	}
+	if c.Metrics.Pprof && c.Metrics.Addr == "" {
+		ws = append(ws, "metrics.pprof is on but metrics.addr is empty: /debug/pprof/ is served nowhere")
 	}
 	switch {
 	case c.Window.Dedupe < open:
@@ -493,6 +526,21 @@ func checkHostPort(addr, passwordKey string) string {
 
 // maxRetention bounds window.dedupe and window.stale: 30 days.
 const maxRetention = 720 * time.Hour
+
+// Bounds of the worker's settings (see Validate).
+const (
+	maxReadCount = 10_000
+	maxBatchSize = 4_096
+	maxBlock     = 30 * time.Second
+)
+
+// satAdd is a + b, saturated at the largest Duration instead of wrapping.
+func satAdd(a, b time.Duration) time.Duration {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
 
 // sameListenPort reports whether listeners on a and b (both valid listen
 // addresses) would take the same port: the same port, not 0 (a free one),

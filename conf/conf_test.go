@@ -360,6 +360,13 @@ func TestValidateNamesKey(t *testing.T) {
 		// Sent in whole milliseconds: 500µs would be BLOCK 0, forever.
 		{"worker.block", func(c *Config) { c.Worker.Block = 500 * time.Microsecond }},
 		{"worker.block", func(c *Config) { c.Worker.Block = 1500 * time.Microsecond }},
+		// 2s + 2562047h wrapped negative: every read failed at once, the
+		// replica ready and pushing nothing; and SIGTERM waited it out.
+		{"worker.block", func(c *Config) { c.Worker.Block = 2562047 * time.Hour }},
+		{"worker.block", func(c *Config) { c.Worker.Block = 31 * time.Second }},
+		// A flush pipeline of a million windows outran redis.timeout.
+		{"worker.batch_size", func(c *Config) { c.Worker.BatchSize = 4097 }},
+		{"worker.read_count", func(c *Config) { c.Worker.ReadCount = 10_001 }},
 		{"redis.timeout", func(c *Config) { c.Redis.Timeout = time.Microsecond }},
 		{"log.level", func(c *Config) { c.Log.Level = "loud" }},
 		{"log.format", func(c *Config) { c.Log.Format = "xml" }},
@@ -438,6 +445,40 @@ func TestWarnings(t *testing.T) {
 	c.Redis.Addr, c.Redis.Addrs = "", []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}
 	if ws := c.Warnings(); len(ws) != 0 { // its masters share the shards
 		t.Fatalf("a Cluster's pool_size warns: %q", ws)
+	}
+	// A window.stale a few ms past W + grace dropped a quarter of the
+	// windows on an idle machine; redis.timeout 1ms failed dials; pprof
+	// without metrics.addr is served nowhere.
+	c = Default()
+	c.Window.Stale = c.Window.Size + c.Window.Grace + 2*time.Millisecond
+	c.Worker.ClaimIdle = c.Window.Size + c.Window.Grace + time.Millisecond
+	c.Worker.ConsumerIdleDelete = time.Hour
+	if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], "window.stale (3.202s) leaves 2ms") {
+		t.Fatalf("want a warning naming window.stale, got %q", ws)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("a warned window.stale is still valid: %v", err)
+	}
+	c.Window.Stale = c.Window.Size + c.Window.Grace + time.Second
+	if ws := c.Warnings(); len(ws) != 0 {
+		t.Fatalf("window.stale a second past W + grace warns: %q", ws)
+	}
+	c = Default()
+	c.Redis.Timeout = time.Millisecond
+	if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], "redis.timeout (1ms)") {
+		t.Fatalf("want a warning naming redis.timeout, got %q", ws)
+	}
+	c = Default()
+	c.Metrics.Pprof, c.Metrics.Addr = true, ""
+	if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], "metrics.pprof") {
+		t.Fatalf("want a warning naming metrics.pprof, got %q", ws)
+	}
+	// The sum the drain warning checks saturates: a redis.timeout of
+	// 2562047h wrapped it negative, and the warning vanished.
+	c = Default()
+	c.Redis.Timeout = 2562047 * time.Hour
+	if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], "server.shutdown_timeout") {
+		t.Fatalf("want the drain warning, got %q", ws)
 	}
 	c = Default()
 	room := c.Window.Stale - c.Window.Size - c.Window.Grace
