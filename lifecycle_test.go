@@ -729,3 +729,43 @@ func TestClientsSendNoClientSetinfo(t *testing.T) {
 		t.Fatal("a start-up check's client sends CLIENT SETINFO")
 	}
 }
+
+// A pprof profile still running at SIGTERM does not hold the exit: it
+// held it the whole server.shutdown_timeout, and the service then said it
+// had stopped cleanly.
+func TestAProfileRunningAtExitIsCutOff(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	s := startService(t, options{log: zap.New(core), mutate: func(c *conf.Config) {
+		c.Metrics.Pprof = true
+		c.Server.ShutdownTimeout = 15 * time.Second
+	}})
+	profiling := make(chan struct{})
+	go func() {
+		defer close(profiling)
+		resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/debug/pprof/profile?seconds=30")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	waitUntil(t, 10*time.Second, "the profile under way", func() bool {
+		return strings.Contains(string(goroutines()), "pprof.Profile")
+	})
+	start := time.Now()
+	if err := s.stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the service took %v to stop with a profile running: it waited for the profile", took)
+	}
+	if logs.FilterMessageSnippet("metrics server closed with requests still running").Len() != 1 {
+		t.Fatalf("logs %v, want the cut profile said", logs.All())
+	}
+	<-profiling
+}
+
+// goroutines is every goroutine's stack.
+func goroutines() []byte {
+	buf := make([]byte, 1<<20)
+	return buf[:runtime.Stack(buf, true)]
+}

@@ -297,7 +297,15 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		shutdownErr = fmt.Errorf("%w (the embedded Redis ends with this process: no other replica takes what it held)", shutdownErr)
 	}
 	if metricsSrv != nil {
-		_ = metricsSrv.Shutdown(drainCtx)
+		// Scrapes are short; a pprof profile may run for minutes, and the
+		// exit is not held up for it (it held it the whole
+		// server.shutdown_timeout, with nothing said).
+		scrapeCtx, cancelScrape := context.WithTimeout(drainCtx, time.Second)
+		if err := metricsSrv.Shutdown(scrapeCtx); err != nil {
+			_ = metricsSrv.Close()
+			log.Info("metrics server closed with requests still running (a pprof profile?)", zap.Error(err))
+		}
+		cancelScrape()
 	}
 	if err := errors.Join(runErr, shutdownErr); err != nil {
 		return err

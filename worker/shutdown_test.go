@@ -395,3 +395,38 @@ func TestShutdownAfterTheStreamIsLostCountsOnlyTheLoss(t *testing.T) {
 		t.Errorf("combo_groups_recreated_total %v, want the loss counted once", n)
 	}
 }
+
+// The drain's bound holds even while a reader's blocking read
+// (worker.block) is under way: go-redis does not cut it short, and
+// Shutdown waited it out however long it was (a worker.block of an hour
+// held SIGTERM for that hour). What that read still takes stays pending.
+func TestShutdownDoesNotWaitOutABlockingReadPastItsBound(t *testing.T) {
+	r, rdb, _, m := setup(t)
+	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 20 * time.Second,
+		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
+	wk.Start()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := rdb.Info(context.Background(), "clients").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(info, "blocked_clients:0") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no reader blocked in XREADGROUP within 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := wk.Shutdown(ctx)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("Shutdown took %v with a 300ms bound: it waited out the 20 s blocking read", took)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown: %v, want its bound's error (the final read not begun)", err)
+	}
+}

@@ -939,7 +939,17 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 			return
 		}
 		w.stopTaking()
-		w.takers.Wait()
+		// A reader's blocking read (worker.block) is waited out, for the
+		// final reads must not race it; go-redis does not cut it short.
+		// Not past the drain's bound: what such a read still takes stays
+		// pending, for another replica to claim, and the read ends with
+		// the Redis client's Close.
+		takersDone := make(chan struct{})
+		go func() { w.takers.Wait(); close(takersDone) }()
+		select {
+		case <-takersDone:
+		case <-ctx.Done():
+		}
 		// The RPC server has stopped; take what its last calls enqueued
 		// so this replica's own windows go out before it exits, after our
 		// own pending entries that we do not hold (a read cut off by
