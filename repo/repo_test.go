@@ -244,15 +244,7 @@ func TestFlushPastStaleTellsDeletedFromExpired(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		s, r := staleRepo(t, rdb)
-		for _, id := range []int64{1, 2} {
-			if _, err := r.Report(ctx, []*combo.Contribution{contribution(id, fmt.Sprint("t", id), base)}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		ws, _, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
-		if err != nil || len(ws) != 2 {
-			t.Fatalf("read %v %v", ws, err)
-		}
+		ws := openWindows(t, r, 2)
 		// Window 1: its data deleted while its entry waits.
 		if n, err := rdb.Del(ctx, r.Keys().Current(0, 7, 42, "t1")).Result(); err != nil || n != 1 {
 			t.Fatalf("DEL of window 1's data: %d %v, want 1: the test did not test", n, err)
@@ -276,6 +268,23 @@ func TestFlushPastStaleTellsDeletedFromExpired(t *testing.T) {
 	})
 }
 
+// openWindows reports n gifts of activity 7's user 42, of item types t1
+// to tn, one window each, and reads their windows as consumer "c".
+func openWindows(t *testing.T, r *repo.Repo, n int) []repo.Window {
+	t.Helper()
+	ctx := context.Background()
+	for id := 1; id <= n; id++ {
+		if _, err := r.Report(ctx, []*combo.Contribution{contribution(int64(id), fmt.Sprint("t", id), base)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws, _, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
+	if err != nil || len(ws) != n {
+		t.Fatalf("read %v %v, want %d windows", ws, err, n)
+	}
+	return ws
+}
+
 // An entry whose window's data expired unpublished (its flush came after
 // the data's TTL, window.stale + W + grace + 10 s) is stale, its quantity
 // unknown, and retired; Retire finds it so too. Only the embedded Redis
@@ -285,15 +294,7 @@ func TestFlushTellsExpiredDataStale(t *testing.T) {
 	rdb := serviceLikeClient(t, m.Addr())
 	ctx := context.Background()
 	s, r := staleRepo(t, rdb)
-	for _, id := range []int64{1, 2} {
-		if _, err := r.Report(ctx, []*combo.Contribution{contribution(id, fmt.Sprint("t", id), base)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ws, _, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
-	if err != nil || len(ws) != 2 {
-		t.Fatalf("read %v %v", ws, err)
-	}
+	ws := openWindows(t, r, 2)
 	ttl := s.Stale + s.Window + s.Grace + 10*time.Second
 	m.SetTime(time.Now().Add(ttl + time.Second))
 	m.FastForward(ttl + time.Second)
@@ -336,13 +337,7 @@ func TestFlushTellsDataExpiredEarlyStale(t *testing.T) {
 			}
 			opened := time.Now()
 			m.SetTime(opened)
-			if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "t1", base)}); err != nil {
-				t.Fatal(err)
-			}
-			ws, _, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
-			if err != nil || len(ws) != 1 {
-				t.Fatalf("read %v %v", ws, err)
-			}
+			ws := openWindows(t, r, 1)
 			// The data's TTL charged in full while the clock reads half a
 			// second short of it, as a tick would.
 			ttl := s.Stale + s.Window + s.Grace + 10*time.Second
