@@ -27,9 +27,11 @@ import (
 // one node before and after it. A node not read (it did not answer, or
 // the Sentinels see it as down, when it is left unasked) is named in the
 // error and missing from the map, so that evictionWatch keeps what it was
-// last read as. The nodes are asked at once, after the Sentinels in turn
-// until one answers: the whole reading takes at most about redis.timeout
-// for each Sentinel asked, and one more.
+// last read as; so is a replica the Sentinels still list once it is gone
+// for good, until they are told to forget it (SENTINEL RESET, as removing a
+// replica asks anyway). The nodes are asked at once, after the Sentinels
+// in turn until one answers: the whole reading takes at most about twice
+// redis.timeout for each Sentinel asked (two commands), and one more.
 func sentinelPolicies(ctx context.Context, r conf.Redis, tlsConfig *tls.Config) (master string, policies map[string]string, err error) {
 	node := func(addr, username, password string) *redis.Options {
 		return nodeOptions(r, tlsConfig, addr, username, password)
@@ -136,5 +138,5 @@ func policyReader(cfg conf.Redis, store *repo.Repo) (func(context.Context) (map[
 		_, policies, err := sentinelPolicies(ctx, cfg, tlsConfig)
 		return policies, err
 	}
-	return read, time.Duration(len(cfg.SentinelAddrs)+1) * cfg.Timeout
+	return read, time.Duration(2*len(cfg.SentinelAddrs)+1) * cfg.Timeout
 }

@@ -303,7 +303,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		scrapeCtx, cancelScrape := context.WithTimeout(drainCtx, time.Second)
 		if err := metricsSrv.Shutdown(scrapeCtx); err != nil {
 			_ = metricsSrv.Close()
-			log.Info("metrics server closed with requests still running (a pprof profile?)", zap.Error(err))
+			log.Info("metrics server closed with requests still running (a pprof profile, or a scrape at the drain's bound)", zap.Error(err))
 		}
 		cancelScrape()
 	}

@@ -2,6 +2,7 @@ package conf
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -473,10 +474,10 @@ func TestWarnings(t *testing.T) {
 	if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], "metrics.pprof") {
 		t.Fatalf("want a warning naming metrics.pprof, got %q", ws)
 	}
-	// The sum the drain warning checks saturates: a redis.timeout of
-	// 2562047h wrapped it negative, and the warning vanished.
+	// The sum the drain warning checks saturates: a redis.timeout near
+	// the largest Duration wrapped it negative, and the warning vanished.
 	c = Default()
-	c.Redis.Timeout = 2562047 * time.Hour
+	c.Redis.Timeout = math.MaxInt64
 	if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], "server.shutdown_timeout") {
 		t.Fatalf("want the drain warning, got %q", ws)
 	}

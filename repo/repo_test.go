@@ -337,18 +337,21 @@ func TestFlushTellsDataExpiredEarlyStale(t *testing.T) {
 			}
 			opened := time.Now()
 			m.SetTime(opened)
-			ws := openWindows(t, r, 1)
+			ws := openWindows(t, r, 2)
 			// The data's TTL charged in full while the clock reads half a
 			// second short of it, as a tick would.
 			ttl := s.Stale + s.Window + s.Grace + 10*time.Second
 			m.FastForward(ttl)
 			m.SetTime(opened.Add(ttl - 500*time.Millisecond))
-			if n := rdb.Exists(ctx, r.Keys().Current(0, 7, 42, "t1")).Val(); n != 0 {
-				t.Fatal("the window's data is still there: the test did not test")
+			if n := rdb.Exists(ctx, r.Keys().Current(0, 7, 42, "t1"), r.Keys().Current(0, 7, 42, "t2")).Val(); n != 0 {
+				t.Fatal("the windows' data is still there: the test did not test")
 			}
-			res, err := r.Flush(ctx, ws)
+			res, err := r.Flush(ctx, ws[:1])
 			if err != nil || res[0].Status != tc.want {
 				t.Fatalf("flush %+v %v, want %v", res, err, tc.want)
+			}
+			if got, err := r.Retire(ctx, ws[1]); err != nil || got.Status != tc.want {
+				t.Fatalf("retire %+v %v, want %v", got, err, tc.want)
 			}
 		})
 	}

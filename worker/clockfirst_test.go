@@ -141,3 +141,36 @@ func offsetClock(t *testing.T, mr *miniredis.Miniredis, offset time.Duration) {
 	}()
 	t.Cleanup(func() { close(done); <-stopped })
 }
+
+// While the node's clock cannot be read, a flusher with windows waiting
+// reads it again after its backoff (50 ms doubling, half of it jitter),
+// not in a tight loop: without it a flusher made 175,000 readings in 2 s.
+func TestAnUnreadableClockIsReadAgainAfterABackoff(t *testing.T) {
+	r, _, _, m := setup(t)
+	store := &clockFirst{Repo: r}
+	store.timeFails.Store(1 << 30)
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
+	start := time.Now()
+	wk.Start()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = wk.Shutdown(ctx)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for store.timeFailed.Load() < 6 { // the housekeeper's, then the flusher's
+		if time.Now().After(deadline) {
+			t.Fatalf("%d clock readings in 10 s, want 6", store.timeFailed.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The flusher's four waits before its fifth reading: at least 25, 50,
+	// 100 and 200 ms.
+	if took := time.Since(start); took < 375*time.Millisecond {
+		t.Fatalf("6 readings failed within %v: the flusher did not back off", took)
+	}
+}

@@ -5,6 +5,7 @@ package logging
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -50,11 +51,11 @@ func New(level, format string) (*zap.Logger, error) {
 // Each line left out is counted by suppressed, unless it is nil (the
 // service counts them in combo_log_lines_suppressed_total).
 func Sampled(l *zap.Logger, suppressed Suppressed) *zap.Logger {
-	return sampled(l, suppressed, newKeySampler())
+	return sampled(l, suppressed, time.Now)
 }
 
-// sampled is Sampled timed by sample's clock.
-func sampled(l *zap.Logger, suppressed Suppressed, sample *keySampler) *zap.Logger {
+// sampled is Sampled timed by now.
+func sampled(l *zap.Logger, suppressed Suppressed, now func() time.Time) *zap.Logger {
 	dropped := func(zapcore.Entry) {}
 	if suppressed != nil {
 		suppressed(l.Name(), 0)
@@ -63,7 +64,7 @@ func sampled(l *zap.Logger, suppressed Suppressed, sample *keySampler) *zap.Logg
 	return l.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 		return zapcore.NewTee(
 			levelRange{c, zapcore.DebugLevel, zapcore.InfoLevel},
-			messageSampler{levelRange{c, zapcore.InfoLevel, zapcore.InvalidLevel}, sample, dropped},
+			newMessageSampler(levelRange{c, zapcore.InfoLevel, zapcore.InvalidLevel}, now, dropped),
 		)
 	}))
 }
@@ -76,21 +77,34 @@ func sampled(l *zap.Logger, suppressed Suppressed, sample *keySampler) *zap.Logg
 // them.
 type messageSampler struct {
 	zapcore.Core
-	sample  *keySampler // shared by the cores With makes, as zap's counters are
+	// One sampler per level (keyed by message: no allocation per line),
+	// shared by the cores With makes, as zap's counters are.
+	byLevel *[zapcore.FatalLevel - zapcore.DebugLevel + 1]*keySampler
 	dropped func(zapcore.Entry)
 }
 
+func newMessageSampler(c zapcore.Core, now func() time.Time, dropped func(zapcore.Entry)) messageSampler {
+	s := messageSampler{c, new([zapcore.FatalLevel - zapcore.DebugLevel + 1]*keySampler), dropped}
+	for i := range s.byLevel {
+		s.byLevel[i] = newKeySampler()
+		s.byLevel[i].now = now
+	}
+	return s
+}
+
 func (s messageSampler) With(fields []zapcore.Field) zapcore.Core {
-	return messageSampler{s.Core.With(fields), s.sample, s.dropped}
+	return messageSampler{s.Core.With(fields), s.byLevel, s.dropped}
 }
 
 func (s messageSampler) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
 	if !s.Enabled(e.Level) {
 		return ce
 	}
-	if ok, _, _ := s.sample.pass(e.Level.String() + "\x00" + e.Message); !ok {
-		s.dropped(e)
-		return ce
+	if i := int(e.Level - zapcore.DebugLevel); i >= 0 && i < len(s.byLevel) {
+		if ok, _, _ := s.byLevel[i].pass(e.Message); !ok {
+			s.dropped(e)
+			return ce
+		}
 	}
 	return s.Core.Check(e, ce)
 }

@@ -106,9 +106,7 @@ func TestSampledIgnoresStepsOfTheWallClock(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	wall := &steppedClock{t: time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)}
 	mono := time.Now()
-	sample := newKeySampler()
-	sample.now = func() time.Time { return mono }
-	l := sampled(zap.New(core, zap.WithClock(wall)), nil, sample)
+	l := sampled(zap.New(core, zap.WithClock(wall)), nil, func() time.Time { return mono })
 	l.Warn("redis read failed; retrying")
 	wall.t = wall.t.Add(-2 * time.Minute) // the host's clock stepped back
 	mono = mono.Add(1100 * time.Millisecond)
@@ -120,6 +118,25 @@ func TestSampledIgnoresStepsOfTheWallClock(t *testing.T) {
 	l.Warn("redis read failed; retrying")
 	if n := logs.Len(); n != 2 {
 		t.Fatalf("%d lines written, want the third, within a second of the second, left out", n)
+	}
+	// Each level is sampled on its own, as zap's sampler did: a message
+	// logged at warn does not hide the same message at error.
+	l.Error("redis read failed; retrying")
+	if n := logs.Len(); n != 3 {
+		t.Fatalf("%d lines written, want the error line of a message just warned of", n)
+	}
+}
+
+// A line left out costs no allocation: the handler logs a refused
+// request's reason through Sampled, at every request while Redis is down.
+func TestSampledLeavesLinesOutWithoutAllocating(t *testing.T) {
+	l := Sampled(zap.New(zapcore.NewNopCore()).WithOptions(zap.WrapCore(func(zapcore.Core) zapcore.Core {
+		core, _ := observer.New(zapcore.InfoLevel)
+		return core
+	})), nil)
+	l.Warn("report refused: redis unavailable")
+	if n := testing.AllocsPerRun(100, func() { l.Warn("report refused: redis unavailable") }); n != 0 {
+		t.Fatalf("%v allocations per line left out, want 0", n)
 	}
 }
 
