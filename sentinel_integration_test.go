@@ -189,7 +189,11 @@ func TestEvictionWatchReadsTheSentinelsReplicas(t *testing.T) {
 	if len(found) != 1 || found[evicting.Addr] != "allkeys-lru" {
 		t.Fatalf("start check found %v, want only %s on allkeys-lru", found, evicting.Addr)
 	}
-	read, _ := policyReader(cfg.Redis, store)
+	read, budget := policyReader(cfg.Redis, store)
+	// A Sentinel's two commands, then the nodes at once.
+	if want := 3 * cfg.Redis.Timeout; budget != want {
+		t.Fatalf("a reading's budget %v with one Sentinel, want %v", budget, want)
+	}
 	var readings atomic.Int64
 	counting := func(ctx context.Context) (map[string]string, error) {
 		defer readings.Add(1)

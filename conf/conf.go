@@ -274,8 +274,10 @@ func (c Config) Validate() error {
 	}
 	// Redis takes timeouts and BLOCK in whole milliseconds: less than one
 	// would be sent as 0, which for BLOCK means forever.
-	if c.Redis.Timeout < time.Millisecond {
-		bad("redis.timeout", "must be >= 1ms, got %s", c.Redis.Timeout)
+	// At most an hour: sums and multiples of it (a read's deadline, the
+	// eviction watch's budget) must not wrap.
+	if c.Redis.Timeout < time.Millisecond || c.Redis.Timeout > time.Hour {
+		bad("redis.timeout", "must be 1ms..1h, got %s", c.Redis.Timeout)
 	}
 	if c.Redis.Shards < 1 || c.Redis.Shards > 1024 {
 		bad("redis.shards", "must be 1..1024, got %d", c.Redis.Shards)

@@ -369,6 +369,7 @@ func TestValidateNamesKey(t *testing.T) {
 		{"worker.batch_size", func(c *Config) { c.Worker.BatchSize = 4097 }},
 		{"worker.read_count", func(c *Config) { c.Worker.ReadCount = 10_001 }},
 		{"redis.timeout", func(c *Config) { c.Redis.Timeout = time.Microsecond }},
+		{"redis.timeout", func(c *Config) { c.Redis.Timeout = time.Hour + time.Millisecond }},
 		{"log.level", func(c *Config) { c.Log.Level = "loud" }},
 		{"log.format", func(c *Config) { c.Log.Format = "xml" }},
 	}

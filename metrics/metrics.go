@@ -166,7 +166,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		StreamMaxLength: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_max_length",
 			Help: "redis.stream_maxlen: at it, no window is opened and reports are published on their own (degraded)."}),
 		RedisNodesEvicting: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "redis_nodes_evicting",
-			Help: "Redis nodes last read with a maxmemory-policy other than noeviction, which may evict windows, dedupe ids and the stream (on a Cluster, masters and replicas; with Sentinel, the master and the replicas the Sentinels list); read every minute (0 with the embedded Redis)."}),
+			Help: "Redis nodes last read with a maxmemory-policy other than noeviction, which may evict windows, dedupe ids and the stream (on a Cluster, masters and replicas; with Sentinel, the master and the replicas the Sentinels list, one they list as down kept as last read until SENTINEL RESET); read every minute (0 with the embedded Redis)."}),
 		BuildInfo: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
 			Help: "1, labelled with the running build's version and VCS revision."}, []string{"version", "revision"}),
 		ConsumersGone: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "consumers_removed_total",
@@ -178,7 +178,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from sending a report pipeline to Redis to its last reply (NOSCRIPT retries included, and the publish of its degraded reports, a second round trip, when some degrade).",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}),
 		LogLinesSuppressed: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "log_lines_suppressed_total",
-			Help: "Log lines at info or above left out because the same message was logged less than a second before, " +
+			Help: "Log lines at info or above left out because the same message was logged at the same level less than a second before, " +
 				"by logger: worker, handler, shard_nodes, eviction_watch, repo (a report pipeline's panic), main (the Redis TLS dialer's and the embedded Redis's)."}, []string{"logger"}),
 	}
 	for _, o := range reportOutcomes {

@@ -38,7 +38,9 @@
 -- ARGV[11] expired      ms after its opening from which a window's data
 --                       may have expired: its TTL (report.lua's ARGV[1]),
 --                       less how early this Redis may expire a key (the
---                       embedded one counts TTLs down a tick at a time).
+--                       embedded one counts TTLs down a tick at a time)
+--                       and how far its id may run ahead of the clock
+--                       that started the TTL (repo.IDsAhead).
 --                       Data missing before then was evicted or deleted
 --                       (lost), even when the flush comes after
 --                       window.stale
@@ -103,9 +105,8 @@ if not w then
   -- No data. A publish deletes the data and the entry together, so if the
   -- entry is still in the stream nobody published the window: once its
   -- TTL may have run (ARGV[11]; the TTL was set when the window opened,
-  -- in the same script as its entry, so never before its id's time), its
-  -- data expired (stale); before, it was evicted or deleted (lost),
-  -- however late this flush comes. If the entry is gone
+  -- in the same script as its entry), its data expired (stale); before,
+  -- it was evicted or deleted (lost), however late this flush comes. If the entry is gone
   -- too, another consumer already published it.
   local waiting = #redis.call('XRANGE', KEYS[1], sid, sid) > 0
   retire()

@@ -100,6 +100,15 @@ type Repo struct {
 	windowMs  int64 // W
 }
 
+// IDsAhead is how far a stream entry's id may run ahead of Redis's clock
+// when its window opens, for the flush's line between expired and deleted
+// data: XADD keeps ids increasing, so after a step back of the clock, or a
+// failover to a node whose clock is behind, a window's id is later than
+// the time its data's TTL started, and the data expires that much before
+// id + TTL. It is well inside the 10 s between window.stale + W + grace
+// and the TTL; a deletion found in it is counted stale.
+const IDsAhead = 5 * time.Second
+
 // New returns a Repo over rdb. It adds a hook to rdb under which go-redis
 // never sends a XREADGROUP or XAUTOCLAIM twice (see sendOnce).
 func New(rdb redis.UniversalClient, s Settings) *Repo {
@@ -113,7 +122,7 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 		rdb:   rdb, keys: NewKeys(s.Shards), set: s,
 		windowMs: window.SizeMillis(s.Window), bucketSec: strconv.FormatInt(int64(max((s.Dedupe+time.Second-1)/time.Second, 1)), 10),
 		delayMs: ms(s.Window + s.Grace + time.Millisecond), staleMs: ms(s.Stale),
-		ttlMs: ms(ttl), expiredMs: ms(max(ttl-s.ExpiresEarly, 0)),
+		ttlMs: ms(ttl), expiredMs: ms(max(ttl-s.ExpiresEarly-IDsAhead, 0)),
 		maxLen: strconv.FormatInt(s.StreamMaxLen, 10),
 	}
 	// One shared pipeline of small calls in flight: every call that arrives

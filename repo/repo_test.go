@@ -339,10 +339,10 @@ func TestFlushTellsDataExpiredEarlyStale(t *testing.T) {
 			m.SetTime(opened)
 			ws := openWindows(t, r, 2)
 			// The data's TTL charged in full while the clock reads half a
-			// second short of it, as a tick would.
+			// second short of the line, as a tick would.
 			ttl := s.Stale + s.Window + s.Grace + 10*time.Second
 			m.FastForward(ttl)
-			m.SetTime(opened.Add(ttl - 500*time.Millisecond))
+			m.SetTime(opened.Add(ttl - repo.IDsAhead - 500*time.Millisecond))
 			if n := rdb.Exists(ctx, r.Keys().Current(0, 7, 42, "t1"), r.Keys().Current(0, 7, 42, "t2")).Val(); n != 0 {
 				t.Fatal("the windows' data is still there: the test did not test")
 			}
@@ -1309,5 +1309,40 @@ func TestReplyTimeoutIsTheClientsReadTimeout(t *testing.T) {
 		if got := repo.New(c.rdb, settings()).ReplyTimeout(); got != c.want {
 			t.Errorf("%s: ReplyTimeout %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// A window opened while the stream's last id was ahead of Redis's clock
+// (after a step back of the clock, or a failover to a node whose clock is
+// behind; XADD keeps ids increasing) has an id later than the time its
+// data's TTL started: data expired by then is stale, not lost, up to
+// repo.IDsAhead. Counted lost, it fired the critical alert for an expiry.
+func TestFlushTellsDataExpiredAfterAClockStepBackStale(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := serviceLikeClient(t, m.Addr())
+	ctx := context.Background()
+	s, r := staleRepo(t, rdb)
+	now := time.Now()
+	m.SetTime(now.Add(4 * time.Second)) // a window opened on a clock 4 s ahead
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "t1", base)}); err != nil {
+		t.Fatal(err)
+	}
+	m.SetTime(now) // the clock steps back
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(2, "t2", base)}); err != nil {
+		t.Fatal(err)
+	}
+	ws, _, _, err := r.Read(ctx, 0, "c", ">", 10, -1)
+	if err != nil || len(ws) != 2 {
+		t.Fatalf("read %v %v", ws, err)
+	}
+	ttl := s.Stale + s.Window + s.Grace + 10*time.Second
+	m.FastForward(ttl)
+	m.SetTime(now.Add(ttl + time.Second))
+	if n := rdb.Exists(ctx, r.Keys().Current(0, 7, 42, "t2")).Val(); n != 0 {
+		t.Fatal("t2's data is still there: the test did not test")
+	}
+	res, err := r.Flush(ctx, ws[1:])
+	if err != nil || res[0].Status != repo.Stale {
+		t.Fatalf("flush of a window whose data expired, its id 4 s ahead of its TTL's start: %+v %v, want stale", res, err)
 	}
 }
