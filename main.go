@@ -517,7 +517,8 @@ func repoSettings(cfg conf.Config) repo.Settings {
 // a tick early (or late). What relies on expiry keeps more than a tick of
 // margin: a dedupe set lives 2 s past its last lookup (repo/report.lua),
 // a window 10 s past window.stale, and a flush tells a window's expired
-// data from deleted data a tick before its TTL (repo.Settings.ExpiresEarly). Each tick walks every key under miniredis's lock
+// data from deleted data a tick (and repo.IDsAhead) before its TTL
+// (repo.Settings.ExpiresEarly). Each tick walks every key under miniredis's lock
 // (about 13 ms for 50,000 keys, 50 ms under -race), so a second keeps
 // that to about 1% of the time where 100 ms made it 13-50%.
 const embeddedTTLTick = time.Second

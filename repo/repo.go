@@ -54,7 +54,8 @@ type Settings struct {
 	// a key: 0 for a Redis server, which never expires a key before its
 	// time; the embedded Redis counts TTLs down a tick at a time. A flush
 	// that finds a window's data missing takes it for expired (stale) from
-	// the data's TTL less this, and for evicted or deleted (lost) before.
+	// the data's TTL less this and IDsAhead, and for evicted or deleted
+	// (lost) before.
 	ExpiresEarly time.Duration
 	// ObservePipeline, if set, is called after each pipeline of the report
 	// path with the reports it carried and how long it took (sending to

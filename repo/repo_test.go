@@ -319,7 +319,7 @@ func TestFlushTellsExpiredDataStale(t *testing.T) {
 // whole tick) says so in Settings.ExpiresEarly, and a window whose data it
 // expired that early is stale, not lost: counted lost, it blamed an
 // eviction and fired the critical alert. A Redis server, which never
-// expires a key early, keeps the line at the TTL.
+// expires a key early, keeps the line at the TTL less repo.IDsAhead.
 func TestFlushTellsDataExpiredEarlyStale(t *testing.T) {
 	for _, tc := range []struct {
 		early time.Duration
