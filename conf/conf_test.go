@@ -465,22 +465,21 @@ func TestWarnings(t *testing.T) {
 	if ws := c.Warnings(); len(ws) != 0 {
 		t.Fatalf("window.stale a second past W + grace warns: %q", ws)
 	}
-	c = Default()
-	c.Redis.Timeout = time.Millisecond
-	if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], "redis.timeout (1ms)") {
-		t.Fatalf("want a warning naming redis.timeout, got %q", ws)
-	}
-	c = Default()
-	c.Metrics.Pprof, c.Metrics.Addr = true, ""
-	if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], "metrics.pprof") {
-		t.Fatalf("want a warning naming metrics.pprof, got %q", ws)
-	}
-	// The sum the drain warning checks saturates: a redis.timeout near
-	// the largest Duration wrapped it negative, and the warning vanished.
-	c = Default()
-	c.Redis.Timeout = math.MaxInt64
-	if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], "server.shutdown_timeout") {
-		t.Fatalf("want the drain warning, got %q", ws)
+	for _, tc := range []struct {
+		mutate func(c *Config)
+		prefix string
+	}{
+		{func(c *Config) { c.Redis.Timeout = time.Millisecond }, "redis.timeout (1ms)"},
+		{func(c *Config) { c.Metrics.Pprof, c.Metrics.Addr = true, "" }, "metrics.pprof"},
+		// The sum the drain warning checks saturates: a redis.timeout near
+		// the largest Duration wrapped it negative, and the warning vanished.
+		{func(c *Config) { c.Redis.Timeout = math.MaxInt64 }, "server.shutdown_timeout"},
+	} {
+		c = Default()
+		tc.mutate(&c)
+		if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], tc.prefix) {
+			t.Errorf("want one warning starting %q, got %q", tc.prefix, ws)
+		}
 	}
 	c = Default()
 	room := c.Window.Stale - c.Window.Size - c.Window.Grace
