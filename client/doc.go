@@ -40,14 +40,18 @@
 //
 // Every contribution ends one of these ways, and each is visible:
 //
-//   - Report returns an error (invalid, ErrQueueFull, ErrClosed): nothing was
-//     taken, the caller still owns the contribution;
+//   - Report returns an error (ErrClosed, a *validate.Error naming the
+//     field, or ErrQueueFull): nothing was taken, the caller still owns
+//     the contribution;
 //   - the service acknowledges it: Stats().Sent;
-//   - the Reporter gives up (retries exhausted, refused, or Close's ctx
-//     expired): Stats().Dropped, and the batch is handed to
+//   - the Reporter gives up: Stats().Dropped, and the batch is handed to
 //     ReporterOptions.OnDrop with the reason and logged to
 //     ReporterOptions.Logger, whichever of them are set; with neither set,
-//     it is logged at error level to stderr.
+//     it is logged at error level to stderr. The error tells why:
+//     errors.Is(err, ErrRetriesExhausted) (it wraps the last attempt's
+//     error too), IsComboError with CodeInvalidArgument (refused, not
+//     retried), or errors.Is(err, ErrClosed) (Close's ctx ended first; it
+//     wraps ctx's error too).
 //
 // The queue is memory only: if the process dies without Close, what it held
 // is lost. The caller's DB row is the durable copy, and the poll path

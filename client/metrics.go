@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -18,17 +19,18 @@ const (
 	outcomeQueueFull = "queue_full"
 	outcomeDropped   = "dropped"
 	outcomeInvalid   = "invalid"
+	outcomeClosed    = "closed"
 )
 
 // metrics always exist, so the hot path never checks for nil; they are only
 // exported when a Registerer is given.
 type metrics struct {
-	sent, queueFull, dropped, retried, invalid prometheus.Counter
-	duplicate, degraded                        prometheus.Counter // of sent
+	sent, queueFull, dropped, retried, invalid, closed prometheus.Counter
+	duplicate, degraded                                prometheus.Counter // of sent
 
-	reg            prometheus.Registerer // nil: nothing registered
-	registered     []prometheus.Collector
-	unregisterOnce sync.Once
+	reg   prometheus.Registerer // nil: nothing registered
+	gauge prometheus.Collector  // registered, taken off by unregister
+	once  sync.Once
 }
 
 func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, error) {
@@ -36,7 +38,8 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, erro
 		Name: metricReportsTotal,
 		Help: "Contributions by outcome: sent (acknowledged by combo-service) and dropped " +
 			"(given up on, handed to OnDrop), once per contribution Report took; queue_full " +
-			"(buffer full) and invalid (failed validation), once per Report call refused.",
+			"(buffer full), invalid (failed validation) and closed (after Close), once per " +
+			"Report call refused.",
 	}, []string{"outcome"})
 	// Retries are not an outcome: a contribution retried twice and then
 	// sent would count three times in a sum over outcome.
@@ -51,44 +54,66 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, erro
 		Help: "Sent contributions the service answered duplicate (counted before) or " +
 			"degraded (not aggregated: published on its own, a separate item in the live feed).",
 	}, []string{"answer"})
-	m := &metrics{
-		sent:      reports.WithLabelValues(outcomeSent),
-		queueFull: reports.WithLabelValues(outcomeQueueFull),
-		dropped:   reports.WithLabelValues(outcomeDropped),
-		retried:   retries,
-		invalid:   reports.WithLabelValues(outcomeInvalid),
-		duplicate: answers.WithLabelValues("duplicate"),
-		degraded:  answers.WithLabelValues("degraded"),
-		reg:       reg,
-	}
-	if reg == nil {
-		return m, nil
-	}
-	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: metricQueueDepth,
-		Help: "Contributions held by the Reporter (queued or in flight), bounded by QueueSize.",
-	}, depth)
-	for _, c := range []struct {
-		name string
-		c    prometheus.Collector
-	}{{metricQueueDepth, gauge}, {metricReportsTotal, reports}, {metricRetriesTotal, retries}, {metricAnswersTotal, answers}} {
-		if err := reg.Register(c.c); err != nil {
-			m.unregister() // the ones registered so far
-			return nil, fmt.Errorf("combo client: register %s: %w", c.name, err)
+	m := &metrics{reg: reg}
+	if reg != nil {
+		// The gauge first: it reads this Reporter, so it is the one a
+		// second open Reporter on reg must not take over (Register fails).
+		gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: metricQueueDepth,
+			Help: "Contributions held by the Reporter (queued, or in batches being sent or " +
+				"waiting for a retry), bounded by QueueSize.",
+		}, depth)
+		if err := reg.Register(gauge); err != nil {
+			return nil, fmt.Errorf("combo client: register %s: %w", metricQueueDepth, err)
 		}
-		m.registered = append(m.registered, c.c)
+		m.gauge = gauge
+		// The counters outlive Close, so a scrape after it sees the drops
+		// of a Close that gave up, and they go on counting for a Reporter
+		// that replaces this one on reg (counters of a process only grow).
+		var err error
+		if reports, err = adopt(reg, metricReportsTotal, reports); err == nil {
+			if retries, err = adopt(reg, metricRetriesTotal, retries); err == nil {
+				answers, err = adopt(reg, metricAnswersTotal, answers)
+			}
+		}
+		if err != nil {
+			m.unregister()
+			return nil, err
+		}
 	}
+	m.sent = reports.WithLabelValues(outcomeSent)
+	m.queueFull = reports.WithLabelValues(outcomeQueueFull)
+	m.dropped = reports.WithLabelValues(outcomeDropped)
+	m.invalid = reports.WithLabelValues(outcomeInvalid)
+	m.closed = reports.WithLabelValues(outcomeClosed)
+	m.retried = retries
+	m.duplicate = answers.WithLabelValues("duplicate")
+	m.degraded = answers.WithLabelValues("degraded")
 	return m, nil
 }
 
-// unregister takes the collectors off the Registerer, once: a closed
-// Reporter's metrics are final, and the Registerer must take a new
-// Reporter's (same names) after Close. It also lets the gauge, which
-// holds the Reporter, be collected.
+// adopt registers c on reg, or returns the collector of the same
+// description already there: a closed Reporter's counters, left registered.
+func adopt[C prometheus.Collector](reg prometheus.Registerer, name string, c C) (C, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, fmt.Errorf("combo client: register %s: %w", name, err)
+}
+
+// unregister takes the gauge off the Registerer, once, so that a Reporter
+// replacing a closed one can register its own, and the gauge, which holds
+// the Reporter, can be collected. The counters stay (see newMetrics).
 func (m *metrics) unregister() {
-	m.unregisterOnce.Do(func() {
-		for _, c := range m.registered {
-			m.reg.Unregister(c)
+	m.once.Do(func() {
+		if m.gauge != nil {
+			m.reg.Unregister(m.gauge)
 		}
 	})
 }

@@ -32,7 +32,8 @@ const (
 )
 
 // ReporterOptions configures a Reporter. The zero value of every field means
-// its default.
+// its default (for Registerer: no metrics; for MaxRetries: 10, and -1 means
+// none).
 type ReporterOptions struct {
 	// QueueSize bounds the contributions the Reporter holds at once: queued
 	// and in flight (being sent or waiting for a retry) together. Report
@@ -108,16 +109,16 @@ type ReporterOptions struct {
 	Logger *zap.Logger
 	// Registerer, if set, receives the Reporter's metrics:
 	// combo_reporter_queue_depth and
-	// combo_reporter_reports_total{outcome="sent|queue_full|dropped|invalid"}
-	// (queue_full or invalid once per Report call refused with that error,
-	// not ErrClosed, counted in Stats().Closed only; sent or dropped once
-	// per contribution Report took),
+	// combo_reporter_reports_total{outcome="sent|queue_full|dropped|invalid|closed"}
+	// (queue_full, invalid or closed once per Report call refused with
+	// that error; sent or dropped once per contribution Report took),
 	// combo_reporter_retries_total and
 	// combo_reporter_sent_answers_total{answer="duplicate|degraded"} (of sent).
 	// Registering a second Reporter on the same Registerer fails while the
 	// first is open; wrap it with prometheus.WrapRegistererWith to tell them
-	// apart. Close unregisters them when it returns, so a Reporter that
-	// replaces a closed one may use the same Registerer.
+	// apart. Close unregisters the gauge when it returns and leaves the
+	// counters, so a Reporter that replaces a closed one may use the same
+	// Registerer and counts on in them.
 	Registerer prometheus.Registerer
 }
 

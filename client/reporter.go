@@ -25,9 +25,14 @@ var (
 	// QueueSize contributions. The contribution was not taken: the caller
 	// still owns it (log it, persist it, or report it again later).
 	ErrQueueFull = errors.New("combo client: reporter queue is full")
-	// ErrClosed is returned by Report once Close has been called. The
-	// contribution was not taken.
+	// ErrClosed is returned by Report once Close has been called: the
+	// contribution was not taken. The error OnDrop gets for contributions
+	// a Close gave up on (its ctx ended first) wraps it too, with ctx's
+	// error.
 	ErrClosed = errors.New("combo client: reporter is closed")
+	// ErrRetriesExhausted is wrapped, with the last attempt's error, by
+	// the error OnDrop gets for a batch that failed MaxRetries+1 times.
+	ErrRetriesExhausted = errors.New("combo client: retries exhausted")
 	// ErrBadResponse is the (retryable) error of an attempt whose reply was
 	// not one result per contribution; it reaches OnDrop if retries run out.
 	ErrBadResponse = errors.New("combo client: malformed ReportContributions response")
@@ -61,9 +66,7 @@ type ReporterStats struct {
 	Dropped             uint64 // given up on: handed to OnDrop, logged
 	QueueFull           uint64 // refused by Report with ErrQueueFull
 	Invalid             uint64 // refused by Report with a validation error
-	// Closed counts reports refused with ErrClosed. It has no metric: Close
-	// unregisters the metrics when it returns.
-	Closed uint64
+	Closed              uint64 // refused by Report with ErrClosed
 	// OnDropPanics counts OnDrop calls that panicked; each was recovered
 	// and logged with the ids it was handed.
 	OnDropPanics uint64
@@ -239,6 +242,7 @@ func (r *Reporter) Report(ctx context.Context, c *combo.Contribution) error {
 	if r.closed.Load() {
 		r.mu.Lock()
 		r.stats.Closed++
+		r.metrics.closed.Inc()
 		r.mu.Unlock()
 		return ErrClosed
 	}
@@ -254,6 +258,7 @@ func (r *Reporter) Report(ctx context.Context, c *combo.Contribution) error {
 	r.mu.Lock()
 	if r.closed.Load() { // Close was called while c was validated
 		r.stats.Closed++
+		r.metrics.closed.Inc()
 		r.mu.Unlock()
 		return ErrClosed
 	}
@@ -315,9 +320,14 @@ func (r *Reporter) Stats() ReporterStats {
 // has ended (OnDrop is meant to be short), so a caller that exits after
 // Close loses nothing it was told about. OnDrop must not call Close.
 //
-// When Close returns, the Reporter's metrics are unregistered from
-// ReporterOptions.Registerer, so a new Reporter may register there.
+// When Close returns, the queue-depth gauge is unregistered from
+// ReporterOptions.Registerer, so a new Reporter may register there; the
+// counters stay, with the drops of a Close that gave up, and a new
+// Reporter there counts on in them. A nil ctx is context.Background().
 func (r *Reporter) Close(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	// However Close returns, the Reporter is done with its metrics: free
 	// their names for the Reporter that may replace this one.
 	defer r.metrics.unregister()
@@ -354,7 +364,7 @@ func (r *Reporter) Close(ctx context.Context) error {
 // abort drops everything still held, stops the dispatcher and cancels the
 // sends. If it dropped anything, every Close returns cause from then on.
 func (r *Reporter) abort(cause error) {
-	err := fmt.Errorf("combo client: reporter closed before delivery: %w", cause)
+	err := fmt.Errorf("%w before delivery: %w", ErrClosed, cause)
 	r.mu.Lock()
 	if r.aborted {
 		r.mu.Unlock()
@@ -620,7 +630,7 @@ func (r *Reporter) send(b *batch) {
 		}
 		attempt++
 	}
-	r.resolve(b, answers{}, fmt.Errorf("combo client: batch of %d failed after %d attempts: %w", len(b.items), attempt+1, err))
+	r.resolve(b, answers{}, fmt.Errorf("%w: batch of %d failed after %d attempts: %w", ErrRetriesExhausted, len(b.items), attempt+1, err))
 }
 
 // jittered is backoff with equal jitter: a uniform wait in [backoff/2,

@@ -1394,23 +1394,31 @@ func TestDuplicateRegistration(t *testing.T) {
 	// Wrapped with another label value, a second one is fine.
 	b := prometheus.WrapRegistererWith(prometheus.Labels{"target": "b"}, reg)
 	newTestReporter(t, newFake(nil), ReporterOptions{Registerer: b})
-	if got := len(gather(t, reg)); got != 2*8 {
-		t.Fatalf("%d series, want 2 reporters x (1 gauge + 4 outcomes + retries + 2 answers)", got)
+	if got := len(gather(t, reg)); got != 2*9 {
+		t.Fatalf("%d series, want 2 reporters x (1 gauge + 5 outcomes + retries + 2 answers)", got)
 	}
 }
 
-// Close unregisters the metrics, however it returns, so a Reporter that
-// replaces a closed one can register on the same Registerer; a later Close
-// of the old one leaves the new one's metrics alone.
-func TestCloseUnregistersMetrics(t *testing.T) {
+// Close takes the gauge off the Registerer, however it returns, so a
+// Reporter that replaces a closed one can register on the same Registerer;
+// the counters stay, so a scrape after a Close that gave up still sees its
+// drops, and the new Reporter counts on in them. A later Close of the old
+// one leaves the new one's gauge alone.
+func TestCloseLeavesTheCountersForTheNextReporter(t *testing.T) {
 	reg := prometheus.NewRegistry()
+	const depth = "combo_reporter_queue_depth"
 
 	// A Close that flushes.
 	a := newTestReporter(t, newFake(nil), ReporterOptions{Registerer: reg, Linger: time.Hour})
 	mustReport(t, a, 1)
 	closeWithin(t, a)
-	if m := gather(t, reg); len(m) != 0 {
-		t.Fatalf("after Close the registry still exports %v", m)
+	if err := a.Report(context.Background(), contribution(2)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Report after Close = %v, want ErrClosed", err)
+	}
+	m := gather(t, reg)
+	if _, ok := m[depth]; ok || m["combo_reporter_reports_total{outcome=sent}"] != 1 ||
+		m["combo_reporter_reports_total{outcome=closed}"] != 1 {
+		t.Fatalf("after Close the registry exports %v, want no gauge, 1 sent, 1 closed", m)
 	}
 
 	// A Close that gives up, with a contribution held.
@@ -1428,17 +1436,92 @@ func TestCloseUnregistersMetrics(t *testing.T) {
 	if err := b.Close(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Close = %v, want context.Canceled", err)
 	}
-	if m := gather(t, reg); len(m) != 0 {
-		t.Fatalf("after an expired Close the registry still exports %v", m)
+	m = gather(t, reg)
+	if _, ok := m[depth]; ok || m["combo_reporter_reports_total{outcome=dropped}"] != 1 ||
+		m["combo_reporter_reports_total{outcome=sent}"] != 1 {
+		t.Fatalf("after a Close that gave up the registry exports %v, want no gauge, 1 dropped, 1 sent", m)
 	}
 
-	c := newTestReporter(t, newFake(nil), ReporterOptions{Registerer: reg})
-	closeWithin(t, a) // again: must not unregister c's metrics
+	c := newTestReporter(t, newFake(nil), ReporterOptions{Registerer: reg, Linger: time.Hour})
+	mustReport(t, c, 3)
+	closeWithin(t, a) // again: must not unregister c's gauge
 	_ = b.Close(context.Background())
-	if m := gather(t, reg); len(m) != 8 {
-		t.Fatalf("metrics %v, want the new Reporter's 8 series", m)
+	m = gather(t, reg)
+	if len(m) != 9 || m[depth] != 1 || m["combo_reporter_reports_total{outcome=dropped}"] != 1 {
+		t.Fatalf("metrics %v, want the new Reporter's 9 series, holding 1, counting on from 1 dropped", m)
 	}
 	closeWithin(t, c)
+	if m = gather(t, reg); m["combo_reporter_reports_total{outcome=sent}"] != 2 {
+		t.Fatalf("after the new Reporter's Close: %v, want 2 sent", m)
+	}
+}
+
+// A collector of another shape under a metric's name is not taken for a
+// closed Reporter's counters: NewReporter fails, naming the metric, and
+// leaves the Registerer as it was (its gauge taken off again).
+func TestNewReporterRefusesAForeignCollectorOfAMetricsName(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	foreign := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "combo_reporter_reports_total",
+		Help: "Contributions by outcome: sent (acknowledged by combo-service) and dropped " +
+			"(given up on, handed to OnDrop), once per contribution Report took; queue_full " +
+			"(buffer full), invalid (failed validation) and closed (after Close), once per " +
+			"Report call refused.",
+	})
+	reg.MustRegister(foreign)
+	_, err := NewReporter(newFake(nil), ReporterOptions{Registerer: reg})
+	if err == nil || !strings.Contains(err.Error(), "combo_reporter_reports_total") {
+		t.Fatalf("NewReporter = %v, want an error naming combo_reporter_reports_total", err)
+	}
+	if m := gather(t, reg); len(m) != 1 {
+		t.Fatalf("after the failed NewReporter the registry exports %v, want the foreign counter only", m)
+	}
+}
+
+// The error OnDrop gets tells why, with errors.Is: retries exhausted, or
+// a Close that gave up; each wraps the underlying cause too.
+func TestDropErrorsTellWhy(t *testing.T) {
+	errDown := errors.New("service down")
+	f := newFake(func(context.Context, int, []*combo.Contribution) error { return errDown })
+	drops := newDropLog()
+	r := newTestReporter(t, f, ReporterOptions{BatchSize: 1, MaxRetries: 1, InitialBackoff: time.Millisecond,
+		OnDrop: drops.onDrop})
+	mustReport(t, r, 1)
+	drops.recv(t)
+	_, errs := drops.snapshot()
+	if !errors.Is(errs[0], ErrRetriesExhausted) || !errors.Is(errs[0], errDown) || errors.Is(errs[0], ErrClosed) {
+		t.Fatalf("drop after retries = %v, want ErrRetriesExhausted wrapping the last error", errs[0])
+	}
+
+	g := newFake(func(ctx context.Context, _ int, _ []*combo.Contribution) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	drops = newDropLog()
+	r = newTestReporter(t, g, ReporterOptions{BatchSize: 1, RPCTimeout: time.Hour, OnDrop: drops.onDrop})
+	mustReport(t, r, 1)
+	g.recv(t)
+	closeGivingUp(t, r)
+	_, errs = drops.snapshot()
+	if len(errs) != 1 || !errors.Is(errs[0], ErrClosed) || !errors.Is(errs[0], context.Canceled) ||
+		errors.Is(errs[0], ErrRetriesExhausted) {
+		t.Fatalf("drops at Close = %v, want one ErrClosed wrapping context.Canceled", errs)
+	}
+}
+
+// Close(nil) is Close(context.Background()): it flushes and returns nil,
+// where it used to panic with the Reporter half closed.
+func TestCloseWithANilContextFlushes(t *testing.T) {
+	f := newFake(nil)
+	r := newTestReporter(t, f, ReporterOptions{Linger: time.Hour})
+	mustReport(t, r, 1)
+	//lint:ignore SA1012 a nil ctx is what this test is about
+	if err := r.Close(nil); err != nil { //nolint:staticcheck
+		t.Fatalf("Close(nil) = %v", err)
+	}
+	if s := r.Stats(); s.Sent != 1 {
+		t.Fatalf("after Close(nil): %+v, want 1 sent", s)
+	}
 }
 
 // closeGivingUp closes r with a ctx already canceled: Close gives up on
