@@ -39,6 +39,7 @@ import (
 func main() {
 	confPath := flag.String("conf", os.Getenv("COMBO_CONFIG"), "optional YAML config file (also COMBO_CONFIG)")
 	probe := flag.String("healthcheck", "", "probe this path (/healthz or /readyz) on the configured metrics.addr, exit 0 if it answers 2xx; for container HEALTHCHECKs")
+	check := flag.Bool("check-config", false, "load the configuration (-conf, environment), print its errors or warnings, exit 0 if a start would take it, 2 if not; starts nothing")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		// combo-service /etc/combo.yaml would otherwise start on its
@@ -59,6 +60,9 @@ func main() {
 			os.Exit(1) // a HEALTHCHECK knows 0 and 1; Docker reserves 2
 		}
 		os.Exit(0)
+	}
+	if *check {
+		os.Exit(checkConfig(*confPath, os.Environ(), os.Stdout, os.Stderr))
 	}
 	cfg, err := conf.Load(*confPath)
 	if err != nil {
