@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/combo-service/combo-service/client"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/validate"
 )
 
 // fakeComboService stands in for the comboservice.Client NewClient returns.
@@ -66,4 +68,54 @@ func ExampleReporter() {
 	// not reported: 104
 	// ReportContributions: 3 contributions
 	// sent=3 dropped=0 invalid=1
+}
+
+// downComboService fails every call, as a client does while combo-service
+// is unreachable.
+type downComboService struct{}
+
+func (downComboService) ReportContributions(context.Context, *combo.ReportContributionsRequest, ...callopt.Option) (*combo.ReportContributionsResponse, error) {
+	return nil, errors.New("connection refused")
+}
+
+// Telling why Report refused a contribution, and why the Reporter gave one
+// up.
+func ExampleReporter_errors() {
+	reporter, err := client.NewReporter(downComboService{}, client.ReporterOptions{
+		MaxRetries: 1, InitialBackoff: time.Millisecond,
+		OnDrop: func(batch []*combo.Contribution, err error) {
+			switch ce, refused := client.IsComboError(err); {
+			case errors.Is(err, client.ErrRetriesExhausted):
+				fmt.Printf("%d dropped: retries exhausted\n", len(batch))
+			case errors.Is(err, client.ErrClosed):
+				fmt.Printf("%d dropped: Close's ctx ended first\n", len(batch))
+			case refused && ce.Code == client.CodeInvalidArgument:
+				fmt.Printf("%d dropped: refused by the service\n", len(batch))
+			}
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+
+	err = reporter.Report(ctx, &combo.Contribution{Id: 1, ActivityId: 7, UserId: 42, ItemId: 3, ItemType: "rose"})
+	if verr, ok := errors.AsType[*validate.Error](err); ok {
+		fmt.Println("not reported:", verr.Field)
+	}
+	err = reporter.Report(ctx, &combo.Contribution{
+		Id: 2, ActivityId: 7, UserId: 42, ItemId: 3, ItemType: "rose",
+		Quantity: 1, CreatedAt: time.Now().UnixMilli(),
+	})
+	fmt.Println("reported:", err == nil)
+
+	shutdown, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := reporter.Close(shutdown); err != nil {
+		fmt.Println("close:", err)
+	}
+	// Output:
+	// not reported: contribution.quantity
+	// reported: true
+	// 1 dropped: retries exhausted
 }
