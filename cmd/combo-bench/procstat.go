@@ -19,29 +19,53 @@ import (
 // clockTicks is USER_HZ, 100 on every Linux this runs on.
 const clockTicks = 100
 
-// cpuTime is utime+stime of pid, or 0 if it cannot be read.
-func cpuTime(pid int) time.Duration {
+// procCPU is one reading of a process's CPU time (utime+stime) and its
+// start time (in clock ticks since boot), which tells a process restarted
+// under the same pid, or a pid reused, from the one first read.
+type procCPU struct {
+	cpu     time.Duration
+	started int64
+	ok      bool // false: no pid, or /proc/<pid>/stat unreadable (it exited)
+}
+
+// readProcCPU reads pid's /proc/<pid>/stat.
+func readProcCPU(pid int) procCPU {
 	if pid <= 0 {
-		return 0
+		return procCPU{}
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return procCPU{}
 	}
 	// Fields after the ")" that closes the command name: state is field 3,
-	// utime and stime are fields 14 and 15.
+	// utime and stime are fields 14 and 15, starttime field 22.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0
+		return procCPU{}
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0
+	if len(f) < 20 {
+		return procCPU{}
 	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+st) * time.Second / clockTicks
+	u, errU := strconv.ParseInt(f[11], 10, 64)
+	st, errS := strconv.ParseInt(f[12], 10, 64)
+	started, errT := strconv.ParseInt(f[19], 10, 64)
+	if errU != nil || errS != nil || errT != nil {
+		return procCPU{}
+	}
+	return procCPU{cpu: time.Duration(u+st) * time.Second / clockTicks, started: started, ok: true}
+}
+
+// spentSince is the CPU the process read at start spent until end, and
+// false when either reading failed or they are of different processes (it
+// exited, or restarted, during the run: its CPU is then not measured,
+// rather than taken for a negative or partial figure).
+func spentSince(start, end procCPU) (time.Duration, bool) {
+	if !start.ok || !end.ok || start.started != end.started {
+		return 0, false
+	}
+	return end.cpu - start.cpu, true
 }
 
 // cpuUse is CPU spent per 1000 acked reports, in ms, by each process.
@@ -52,11 +76,13 @@ type cpuUse struct {
 	ServiceCores   float64 `json:"service_cores,omitempty"` // average cores busy during the run
 	RedisCores     float64 `json:"redis_cores"`
 	BenchCores     float64 `json:"bench_cores"`
-	// RedisUnmeasured: Redis's pid here is unknown (see redisPID), so its
-	// figures above are 0 for no measurement, and print as n/a.
+	// RedisUnmeasured: Redis's pid here is unknown (see redisPID), or
+	// Redis exited or restarted during the run, so its figures above are
+	// 0 for no measurement, and print as n/a.
 	RedisUnmeasured bool `json:"redis_cpu_unmeasured,omitempty"`
-	// ServiceUnmeasured: no -service-pid (or -floor-pid) was given: the
-	// service's figures are absent from the JSON and print as n/a.
+	// ServiceUnmeasured: no -service-pid (or -floor-pid) was given, or the
+	// service exited or restarted during the run: the service's figures
+	// are absent from the JSON and print as n/a.
 	ServiceUnmeasured bool `json:"service_cpu_unmeasured,omitempty"`
 }
 
@@ -76,7 +102,7 @@ func orNA(unmeasured bool, format string, v float64) string {
 
 type cpuSampler struct {
 	pids  [3]int // service, redis, bench
-	start [3]time.Duration
+	start [3]procCPU
 	at    time.Time
 }
 
@@ -90,7 +116,7 @@ func newCPUSampler(servicePID, redisPid int) *cpuSampler {
 
 func (s *cpuSampler) reset() {
 	for i, p := range s.pids {
-		s.start[i] = cpuTime(p)
+		s.start[i] = readProcCPU(p)
 	}
 	s.at = time.Now()
 }
@@ -98,8 +124,9 @@ func (s *cpuSampler) reset() {
 // since returns the use since the last reset, for acked reports.
 func (s *cpuSampler) since(acked int64) cpuUse {
 	var d [3]time.Duration
+	var measured [3]bool
 	for i, p := range s.pids {
-		d[i] = cpuTime(p) - s.start[i]
+		d[i], measured[i] = spentSince(s.start[i], readProcCPU(p))
 	}
 	wall := time.Since(s.at).Seconds()
 	per1k := func(x time.Duration) float64 {
@@ -112,10 +139,10 @@ func (s *cpuSampler) since(acked int64) cpuUse {
 	u := cpuUse{
 		RedisMsPer1k: per1k(d[1]), BenchMsPer1k: per1k(d[2]),
 		RedisCores: cores(d[1]), BenchCores: cores(d[2]),
-		RedisUnmeasured:   s.pids[1] <= 0,
-		ServiceUnmeasured: s.pids[0] <= 0,
+		RedisUnmeasured:   !measured[1],
+		ServiceUnmeasured: !measured[0],
 	}
-	if s.pids[0] > 0 {
+	if measured[0] {
 		u.ServiceMsPer1k, u.ServiceCores = per1k(d[0]), cores(d[0])
 	}
 	return u

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/combo-service/combo-service/internal/testredis"
 )
@@ -59,5 +61,35 @@ func TestUnmeasuredServiceCPUIsNotZero(t *testing.T) {
 	}
 	if u := newCPUSampler(os.Getpid(), 0).since(1000); u.serviceMsPer1k() == "n/a" {
 		t.Fatalf("a known service pid is reported unmeasured: %+v", u)
+	}
+}
+
+// A service that exits during the run (a restart gives it a new pid, and
+// the old one is gone) is not measured: its CPU printed as a negative
+// figure before, its readings' difference to 0. A pid reused by another
+// process is told apart by its start time.
+func TestServiceExitedDuringTheRunIsUnmeasured(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := newCPUSampler(cmd.Process.Pid, 0)
+	if !s.start[0].ok {
+		t.Fatalf("the running process was not read: %+v", s.start[0])
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if u := s.since(1000); !u.ServiceUnmeasured || u.serviceMsPer1k() != "n/a" || u.ServiceCores != 0 {
+		t.Fatalf("after the service exited: %+v, prints %s ms/1k", u, u.serviceMsPer1k())
+	}
+
+	first := procCPU{cpu: 5 * time.Second, started: 100, ok: true}
+	if _, ok := spentSince(first, procCPU{cpu: time.Second, started: 900, ok: true}); ok {
+		t.Fatal("a reading of another process under the same pid was taken for the first one's")
+	}
+	if d, ok := spentSince(first, procCPU{cpu: 7 * time.Second, started: 100, ok: true}); !ok || d != 2*time.Second {
+		t.Fatalf("spentSince = %v, %v; want 2s", d, ok)
 	}
 }
