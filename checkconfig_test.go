@@ -21,7 +21,7 @@ func TestCheckConfig(t *testing.T) {
 		status     int
 		out, err   []string // each must appear
 	}{
-		{name: "defaults", status: 0, out: []string{"configuration ok"}},
+		{name: "defaults", status: 0, out: []string{"warning: " + embeddedWarning, "configuration ok"}},
 		{
 			name: "out of bounds in the environment", env: map[string]string{"COMBO_WORKER_BLOCK": "45s"},
 			status: 2, err: []string{"worker.block", "45s"},
@@ -32,7 +32,7 @@ func TestCheckConfig(t *testing.T) {
 		},
 		{
 			name:   "valid with a warning and a misspelled variable",
-			env:    map[string]string{"COMBO_WINDOW_STALE": "4s", "COMBO_WINDOW_SIZ": "1s"},
+			env:    map[string]string{"COMBO_WINDOW_STALE": "4s", "COMBO_WINDOW_SIZ": "1s", "COMBO_REDIS_ADDR": "redis:6379"},
 			status: 0,
 			out:    []string{"warning: window.stale", "warning: environment variable COMBO_WINDOW_SIZ ", "configuration ok"},
 		},
@@ -53,6 +53,9 @@ func TestCheckConfig(t *testing.T) {
 				if !strings.Contains(out.String(), s) {
 					t.Errorf("stdout %q lacks %q", out.String(), s)
 				}
+			}
+			if embedded := strings.Contains(out.String(), embeddedWarning); embedded != (tt.env["COMBO_REDIS_ADDR"] == "" && tt.status == 0) {
+				t.Errorf("stdout %q: embedded Redis warning %v, want it exactly when no Redis is set", out.String(), embedded)
 			}
 			for _, s := range tt.err {
 				if !strings.Contains(errOut.String(), s) {

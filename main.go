@@ -460,8 +460,7 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, supp
 		addr = a
 		stopTTL := countDownTTLs(mr, embeddedTTLTick)
 		closeEmbedded = func() { stopTTL(); stopServer() }
-		log.Warn("redis.addr is empty: running on an embedded in-memory Redis. NOTHING SURVIVES A RESTART. "+
-			"Set redis.addr (COMBO_REDIS_ADDR) for production.",
+		log.Warn(embeddedWarning,
 			zap.String("embedded_redis_addr", addr),
 			zap.String("watch_pushes", watch+portOf(addr)+" psubscribe 'act:*:contributions'"))
 	}
