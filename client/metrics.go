@@ -70,13 +70,19 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, erro
 		// The counters outlive Close, so a scrape after it sees the drops
 		// of a Close that gave up, and they go on counting for a Reporter
 		// that replaces this one on reg (counters of a process only grow).
+		// A failure half-way takes off what this call registered (not
+		// the counters it adopted), so the Registerer is left as it was.
+		var added []prometheus.Collector
 		var err error
-		if reports, err = adopt(reg, metricReportsTotal, reports); err == nil {
-			if retries, err = adopt(reg, metricRetriesTotal, retries); err == nil {
-				answers, err = adopt(reg, metricAnswersTotal, answers)
+		if reports, err = adopt(reg, metricReportsTotal, reports, &added); err == nil {
+			if retries, err = adopt(reg, metricRetriesTotal, retries, &added); err == nil {
+				answers, err = adopt(reg, metricAnswersTotal, answers, &added)
 			}
 		}
 		if err != nil {
+			for _, c := range added {
+				reg.Unregister(c)
+			}
 			m.unregister()
 			return nil, err
 		}
@@ -92,11 +98,13 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, erro
 	return m, nil
 }
 
-// adopt registers c on reg, or returns the collector of the same
-// description already there: a closed Reporter's counters, left registered.
-func adopt[C prometheus.Collector](reg prometheus.Registerer, name string, c C) (C, error) {
+// adopt registers c on reg, appending it to added, or returns the
+// collector of the same description already there: a closed Reporter's
+// counters, left registered.
+func adopt[C prometheus.Collector](reg prometheus.Registerer, name string, c C, added *[]prometheus.Collector) (C, error) {
 	err := reg.Register(c)
 	if err == nil {
+		*added = append(*added, c)
 		return c, nil
 	}
 	if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {

@@ -118,7 +118,9 @@ type ReporterOptions struct {
 	// first is open; wrap it with prometheus.WrapRegistererWith to tell them
 	// apart. Close unregisters the gauge when it returns and leaves the
 	// counters, so a Reporter that replaces a closed one may use the same
-	// Registerer and counts on in them.
+	// Registerer and counts on in them. The counters stay for as long as
+	// the Registerer does: wrapping it with a label of a new value for each
+	// Reporter (a generation, a tenant) keeps every closed one's series.
 	Registerer prometheus.Registerer
 }
 

@@ -763,7 +763,7 @@ func (r *Reporter) resolve(b *batch, ans answers, err error) {
 	// The metrics change under mu too, with the stats: a reader that sees
 	// an outcome in Stats() (a health check, a test) then sees it in the
 	// metrics; counted after Unlock, a scrape could lag Stats, and a Close
-	// that gave up could return (and unregister) before the count landed.
+	// that gave up could return before the count landed.
 	if err == nil {
 		r.stats.Sent += uint64(n)
 		r.stats.Duplicate += ans.duplicate

@@ -1456,26 +1456,56 @@ func TestCloseLeavesTheCountersForTheNextReporter(t *testing.T) {
 	}
 }
 
-// A collector of another shape under a metric's name is not taken for a
-// closed Reporter's counters: NewReporter fails, naming the metric, and
-// leaves the Registerer as it was (its gauge taken off again).
+// A collector of another shape under one of the metrics' names is not
+// taken for a closed Reporter's: NewReporter fails, naming the metric, and
+// leaves the Registerer as it was: what it registered before the conflict
+// (the gauge, the counters before it) is taken off again, whichever
+// metric the conflict is on.
 func TestNewReporterRefusesAForeignCollectorOfAMetricsName(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	foreign := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "combo_reporter_reports_total",
-		Help: "Contributions by outcome: sent (acknowledged by combo-service) and dropped " +
-			"(given up on, handed to OnDrop), once per contribution Report took; queue_full " +
-			"(buffer full), invalid (failed validation) and closed (after Close), once per " +
-			"Report call refused.",
-	})
-	reg.MustRegister(foreign)
-	_, err := NewReporter(newFake(nil), ReporterOptions{Registerer: reg})
-	if err == nil || !strings.Contains(err.Error(), "combo_reporter_reports_total") {
-		t.Fatalf("NewReporter = %v, want an error naming combo_reporter_reports_total", err)
+	for _, name := range []string{metricReportsTotal, metricRetriesTotal, metricAnswersTotal} {
+		t.Run(name, func(t *testing.T) {
+			reg := &recordingRegisterer{Registry: prometheus.NewRegistry(), held: map[prometheus.Collector]bool{}}
+			foreign := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: "someone else's"}, []string{"x", "y"})
+			reg.MustRegister(foreign)
+			_, err := NewReporter(newFake(nil), ReporterOptions{Registerer: reg})
+			if err == nil || !strings.Contains(err.Error(), name) {
+				t.Fatalf("NewReporter = %v, want an error naming %s", err, name)
+			}
+			if len(reg.held) != 1 || !reg.held[foreign] {
+				t.Fatalf("after the failed NewReporter the Registerer holds %d collectors, want the foreign one only", len(reg.held))
+			}
+		})
 	}
-	if m := gather(t, reg); len(m) != 1 {
-		t.Fatalf("after the failed NewReporter the registry exports %v, want the foreign counter only", m)
+}
+
+// recordingRegisterer knows which collectors it holds.
+type recordingRegisterer struct {
+	*prometheus.Registry
+	held map[prometheus.Collector]bool
+}
+
+func (r *recordingRegisterer) Register(c prometheus.Collector) error {
+	err := r.Registry.Register(c)
+	if err == nil {
+		r.held[c] = true
 	}
+	return err
+}
+
+func (r *recordingRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (r *recordingRegisterer) Unregister(c prometheus.Collector) bool {
+	ok := r.Registry.Unregister(c)
+	if ok {
+		delete(r.held, c)
+	}
+	return ok
 }
 
 // The error OnDrop gets tells why, with errors.Is: retries exhausted, or

@@ -64,25 +64,31 @@ func TestUnmeasuredServiceCPUIsNotZero(t *testing.T) {
 	}
 }
 
-// A service that exits during the run (a restart gives it a new pid, and
-// the old one is gone) is not measured: its CPU printed as a negative
-// figure before, its readings' difference to 0. A pid reused by another
-// process is told apart by its start time.
+// A service (or Redis) that exits during the run (a restart gives it a
+// new pid, and the old one is gone) is not measured: its CPU printed as a
+// negative figure before, its readings' difference to 0. A pid reused by
+// another process is told apart by its start time.
 func TestServiceExitedDuringTheRunIsUnmeasured(t *testing.T) {
 	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := newCPUSampler(cmd.Process.Pid, 0)
-	if !s.start[0].ok {
-		t.Fatalf("the running process was not read: %+v", s.start[0])
+	s := newCPUSampler(cmd.Process.Pid, cmd.Process.Pid) // as the service and as Redis
+	if !s.start[0].ok || !s.start[1].ok {
+		t.Fatalf("the running process was not read: %+v", s.start)
+	}
+	// Field 22, the start time in ticks since boot: never 0 for a process
+	// started after boot (field 21, next to it, always is).
+	if self := readProcCPU(os.Getpid()); !self.ok || self.started <= 0 || s.start[0].started < self.started {
+		t.Fatalf("start times: this process %+v, its child %+v", self, s.start[0])
 	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	if u := s.since(1000); !u.ServiceUnmeasured || u.serviceMsPer1k() != "n/a" || u.ServiceCores != 0 {
-		t.Fatalf("after the service exited: %+v, prints %s ms/1k", u, u.serviceMsPer1k())
+	if u := s.since(1000); !u.ServiceUnmeasured || u.serviceMsPer1k() != "n/a" || u.ServiceCores != 0 ||
+		!u.RedisUnmeasured || u.redisMsPer1k() != "n/a" {
+		t.Fatalf("after the service and Redis exited: %+v, prints %s and %s ms/1k", u, u.serviceMsPer1k(), u.redisMsPer1k())
 	}
 
 	first := procCPU{cpu: 5 * time.Second, started: 100, ok: true}
