@@ -31,6 +31,14 @@ func TestCheckConfig(t *testing.T) {
 			status: 2, err: []string{"worker.read_count", "20000"},
 		},
 		{
+			name: "a Redis Cluster, no redis.addr", env: map[string]string{"COMBO_REDIS_ADDRS": "r1:6379,r2:6379"},
+			status: 0, out: []string{"configuration ok"},
+		},
+		{
+			name: "Sentinels, no redis.addr", env: map[string]string{"COMBO_REDIS_SENTINEL_ADDRS": "s1:26379", "COMBO_REDIS_SENTINEL_MASTER": "m"},
+			status: 0, out: []string{"configuration ok"},
+		},
+		{
 			name:   "valid with a warning and a misspelled variable",
 			env:    map[string]string{"COMBO_WINDOW_STALE": "4s", "COMBO_WINDOW_SIZ": "1s", "COMBO_REDIS_ADDR": "redis:6379"},
 			status: 0,
@@ -54,7 +62,8 @@ func TestCheckConfig(t *testing.T) {
 					t.Errorf("stdout %q lacks %q", out.String(), s)
 				}
 			}
-			if embedded := strings.Contains(out.String(), embeddedWarning); embedded != (tt.env["COMBO_REDIS_ADDR"] == "" && tt.status == 0) {
+			noRedis := tt.env["COMBO_REDIS_ADDR"] == "" && tt.env["COMBO_REDIS_ADDRS"] == "" && tt.env["COMBO_REDIS_SENTINEL_ADDRS"] == ""
+			if embedded := strings.Contains(out.String(), embeddedWarning); embedded != (noRedis && tt.status == 0) {
 				t.Errorf("stdout %q: embedded Redis warning %v, want it exactly when no Redis is set", out.String(), embedded)
 			}
 			for _, s := range tt.err {
