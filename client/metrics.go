@@ -11,6 +11,7 @@ import (
 // Metric names and the outcome label values of reports_total.
 const (
 	metricQueueDepth   = "combo_reporter_queue_depth"
+	metricOldestHeld   = "combo_reporter_oldest_held_seconds"
 	metricReportsTotal = "combo_reporter_reports_total"
 	metricRetriesTotal = "combo_reporter_retries_total"
 	metricAnswersTotal = "combo_reporter_sent_answers_total"
@@ -28,12 +29,12 @@ type metrics struct {
 	sent, queueFull, dropped, retried, invalid, closed prometheus.Counter
 	duplicate, degraded                                prometheus.Counter // of sent
 
-	reg   prometheus.Registerer // nil: nothing registered
-	gauge prometheus.Collector  // registered, taken off by unregister
-	once  sync.Once
+	reg    prometheus.Registerer  // nil: nothing registered
+	gauges []prometheus.Collector // registered, taken off by unregister
+	once   sync.Once
 }
 
-func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, depth, oldest func() float64) (*metrics, error) {
 	reports := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricReportsTotal,
 		Help: "Contributions by outcome: sent (acknowledged by combo-service) and dropped " +
@@ -56,17 +57,28 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, erro
 	}, []string{"answer"})
 	m := &metrics{reg: reg}
 	if reg != nil {
-		// The gauge first: it reads this Reporter, so it is the one a
+		// The gauges first: they read this Reporter, so they are what a
 		// second open Reporter on reg must not take over (Register fails).
-		gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		for _, g := range []struct {
+			opts prometheus.GaugeOpts
+			f    func() float64
+		}{{prometheus.GaugeOpts{
 			Name: metricQueueDepth,
 			Help: "Contributions held by the Reporter (queued, or in batches being sent or " +
 				"waiting for a retry), bounded by QueueSize.",
-		}, depth)
-		if err := reg.Register(gauge); err != nil {
-			return nil, fmt.Errorf("combo client: register %s: %w", metricQueueDepth, err)
+		}, depth}, {prometheus.GaugeOpts{
+			Name: metricOldestHeld,
+			Help: "Age of the oldest contribution the Reporter holds (queued, or in batches being " +
+				"sent or waiting for a retry), 0 when it holds none. Past the service's window.size + " +
+				"window.grace (3.2 s by default) reports reach it too late to join their window.",
+		}, oldest}} {
+			gauge := prometheus.NewGaugeFunc(g.opts, g.f)
+			if err := reg.Register(gauge); err != nil {
+				m.unregister()
+				return nil, fmt.Errorf("combo client: register %s: %w", g.opts.Name, err)
+			}
+			m.gauges = append(m.gauges, gauge)
 		}
-		m.gauge = gauge
 		// The counters outlive Close, so a scrape after it sees the drops
 		// of a Close that gave up, and they go on counting for a Reporter
 		// that replaces this one on reg (counters of a process only grow).
@@ -115,13 +127,14 @@ func adopt[C prometheus.Collector](reg prometheus.Registerer, name string, c C, 
 	return c, fmt.Errorf("combo client: register %s: %w", name, err)
 }
 
-// unregister takes the gauge off the Registerer, once, so that a Reporter
-// replacing a closed one can register its own, and the gauge, which holds
-// the Reporter, can be collected. The counters stay (see newMetrics).
+// unregister takes the gauges off the Registerer, once, so that a
+// Reporter replacing a closed one can register its own, and the gauges,
+// which hold the Reporter, can be collected. The counters stay (see
+// newMetrics).
 func (m *metrics) unregister() {
 	m.once.Do(func() {
-		if m.gauge != nil {
-			m.reg.Unregister(m.gauge)
+		for _, g := range m.gauges {
+			m.reg.Unregister(g)
 		}
 	})
 }

@@ -108,7 +108,9 @@ type ReporterOptions struct {
 	// set OnDrop (or a Logger of your own) to handle them instead.
 	Logger *zap.Logger
 	// Registerer, if set, receives the Reporter's metrics:
-	// combo_reporter_queue_depth and
+	// combo_reporter_queue_depth, combo_reporter_oldest_held_seconds (the
+	// age of the oldest contribution held, 0 when none: past the service's
+	// window.size + window.grace, reports miss their window),
 	// combo_reporter_reports_total{outcome="sent|queue_full|dropped|invalid|closed"}
 	// (queue_full, invalid or closed once per Report call refused with
 	// that error; sent or dropped once per contribution Report took),
@@ -116,7 +118,7 @@ type ReporterOptions struct {
 	// combo_reporter_sent_answers_total{answer="duplicate|degraded"} (of sent).
 	// Registering a second Reporter on the same Registerer fails while the
 	// first is open; wrap it with prometheus.WrapRegistererWith to tell them
-	// apart. Close unregisters the gauge when it returns and leaves the
+	// apart. Close unregisters the gauges when it returns and leaves the
 	// counters, so a Reporter that replaces a closed one may use the same
 	// Registerer and counts on in them. The counters stay for as long as
 	// the Registerer does: wrapping it with a label of a new value for each

@@ -180,6 +180,7 @@ func (r *Reporter) keyOf(c *combo.Contribution) uint64 {
 // one of them; the rest stay in flight.
 type batch struct {
 	items    []*combo.Contribution
+	oldest   time.Time // enqueue time of its first item, the oldest
 	resolved bool
 }
 
@@ -217,6 +218,14 @@ func newReporter(sender BatchSender, opts ReporterOptions, randN func(time.Durat
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return float64(r.held)
+	}, func() float64 {
+		r.mu.Lock()
+		oldest := r.oldestHeldLocked()
+		r.mu.Unlock()
+		if oldest.IsZero() {
+			return 0
+		}
+		return time.Since(oldest).Seconds()
 	})
 	if err != nil {
 		return nil, err
@@ -320,7 +329,7 @@ func (r *Reporter) Stats() ReporterStats {
 // has ended (OnDrop is meant to be short), so a caller that exits after
 // Close loses nothing it was told about. OnDrop must not call Close.
 //
-// When Close returns, the queue-depth gauge is unregistered from
+// When Close returns, the two gauges are unregistered from
 // ReporterOptions.Registerer, so a new Reporter may register there; the
 // counters stay, with the drops of a Close that gave up, and a new
 // Reporter there counts on in them. A nil ctx is context.Background().
@@ -488,9 +497,28 @@ func (r *Reporter) cut() *batch {
 	if r.aborted || len(r.pending) == r.blocked {
 		return nil
 	}
-	b := &batch{items: r.cutLocked()}
+	b := &batch{}
+	b.items, b.oldest = r.cutLocked()
 	r.inflight[b] = struct{}{}
 	return b
+}
+
+// oldestHeldLocked is the enqueue time of the oldest contribution held,
+// queued or in flight; zero if none. pending stays in enqueue order (a
+// cut moves the blocked ones up, in order), so its first is its oldest;
+// a batch's first item is its oldest (a refused item dropped from it may
+// leave the time of an item no longer held: an age a little too old).
+func (r *Reporter) oldestHeldLocked() time.Time {
+	var oldest time.Time
+	if len(r.pending) > 0 {
+		oldest = r.pending[0].at
+	}
+	for b := range r.inflight {
+		if oldest.IsZero() || b.oldest.Before(oldest) {
+			oldest = b.oldest
+		}
+	}
+	return oldest
 }
 
 // cutLocked takes up to BatchSize contributions out of pending, oldest
@@ -498,13 +526,16 @@ func (r *Reporter) cut() *batch {
 // the taken keys busy, which blocks what is left of them in pending. A
 // batch may hold several contributions of one key: the service counts a
 // batch in order.
-func (r *Reporter) cutLocked() []*combo.Contribution {
-	items := make([]*combo.Contribution, 0, min(len(r.pending)-r.blocked, r.opts.BatchSize))
+func (r *Reporter) cutLocked() (items []*combo.Contribution, oldest time.Time) {
+	items = make([]*combo.Contribution, 0, min(len(r.pending)-r.blocked, r.opts.BatchSize))
 	end := 0 // pending[:end] is what the scan passed: taken or blocked
 	for ; end < len(r.pending) && len(items) < r.opts.BatchSize; end++ {
 		p := &r.pending[end]
 		if r.keys[p.key].inFlight > 0 { // busy before this cut: blocked
 			continue
+		}
+		if len(items) == 0 {
+			oldest = p.at // pending is in enqueue order
 		}
 		items = append(items, p.c)
 		p.c = nil // taken
@@ -540,7 +571,7 @@ func (r *Reporter) cutLocked() []*combo.Contribution {
 		kc.inFlight++
 		r.keys[k] = kc
 	}
-	return items
+	return items, oldest
 }
 
 // oldestSendableLocked is the enqueue time of the oldest sendable pending

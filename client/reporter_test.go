@@ -1394,8 +1394,8 @@ func TestDuplicateRegistration(t *testing.T) {
 	// Wrapped with another label value, a second one is fine.
 	b := prometheus.WrapRegistererWith(prometheus.Labels{"target": "b"}, reg)
 	newTestReporter(t, newFake(nil), ReporterOptions{Registerer: b})
-	if got := len(gather(t, reg)); got != 2*9 {
-		t.Fatalf("%d series, want 2 reporters x (1 gauge + 5 outcomes + retries + 2 answers)", got)
+	if got := len(gather(t, reg)); got != 2*10 {
+		t.Fatalf("%d series, want 2 reporters x (2 gauges + 5 outcomes + retries + 2 answers)", got)
 	}
 }
 
@@ -1416,6 +1416,9 @@ func TestCloseLeavesTheCountersForTheNextReporter(t *testing.T) {
 		t.Fatalf("Report after Close = %v, want ErrClosed", err)
 	}
 	m := gather(t, reg)
+	if _, ok := m["combo_reporter_oldest_held_seconds"]; ok {
+		t.Fatalf("after Close the registry exports %v, with the oldest-held gauge", m)
+	}
 	if _, ok := m[depth]; ok || m["combo_reporter_reports_total{outcome=sent}"] != 1 ||
 		m["combo_reporter_reports_total{outcome=closed}"] != 1 {
 		t.Fatalf("after Close the registry exports %v, want no gauge, 1 sent, 1 closed", m)
@@ -1447,13 +1450,70 @@ func TestCloseLeavesTheCountersForTheNextReporter(t *testing.T) {
 	closeWithin(t, a) // again: must not unregister c's gauge
 	_ = b.Close(context.Background())
 	m = gather(t, reg)
-	if len(m) != 9 || m[depth] != 1 || m["combo_reporter_reports_total{outcome=dropped}"] != 1 {
-		t.Fatalf("metrics %v, want the new Reporter's 9 series, holding 1, counting on from 1 dropped", m)
+	if len(m) != 10 || m[depth] != 1 || m["combo_reporter_reports_total{outcome=dropped}"] != 1 {
+		t.Fatalf("metrics %v, want the new Reporter's 10 series, holding 1, counting on from 1 dropped", m)
 	}
 	closeWithin(t, c)
 	if m = gather(t, reg); m["combo_reporter_reports_total{outcome=sent}"] != 2 {
 		t.Fatalf("after the new Reporter's Close: %v, want 2 sent", m)
 	}
+}
+
+// combo_reporter_oldest_held_seconds is the age of the oldest contribution
+// held, queued or in flight, and 0 when nothing is: the sign that reports
+// wait (a retried batch, a service down) long enough to miss their window.
+func TestOldestHeldGaugeIsTheAgeOfTheOldestContributionHeld(t *testing.T) {
+	const oldest = "combo_reporter_oldest_held_seconds"
+	// check reads the gauge on reg against the times around the one
+	// Report: at least the age of its return, at most that of its call.
+	check := func(t *testing.T, reg *prometheus.Registry, called, returned time.Time, what string) {
+		t.Helper()
+		least := time.Since(returned).Seconds()
+		age := gather(t, reg)[oldest]
+		if most := time.Since(called).Seconds(); age <= 0 || age < least || age > most {
+			t.Fatalf("%s: %s = %v, want its age, in [%v, %v] and above 0", what, oldest, age, least, most)
+		}
+	}
+
+	t.Run("queued", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		r := newTestReporter(t, newFake(nil), ReporterOptions{Registerer: reg, BatchSize: 2, Linger: time.Hour})
+		if age := gather(t, reg)[oldest]; age != 0 {
+			t.Fatalf("holding nothing: %s = %v, want 0", oldest, age)
+		}
+		called := time.Now()
+		mustReport(t, r, 1)
+		check(t, reg, called, time.Now(), "one queued, none in flight")
+	})
+
+	t.Run("in_flight", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		release := make(chan struct{})
+		f := newFake(func(context.Context, int, []*combo.Contribution) error {
+			<-release
+			return nil
+		})
+		r := newTestReporter(t, f, ReporterOptions{Registerer: reg, BatchSize: 1})
+		releaseOnce := sync.OnceFunc(func() { close(release) })
+		t.Cleanup(releaseOnce) // before the Reporter's own cleanup closes it
+		called := time.Now()
+		mustReport(t, r, 1)
+		returned := time.Now()
+		f.recv(t) // in flight, its sender waiting; nothing queued
+		check(t, reg, called, returned, "one in flight, none queued")
+
+		releaseOnce()
+		deadline := time.Now().Add(waitFor)
+		for r.Stats().Sent != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("not sent: %+v", r.Stats())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if age := gather(t, reg)[oldest]; age != 0 {
+			t.Fatalf("after it was sent: %s = %v, want 0", oldest, age)
+		}
+	})
 }
 
 // A collector of another shape under one of the metrics' names is not
@@ -1462,7 +1522,7 @@ func TestCloseLeavesTheCountersForTheNextReporter(t *testing.T) {
 // (the gauge, the counters before it) is taken off again, whichever
 // metric the conflict is on.
 func TestNewReporterRefusesAForeignCollectorOfAMetricsName(t *testing.T) {
-	for _, name := range []string{metricReportsTotal, metricRetriesTotal, metricAnswersTotal} {
+	for _, name := range []string{metricQueueDepth, metricOldestHeld, metricReportsTotal, metricRetriesTotal, metricAnswersTotal} {
 		t.Run(name, func(t *testing.T) {
 			reg := &recordingRegisterer{Registry: prometheus.NewRegistry(), held: map[prometheus.Collector]bool{}}
 			foreign := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: "someone else's"}, []string{"x", "y"})
