@@ -109,8 +109,9 @@ type ReporterOptions struct {
 	Logger *zap.Logger
 	// Registerer, if set, receives the Reporter's metrics:
 	// combo_reporter_queue_depth, combo_reporter_oldest_held_seconds (the
-	// age of the oldest contribution held, 0 when none: past the service's
-	// window.size + window.grace, reports miss their window),
+	// age of the oldest contribution held, 0 when none: held past the
+	// service's window.size + window.grace, reports are likely to miss
+	// their window),
 	// combo_reporter_reports_total{outcome="sent|queue_full|dropped|invalid|closed"}
 	// (queue_full, invalid or closed once per Report call refused with
 	// that error; sent or dropped once per contribution Report took),

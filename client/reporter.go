@@ -110,6 +110,7 @@ type Reporter struct {
 	opts    ReporterOptions
 	metrics *metrics
 	randN   func(time.Duration) time.Duration // rand.N; tests pin it
+	epoch   time.Time                         // a batch's enqueue times are offsets from it
 
 	ctx    context.Context // canceled when Close gives up (abort)
 	cancel context.CancelFunc
@@ -179,8 +180,11 @@ func (r *Reporter) keyOf(c *combo.Contribution) uint64 {
 // items shrinks (under Reporter.mu, never in place) when the service refuses
 // one of them; the rest stay in flight.
 type batch struct {
-	items    []*combo.Contribution
-	oldest   time.Time // enqueue time of its first item, the oldest
+	items []*combo.Contribution
+	// ats are the items' enqueue times, as offsets from the Reporter's
+	// epoch (8 bytes, not a time.Time's 24), in order, so the first is the
+	// oldest held (read under mu: dropItem shrinks both).
+	ats      []time.Duration
 	resolved bool
 }
 
@@ -213,6 +217,7 @@ func newReporter(sender BatchSender, opts ReporterOptions, randN func(time.Durat
 		inflight: make(map[*batch]struct{}),
 		keys:     make(map[uint64]keyCount),
 		seed:     maphash.MakeSeed(),
+		epoch:    time.Now(),
 	}
 	m, err := newMetrics(opts.Registerer, func() float64 {
 		r.mu.Lock()
@@ -498,24 +503,23 @@ func (r *Reporter) cut() *batch {
 		return nil
 	}
 	b := &batch{}
-	b.items, b.oldest = r.cutLocked()
+	b.items, b.ats = r.cutLocked()
 	r.inflight[b] = struct{}{}
 	return b
 }
 
 // oldestHeldLocked is the enqueue time of the oldest contribution held,
 // queued or in flight; zero if none. pending stays in enqueue order (a
-// cut moves the blocked ones up, in order), so its first is its oldest;
-// a batch's first item is its oldest (a refused item dropped from it may
-// leave the time of an item no longer held: an age a little too old).
+// cut moves the blocked ones up, in order, and nothing is put back), so
+// its first is its oldest, and so is a batch's first item.
 func (r *Reporter) oldestHeldLocked() time.Time {
 	var oldest time.Time
 	if len(r.pending) > 0 {
 		oldest = r.pending[0].at
 	}
 	for b := range r.inflight {
-		if oldest.IsZero() || b.oldest.Before(oldest) {
-			oldest = b.oldest
+		if at := r.epoch.Add(b.ats[0]); oldest.IsZero() || at.Before(oldest) {
+			oldest = at
 		}
 	}
 	return oldest
@@ -526,18 +530,16 @@ func (r *Reporter) oldestHeldLocked() time.Time {
 // the taken keys busy, which blocks what is left of them in pending. A
 // batch may hold several contributions of one key: the service counts a
 // batch in order.
-func (r *Reporter) cutLocked() (items []*combo.Contribution, oldest time.Time) {
-	items = make([]*combo.Contribution, 0, min(len(r.pending)-r.blocked, r.opts.BatchSize))
+func (r *Reporter) cutLocked() (items []*combo.Contribution, ats []time.Duration) {
+	n := min(len(r.pending)-r.blocked, r.opts.BatchSize)
+	items, ats = make([]*combo.Contribution, 0, n), make([]time.Duration, 0, n)
 	end := 0 // pending[:end] is what the scan passed: taken or blocked
 	for ; end < len(r.pending) && len(items) < r.opts.BatchSize; end++ {
 		p := &r.pending[end]
 		if r.keys[p.key].inFlight > 0 { // busy before this cut: blocked
 			continue
 		}
-		if len(items) == 0 {
-			oldest = p.at // pending is in enqueue order
-		}
-		items = append(items, p.c)
+		items, ats = append(items, p.c), append(ats, p.at.Sub(r.epoch))
 		p.c = nil // taken
 	}
 	// Move the blocked ones of pending[:end] to its end, in order, and
@@ -571,7 +573,7 @@ func (r *Reporter) cutLocked() (items []*combo.Contribution, oldest time.Time) {
 		kc.inFlight++
 		r.keys[k] = kc
 	}
-	return items, oldest
+	return items, ats
 }
 
 // oldestSendableLocked is the enqueue time of the oldest sendable pending
@@ -708,9 +710,10 @@ func (r *Reporter) dropItem(b *batch, i int, err error) bool {
 		return false
 	}
 	item := b.items[i]
-	rest := make([]*combo.Contribution, 0, len(b.items)-1)
-	rest = append(rest, b.items[:i]...)
-	b.items = append(rest, b.items[i+1:]...)
+	// New slices, not the old ones shifted: an abandoned RPC's encoder
+	// may still read the old items (see drop).
+	b.items = slices.Concat(b.items[:i:i], b.items[i+1:])
+	b.ats = slices.Concat(b.ats[:i:i], b.ats[i+1:])
 	r.held--
 	r.stats.Dropped++
 	r.metrics.dropped.Inc() // under mu, with the stats: see resolve

@@ -1486,6 +1486,78 @@ func TestOldestHeldGaugeIsTheAgeOfTheOldestContributionHeld(t *testing.T) {
 		check(t, reg, called, time.Now(), "one queued, none in flight")
 	})
 
+	// The ordering cases: the oldest of several, with reports apart in
+	// time (gap) so that the youngest's age is below the oldest's least.
+	const gap = 50 * time.Millisecond
+	// blocking is a sender whose calls wait for release (refusing the
+	// first's first item if told to); register release with t.Cleanup
+	// after the Reporter, so that it runs before the Reporter's Close.
+	blocking := func(refuseFirst bool) (f *fakeSender, release func()) {
+		ch := make(chan struct{})
+		return newFake(func(_ context.Context, attempt int, _ []*combo.Contribution) error {
+			if refuseFirst && attempt == 1 {
+				return &combo.ComboError{Code: CodeInvalidArgument, Message: "contributions[0].item_id: must be > 0, got 0"}
+			}
+			<-ch
+			return nil
+		}), sync.OnceFunc(func() { close(ch) })
+	}
+	t.Run("two_queued", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		r := newTestReporter(t, newFake(nil), ReporterOptions{Registerer: reg, BatchSize: 3, Linger: time.Hour})
+		called := time.Now()
+		mustReport(t, r, 1)
+		returned := time.Now()
+		time.Sleep(gap)
+		mustReport(t, r, 2)
+		check(t, reg, called, returned, "two queued: the first")
+	})
+	t.Run("one_batch_of_three", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		f, release := blocking(false)
+		r := newTestReporter(t, f, ReporterOptions{Registerer: reg, BatchSize: 3, Linger: time.Hour})
+		t.Cleanup(release)
+		called := time.Now()
+		mustReport(t, r, 1)
+		returned := time.Now()
+		time.Sleep(gap)
+		mustReport(t, r, 2, 3) // the third cuts the batch
+		f.recv(t)
+		check(t, reg, called, returned, "a batch of three in flight: its first")
+	})
+	t.Run("two_batches_in_flight", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		f, release := blocking(false)
+		r := newTestReporter(t, f, ReporterOptions{Registerer: reg, BatchSize: 1, Concurrency: 2})
+		t.Cleanup(release)
+		called := time.Now()
+		mustReport(t, r, 1)
+		returned := time.Now()
+		f.recv(t)
+		time.Sleep(gap)
+		mustReport(t, r, 2)
+		f.recv(t)
+		check(t, reg, called, returned, "two batches in flight: the first's")
+	})
+	t.Run("first_item_refused", func(t *testing.T) {
+		// The service refuses the batch's first item, the oldest; the rest
+		// is sent again and held: the age is the second's, not the
+		// dropped one's.
+		reg := prometheus.NewRegistry()
+		f, release := blocking(true)
+		r := newTestReporter(t, f, ReporterOptions{Registerer: reg, BatchSize: 2, Linger: time.Hour,
+			OnDrop: func([]*combo.Contribution, error) {}})
+		t.Cleanup(release)
+		mustReport(t, r, 1)
+		time.Sleep(gap)
+		called := time.Now()
+		mustReport(t, r, 2) // cuts the batch
+		returned := time.Now()
+		f.recv(t) // refused
+		f.recv(t) // the second alone, held
+		check(t, reg, called, returned, "the first refused, the second in flight")
+	})
+
 	t.Run("in_flight", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		release := make(chan struct{})
