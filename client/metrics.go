@@ -71,7 +71,7 @@ func newMetrics(reg prometheus.Registerer, depth, oldest func() float64) (*metri
 			Help: "Age of the oldest contribution the Reporter holds (queued, or in batches being " +
 				"sent or waiting for a retry), 0 when it holds none. A report that reaches the service " +
 				"later than window.size + window.grace (3.2 s by default) after its window's first " +
-				"opens a window of its own: held that long, reports are likely to miss theirs.",
+				"report opens a window of its own: held that long, reports are likely to miss theirs.",
 		}, oldest}} {
 			gauge := prometheus.NewGaugeFunc(g.opts, g.f)
 			if err := reg.Register(gauge); err != nil {

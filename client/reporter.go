@@ -224,9 +224,11 @@ func newReporter(sender BatchSender, opts ReporterOptions, randN func(time.Durat
 		defer r.mu.Unlock()
 		return float64(r.held)
 	}, func() float64 {
-		r.mu.Lock()
-		oldest := r.oldestHeldLocked()
-		r.mu.Unlock()
+		oldest := func() time.Time {
+			r.mu.Lock()
+			defer r.mu.Unlock() // a panic here must not leave the Reporter locked
+			return r.oldestHeldLocked()
+		}()
 		if oldest.IsZero() {
 			return 0
 		}
