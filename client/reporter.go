@@ -223,17 +223,7 @@ func newReporter(sender BatchSender, opts ReporterOptions, randN func(time.Durat
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return float64(r.held)
-	}, func() float64 {
-		oldest := func() time.Time {
-			r.mu.Lock()
-			defer r.mu.Unlock() // a panic here must not leave the Reporter locked
-			return r.oldestHeldLocked()
-		}()
-		if oldest.IsZero() {
-			return 0
-		}
-		return time.Since(oldest).Seconds()
-	})
+	}, r.oldestHeldSeconds)
 	if err != nil {
 		return nil, err
 	}
@@ -508,6 +498,18 @@ func (r *Reporter) cut() *batch {
 	b.items, b.ats = r.cutLocked()
 	r.inflight[b] = struct{}{}
 	return b
+}
+
+// oldestHeldSeconds is the oldest-held gauge's value: the age of the
+// oldest contribution held, 0 if none.
+func (r *Reporter) oldestHeldSeconds() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock() // a panic must not leave the Reporter locked
+	oldest := r.oldestHeldLocked()
+	if oldest.IsZero() {
+		return 0
+	}
+	return time.Since(oldest).Seconds()
 }
 
 // oldestHeldLocked is the enqueue time of the oldest contribution held,
