@@ -1,10 +1,13 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
+	"github.com/cloudwego/kitex/pkg/kerrors"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -15,6 +18,8 @@ const (
 	metricReportsTotal = "combo_reporter_reports_total"
 	metricRetriesTotal = "combo_reporter_retries_total"
 	metricAnswersTotal = "combo_reporter_sent_answers_total"
+	metricAttempts     = "combo_reporter_attempts_total"
+	metricAttemptTime  = "combo_reporter_attempt_duration_seconds"
 
 	outcomeSent      = "sent"
 	outcomeQueueFull = "queue_full"
@@ -28,6 +33,8 @@ const (
 type metrics struct {
 	sent, queueFull, dropped, retried, invalid, closed prometheus.Counter
 	duplicate, degraded                                prometheus.Counter // of sent
+	attempts                                           map[string]prometheus.Counter
+	attemptTime                                        prometheus.Observer
 
 	reg    prometheus.Registerer  // nil: nothing registered
 	gauges []prometheus.Collector // registered, taken off by unregister
@@ -55,6 +62,24 @@ func newMetrics(reg prometheus.Registerer, depth, oldest func() float64) (*metri
 		Help: "Sent contributions the service answered duplicate (counted before) or " +
 			"degraded (not aggregated: published on its own, a separate item in the live feed).",
 	}, []string{"answer"})
+	// Attempts, not contributions: the RPCs, so that a caller can tell a
+	// service refusing (unavailable) from one unreachable (connection) or
+	// slow (timeout) while the retries above ride it out.
+	attempts := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricAttempts,
+		Help: "ReportContributions attempts by result: ok, or why the attempt failed (" +
+			"invalid_argument, unavailable, internal: the service's ComboError codes; timeout: no " +
+			"answer within RPCTimeout; connection: no connection to a replica, or one lost mid-call; " +
+			"canceled: abandoned by a Close that gave up; bad_response, sender_panicked, other).",
+	}, []string{"result"})
+	attemptTime := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: metricAttemptTime,
+		Help: "Time each ReportContributions attempt took, from the call to its answer or failure, " +
+			"whatever the result.",
+		// 0.5 ms to 4 s: a local service answers a batch in about a
+		// millisecond; a timed-out attempt takes RPCTimeout (1 s by default).
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+	})
 	m := &metrics{reg: reg}
 	if reg != nil {
 		// The gauges first: they read this Reporter, so they are what a
@@ -88,9 +113,16 @@ func newMetrics(reg prometheus.Registerer, depth, oldest func() float64) (*metri
 		var added []prometheus.Collector
 		var err error
 		if reports, err = adopt(reg, metricReportsTotal, reports, &added); err == nil {
-			if retries, err = adopt(reg, metricRetriesTotal, retries, &added); err == nil {
-				answers, err = adopt(reg, metricAnswersTotal, answers, &added)
-			}
+			retries, err = adopt(reg, metricRetriesTotal, retries, &added)
+		}
+		if err == nil {
+			answers, err = adopt(reg, metricAnswersTotal, answers, &added)
+		}
+		if err == nil {
+			attempts, err = adopt(reg, metricAttempts, attempts, &added)
+		}
+		if err == nil {
+			attemptTime, err = adopt(reg, metricAttemptTime, attemptTime, &added)
 		}
 		if err != nil {
 			for _, c := range added {
@@ -108,7 +140,76 @@ func newMetrics(reg prometheus.Registerer, depth, oldest func() float64) (*metri
 	m.retried = retries
 	m.duplicate = answers.WithLabelValues("duplicate")
 	m.degraded = answers.WithLabelValues("degraded")
+	// Every result exported from the start, at 0: a rate over a series
+	// that appears with its first failure misses that failure.
+	m.attempts = make(map[string]prometheus.Counter, len(attemptResults))
+	for _, res := range attemptResults {
+		m.attempts[res] = attempts.WithLabelValues(res)
+	}
+	m.attemptTime = attemptTime
 	return m, nil
+}
+
+// The result label values of attempts_total.
+const (
+	resultOK              = "ok"
+	resultInvalidArgument = "invalid_argument"
+	resultUnavailable     = "unavailable"
+	resultInternal        = "internal"
+	resultTimeout         = "timeout"
+	resultConnection      = "connection"
+	resultCanceled        = "canceled"
+	resultBadResponse     = "bad_response"
+	resultSenderPanicked  = "sender_panicked"
+	resultOther           = "other"
+)
+
+var attemptResults = []string{
+	resultOK, resultInvalidArgument, resultUnavailable, resultInternal, resultTimeout,
+	resultConnection, resultCanceled, resultBadResponse, resultSenderPanicked, resultOther,
+}
+
+// observeAttempt counts one ReportContributions attempt by its result and
+// records how long it took.
+func (m *metrics) observeAttempt(took time.Duration, err error) {
+	m.attempts[attemptResult(err)].Inc()
+	m.attemptTime.Observe(took.Seconds())
+}
+
+// attemptResult names why an attempt failed, for attempts_total.
+func attemptResult(err error) string {
+	if err == nil {
+		return resultOK
+	}
+	if ce, ok := IsComboError(err); ok {
+		switch ce.Code {
+		case CodeInvalidArgument:
+			return resultInvalidArgument
+		case CodeUnavailable:
+			return resultUnavailable
+		case CodeInternal:
+			return resultInternal
+		}
+		return resultOther
+	}
+	switch {
+	case errors.Is(err, ErrSenderPanicked):
+		return resultSenderPanicked
+	case errors.Is(err, ErrBadResponse):
+		return resultBadResponse
+	// Canceled before timeout: an attempt a Close abandoned may also
+	// report its deadline as the cause.
+	case errors.Is(err, context.Canceled), errors.Is(err, kerrors.ErrCanceledByBusiness):
+		return resultCanceled
+	case kerrors.IsTimeoutError(err), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, kerrors.ErrTimeoutByBusiness):
+		return resultTimeout
+	case errors.Is(err, kerrors.ErrGetConnection), errors.Is(err, kerrors.ErrRemoteOrNetwork),
+		errors.Is(err, kerrors.ErrServiceDiscovery), errors.Is(err, kerrors.ErrNoMoreInstance),
+		errors.Is(err, kerrors.ErrLoadbalance):
+		return resultConnection
+	}
+	return resultOther
 }
 
 // adopt registers c on reg, appending it to added, or returns the

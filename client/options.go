@@ -115,12 +115,16 @@ type ReporterOptions struct {
 	// combo_reporter_reports_total{outcome="sent|queue_full|dropped|invalid|closed"}
 	// (queue_full, invalid or closed once per Report call refused with
 	// that error; sent or dropped once per contribution Report took),
-	// combo_reporter_retries_total and
-	// combo_reporter_sent_answers_total{answer="duplicate|degraded"} (of sent).
-	// Registering a second Reporter on the same Registerer fails while the
+	// combo_reporter_retries_total,
+	// combo_reporter_sent_answers_total{answer="duplicate|degraded"} (of sent),
+	// combo_reporter_attempts_total{result} (each ReportContributions
+	// attempt: ok, or invalid_argument, unavailable, internal, timeout,
+	// connection, canceled, bad_response, sender_panicked, other) and the
+	// histogram combo_reporter_attempt_duration_seconds (every attempt,
+	// whatever its result). Registering a second Reporter on the same Registerer fails while the
 	// first is open; wrap it with prometheus.WrapRegistererWith to tell them
 	// apart. Close unregisters the gauges when it returns and leaves the
-	// counters, so a Reporter that replaces a closed one may use the same
+	// counters and the histogram, so a Reporter that replaces a closed one may use the same
 	// Registerer and counts on in them. The counters stay for as long as
 	// the Registerer does: wrapping it with a label of a new value for each
 	// Reporter (a generation, a tenant) keeps every closed one's series.

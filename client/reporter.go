@@ -328,7 +328,7 @@ func (r *Reporter) Stats() ReporterStats {
 //
 // When Close returns, the two gauges are unregistered from
 // ReporterOptions.Registerer, so a new Reporter may register there; the
-// counters stay, with the drops of a Close that gave up, and a new
+// counters and the attempt histogram stay, with the drops of a Close that gave up, and a new
 // Reporter there counts on in them. A nil ctx is context.Background().
 func (r *Reporter) Close(ctx context.Context) error {
 	if ctx == nil {
@@ -740,10 +740,12 @@ func (r *Reporter) attempt(items []*combo.Contribution) (_ answers, err error) {
 	// A BatchSender of the caller's that panics fails the attempt, retried
 	// and in the end dropped like any other: the panic would otherwise
 	// kill the caller's process, and every contribution queued with it.
+	start := time.Now()
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %v", ErrSenderPanicked, p)
 		}
+		r.metrics.observeAttempt(time.Since(start), err)
 	}()
 	ctx, cancel := context.WithTimeout(r.ctx, r.opts.RPCTimeout)
 	defer cancel()

@@ -575,6 +575,8 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 				out[key] = m.GetGauge().GetValue()
 			case m.GetCounter() != nil:
 				out[key] = m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				out[key+"_count"] = float64(m.GetHistogram().GetSampleCount())
 			}
 		}
 	}
@@ -1394,8 +1396,8 @@ func TestDuplicateRegistration(t *testing.T) {
 	// Wrapped with another label value, a second one is fine.
 	b := prometheus.WrapRegistererWith(prometheus.Labels{"target": "b"}, reg)
 	newTestReporter(t, newFake(nil), ReporterOptions{Registerer: b})
-	if got := len(gather(t, reg)); got != 2*10 {
-		t.Fatalf("%d series, want 2 reporters x (2 gauges + 5 outcomes + retries + 2 answers)", got)
+	if got := len(gather(t, reg)); got != 2*21 {
+		t.Fatalf("%d series, want 2 reporters x (2 gauges + 5 outcomes + retries + 2 answers + 10 attempt results + the attempt histogram)", got)
 	}
 }
 
@@ -1450,8 +1452,10 @@ func TestCloseLeavesTheCountersForTheNextReporter(t *testing.T) {
 	closeWithin(t, a) // again: must not unregister c's gauge
 	_ = b.Close(context.Background())
 	m = gather(t, reg)
-	if len(m) != 10 || m[depth] != 1 || m["combo_reporter_reports_total{outcome=dropped}"] != 1 {
-		t.Fatalf("metrics %v, want the new Reporter's 10 series, holding 1, counting on from 1 dropped", m)
+	if len(m) != 21 || m[depth] != 1 || m["combo_reporter_reports_total{outcome=dropped}"] != 1 ||
+		m["combo_reporter_attempts_total{result=ok}"] != 1 {
+		t.Fatalf("metrics %v, want the new Reporter's 21 series, holding 1, counting on from 1 dropped "+
+			"and 1 attempt ok", m)
 	}
 	closeWithin(t, c)
 	if m = gather(t, reg); m["combo_reporter_reports_total{outcome=sent}"] != 2 {
@@ -1594,7 +1598,8 @@ func TestOldestHeldGaugeIsTheAgeOfTheOldestContributionHeld(t *testing.T) {
 // (the gauge, the counters before it) is taken off again, whichever
 // metric the conflict is on.
 func TestNewReporterRefusesAForeignCollectorOfAMetricsName(t *testing.T) {
-	for _, name := range []string{metricQueueDepth, metricOldestHeld, metricReportsTotal, metricRetriesTotal, metricAnswersTotal} {
+	for _, name := range []string{metricQueueDepth, metricOldestHeld, metricReportsTotal, metricRetriesTotal,
+		metricAnswersTotal, metricAttempts, metricAttemptTime} {
 		t.Run(name, func(t *testing.T) {
 			reg := &recordingRegisterer{Registry: prometheus.NewRegistry(), held: map[prometheus.Collector]bool{}}
 			foreign := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: "someone else's"}, []string{"x", "y"})
