@@ -70,7 +70,19 @@ func (r *Repo) Policies(ctx context.Context) (map[string]string, error) {
 }
 
 // MaxmemoryPolicy reads c's node's maxmemory-policy from INFO memory.
-func MaxmemoryPolicy(ctx context.Context, c *redis.Client) (string, error) {
+//
+// A reply go-redis cannot parse is an error, not a panic: its INFO parser
+// panics on a line before any "# Section" header (a proxy, a server that
+// only speaks Redis's protocol), and the nodes are asked on goroutines of
+// their own (ForEachShard, main's sentinelPolicies) that no loop's recover
+// reaches, so one such node would end the process instead of being named
+// as not read. go-redis drops the connection the panic left.
+func MaxmemoryPolicy(ctx context.Context, c *redis.Client) (policy string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			policy, err = "", fmt.Errorf("repo.MaxmemoryPolicy: unreadable INFO reply: %v", p)
+		}
+	}()
 	info := c.InfoMap(ctx, "memory")
 	if err := info.Err(); err != nil {
 		return "", fmt.Errorf("repo.MaxmemoryPolicy: %w", err)

@@ -1,8 +1,10 @@
 package repo_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -113,6 +115,69 @@ func TestMaxmemoryPolicyErrorNamesTheOperation(t *testing.T) {
 	_, err := repo.MaxmemoryPolicy(context.Background(), c)
 	if err == nil || !strings.HasPrefix(err.Error(), "repo.MaxmemoryPolicy: ") {
 		t.Fatalf("error %v, want one that begins with repo.MaxmemoryPolicy", err)
+	}
+}
+
+// A node whose INFO reply go-redis's parser panics on (a line before any
+// "# Section" header, as a proxy may send) is an error naming the
+// operation, not a panic: the nodes are read on goroutines no loop's
+// recover reaches.
+func TestMaxmemoryPolicyOfAnUnparsableReplyIsAnError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go answerInfo(conn, "maxmemory_policy:noeviction\r\n")
+		}
+	}()
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), DisableIdentity: true, MaxRetries: -1})
+	defer c.Close()
+	policy, err := repo.MaxmemoryPolicy(context.Background(), c)
+	if err == nil || !strings.HasPrefix(err.Error(), "repo.MaxmemoryPolicy: ") || policy != "" {
+		t.Fatalf("MaxmemoryPolicy = %q, %v; want an error naming repo.MaxmemoryPolicy", policy, err)
+	}
+}
+
+// answerInfo reads RESP arrays of bulk strings from conn and answers INFO
+// with the bulk string info, and any other command (go-redis's HELLO, say)
+// with an error, until conn closes.
+func answerInfo(conn net.Conn, info string) {
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		var n int
+		if _, err := fmt.Sscanf(line, "*%d", &n); err != nil {
+			return
+		}
+		var args []string
+		for range n { // each argument: its $length line, then itself
+			if _, err := r.ReadString('\n'); err != nil {
+				return
+			}
+			arg, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			args = append(args, strings.TrimSuffix(arg, "\r\n"))
+		}
+		reply := "-ERR unknown command\r\n"
+		if len(args) > 0 && strings.EqualFold(args[0], "info") {
+			reply = fmt.Sprintf("$%d\r\n%s\r\n", len(info), info)
+		}
+		if _, err := conn.Write([]byte(reply)); err != nil {
+			return
+		}
 	}
 }
 
