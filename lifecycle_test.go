@@ -29,6 +29,7 @@ import (
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
+	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
 )
 
@@ -480,7 +481,7 @@ func TestRedisUsername(t *testing.T) {
 	}{{"combo", true}, {"", false}} {
 		cfg := conf.Default()
 		cfg.Redis.Addr, cfg.Redis.Username, cfg.Redis.Password = srv.Addr, tc.user, "pw"
-		_, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), nil)
+		_, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), metrics.New(prometheus.NewRegistry()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -626,7 +627,7 @@ func TestServiceLeavesADemotedMasterAnsweringMasterDown(t *testing.T) {
 // openTestRedis is openRedis for cfg, its clients closed when the test ends.
 func openTestRedis(t *testing.T, cfg conf.Config) (addr string, newClient func(minConns int) redis.UniversalClient) {
 	t.Helper()
-	addr, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), nil)
+	addr, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), metrics.New(prometheus.NewRegistry()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -716,7 +717,7 @@ func TestServiceRunsAsTheREADMEACLUser(t *testing.T) {
 func TestClientsSendNoClientSetinfo(t *testing.T) {
 	cfg := conf.Default()
 	cfg.Redis.Addr = testredis.Start(t, testredis.Options{}).Addr
-	_, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), nil)
+	_, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), metrics.New(prometheus.NewRegistry()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,8 +133,10 @@ type started struct {
 //     refused and those in flight finish (h.Drain);
 //  2. the worker stops reading, then publishes every window it holds as it
 //     comes due (bounded by server.shutdown_timeout);
-//  3. the metrics server and the loop reading the Cluster's slot map stop;
-//     the Redis client and the embedded Redis close.
+//  3. the metrics server, the eviction watch and the loop reading the
+//     Cluster's slot map stop; then closeRedis stops the Sentinel watch and
+//     closes the Redis clients, then the embedded Redis (its TTL ticker
+//     first).
 func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- started) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -144,7 +146,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	version, revision := buildVersion()
 	m.BuildInfo.WithLabelValues(version, revision).Set(1)
 
-	redisAddr, newClient, closeRedis, err := openRedis(cfg, log, reg, m.LogSuppressed)
+	redisAddr, newClient, closeRedis, err := openRedis(cfg, log, reg, m)
 	if err != nil {
 		return startError{err}
 	}
@@ -370,10 +372,11 @@ const clusterStateReload = 2 * time.Second
 // openRedis starts the embedded Redis if none is configured and returns its
 // address, a constructor of clients for it, and a closer of all of them. With
 // TLS it registers on reg whether the files read whole, and the expiry of
-// the client certificate, if one is set.
+// the client certificate, if one is set. m counts the lines its loggers
+// leave out and the Sentinel watch's panics.
 // A client's pool holds redis.pool_size connections (0: go-redis's 10 per
 // CPU) per node, or minConns if that is more.
-func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, suppressed logging.Suppressed) (string, func(minConns int) redis.UniversalClient, func(), error) {
+func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, m *metrics.Metrics) (string, func(minConns int) redis.UniversalClient, func(), error) {
 	tlsConfig, err := cfg.Redis.TLSConfig() // nil: plain TCP
 	if err != nil {
 		return "", nil, nil, err
@@ -410,7 +413,7 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, supp
 		// Each new connection reads the files again: a certificate rotated
 		// in place is used without a restart. TLSConfig stays set: go-redis
 		// reads from it that the connections are TLS.
-		d, err := newRedisTLSDialer(cfg.Redis.TLSConfigFrom, cfg.Redis.TLSFiles(), cfg.Redis.Timeout, log, suppressed)
+		d, err := newRedisTLSDialer(cfg.Redis.TLSConfigFrom, cfg.Redis.TLSFiles(), cfg.Redis.Timeout, log, m.LogSuppressed)
 		if err != nil {
 			return "", nil, nil, err
 		}
@@ -432,7 +435,8 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, supp
 		}
 		conns := newConnsByAddr()
 		opts.Dialer = conns.dialer(dial)
-		watch = watchSentinels(cfg.Redis, tlsConfig, dial, conns, log)
+		watch = watchSentinels(cfg.Redis, tlsConfig, dial, conns, logging.Sampled(log.Named("sentinel_watch"), m.LogSuppressed),
+			m.LoopPanics.WithLabelValues(metrics.LoopSentinelWatch))
 	}
 	closeEmbedded := func() {}
 	addr := cfg.Redis.Addr
@@ -453,7 +457,7 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, supp
 			mr.RequireAuth(cfg.Redis.Password)
 			watch = "redis-cli --raw --askpass -p "
 		}
-		a, stopServer, err := startEmbedded(mr, cfg.Redis.EmbeddedAddr, logging.Sampled(log.Named("main"), suppressed))
+		a, stopServer, err := startEmbedded(mr, cfg.Redis.EmbeddedAddr, logging.Sampled(log.Named("main"), m.LogSuppressed))
 		if err != nil {
 			return "", nil, nil, fmt.Errorf("start embedded redis on %s: %w", cfg.Redis.EmbeddedAddr, err)
 		}

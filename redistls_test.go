@@ -19,6 +19,7 @@ import (
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/internal/stacks"
 	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/metrics"
 )
 
 // copyFile rewrites dst with src's bytes, as a rotation rewrites a file in
@@ -240,7 +241,7 @@ func TestRedisTLSDialerFilesReadInEachState(t *testing.T) {
 		c := conf.Default()
 		c.Redis.Addr = "127.0.0.1:1" // not dialed
 		c.Redis.TLS, c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile = true, cfg.TLSCAFile, cfg.TLSCertFile, cfg.TLSKeyFile
-		_, _, closeAll, err := openRedis(c, zap.NewNop(), reg, nil)
+		_, _, closeAll, err := openRedis(c, zap.NewNop(), reg, metrics.New(prometheus.NewRegistry()))
 		if err != nil {
 			t.Fatal(err)
 		}

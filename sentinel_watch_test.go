@@ -8,11 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/metrics"
 )
 
 // Of three Sentinels, the one go-redis's failover client listens to goes
@@ -197,4 +200,25 @@ func TestConnsByAddrRefusesADialOverlappingAnAnnouncement(t *testing.T) {
 		t.Fatalf("a dial after the announcement: %v", err)
 	}
 	c.Close()
+}
+
+// A panic acting on an announcement is counted on combo_loop_panics_total
+// and logged, and the watch acts on the next one.
+func TestSentinelWatchCountsAPanicAndGoesOn(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	m := metrics.New(prometheus.NewRegistry())
+	panics := m.LoopPanics.WithLabelValues(metrics.LoopSentinelWatch)
+	w := &sentinelWatch{master: sentinelMaster, log: zap.New(core), panics: panics} // no conns: acting panics
+	w.switched("127.0.0.1:26379", sentinelMaster+" 10.0.0.1 6379 10.0.0.2 6379")
+	if n := testutil.ToFloat64(panics); n != 1 {
+		t.Fatalf("combo_loop_panics_total{loop=sentinel_watch} = %v, want 1", n)
+	}
+	if logs.FilterMessageSnippet("recovered panic").Len() != 1 {
+		t.Fatalf("logs %v, want the panic logged once", logs.All())
+	}
+	w.conns = newConnsByAddr()
+	w.switched("127.0.0.1:26379", sentinelMaster+" 10.0.0.1 6379 10.0.0.2 6379") // nothing to close: no panic
+	if n := testutil.ToFloat64(panics); n != 1 {
+		t.Fatalf("combo_loop_panics_total{loop=sentinel_watch} = %v after an announcement acted on, want 1", n)
+	}
 }

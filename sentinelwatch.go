@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -37,6 +38,7 @@ import (
 type sentinelWatch struct {
 	master string
 	log    *zap.Logger
+	panics prometheus.Counter
 	conns  *connsByAddr
 	subs   []*redis.PubSub
 	done   sync.WaitGroup
@@ -48,9 +50,10 @@ type sentinelWatch struct {
 // Its connections are made by dial, the service's own dialer (with TLS,
 // one that reads the files again at each dial, so a subscription made
 // again after a certificate's rotation presents the new one), untracked:
-// a Sentinel's connections are never a master's.
-func watchSentinels(r conf.Redis, tlsConfig *tls.Config, dial dialFunc, conns *connsByAddr, log *zap.Logger) *sentinelWatch {
-	w := &sentinelWatch{master: r.SentinelMaster, log: log, conns: conns}
+// a Sentinel's connections are never a master's. A panic acting on an
+// announcement is logged on log and counted on panics.
+func watchSentinels(r conf.Redis, tlsConfig *tls.Config, dial dialFunc, conns *connsByAddr, log *zap.Logger, panics prometheus.Counter) *sentinelWatch {
+	w := &sentinelWatch{master: r.SentinelMaster, log: log, panics: panics, conns: conns}
 	for _, addr := range r.SentinelAddrs {
 		o := nodeOptions(r, tlsConfig, addr, r.SentinelUsername, r.SentinelPassword)
 		o.Dialer = dial
@@ -72,11 +75,12 @@ func watchSentinels(r conf.Redis, tlsConfig *tls.Config, dial dialFunc, conns *c
 }
 
 // switched acts on one +switch-master announcement: "<name> <old ip>
-// <old port> <new ip> <new port>". A panic is logged and the watch goes
-// on: the next failover must still be acted on.
+// <old port> <new ip> <new port>". A panic is counted and logged and the
+// watch goes on: the next failover must still be acted on.
 func (w *sentinelWatch) switched(sentinel, payload string) {
 	defer func() {
 		if p := recover(); p != nil {
+			w.panics.Inc()
 			w.log.Error("recovered panic acting on a Sentinel's announcement", zap.String("sentinel", sentinel),
 				zap.String("payload", payload), zap.Any("panic", p), zap.Stack("stack"))
 		}

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/metrics"
 )
 
 // The watch_pushes hint names the host when redis-cli's default,
@@ -44,7 +45,7 @@ func TestWatchPushesHintNamesAHostOtherThanLoopback(t *testing.T) {
 	cfg := conf.Default()
 	cfg.Redis.EmbeddedAddr = "127.0.0.2:0"
 	core, logs := observer.New(zap.WarnLevel)
-	addr, _, closeAll, err := openRedis(cfg, zap.New(core), prometheus.NewRegistry(), nil)
+	addr, _, closeAll, err := openRedis(cfg, zap.New(core), prometheus.NewRegistry(), metrics.New(prometheus.NewRegistry()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,8 @@ const (
 
 // The background loops (label loop of combo_loop_panics_total): the
 // worker's, the one that reads which Redis Cluster node serves each
-// shard, the eviction watch, and the report path's shared pipelines.
+// shard, the eviction watch, the Sentinel watch, and the report path's
+// shared pipelines.
 const (
 	LoopRead         = "read"
 	LoopClaim        = "claim"
@@ -61,6 +62,9 @@ const (
 	LoopShardNodes   = "shard_nodes"
 	// LoopEvictionWatch is the loop reading Redis's maxmemory-policy.
 	LoopEvictionWatch = "eviction_watch"
+	// LoopSentinelWatch is the loop acting on the Sentinels' failover
+	// announcements.
+	LoopSentinelWatch = "sentinel_watch"
 	// LoopReportPipeline is the report path's shared pipelines, run by a
 	// caller or by the goroutine that carries on for queued calls.
 	LoopReportPipeline = "report_pipeline"
@@ -74,7 +78,7 @@ var (
 	reportOutcomes  = []string{OutcomeOK, OutcomeDuplicate, OutcomeDegraded, OutcomeInvalid, OutcomeUnavailable, OutcomeInternal, OutcomeCanceled, OutcomeDraining}
 	flushedStatuses = []string{FlushedPublished, FlushedStale, FlushedGone, FlushedLost}
 	redisOps        = []string{OpPrepare, OpRead, OpDrop, OpRetire, OpClaim, OpFlush, OpFlushScript, OpFinalRead, OpTime, OpStreamStats, OpPruneConsumers}
-	loops           = []string{LoopRead, LoopClaim, LoopFlush, LoopHousekeeping, LoopShardNodes, LoopEvictionWatch, LoopReportPipeline}
+	loops           = []string{LoopRead, LoopClaim, LoopFlush, LoopHousekeeping, LoopShardNodes, LoopEvictionWatch, LoopSentinelWatch, LoopReportPipeline}
 )
 
 // Metrics are the service's collectors.
