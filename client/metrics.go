@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cloudwego/kitex/pkg/kerrors"
+	"github.com/cloudwego/kitex/pkg/remote"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -68,17 +69,20 @@ func newMetrics(reg prometheus.Registerer, depth, oldest func() float64) (*metri
 	attempts := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricAttempts,
 		Help: "ReportContributions attempts by result: ok, or why the attempt failed (" +
-			"invalid_argument, unavailable, internal: the service's ComboError codes; timeout: no " +
-			"answer within RPCTimeout; connection: no connection to a replica, or one lost mid-call; " +
-			"canceled: abandoned by a Close that gave up; bad_response, sender_panicked, other).",
+			"invalid_argument, unavailable, internal: the service's ComboError codes, internal also " +
+			"for an exception Kitex answered in the handler's place; timeout: no answer within " +
+			"RPCTimeout, a replica that could not be dialed within it included; connection: a " +
+			"connection refused, or lost mid-call; canceled: abandoned by a Close that gave up; " +
+			"bad_response, sender_panicked, other).",
 	}, []string{"result"})
 	attemptTime := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: metricAttemptTime,
 		Help: "Time each ReportContributions attempt took, from the call to its answer or failure, " +
 			"whatever the result.",
-		// 0.5 ms to 4 s: a local service answers a batch in about a
-		// millisecond; a timed-out attempt takes RPCTimeout (1 s by default).
-		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		// 0.5 ms to 16 s: a local service answers a batch in about a
+		// millisecond; a timed-out attempt takes RPCTimeout (1 s by
+		// default, longer where a caller sets it so).
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 	})
 	m := &metrics{reg: reg}
 	if reg != nil {
@@ -192,13 +196,19 @@ func attemptResult(err error) string {
 		}
 		return resultOther
 	}
+	// An application exception the replica answered (Kitex recovered a
+	// panic in the handler, or the replica lacks the method), which Kitex
+	// wraps in ErrRemoteOrNetwork: the replica was reached, and failed.
+	if _, ok := errors.AsType[*remote.TransError](err); ok {
+		return resultInternal
+	}
 	switch {
 	case errors.Is(err, ErrSenderPanicked):
 		return resultSenderPanicked
 	case errors.Is(err, ErrBadResponse):
 		return resultBadResponse
-	// Canceled before timeout: an attempt a Close abandoned may also
-	// report its deadline as the cause.
+	// Canceled before timeout: Kitex reports an attempt a Close abandoned
+	// as ErrRPCTimeout caused by context.Canceled.
 	case errors.Is(err, context.Canceled), errors.Is(err, kerrors.ErrCanceledByBusiness):
 		return resultCanceled
 	case kerrors.IsTimeoutError(err), errors.Is(err, context.DeadlineExceeded),

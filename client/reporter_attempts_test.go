@@ -10,6 +10,7 @@ import (
 
 	"github.com/cloudwego/kitex/client/callopt"
 	"github.com/cloudwego/kitex/pkg/kerrors"
+	"github.com/cloudwego/kitex/pkg/remote"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
@@ -20,7 +21,8 @@ import (
 // answering.
 type scriptedService struct {
 	slowService
-	steps chan scriptStep
+	steps    chan scriptStep
+	received chan struct{} // if set, told of each call as it takes its step
 }
 
 type scriptStep struct {
@@ -30,6 +32,9 @@ type scriptStep struct {
 
 func (s *scriptedService) ReportContributions(ctx context.Context, req *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
 	step := <-s.steps
+	if s.received != nil {
+		s.received <- struct{}{}
+	}
 	if step.delay > 0 {
 		select {
 		case <-time.After(step.delay):
@@ -208,6 +213,8 @@ func TestAttemptResult(t *testing.T) {
 		{kerrors.ErrTimeoutByBusiness.WithCause(errors.New("deadline")), resultTimeout},
 		{context.DeadlineExceeded, resultTimeout},
 		{kerrors.ErrCanceledByBusiness.WithCause(errors.New("canceled")), resultCanceled},
+		{kerrors.ErrRPCTimeout.WithCause(context.Canceled), resultCanceled}, // as Kitex reports an abandoned call
+		{kerrors.ErrRemoteOrNetwork.WithCause(remote.NewTransErrorWithMsg(remote.InternalError, "panic")), resultInternal},
 		{context.Canceled, resultCanceled},
 		{kerrors.ErrGetConnection.WithCause(errors.New("dial tcp: refused")), resultConnection},
 		{kerrors.ErrRemoteOrNetwork.WithCause(errors.New("connection reset by peer")), resultConnection},
@@ -229,4 +236,73 @@ type shortSender struct{}
 
 func (shortSender) ReportContributions(context.Context, *combo.ReportContributionsRequest, ...callopt.Option) (*combo.ReportContributionsResponse, error) {
 	return &combo.ReportContributionsResponse{}, nil
+}
+
+// panickingService's handler panics; Kitex recovers it and answers an
+// application exception.
+type panickingService struct{ slowService }
+
+func (panickingService) ReportContributions(context.Context, *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
+	panic("handler bug")
+}
+
+// A replica that answers with an exception Kitex raised in its handler's
+// place was reached, and failed: internal, not connection (Kitex wraps the
+// exception in its "remote or network" error).
+func TestAttemptAnsweredWithAnExceptionIsInternal(t *testing.T) {
+	addr := startKitex(t, &panickingService{slowService{stop: make(chan struct{})}})
+	cli, err := NewClient([]string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	drops := newDropLog()
+	r := newTestReporter(t, cli, ReporterOptions{BatchSize: 1, MaxRetries: -1, OnDrop: drops.onDrop, Registerer: reg})
+	mustReport(t, r, 1)
+	drops.recv(t)
+	closeWithin(t, r)
+	wantAttempts(t, reg, map[string]float64{resultInternal: 1})
+}
+
+// An attempt over real Kitex that a Close which gave up abandoned is
+// canceled, not timeout: Kitex reports it as an RPC timeout caused by
+// context.Canceled.
+func TestAttemptAbandonedByCloseOverKitexIsCanceled(t *testing.T) {
+	svc := &scriptedService{slowService: slowService{stop: make(chan struct{})}, steps: make(chan scriptStep, 1),
+		received: make(chan struct{}, 1)}
+	addr := startKitex(t, svc)
+	t.Cleanup(func() { close(svc.stop) })
+	cli, err := NewClient([]string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	drops := newDropLog()
+	r := newTestReporter(t, cli, ReporterOptions{BatchSize: 1, RPCTimeout: time.Hour, OnDrop: drops.onDrop, Registerer: reg})
+	svc.steps <- scriptStep{delay: time.Hour}
+	mustReport(t, r, 1)
+	select {
+	case <-svc.received:
+	case <-time.After(waitFor):
+		t.Fatal("the service got no call")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Close(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close = %v, want context.Canceled", err)
+	}
+	drops.recv(t)
+	wantAttempts(t, reg, map[string]float64{resultCanceled: 1})
+}
+
+// A Reporter that replaces a closed one on the same Registerer counts its
+// attempts on in the closed one's series, as the other counters do.
+func TestAttemptMetricsCountOnAcrossClose(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	for id := range int64(2) {
+		r := newTestReporter(t, newFake(nil), ReporterOptions{Registerer: reg, BatchSize: 1})
+		mustReport(t, r, id+1)
+		closeWithin(t, r)
+	}
+	wantAttempts(t, reg, map[string]float64{resultOK: 2})
 }
