@@ -263,6 +263,31 @@ func TestCanceledCallerIsNoInternalError(t *testing.T) {
 	}
 }
 
+// A replica that is stopping answers UNAVAILABLE (the call should go to
+// another replica), not INTERNAL, which a caller other than client.Reporter
+// may take as final: every deploy would drop the reports in flight.
+func TestDrainingReplicaAnswersUnavailable(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	h := New(&scriptedStore{}, 3*time.Second, m, zap.NewNop())
+	if err := h.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c := &combo.Contribution{Id: 1, ActivityId: 7, UserId: 42, ItemId: 3, ItemType: "rose", Quantity: 1, CreatedAt: 1732950000000}
+	_, err := h.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: c})
+	var ce *combo.ComboError
+	if !errors.As(err, &ce) || ce.Code != CodeUnavailable {
+		t.Fatalf("report to a draining replica: %v, want UNAVAILABLE", err)
+	}
+	_, err = h.ReportContributions(context.Background(), &combo.ReportContributionsRequest{Contributions: []*combo.Contribution{c}})
+	if !errors.As(err, &ce) || ce.Code != CodeUnavailable {
+		t.Fatalf("batch to a draining replica: %v, want UNAVAILABLE", err)
+	}
+	if n := testutil.ToFloat64(m.Reports.WithLabelValues(metrics.OutcomeDraining)); n != 2 {
+		t.Errorf("%v reports counted draining, want 2", n)
+	}
+}
+
 // A refused report is logged, naming the field: a caller that regressed
 // (times in seconds) has every report refused, and the count alone does
 // not say why. The logger in main is sampled, so a flood writes little.

@@ -130,6 +130,9 @@ func TestMergeLatest(t *testing.T) {
 		{"empty records", &combo.MergeLatestRequest{ActivityId: 1}, ""},
 		{"nil", nil, "req: required"},
 		{"activity", &combo.MergeLatestRequest{ActivityId: 0}, "activity_id: must be > 0"},
+		// The contract's bound itself is taken: a gateway polling a full
+		// page must not get an empty feed.
+		{"at the bound", &combo.MergeLatestRequest{ActivityId: 1, Records: make([]*combo.ContributionRecord, MaxMergeRecords)}, ""},
 		{"too many", &combo.MergeLatestRequest{ActivityId: 1, Records: make([]*combo.ContributionRecord, MaxMergeRecords+1)}, "records: must hold at most 10000"},
 	}
 	for _, tc := range cases {
