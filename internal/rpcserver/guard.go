@@ -83,13 +83,15 @@ type guardedCodec struct {
 	inner    remote.Codec
 	meta     remote.MetaDecoder
 	maxAhead int
+	large    *inFlight // nil: no budget
 }
 
 // newGuardedCodec returns the guarded default codec, refusing a request
-// whose connection holds more than maxAhead bytes past it.
-func newGuardedCodec(maxAhead int) remote.Codec {
+// whose connection holds more than maxAhead bytes past it, and admitting
+// large requests within large's budget.
+func newGuardedCodec(maxAhead int, large *inFlight) remote.Codec {
 	inner := codec.NewDefaultCodecWithSizeLimit(MaxRequestBytes)
-	return guardedCodec{inner: inner, meta: inner.(remote.MetaDecoder), maxAhead: maxAhead}
+	return guardedCodec{inner: inner, meta: inner.(remote.MetaDecoder), maxAhead: maxAhead, large: large}
 }
 
 const errUnframed = "combo-service takes framed requests only (TTHeader or Framed transport): " +
@@ -135,6 +137,12 @@ func (g guardedCodec) DecodePayload(ctx context.Context, msg remote.Message, in 
 	n := msg.PayloadLen()
 	if n <= 0 {
 		return perrors.NewProtocolErrorWithType(perrors.InvalidData, noPayload(msg, n))
+	}
+	// Room first: peeking a large request makes netpoll copy it whole
+	// into one slice, and decoding and answering it hold as much again.
+	// Given back when its RPC ends, however it ends.
+	if err := g.large.admit(msg.RPCInfo(), n); err != nil {
+		return perrors.NewProtocolErrorWithType(perrors.InvalidData, "combo-service: request refused: "+err.Error())
 	}
 	buf, err := in.Peek(n)
 	if errors.Is(err, netpoll.ErrReadTimeout) {

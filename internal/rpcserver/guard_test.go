@@ -228,7 +228,7 @@ func serveWith(t *testing.T, maxConns int, idle, readWrite time.Duration) string
 // ahead on a connection.
 func serveAhead(t *testing.T, maxConns int, idle, readWrite time.Duration, maxAhead int) string {
 	t.Helper()
-	return runServer(t, &okService{}, options(prometheus.NewRegistry(), maxConns, idle, readWrite, maxAhead)...)
+	return runServer(t, &okService{}, options(prometheus.NewRegistry(), maxConns, idle, readWrite, maxAhead, newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout))...)
 }
 
 // runServer serves svc with opts on a listener of its own until the test
@@ -669,7 +669,7 @@ func decodeError(b []byte) error {
 	ri := rpcinfo.NewRPCInfo(rpcinfo.NewEndpointInfo("", "", nil, nil), rpcinfo.NewEndpointInfo("", "", nil, nil),
 		rpcinfo.NewInvocation("", ""), rpcinfo.NewRPCConfig(), rpcinfo.NewRPCStats())
 	msg := remote.NewMessage(nil, ri, remote.Call, remote.Server)
-	g := newGuardedCodec(MaxAheadBytes).(guardedCodec)
+	g := newGuardedCodec(MaxAheadBytes, nil).(guardedCodec)
 	g.meta = noPayloadDecoding{g.meta}
 	return g.Decode(context.Background(), msg, remote.NewReaderBuffer(b))
 }

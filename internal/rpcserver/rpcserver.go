@@ -105,13 +105,15 @@ const MaxUnreadTotalBytes = 1 << 30
 // timed (kitex_server_throughput, kitex_server_latency_us) on reg. At most
 // maxConns connections are held at once (server.max_connections), idle
 // ones are closed (MaxConnIdle), and a request is bounded and checked
-// before it is decoded (guardedCodec), and must arrive within
+// before it is decoded (guardedCodec), large ones within a budget of bytes
+// in flight (MaxLargeInFlightBytes), and must arrive within
 // ReadWriteTimeout; an answer must be taken within it too.
 func Options(reg prometheus.Registerer, maxConns int) []server.Option {
-	return options(reg, maxConns, MaxConnIdle, ReadWriteTimeout, MaxAheadBytes)
+	return options(reg, maxConns, MaxConnIdle, ReadWriteTimeout, MaxAheadBytes,
+		newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout))
 }
 
-func options(reg prometheus.Registerer, maxConns int, idle, readWrite time.Duration, maxAhead int) []server.Option {
+func options(reg prometheus.Registerer, maxConns int, idle, readWrite time.Duration, maxAhead int, large *inFlight) []server.Option {
 	return []server.Option{
 		server.WithReadWriteTimeout(readWrite),
 		// Only Kitex's netpoll transports (TTHeader, Framed): its default
@@ -119,13 +121,17 @@ func options(reg prometheus.Registerer, maxConns int, idle, readWrite time.Durat
 		// which decode with codecs of their own, past guardedCodec. A
 		// gRPC request claiming a 2^31-item list killed the process.
 		server.WithTransHandlerFactory(knetpoll.NewSvrTransHandlerFactory()),
-		server.WithCodec(newGuardedCodec(maxAhead)),
+		server.WithCodec(newGuardedCodec(maxAhead, large)),
 		server.WithConnectionLimiter(limiter.NewConnectionLimiter(maxConns)),
 		server.WithBoundHandler(newIdleCloser(idle)),
 		server.WithBoundHandler(writeTimeout{timeout: readWrite}),
 		server.WithBoundHandler(newUnreadCloser(MaxRequestBytes+maxAhead, MaxUnreadTotalBytes, unreadInterval)),
 		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: client.ServiceName}),
 		server.WithTracer(metrics.NewRPCTracer(reg)),
+		// After the metrics tracer: Kitex finishes tracers in reverse, so
+		// the large requests' budget is given back first, whatever the
+		// others do.
+		server.WithTracer(large),
 		// The tracer reads only the RPC's start and finish: recording
 		// Kitex's detailed events (read, write, handle...) as well cost 4%
 		// of the service's CPU per RPC.

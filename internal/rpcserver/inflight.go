@@ -1,0 +1,85 @@
+package rpcserver
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cloudwego/kitex/pkg/rpcinfo"
+	"github.com/cloudwego/kitex/pkg/stats"
+	"golang.org/x/sync/semaphore"
+)
+
+// Bounds on the large requests a replica works on at once.
+const (
+	// LargeRequestBytes is the size from which a request counts against
+	// MaxLargeInFlightBytes: MergeLatest pages and batches of long
+	// strings. Reports and ordinary batches, a few KB, never wait.
+	LargeRequestBytes = 1 << 20
+	// MaxLargeInFlightBytes bounds the bytes of large requests decoded,
+	// handled and answered at once. Each costs about four times its size
+	// while in flight (its bytes, its decoded rows, its encoded answer,
+	// and the GC's headroom): a review measured the largest valid
+	// MergeLatest, 47 MB, at about 200 MB of RSS each, and ten at once took
+	// a replica to 1.9 GB. 128 MiB lets two of the largest run at once.
+	// A large request past the bound waits for room holding only its bytes
+	// (bounded with every connection's unread bytes, MaxUnreadTotalBytes),
+	// up to ReadWriteTimeout, then is refused and its connection closed.
+	// Room is taken before the bytes are all there: a peer sending a large
+	// request slowly holds its room until it arrives or ReadWriteTimeout
+	// cuts it, delaying other large requests (never reports) that long.
+	MaxLargeInFlightBytes = 128 << 20
+)
+
+// inFlight admits large requests within a byte budget: a request takes
+// its size (at most the whole budget) once its header has given it, before
+// its bytes are peeked whole and decoded (guardedCodec.DecodePayload), and
+// gives it back when its RPC ends. It is
+// a stats.Tracer for that: Kitex calls Finish once for every RPC whose
+// decoding began, after its answer is written or however it failed
+// (OnRead's deferred finishTracer), before the RPCInfo is reused for the
+// connection's next request.
+type inFlight struct {
+	sem  *semaphore.Weighted
+	max  int64
+	wait time.Duration
+	held sync.Map // rpcinfo.RPCInfo -> int64 taken, until the RPC's Finish
+}
+
+func newInFlight(maxBytes int64, wait time.Duration) *inFlight {
+	return &inFlight{sem: semaphore.NewWeighted(maxBytes), max: maxBytes, wait: wait}
+}
+
+// admit takes n bytes of the budget for ri's request if it is large,
+// waiting up to f.wait for them.
+func (f *inFlight) admit(ri rpcinfo.RPCInfo, n int) error {
+	if f == nil || n < LargeRequestBytes {
+		return nil
+	}
+	w := min(int64(n), f.max) // larger than the budget: it runs alone
+	ctx, cancel := context.WithTimeout(context.Background(), f.wait)
+	defer cancel()
+	if err := f.sem.Acquire(ctx, w); err != nil {
+		return fmt.Errorf("%d bytes of large requests already in flight on this replica, the most it works on "+
+			"at once (rpcserver.MaxLargeInFlightBytes), for the %s it waited: send it again, or to another replica",
+			f.max, f.wait)
+	}
+	f.held.Store(ri, w)
+	return nil
+}
+
+var _ stats.Tracer = (*inFlight)(nil)
+
+func (f *inFlight) Start(ctx context.Context) context.Context { return ctx }
+
+// Finish gives back what the RPC's request took, if anything.
+func (f *inFlight) Finish(ctx context.Context) {
+	ri := rpcinfo.GetRPCInfo(ctx)
+	if ri == nil {
+		return
+	}
+	if w, ok := f.held.LoadAndDelete(ri); ok {
+		f.sem.Release(w.(int64))
+	}
+}
