@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cloudwego/gopkg/protocol/thrift"
 	"github.com/cloudwego/kitex/pkg/remote"
@@ -138,17 +139,24 @@ func (g guardedCodec) DecodePayload(ctx context.Context, msg remote.Message, in 
 	if n <= 0 {
 		return perrors.NewProtocolErrorWithType(perrors.InvalidData, noPayload(msg, n))
 	}
-	// Room first: peeking a large request makes netpoll copy it whole
-	// into one slice, and decoding and answering it hold as much again.
-	// Given back when its RPC ends, however it ends.
-	if err := g.large.admit(msg.RPCInfo(), n); err != nil {
-		return perrors.NewProtocolErrorWithType(perrors.InvalidData, "combo-service: request refused: "+err.Error())
+	readTimeout := msg.RPCInfo().Config().ReadWriteTimeout()
+	if n >= LargeRequestBytes && g.large != nil {
+		// Room for a large request is taken once its bytes are all here,
+		// not on its header's word (8 bytes claiming 64 MiB held that
+		// much room for the read timeout), and before it is peeked:
+		// peeking it makes netpoll copy it whole into one slice, and
+		// decoding and answering it hold as much again. Given back when
+		// its RPC ends, however it ends.
+		if !arrived(in, n, readTimeout) {
+			return perrors.NewProtocolErrorWithErrMsg(netpoll.ErrReadTimeout, readTimedOut(n, readTimeout))
+		}
+		if err := g.large.admit(msg.RPCInfo(), n); err != nil {
+			return perrors.NewProtocolErrorWithType(perrors.InvalidData, "combo-service: request refused: "+err.Error())
+		}
 	}
 	buf, err := in.Peek(n)
 	if errors.Is(err, netpoll.ErrReadTimeout) {
-		return perrors.NewProtocolErrorWithErrMsg(err, fmt.Sprintf("combo-service: read the request: "+
-			"%d bytes did not arrive within the read timeout (%s, rpcserver.ReadWriteTimeout): %v",
-			n, msg.RPCInfo().Config().ReadWriteTimeout(), err))
+		return perrors.NewProtocolErrorWithErrMsg(err, readTimedOut(n, readTimeout)+": "+err.Error())
 	}
 	if err != nil {
 		return perrors.NewProtocolErrorWithErrMsg(err, "combo-service: read the request: "+err.Error())
@@ -162,6 +170,27 @@ func (g guardedCodec) DecodePayload(ctx context.Context, msg remote.Message, in 
 			"a connection may send ahead", ahead, g.maxAhead))
 	}
 	return g.meta.DecodePayload(ctx, msg, in)
+}
+
+func readTimedOut(n int, timeout time.Duration) string {
+	return fmt.Sprintf("combo-service: read the request: %d bytes did not arrive within the read timeout "+
+		"(%s, rpcserver.ReadWriteTimeout)", n, timeout)
+}
+
+// arrived waits until in holds n bytes, without copying them (a Peek of
+// bytes spread over netpoll's buffers copies them into one slice), and
+// says whether they came within timeout. netpoll reads what the peer
+// sends by itself; this polls, from 100 µs to every 5 ms, for large
+// requests only.
+func arrived(in remote.ByteBuffer, n int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for wait := 100 * time.Microsecond; in.ReadableLen() < n; wait = min(2*wait, 5*time.Millisecond) {
+		if timeout > 0 && time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(wait)
+	}
+	return true
 }
 
 // CheckRequest walks a Thrift binary message (its header and its

@@ -23,18 +23,18 @@ const (
 	// and the GC's headroom): a review measured the largest valid
 	// MergeLatest, 47 MB, at about 200 MB of RSS each, and ten at once took
 	// a replica to 1.9 GB. 128 MiB lets two of the largest run at once.
-	// A large request past the bound waits for room holding only its bytes
-	// (bounded with every connection's unread bytes, MaxUnreadTotalBytes),
-	// up to ReadWriteTimeout, then is refused and its connection closed.
-	// Room is taken before the bytes are all there: a peer sending a large
-	// request slowly holds its room until it arrives or ReadWriteTimeout
-	// cuts it, delaying other large requests (never reports) that long.
+	// A large request takes its room once its bytes have all arrived; past
+	// the bound it waits for room holding only those bytes (bounded with
+	// every connection's unread bytes, MaxUnreadTotalBytes), up to
+	// ReadWriteTimeout, then is refused and its connection closed (its
+	// caller sees the connection closed, as for the guard's other
+	// refusals).
 	MaxLargeInFlightBytes = 128 << 20
 )
 
 // inFlight admits large requests within a byte budget: a request takes
-// its size (at most the whole budget) once its header has given it, before
-// its bytes are peeked whole and decoded (guardedCodec.DecodePayload), and
+// its size (at most the whole budget) once its bytes have arrived, before
+// they are peeked whole and decoded (guardedCodec.DecodePayload), and
 // gives it back when its RPC ends. It is
 // a stats.Tracer for that: Kitex calls Finish once for every RPC whose
 // decoding began, after its answer is written or however it failed
@@ -51,12 +51,9 @@ func newInFlight(maxBytes int64, wait time.Duration) *inFlight {
 	return &inFlight{sem: semaphore.NewWeighted(maxBytes), max: maxBytes, wait: wait}
 }
 
-// admit takes n bytes of the budget for ri's request if it is large,
-// waiting up to f.wait for them.
+// admit takes n bytes of the budget for ri's large request, waiting up
+// to f.wait for them.
 func (f *inFlight) admit(ri rpcinfo.RPCInfo, n int) error {
-	if f == nil || n < LargeRequestBytes {
-		return nil
-	}
 	w := min(int64(n), f.max) // larger than the budget: it runs alone
 	ctx, cancel := context.WithTimeout(context.Background(), f.wait)
 	defer cancel()
@@ -76,7 +73,7 @@ func (f *inFlight) Start(ctx context.Context) context.Context { return ctx }
 // Finish gives back what the RPC's request took, if anything.
 func (f *inFlight) Finish(ctx context.Context) {
 	ri := rpcinfo.GetRPCInfo(ctx)
-	if ri == nil {
+	if f == nil || ri == nil {
 		return
 	}
 	if w, ok := f.held.LoadAndDelete(ri); ok {

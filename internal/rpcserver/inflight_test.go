@@ -2,6 +2,8 @@ package rpcserver
 
 import (
 	"context"
+	"encoding/binary"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -171,4 +173,55 @@ func waitWhole(t *testing.T, large *inFlight) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	large.sem.Release(large.max)
+}
+
+// A large request takes its room once its bytes are here, not on its
+// header's word: 8 bytes claiming 64 MiB, never followed by more, held
+// that much room (the whole budget, two such connections in production)
+// until the read timeout cut them, and every large call meanwhile waited
+// or was refused.
+func TestAHeaderAloneTakesNoRoom(t *testing.T) {
+	svc := &heldMerge{release: make(chan struct{}), entered: make(chan struct{}, 1)}
+	close(svc.release)
+	large := newInFlight(2<<20, 500*time.Millisecond)
+	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large)...)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A Framed length of 64 MiB and a Thrift binary version: then nothing.
+	if _, err := conn.Write(append(binary.BigEndian.AppendUint32(nil, MaxRequestBytes), 0x80, 0x01, 0x00, 0x01)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // no event tells the header was read: give it time
+	start := time.Now()
+	if _, err := mergeClient(t, addr).MergeLatest(context.Background(), largeMerge(1_200_000),
+		callopt.WithRPCTimeout(20*time.Second)); err != nil {
+		t.Fatalf("a large request while a header alone waits for its bytes: %v after %v", err, time.Since(start))
+	}
+}
+
+// Room is given back once per large request: the next requests on its
+// connection, whose RPCInfo Kitex reuses, give back nothing more (a
+// semaphore given back more than it lent lets more than the budget in).
+func TestRoomIsGivenBackOncePerRequest(t *testing.T) {
+	svc := &heldMerge{release: make(chan struct{}), entered: make(chan struct{}, 4)}
+	close(svc.release)
+	large := newInFlight(2<<20, 10*time.Second)
+	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large)...)
+	cli := mergeClient(t, addr)
+	for _, size := range []int{1_200_000, 10, 10, 10} { // one after another: one pooled connection
+		if _, err := cli.MergeLatest(context.Background(), largeMerge(size), callopt.WithRPCTimeout(20*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitWhole(t, large)
+	if !large.sem.TryAcquire(large.max) {
+		t.Fatal("the budget is not whole")
+	}
+	defer large.sem.Release(large.max)
+	if large.sem.TryAcquire(1) {
+		t.Fatal("more room than the budget: a request's room was given back twice")
+	}
 }

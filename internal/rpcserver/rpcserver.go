@@ -128,9 +128,9 @@ func options(reg prometheus.Registerer, maxConns int, idle, readWrite time.Durat
 		server.WithBoundHandler(newUnreadCloser(MaxRequestBytes+maxAhead, MaxUnreadTotalBytes, unreadInterval)),
 		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: client.ServiceName}),
 		server.WithTracer(metrics.NewRPCTracer(reg)),
-		// After the metrics tracer: Kitex finishes tracers in reverse, so
-		// the large requests' budget is given back first, whatever the
-		// others do.
+		// Last: Kitex finishes tracers in reverse, and a tracer that
+		// panics ends the round, so the large requests' budget is given
+		// back first. A caller adding tracers of its own must keep it so.
 		server.WithTracer(large),
 		// The tracer reads only the RPC's start and finish: recording
 		// Kitex's detailed events (read, write, handle...) as well cost 4%
