@@ -8,6 +8,8 @@ import (
 
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/pkg/stats"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"golang.org/x/sync/semaphore"
 )
 
@@ -45,23 +47,42 @@ type inFlight struct {
 	max  int64
 	wait time.Duration
 	held sync.Map // rpcinfo.RPCInfo -> int64 taken, until the RPC's Finish
+
+	atOnce, waited, refused prometheus.Counter
 }
 
-func newInFlight(maxBytes int64, wait time.Duration) *inFlight {
-	return &inFlight{sem: semaphore.NewWeighted(maxBytes), max: maxBytes, wait: wait}
+// newInFlight returns a budget of maxBytes, for which a large request
+// waits up to wait, counting admissions on reg (nil: not exported).
+func newInFlight(maxBytes int64, wait time.Duration, reg prometheus.Registerer) *inFlight {
+	admissions := promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
+		Name: "combo_large_requests_total",
+		Help: "Requests of 1 MiB or more (MergeLatest pages, large batches) by admission into the " +
+			"bytes a replica works on at once (128 MiB): at_once, waited (for room), or refused " +
+			"(no room within the read timeout: the caller saw its connection closed).",
+	}, []string{"admission"})
+	return &inFlight{sem: semaphore.NewWeighted(maxBytes), max: maxBytes, wait: wait,
+		atOnce: admissions.WithLabelValues("at_once"), waited: admissions.WithLabelValues("waited"),
+		refused: admissions.WithLabelValues("refused")}
 }
 
 // admit takes n bytes of the budget for ri's large request, waiting up
 // to f.wait for them.
 func (f *inFlight) admit(ri rpcinfo.RPCInfo, n int) error {
 	w := min(int64(n), f.max) // larger than the budget: it runs alone
+	if f.sem.TryAcquire(w) {
+		f.atOnce.Inc()
+		f.held.Store(ri, w)
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.wait)
 	defer cancel()
 	if err := f.sem.Acquire(ctx, w); err != nil {
+		f.refused.Inc()
 		return fmt.Errorf("%d bytes of large requests already in flight on this replica, the most it works on "+
 			"at once (rpcserver.MaxLargeInFlightBytes), for the %s it waited: send it again, or to another replica",
 			f.max, f.wait)
 	}
+	f.waited.Inc()
 	f.held.Store(ri, w)
 	return nil
 }

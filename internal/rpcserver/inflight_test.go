@@ -3,6 +3,7 @@ package rpcserver
 import (
 	"context"
 	"encoding/binary"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -70,7 +71,8 @@ func mergeClient(t *testing.T, addr string) comboservice.Client {
 func TestLargeRequestsWaitForRoomInTheBudget(t *testing.T) {
 	const budget = 3 << 20 // two requests of 1.2 MB, not three
 	svc := &heldMerge{release: make(chan struct{}), entered: make(chan struct{}, 3)}
-	large := newInFlight(budget, 10*time.Second)
+	reg := prometheus.NewRegistry()
+	large := newInFlight(budget, 10*time.Second, reg)
 	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large)...)
 	cli := mergeClient(t, addr)
 
@@ -109,6 +111,7 @@ func TestLargeRequestsWaitForRoomInTheBudget(t *testing.T) {
 	if atOnce != 2 {
 		t.Fatalf("%d large requests were handled at once, want 2 within %d bytes", atOnce, budget)
 	}
+	wantAdmissions(t, reg, map[string]float64{"at_once": 2, "waited": 1, "refused": 0})
 	waitWhole(t, large)
 }
 
@@ -116,7 +119,8 @@ func TestLargeRequestsWaitForRoomInTheBudget(t *testing.T) {
 func TestLargeRequestRefusedAfterWaitingItsBound(t *testing.T) {
 	const budget = 2 << 20
 	svc := &heldMerge{release: make(chan struct{}), entered: make(chan struct{}, 2)}
-	large := newInFlight(budget, 500*time.Millisecond)
+	reg := prometheus.NewRegistry()
+	large := newInFlight(budget, 500*time.Millisecond, reg)
 	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large)...)
 	cli := mergeClient(t, addr)
 
@@ -138,6 +142,7 @@ func TestLargeRequestRefusedAfterWaitingItsBound(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatalf("the first large request: %v", err)
 	}
+	wantAdmissions(t, reg, map[string]float64{"at_once": 1, "waited": 0, "refused": 1})
 	waitWhole(t, large)
 }
 
@@ -145,7 +150,7 @@ func TestLargeRequestRefusedAfterWaitingItsBound(t *testing.T) {
 // all the same: Kitex finishes the RPC when its answer cannot be written.
 func TestLargeRequestWhoseCallerLeftGivesItsRoomBack(t *testing.T) {
 	svc := &heldMerge{release: make(chan struct{}), entered: make(chan struct{}, 1)}
-	large := newInFlight(2<<20, 10*time.Second)
+	large := newInFlight(2<<20, 10*time.Second, nil)
 	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large)...)
 	cli := mergeClient(t, addr)
 	done := make(chan error, 1)
@@ -183,7 +188,7 @@ func waitWhole(t *testing.T, large *inFlight) {
 func TestAHeaderAloneTakesNoRoom(t *testing.T) {
 	svc := &heldMerge{release: make(chan struct{}), entered: make(chan struct{}, 1)}
 	close(svc.release)
-	large := newInFlight(2<<20, 500*time.Millisecond)
+	large := newInFlight(2<<20, 500*time.Millisecond, nil)
 	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large)...)
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -208,7 +213,7 @@ func TestAHeaderAloneTakesNoRoom(t *testing.T) {
 func TestRoomIsGivenBackOncePerRequest(t *testing.T) {
 	svc := &heldMerge{release: make(chan struct{}), entered: make(chan struct{}, 4)}
 	close(svc.release)
-	large := newInFlight(2<<20, 10*time.Second)
+	large := newInFlight(2<<20, 10*time.Second, nil)
 	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large)...)
 	cli := mergeClient(t, addr)
 	for _, size := range []int{1_200_000, 10, 10, 10} { // one after another: one pooled connection
@@ -223,5 +228,27 @@ func TestRoomIsGivenBackOncePerRequest(t *testing.T) {
 	defer large.sem.Release(large.max)
 	if large.sem.TryAcquire(1) {
 		t.Fatal("more room than the budget: a request's room was given back twice")
+	}
+}
+
+// wantAdmissions fails unless combo_large_requests_total reads want, by
+// admission.
+func wantAdmissions(t *testing.T, reg *prometheus.Registry, want map[string]float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "combo_large_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("combo_large_requests_total by admission: %v, want %v", got, want)
 	}
 }

@@ -102,7 +102,8 @@ const MaxUnreadTotalBytes = 1 << 30
 
 // Options are the server options every combo-service RPC server shares;
 // the caller adds its listener and how it stops. RPCs are counted and
-// timed (kitex_server_throughput, kitex_server_latency_us) on reg. At most
+// timed (kitex_server_throughput, kitex_server_latency_us) on reg, and
+// large requests' admissions counted (combo_large_requests_total). At most
 // maxConns connections are held at once (server.max_connections), idle
 // ones are closed (MaxConnIdle), and a request is bounded and checked
 // before it is decoded (guardedCodec), large ones within a budget of bytes
@@ -110,7 +111,7 @@ const MaxUnreadTotalBytes = 1 << 30
 // ReadWriteTimeout; an answer must be taken within it too.
 func Options(reg prometheus.Registerer, maxConns int) []server.Option {
 	return options(reg, maxConns, MaxConnIdle, ReadWriteTimeout, MaxAheadBytes,
-		newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout))
+		newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout, reg))
 }
 
 func options(reg prometheus.Registerer, maxConns int, idle, readWrite time.Duration, maxAhead int, large *inFlight) []server.Option {

@@ -25,7 +25,7 @@ func TestPeerSendingWhileItsAnswerWaitsIsCut(t *testing.T) {
 	const maxAhead = 1 << 20
 	const limit = MaxRequestBytes + maxAhead
 	gone := closed{ch: make(chan struct{}, 1)}
-	addr := runServer(t, &bigAnswers{}, append(options(prometheus.NewRegistry(), 100, time.Minute, 30*time.Second, maxAhead, newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout)),
+	addr := runServer(t, &bigAnswers{}, append(options(prometheus.NewRegistry(), 100, time.Minute, 30*time.Second, maxAhead, newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout, nil)),
 		server.WithBoundHandler(gone))...)
 	conn := askMergeLatest(t, addr)
 	defer conn.Close()
@@ -77,7 +77,7 @@ func (s *slowMerge) MergeLatest(context.Context, *combo.MergeLatestRequest) (*co
 func TestPeerSendingWhileItsRequestRunsIsCut(t *testing.T) {
 	const maxAhead = 1 << 20
 	const runs = 4 * time.Second
-	addr := runServer(t, &slowMerge{runs: runs}, options(prometheus.NewRegistry(), 100, time.Minute, ReadWriteTimeout, maxAhead, newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout))...)
+	addr := runServer(t, &slowMerge{runs: runs}, options(prometheus.NewRegistry(), 100, time.Minute, ReadWriteTimeout, maxAhead, newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout, nil))...)
 	conn := askMergeLatest(t, addr)
 	defer conn.Close()
 	start := time.Now()
