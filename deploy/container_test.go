@@ -1013,10 +1013,11 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	return names
 }
 
-// exportedLabelValues are the label values metrics/metrics.go exports at 0
-// for each metric and label, read from its value lists (reportOutcomes and
-// the like) and the constants they name. A matcher on any other value
-// would select nothing, and its alert would never fire.
+// exportedLabelValues are the label values metrics/metrics.go and
+// internal/rpcserver/inflight.go export at 0 for each metric and label,
+// read from their value lists (reportOutcomes and the like) and the
+// constants they name. A matcher on any other value would select nothing,
+// and its alert would never fire.
 func exportedLabelValues(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	lists := map[string]string{ // list name: metric{label}
@@ -1024,13 +1025,29 @@ func exportedLabelValues(t *testing.T) map[string]map[string]bool {
 		"flushedStatuses": "combo_windows_flushed_total{status}",
 		"redisOps":        "combo_redis_errors_total{op}",
 		"loops":           "combo_loop_panics_total{loop}",
+		"largeAdmissions": "combo_large_requests_total{admission}",
 	}
-	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root(t), "metrics", "metrics.go"), nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	consts := map[string]string{}
 	values := map[string]map[string]bool{}
+	for _, file := range []string{filepath.Join("metrics", "metrics.go"), filepath.Join("internal", "rpcserver", "inflight.go")} {
+		f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root(t), file), nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readLists(t, f, lists, values)
+	}
+	for name, key := range lists {
+		if len(values[key]) == 0 {
+			t.Fatalf("no list %s of %s values", name, key)
+		}
+	}
+	return values
+}
+
+// readLists adds to values the string lists of f named in lists, with the
+// string constants of f they name.
+func readLists(t *testing.T, f *ast.File, lists map[string]string, values map[string]map[string]bool) {
+	t.Helper()
+	consts := map[string]string{}
 	str := func(e ast.Expr) (string, bool) {
 		if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
 			s, err := strconv.Unquote(lit.Value)
@@ -1068,19 +1085,13 @@ func exportedLabelValues(t *testing.T) map[string]map[string]bool {
 				for _, e := range cl.Elts {
 					s, ok := str(e)
 					if !ok {
-						t.Fatalf("metrics.go: %s holds %T, not a string constant", name.Name, e)
+						t.Fatalf("%s: %s holds %T, not a string constant", f.Name.Name, name.Name, e)
 					}
 					values[key][s] = true
 				}
 			}
 		}
 	}
-	for name, key := range lists {
-		if len(values[key]) == 0 {
-			t.Fatalf("metrics.go has no list %s of %s values", name, key)
-		}
-	}
-	return values
 }
 
 // TestHeldCapIsTheWorkers keeps the held-window cap that ComboStreamUnread's

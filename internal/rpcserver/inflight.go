@@ -56,14 +56,27 @@ type inFlight struct {
 func newInFlight(maxBytes int64, wait time.Duration, reg prometheus.Registerer) *inFlight {
 	admissions := promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
 		Name: "combo_large_requests_total",
-		Help: "Requests of 1 MiB or more (MergeLatest pages, large batches) by admission into the " +
+		Help: "Requests of 1 MiB or more (MergeLatest pages, large batches) that arrived whole, by admission into the " +
 			"bytes a replica works on at once (128 MiB): at_once, waited (for room), or refused " +
 			"(no room within the read timeout: the caller saw its connection closed).",
 	}, []string{"admission"})
+	for _, a := range largeAdmissions { // each exported from 0
+		admissions.WithLabelValues(a)
+	}
 	return &inFlight{sem: semaphore.NewWeighted(maxBytes), max: maxBytes, wait: wait,
-		atOnce: admissions.WithLabelValues("at_once"), waited: admissions.WithLabelValues("waited"),
-		refused: admissions.WithLabelValues("refused")}
+		atOnce: admissions.WithLabelValues(admissionAtOnce), waited: admissions.WithLabelValues(admissionWaited),
+		refused: admissions.WithLabelValues(admissionRefused)}
 }
+
+// The admission label values of combo_large_requests_total (the alert
+// rules' matchers are checked against this list).
+const (
+	admissionAtOnce  = "at_once"
+	admissionWaited  = "waited"
+	admissionRefused = "refused"
+)
+
+var largeAdmissions = []string{admissionAtOnce, admissionWaited, admissionRefused}
 
 // admit takes n bytes of the budget for ri's large request, waiting up
 // to f.wait for them.
