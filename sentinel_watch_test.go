@@ -51,19 +51,31 @@ func TestFailoverIsHeardFromEverySentinel(t *testing.T) {
 	rep.waitAcked(t, 10, time.Now())
 
 	// go-redis subscribes to two channels on its Sentinel (sub=2); the
-	// service's own watch to one on each.
+	// service's own watch to one on each. Mostly the first holds every
+	// go-redis subscription, but a client whose first Sentinel answered
+	// too slowly on a loaded machine picked another: every Sentinel one
+	// listens to goes down, and at least one that none listens to must be
+	// left to announce the switch.
 	ctx := context.Background()
+	var survivors []*testredis.Server
+	var gone []int
 	for i, sn := range sentinels {
 		list, err := sn.Client().Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if held := strings.Contains(list, " sub=2 "); held != (i == 0) {
-			t.Fatalf("Sentinel %d holds go-redis's failover subscription: %v, want only the first to:\n%s", i, held, list)
+		if strings.Contains(list, " sub=2 ") {
+			gone = append(gone, i)
+		} else {
+			survivors = append(survivors, sn)
 		}
 	}
-	sentinels[0].Kill()
-	survivors := sentinels[1:]
+	if len(gone) == 0 || len(survivors) == 0 {
+		t.Fatalf("go-redis's failover subscriptions are on Sentinels %v of %d: want some, not all", gone, len(sentinels))
+	}
+	for _, i := range gone {
+		sentinels[i].Kill()
+	}
 	if err := survivors[0].Client().Do(ctx, "SENTINEL", "FAILOVER", sentinelMaster).Err(); err != nil {
 		t.Fatal(err)
 	}
