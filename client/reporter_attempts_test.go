@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 )
 
 // scriptedService answers each ReportContributions over real Kitex with
@@ -104,12 +105,8 @@ func wantAttempts(t *testing.T, reg *prometheus.Registry, want map[string]float6
 func TestAttemptsCountedByResultOverKitex(t *testing.T) {
 	const rpcTimeout = 300 * time.Millisecond
 	svc := &scriptedService{slowService: slowService{stop: make(chan struct{})}, steps: make(chan scriptStep, 8)}
-	addr := startKitex(t, svc)
-	t.Cleanup(func() { close(svc.stop) })
-	cli, err := NewClient([]string{addr})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := kitexClientOf(t, svc)
+	t.Cleanup(func() { close(svc.stop) }) // runs before the server stops
 	reg := prometheus.NewRegistry()
 	drops := newDropLog()
 	r := newTestReporter(t, cli, ReporterOptions{
@@ -250,11 +247,7 @@ func (panickingService) ReportContributions(context.Context, *combo.ReportContri
 // place was reached, and failed: internal, not connection (Kitex wraps the
 // exception in its "remote or network" error).
 func TestAttemptAnsweredWithAnExceptionIsInternal(t *testing.T) {
-	addr := startKitex(t, &panickingService{slowService{stop: make(chan struct{})}})
-	cli, err := NewClient([]string{addr})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := kitexClientOf(t, &panickingService{slowService{stop: make(chan struct{})}})
 	reg := prometheus.NewRegistry()
 	drops := newDropLog()
 	r := newTestReporter(t, cli, ReporterOptions{BatchSize: 1, MaxRetries: -1, OnDrop: drops.onDrop, Registerer: reg})
@@ -270,12 +263,8 @@ func TestAttemptAnsweredWithAnExceptionIsInternal(t *testing.T) {
 func TestAttemptAbandonedByCloseOverKitexIsCanceled(t *testing.T) {
 	svc := &scriptedService{slowService: slowService{stop: make(chan struct{})}, steps: make(chan scriptStep, 1),
 		received: make(chan struct{}, 1)}
-	addr := startKitex(t, svc)
-	t.Cleanup(func() { close(svc.stop) })
-	cli, err := NewClient([]string{addr})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := kitexClientOf(t, svc)
+	t.Cleanup(func() { close(svc.stop) }) // runs before the server stops
 	reg := prometheus.NewRegistry()
 	drops := newDropLog()
 	r := newTestReporter(t, cli, ReporterOptions{BatchSize: 1, RPCTimeout: time.Hour, OnDrop: drops.onDrop, Registerer: reg})
@@ -305,4 +294,15 @@ func TestAttemptMetricsCountOnAcrossClose(t *testing.T) {
 		closeWithin(t, r)
 	}
 	wantAttempts(t, reg, map[string]float64{resultOK: 2})
+}
+
+// kitexClientOf serves svc over real Kitex until the test ends and returns
+// a NewClient of it.
+func kitexClientOf(t *testing.T, svc combo.ComboService) comboservice.Client {
+	t.Helper()
+	cli, err := NewClient([]string{startKitex(t, svc)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cli
 }
