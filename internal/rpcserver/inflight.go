@@ -37,11 +37,10 @@ const (
 // inFlight admits large requests within a byte budget: a request takes
 // its size (at most the whole budget) once its bytes have arrived, before
 // they are peeked whole and decoded (guardedCodec.DecodePayload), and
-// gives it back when its RPC ends. It is
-// a stats.Tracer for that: Kitex calls Finish once for every RPC whose
-// decoding began, after its answer is written or however it failed
-// (OnRead's deferred finishTracer), before the RPCInfo is reused for the
-// connection's next request.
+// gives it back when its RPC ends. It is a stats.Tracer for that: Kitex
+// calls Finish once for every RPC whose decoding began, after its answer
+// is written or however it failed (OnRead's deferred finishTracer),
+// before the RPCInfo is reused for the connection's next request.
 type inFlight struct {
 	sem  *semaphore.Weighted
 	max  int64
