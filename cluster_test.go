@@ -271,6 +271,13 @@ func hasRole(cl *redis.Client, role string) bool {
 func takeOver(t *testing.T, replica *testredis.Server, what string) {
 	t.Helper()
 	if err := replica.Client().Do(context.Background(), "CLUSTER", "FAILOVER", "TAKEOVER").Err(); err != nil {
+		// On a loaded machine the cluster's own election (a master silent
+		// for cluster-node-timeout, 2 s) may have promoted it already:
+		// the promotion the test wants, by another road.
+		if hasRole(replica.Client(), "master") {
+			t.Logf("%s was already promoted by the cluster's election (%v)", what, err)
+			return
+		}
 		t.Fatalf("CLUSTER FAILOVER TAKEOVER on %s: %v", what, err)
 	}
 	waitRole(t, replica.Client(), "master", 10*time.Second, what)
