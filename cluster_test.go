@@ -262,29 +262,8 @@ func hasRole(cl *redis.Client, role string) bool {
 	return len(r) > 0 && r[0] == role
 }
 
-// takeOver promotes replica at once (CLUSTER FAILOVER TAKEOVER), as an
-// operator would, and waits until it says it is a master. What these tests
-// test is the service following a promotion, not the cluster's own
-// election (the live masters mark the lost one failed, then vote), which
-// once took over 30 s on a loaded CI machine. A paused old master, resumed,
-// learns it was replaced alike, from the new master's higher epoch.
-func takeOver(t *testing.T, replica *testredis.Server, what string) {
-	t.Helper()
-	if err := replica.Client().Do(context.Background(), "CLUSTER", "FAILOVER", "TAKEOVER").Err(); err != nil {
-		// On a loaded machine the cluster's own election (a master silent
-		// for cluster-node-timeout, 2 s) may have promoted it already:
-		// the promotion the test wants, by another road.
-		if hasRole(replica.Client(), "master") {
-			t.Logf("%s was already promoted by the cluster's election (%v)", what, err)
-			return
-		}
-		t.Fatalf("CLUSTER FAILOVER TAKEOVER on %s: %v", what, err)
-	}
-	waitRole(t, replica.Client(), "master", 10*time.Second, what)
-}
-
 // electOrTakeOver waits for the cluster to elect replica in place of its
-// killed master, and promotes it itself (takeOver) if the election has
+// killed master, and promotes it itself (TakeOver) if the election has
 // not ended within 15 s. The election (cluster-node-timeout 2 s, then a
 // vote) took 2-4 s in every run seen, but once over 30 s on a loaded CI
 // machine. A TAKEOVER sent at once once left the live masters answering
@@ -302,7 +281,7 @@ func electOrTakeOver(t *testing.T, replica *testredis.Server, what string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("%s not elected within 15 s: taking over", what)
-	takeOver(t, replica, what)
+	replica.TakeOver(t)
 }
 
 // A master is killed and its replica promoted (electOrTakeOver), which holds
@@ -380,7 +359,7 @@ func TestResumedOldMasterDoesNotPushAgain(t *testing.T) {
 	waitUntil(t, 15*time.Second, "a flush failed on the paused master", func() bool {
 		return flushErrors(t, f.s) > before
 	})
-	takeOver(t, f.replica, "the replica of the paused master")
+	f.replica.TakeOver(t)
 	f.pushes.waitFor(1, 15*time.Second, forActivity(open))
 	f.old.Resume()
 	// It hears of its demotion within a moment; what it ran first is

@@ -82,7 +82,7 @@ func TestReportHeldByAPausedMasterIsPushedOnce(t *testing.T) {
 	if !paused.Load() {
 		t.Fatal("no degraded publish was held: the test did not test")
 	}
-	takeOver(t, replica, "the replica of the paused master")
+	replica.TakeOver(t)
 	promoted := time.Now()
 	for {
 		resp, err := s.rpc.ReportContribution(ctx, req)

@@ -118,9 +118,7 @@ func TestAddedReplicaTakesOverAtOnce(t *testing.T) {
 			live = append(live, n.Client())
 		}
 	}
-	if err := replica.Client().Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err(); err != nil {
-		t.Fatal(err)
-	}
+	replica.TakeOver(t)
 	want := "MOVED " // then the slot, then the replica's address
 	deadline := time.Now().Add(10 * time.Second)
 	for _, cl := range live {
