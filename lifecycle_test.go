@@ -51,6 +51,7 @@ func TestDegradedWhenScriptFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	answered := time.Since(sent)
 	if r := batch.Results[0]; r.Degraded || r.WindowId != other.Id || r.WindowQuantity != 1 {
 		t.Fatalf("the healthy report was affected: %+v", r)
 	}
@@ -62,10 +63,16 @@ func TestDegradedWhenScriptFails(t *testing.T) {
 	if r := got[0].msg.Record; r.ID != c.Id || r.Quantity != 4 || r.ComboCount != 4 {
 		t.Fatalf("record %+v", r)
 	}
-	if d := got[0].at.Sub(sent); d > testWindow {
-		t.Fatalf("degraded publish took %s; it must be immediate", d)
+	// Immediate, not held to its window's close: published before the
+	// healthy report's window, which opened with it, is pushed. That
+	// proves it only when the RPC was answered before the window came
+	// due (a time bound on the push itself failed on loaded machines).
+	both := s.pushes.waitFor(2, wait, forActivity(a))
+	if answered >= testWindow {
+		t.Logf("the batch took %s to answer, past the window: the order of the pushes proves nothing", answered)
+	} else if r := both[0].msg.Record; r.UserID != 1 {
+		t.Fatalf("pushed first %+v, then the degraded publish: it waited for a window's close", r)
 	}
-	s.pushes.waitFor(2, wait, forActivity(a)) // and the healthy one's window, later
 }
 
 // When Redis does not answer, reports fail fast with UNAVAILABLE and say
@@ -456,8 +463,11 @@ func TestWorkerHasAConnectionPerShard(t *testing.T) {
 			for _, r := range got {
 				worst = max(worst, r.at.Sub(sent[r.msg.Record.UserID])-testWindow-testGrace)
 			}
-			if worst > 500*time.Millisecond {
-				t.Errorf("a window was pushed %s past W + grace after its report; want well under 500ms", worst)
+			// Starved readers pushed windows seconds late (3.6 s, and
+			// none within 10 s); healthy ones, a few ms, with room here
+			// for a loaded machine's stalls.
+			if worst > 1500*time.Millisecond {
+				t.Errorf("a window was pushed %s past W + grace after its report; want well under 1.5 s", worst)
 			}
 		})
 	}
