@@ -83,7 +83,10 @@ func TestRedisClusterOverTLS(t *testing.T) {
 	}
 	cluster := testredis.StartTLSCluster(t, 3)
 	const shards = 6
-	s := startService(t, options{cluster: cluster, mutate: func(c *conf.Config) { c.Redis.Shards = shards }})
+	s := startService(t, options{cluster: cluster, mutate: func(c *conf.Config) {
+		c.Redis.Shards = shards
+		c.Redis.Timeout = 2 * time.Second // as in TestRedisCluster: first dials, TLS handshakes under -race
+	}})
 	if code, body := readyz(t, s); code != http.StatusOK {
 		t.Fatalf("/readyz: %d %s", code, body)
 	}
