@@ -1,6 +1,7 @@
 package push
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"strconv"
@@ -131,40 +132,74 @@ func FuzzFragmentMatchesEncodingJSON(f *testing.F) {
 	})
 }
 
+// RecordOf must map each contribution field to its own record member:
+// every field gets a distinct value, so a swap or a constant shows.
+func TestRecordOfMapsEveryFieldToItsOwnMember(t *testing.T) {
+	c := &combo.Contribution{Id: 11, ActivityId: 12, UserId: 13, StarId: 14, ItemId: 15,
+		ItemType: "type", ItemName: "name", ItemIcon: "icon", Nickname: "nick", AvatarUrl: "avatar",
+		Quantity: 7, CreatedAt: 1732950000123}
+	want := Record{ID: 11, UserID: 13, Nickname: "nick", AvatarURL: "avatar", StarID: 14, ItemID: 15,
+		ItemType: "type", ItemName: "name", ItemIcon: "icon", Quantity: 7, ComboCount: 7, CreatedAt: 1732950000123}
+	if got := RecordOf(c); got != want {
+		t.Fatalf("RecordOf = %+v, want %+v", got, want)
+	}
+	b, err := Single(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const exact = `{"activity_id":12,"type":"contributions_response","record":{"id":11,"user_id":13,"nickname":"nick",` +
+		`"avatar_url":"avatar","star_id":14,"item_id":15,"item_type":"type","item_name":"name","item_icon":"icon",` +
+		`"quantity":7,"combo_count":7,"created_at":1732950000123}}`
+	if string(b) != exact {
+		t.Fatalf("Single = %s\nwant     %s", b, exact)
+	}
+}
+
 // Decode refuses what a producer must never send: a message without its
-// activity_id or type, and a record member that is null or missing.
-func TestDecodeRefusesMissingAndNullMembers(t *testing.T) {
+// activity_id or type, and a record member that is null or missing, each
+// for its own reason. The map round trip keeps numbers exact (UseNumber):
+// through float64, sample()'s id (MaxInt64) no longer fit an int64, and
+// every variant was refused by json.Unmarshal, whatever Decode checked.
+func TestDecodeRefusesEachMissingOrNullMemberForItsReason(t *testing.T) {
 	good, err := Single(sample())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Decode(good); err != nil {
-		t.Fatalf("a producer's own message: %v", err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(good, &m); err != nil {
-		t.Fatal(err)
-	}
-	variants := map[string]func(m map[string]any){
-		"no activity_id":   func(m map[string]any) { delete(m, "activity_id") },
-		"null activity_id": func(m map[string]any) { m["activity_id"] = nil },
-		"no type":          func(m map[string]any) { delete(m, "type") },
-		"other type":       func(m map[string]any) { m["type"] = "other" },
-		"no record":        func(m map[string]any) { delete(m, "record") },
-	}
-	for _, k := range RecordKeys {
-		variants["null "+k] = func(m map[string]any) { m["record"].(map[string]any)[k] = nil }
-		variants["no "+k] = func(m map[string]any) { delete(m["record"].(map[string]any), k) }
-	}
-	for name, change := range variants {
-		var c map[string]any
-		if err := json.Unmarshal(good, &c); err != nil {
+	load := func() map[string]any {
+		d := json.NewDecoder(bytes.NewReader(good))
+		d.UseNumber()
+		var m map[string]any
+		if err := d.Decode(&m); err != nil {
 			t.Fatal(err)
 		}
-		change(c)
-		b, _ := json.Marshal(c)
-		if _, err := Decode(b); err == nil {
-			t.Errorf("%s: Decode accepted %s", name, b)
+		return m
+	}
+	unchanged, _ := json.Marshal(load())
+	if _, err := Decode(unchanged); err != nil {
+		t.Fatalf("a producer's own message, round-tripped: %v", err)
+	}
+	type variant struct {
+		change func(map[string]any)
+		want   string // in the error
+	}
+	variants := map[string]variant{
+		"no activity_id":   {func(m map[string]any) { delete(m, "activity_id") }, "no activity_id"},
+		"null activity_id": {func(m map[string]any) { m["activity_id"] = nil }, "no activity_id"},
+		"no type":          {func(m map[string]any) { delete(m, "type") }, "type"},
+		"other type":       {func(m map[string]any) { m["type"] = "other" }, "type"},
+		"no record":        {func(m map[string]any) { delete(m, "record") }, "no record"},
+	}
+	for _, k := range RecordKeys {
+		variants["null "+k] = variant{func(m map[string]any) { m["record"].(map[string]any)[k] = nil }, `"` + k + `"`}
+		variants["no "+k] = variant{func(m map[string]any) { delete(m["record"].(map[string]any), k) }, `"` + k + `"`}
+	}
+	for name, v := range variants {
+		m := load()
+		v.change(m)
+		b, _ := json.Marshal(m)
+		_, err := Decode(b)
+		if err == nil || !strings.Contains(err.Error(), v.want) {
+			t.Errorf("%s: Decode(%s) = %v, want an error naming %s", name, b, err, v.want)
 		}
 	}
 }
