@@ -1,8 +1,12 @@
 package client
 
 import (
+	"errors"
 	"net"
+	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,4 +57,89 @@ func TestSpreadDialer(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
+}
+
+// An address that refuses is the error the dial returns, not the
+// "timeout spent looking the name up" that is meant for none tried.
+func TestSpreadDialerReturnsTheRefusingAddressError(t *testing.T) {
+	dns := StartFakeDNS(t)
+	dns.UseResolver(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	ln.Close() // refused from now on
+	dns.SetA("127.0.0.1")
+	_, err = spreadDialer{}.DialTimeout("tcp", net.JoinHostPort("combo-dial.test", port), time.Second)
+	if err == nil || errors.Is(err, os.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "1 of 1 addresses tried: dial tcp 127.0.0.1:"+port) {
+		t.Fatalf("dial of a refusing address: %v, want that address's own error, 1 of 1 tried", err)
+	}
+}
+
+// With many records each address gets at least a quarter of the connect
+// timeout (net.Dialer's equal share would give 8 records an eighth each,
+// too short for a replica that is up but a little slow): 8 dead records
+// and a 400 ms timeout are 4 tries of 100 ms, not 8 of 50.
+func TestSpreadDialerGivesEachAddressAQuarterAtLeast(t *testing.T) {
+	dns := StartFakeDNS(t)
+	dns.UseResolver(t)
+	ips := []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6", "127.0.0.7", "127.0.0.8", "127.0.0.9"}
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	for _, ip := range ips {
+		Blackhole(t, ip, port)
+	}
+	dns.SetA(ips...)
+	_, err = spreadDialer{}.DialTimeout("tcp", net.JoinHostPort("combo-dial.test", strconv.Itoa(port)), 400*time.Millisecond)
+	if err == nil {
+		t.Fatal("dial of dead records succeeded")
+	}
+	for _, n := range []string{"6 of 8", "7 of 8", "8 of 8"} {
+		if strings.Contains(err.Error(), n) {
+			t.Fatalf("%v: each address got less than a quarter of the timeout", err)
+		}
+	}
+}
+
+// Blackhole listens on ip:port with its accept queue full and never
+// accepts: the kernel drops further SYNs, as for a replica whose packets
+// are dropped.
+func Blackhole(t *testing.T, ip string, port int) {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	// As net.Listen does: a connection to an earlier listener on ip:port
+	// that the server side closed first is left in TIME_WAIT there for a
+	// minute, and without SO_REUSEADDR the bind fails "address already in
+	// use".
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+		t.Fatal(err)
+	}
+	sa := &syscall.SockaddrInet4{Port: port}
+	copy(sa.Addr[:], net.ParseIP(ip).To4())
+	if err := syscall.Bind(fd, sa); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort(ip, strconv.Itoa(port))
+	for i := 0; ; i++ {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err != nil {
+			return // a SYN went unanswered: the queue is full
+		}
+		t.Cleanup(func() { c.Close() })
+		if i == 10 {
+			t.Fatalf("%s still takes connections after %d", addr, i+1)
+		}
+	}
 }

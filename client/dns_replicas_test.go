@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -173,44 +172,6 @@ func TestDNSNameGainingAReplicaTakesNewConnections(t *testing.T) {
 	}
 }
 
-// blackhole listens on ip:port with its accept queue full and never
-// accepts: the kernel drops further SYNs, as for a replica whose packets
-// are dropped.
-func blackhole(t *testing.T, ip string, port int) {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Close(fd) })
-	// As net.Listen does: a connection to an earlier listener on ip:port
-	// that the server side closed first is left in TIME_WAIT there for a
-	// minute, and without SO_REUSEADDR the bind fails "address already in
-	// use".
-	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
-		t.Fatal(err)
-	}
-	sa := &syscall.SockaddrInet4{Port: port}
-	copy(sa.Addr[:], net.ParseIP(ip).To4())
-	if err := syscall.Bind(fd, sa); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Listen(fd, 0); err != nil {
-		t.Fatal(err)
-	}
-	addr := net.JoinHostPort(ip, strconv.Itoa(port))
-	for i := 0; ; i++ {
-		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-		if err != nil {
-			return // a SYN went unanswered: the queue is full
-		}
-		t.Cleanup(func() { c.Close() })
-		if i == 10 {
-			t.Fatalf("%s still takes connections after %d", addr, i+1)
-		}
-	}
-}
-
 // A name whose first A record drops packets: the connect timeout is shared
 // among the records, so the live one is reached in time, at each dial.
 // netpoll alone gave the first record the whole connect timeout, and every
@@ -218,7 +179,7 @@ func blackhole(t *testing.T, ip string, port int) {
 // the dead record).
 func TestDNSNameFirstRecordDeadFallsBack(t *testing.T) {
 	port := freePort(t, "127.0.0.2", "127.0.0.3")
-	blackhole(t, "127.0.0.2", port)
+	client.Blackhole(t, "127.0.0.2", port)
 	up := replica(t, "127.0.0.3", port)
 	fakeARecords(t, "127.0.0.2", "127.0.0.3")
 	// A short-connection client dials at each call. The dead record gets
