@@ -2,6 +2,8 @@ package conf
 
 import (
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -197,5 +199,56 @@ func TestCABundleIsReadWholeOrRefused(t *testing.T) {
 		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "redis.tls_ca_file")) {
 			t.Errorf("%s: %v; want ok %v (an error naming redis.tls_ca_file)", name, err, tc.ok)
 		}
+	}
+}
+
+// Every CA of a bundle is trusted: during a CA rotation the file holds the
+// old and the new.
+func TestCABundleTrustsEveryCA(t *testing.T) {
+	old, next := testredis.NewTLSFiles(t, t.TempDir()), testredis.NewTLSFiles(t, t.TempDir())
+	var bundle []byte
+	for _, p := range []string{old.CA, next.CA} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bundle = append(bundle, b...)
+	}
+	path := filepath.Join(t.TempDir(), "bundle.crt")
+	if err := os.WriteFile(path, bundle, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Redis{TLS: true, TLSCAFile: path}.TLSConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{old.ServerCert, next.ServerCert} {
+		raw, _ := os.ReadFile(p)
+		b, _ := pem.Decode(raw)
+		cert, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: cfg.RootCAs, DNSName: "localhost"}); err != nil {
+			t.Errorf("%s not trusted by the bundle: %v", p, err)
+		}
+	}
+}
+
+// A client certificate file cut short (a chain half rewritten) is refused
+// naming redis.tls_cert_file, as a CA bundle is.
+func TestClientCertificateCutShortIsRefused(t *testing.T) {
+	pki := testredis.NewTLSFiles(t, t.TempDir())
+	cert, err := os.ReadFile(pki.ClientCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "client.crt")
+	if err := os.WriteFile(path, append(cert, cert[:len(cert)/2]...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Redis{TLS: true, TLSCertFile: path, TLSKeyFile: pki.ClientKey}.TLSConfig()
+	if err == nil || !strings.Contains(err.Error(), "redis.tls_cert_file") {
+		t.Fatalf("want an error naming redis.tls_cert_file, got %v", err)
 	}
 }

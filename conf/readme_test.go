@@ -1,0 +1,105 @@
+package conf
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// README's configuration table is what operators read: each key's default
+// column must be what Default() (through Load) gives.
+func TestDefaultsMatchREADMETable(t *testing.T) {
+	raw, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{
+		"server.addr": c.Server.Addr, "server.shutdown_timeout": c.Server.ShutdownTimeout.String(),
+		"server.max_connections": fmt.Sprint(c.Server.MaxConnections), "metrics.addr": c.Metrics.Addr,
+		"metrics.pprof": fmt.Sprint(c.Metrics.Pprof), "redis.embedded_addr": c.Redis.EmbeddedAddr,
+		"redis.db": fmt.Sprint(c.Redis.DB), "redis.timeout": c.Redis.Timeout.String(),
+		"redis.shards": fmt.Sprint(c.Redis.Shards), "redis.stream_maxlen": fmt.Sprint(c.Redis.StreamMaxLen),
+		"redis.conn_max_lifetime": c.Redis.ConnMaxLifetime.String(), "redis.pool_size": fmt.Sprint(c.Redis.PoolSize),
+		"redis.tls": fmt.Sprint(c.Redis.TLS), "window.size": c.Window.Size.String(),
+		"window.grace": c.Window.Grace.String(), "window.dedupe": c.Window.Dedupe.String(),
+		"window.stale": c.Window.Stale.String(), "worker.read_count": fmt.Sprint(c.Worker.ReadCount),
+		"worker.batch_size": fmt.Sprint(c.Worker.BatchSize), "worker.block": c.Worker.Block.String(),
+		"log.level": c.Log.Level, "log.format": c.Log.Format,
+	}
+	// Durations as README writes them ("60s", "1s") against Go's ("1m0s").
+	norm := func(s string) string {
+		if d, err := time.ParseDuration(s); err == nil {
+			return d.String()
+		}
+		return s
+	}
+	row := regexp.MustCompile("(?m)^\\| ([a-z_.]+) \\| COMBO_[A-Z_]+ \\| `([^`]*)` \\|")
+	seen := 0
+	for _, m := range row.FindAllStringSubmatch(string(raw), -1) {
+		want, ok := got[m[1]]
+		if !ok {
+			continue
+		}
+		seen++
+		if norm(m[2]) != norm(want) {
+			t.Errorf("%s: README's default is %q, Default() gives %q", m[1], m[2], want)
+		}
+	}
+	if seen != len(got) {
+		t.Errorf("found %d of README's %d default rows", seen, len(got))
+	}
+}
+
+// Each bound README states is enforced, and names its key. Unlike
+// TestValidateNamesKey, every case starts from a configuration on which
+// only that key can be wrong (a non-embedded Redis where it matters).
+func TestValidateEnforcesREADMEBounds(t *testing.T) {
+	remote := func(c *Config) { c.Redis.Addr = "redis.internal:6379" }
+	cases := []struct {
+		name, key string
+		mutate    func(c *Config)
+	}{
+		{"shutdown_timeout 0", "server.shutdown_timeout", func(c *Config) { c.Server.ShutdownTimeout = 0 }},
+		{"db -1", "redis.db", func(c *Config) { c.Redis.DB = -1 }},
+		{"db 1 on a cluster of one seed", "redis.db", func(c *Config) { c.Redis.Addrs, c.Redis.DB = []string{"10.0.0.1:7000"}, 1 }},
+		{"shards 1025", "redis.shards", func(c *Config) { c.Redis.Shards = 1025 }},
+		{"stream_maxlen 9999", "redis.stream_maxlen", func(c *Config) { c.Redis.StreamMaxLen = 9999 }},
+		{"dedupe 999ms", "window.dedupe", func(c *Config) { c.Window.Dedupe = 999 * time.Millisecond }},
+		{"claim_idle = stale", "worker.claim_idle", func(c *Config) { c.Worker.ClaimIdle = c.Window.Stale }},
+		{"consumer_idle_delete < claim_idle", "worker.consumer_idle_delete", func(c *Config) { c.Worker.ConsumerIdleDelete = c.Worker.ClaimIdle - time.Millisecond }},
+		{"log.level fatal", "log.level", func(c *Config) { c.Log.Level = "fatal" }},
+		{"username without password", "redis.username", func(c *Config) { remote(c); c.Redis.Username = "combo" }},
+		{"redis.addr port 0", "redis.addr", func(c *Config) { c.Redis.Addr = "redis.internal:0" }},
+		{"sentinel_password without sentinel_addrs", "redis.sentinel_addrs", func(c *Config) { remote(c); c.Redis.SentinelPassword = "pw" }},
+		{"sentinel_username without sentinel_addrs", "redis.sentinel_addrs", func(c *Config) { remote(c); c.Redis.SentinelUsername, c.Redis.SentinelPassword = "u", "pw" }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			tc.mutate(&c)
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.key+":") {
+				t.Fatalf("want an error naming %s, got %v", tc.key, err)
+			}
+		})
+	}
+}
+
+// A window.stale exactly W + grace + 2s away: the derived claim_idle must
+// still be valid (README: midway when those are 2 s apart or less).
+func TestDerivedClaimIdleAtTheTwoSecondEdge(t *testing.T) {
+	t.Setenv("COMBO_WINDOW_STALE", "5200ms") // W 3s + grace 200ms + 2s
+	c, err := Load("")
+	if err != nil {
+		t.Fatalf("a valid window gave an invalid derived default: %v", err)
+	}
+	if c.Worker.ClaimIdle >= c.Window.Stale || c.Worker.ClaimIdle <= c.Window.Size+c.Window.Grace {
+		t.Fatalf("claim_idle %s not strictly inside (W+grace, stale %s)", c.Worker.ClaimIdle, c.Window.Stale)
+	}
+}
