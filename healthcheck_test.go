@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -69,5 +70,17 @@ func TestHealthcheckTakesAPathWithoutItsSlash(t *testing.T) {
 	err = healthcheck(ln.Addr().String(), "http://"+ln.Addr().String()+"/readyz", 5*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "-healthcheck takes a path") {
 		t.Errorf("healthcheck of a URL: %v, want it refused naming -healthcheck", err)
+	}
+}
+
+// -healthcheck /readyz must fail while the service answers 503 (draining,
+// Redis down): the container HEALTHCHECK reads only the exit status.
+func TestHealthcheckFailsOnA503(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "stopping", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	if err := healthcheck(strings.TrimPrefix(srv.URL, "http://"), "/readyz", 5*time.Second); err == nil {
+		t.Fatal("healthcheck of a 503 succeeded")
 	}
 }

@@ -244,14 +244,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		return startError{fmt.Errorf("listen %s: %w", cfg.Server.Addr, err)}
 	}
 
-	w := worker.New(workerStore, worker.Config{
-		Consumer: cfg.Worker.Consumer, Shards: cfg.Redis.Shards, ClaimIdle: cfg.Worker.ClaimIdle, Stale: cfg.Window.Stale,
-		ReadCount: cfg.Worker.ReadCount, BatchSize: cfg.Worker.BatchSize, Block: cfg.Worker.Block,
-		ConsumerIdleDelete: cfg.Worker.ConsumerIdleDelete,
-		// On a Redis Cluster (redis.addrs) shards live on masters whose
-		// clocks may differ.
-		NodePerShard: len(cfg.Redis.Addrs) > 0,
-	}, logging.Sampled(log.Named("worker"), m.LogSuppressed), m)
+	w := worker.New(workerStore, workerConfig(cfg), logging.Sampled(log.Named("worker"), m.LogSuppressed), m)
 	w.Start()
 
 	h := handler.New(store, cfg.Window.Size, m, logging.Sampled(log.Named("handler"), m.LogSuppressed))
@@ -635,4 +628,17 @@ func serveMetrics(ln net.Listener, cfg conf.Metrics, reg *prometheus.Registry, s
 		}
 	}()
 	return srv, ln.Addr().String()
+}
+
+// workerConfig is the worker's part of cfg; the worker's own defaults
+// fill the rest (MaxHeld, OpTimeout, SampleEvery).
+func workerConfig(cfg conf.Config) worker.Config {
+	return worker.Config{
+		Consumer: cfg.Worker.Consumer, Shards: cfg.Redis.Shards, ClaimIdle: cfg.Worker.ClaimIdle, Stale: cfg.Window.Stale,
+		ReadCount: cfg.Worker.ReadCount, BatchSize: cfg.Worker.BatchSize, Block: cfg.Worker.Block,
+		ConsumerIdleDelete: cfg.Worker.ConsumerIdleDelete,
+		// On a Redis Cluster (redis.addrs) shards live on masters whose
+		// clocks may differ.
+		NodePerShard: len(cfg.Redis.Addrs) > 0,
+	}
 }
