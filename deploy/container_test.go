@@ -418,7 +418,10 @@ func TestBuiltBinariesAreStaticAndWork(t *testing.T) {
 	// probe sees it healthy and ready, the demo's checks pass against it,
 	// and SIGTERM stops it with exit status 0.
 	const w = time.Second
-	s := startService(t, svc, "COMBO_WINDOW_SIZE="+w.String())
+	s := startService(t, svc, "COMBO_WINDOW_SIZE="+w.String(), "COMBO_REDIS_ADRESS=x")
+	if !slices.Equal(s.unknownEnv, []string{"COMBO_REDIS_ADRESS"}) {
+		t.Errorf("the start warned of %q as no configuration key, want COMBO_REDIS_ADRESS alone", s.unknownEnv)
+	}
 	// The image has no VCS data: the stamped revision names the build, in
 	// the start log and on /metrics (the rolling-upgrade notes go by commit).
 	if s.revision != testRevision {
@@ -437,9 +440,10 @@ func TestBuiltBinariesAreStaticAndWork(t *testing.T) {
 	}
 	closed := exec.Command(svc, "-healthcheck", "/healthz")
 	closed.Env = append(os.Environ(), "COMBO_METRICS_ADDR="+closedAddr(t))
-	if out, err := closed.CombinedOutput(); err == nil {
-		t.Errorf("healthcheck of a closed port succeeded:\n%s", out)
+	if out, err := closed.CombinedOutput(); !exitedWith(err, 1) {
+		t.Errorf("healthcheck of a closed port: %v, want exit status 1 (a HEALTHCHECK knows 0 and 1)\n%s", err, out)
 	}
+	exitCodes(t, svc)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -513,6 +517,34 @@ func nonLoopbackIPv4(t *testing.T) string {
 	return ""
 }
 
+// exitCodes checks the exit status of -check-config and of a start that a
+// configuration refuses: what scripts and orchestrators act on.
+func exitCodes(t *testing.T, svc string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	env := append(os.Environ(), "COMBO_CONFIG=", "COMBO_REDIS_ADDR=", "COMBO_REDIS_ADDRS=",
+		"COMBO_SERVER_ADDR=127.0.0.1:0", "COMBO_METRICS_ADDR=127.0.0.1:0")
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  []string
+		code int
+		out  string
+	}{
+		{"-check-config of a valid configuration", []string{"-check-config"}, nil, 0, "configuration ok"},
+		{"-check-config of an invalid one", []string{"-check-config"}, []string{"COMBO_REDIS_SHARDS=0"}, 2, "redis.shards"},
+		{"a start the configuration refuses", nil, []string{"COMBO_WINDOW_SIZE=1ms"}, 2, "window.size"},
+	} {
+		cmd := exec.CommandContext(ctx, svc, tc.args...)
+		cmd.Env = append(slices.Clone(env), tc.env...)
+		out, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != tc.code || !strings.Contains(string(out), tc.out) {
+			t.Errorf("%s: exit status %d (%v), want %d, output naming %q:\n%s", tc.name, code, err, tc.code, tc.out, out)
+		}
+	}
+}
+
 // exitedWith reports whether err is a process's exit with status code.
 func exitedWith(err error, code int) bool {
 	var ee *exec.ExitError
@@ -542,6 +574,7 @@ type service struct {
 	cmd                 *exec.Cmd
 	rpc, metrics, redis string
 	revision            string        // as its start log names it
+	unknownEnv          []string      // the variables its start warned are no configuration key
 	draining            chan struct{} // closed when it logs that its drain began
 	done                chan struct{} // closed when the process has exited
 	err                 error         // its Wait error, once done
@@ -579,6 +612,10 @@ func startService(t *testing.T, bin string, env ...string) *service {
 			}
 			if a, ok := m["embedded_redis_addr"].(string); ok {
 				s.redis = a
+			}
+			if m["msg"] == "environment variable is no configuration key: ignored (misspelled?)" {
+				name, _ := m["name"].(string)
+				s.unknownEnv = append(s.unknownEnv, name) // before started: read after it
 			}
 			if m["msg"] == "combo-service started" {
 				s.rpc, _ = m["rpc_addr"].(string)
