@@ -249,7 +249,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 
 	h := handler.New(store, cfg.Window.Size, m, logging.Sampled(log.Named("handler"), m.LogSuppressed))
 	svr := comboservice.NewServer(h,
-		append(rpcserver.Options(reg, cfg.Server.MaxConnections),
+		append(rpcserver.Options(reg, cfg.Server.MaxConnections, m.LoopPanics.WithLabelValues(metrics.LoopUnreadWatch)),
 			server.WithListener(rpcLn),
 			rpcserver.StopOn(ctx),
 			server.WithExitWaitTime(2*time.Second),

@@ -64,7 +64,7 @@ func replica(t *testing.T, ip string, port int) *counting {
 	}
 	h := &counting{}
 	ctx, stop := context.WithCancel(context.Background())
-	svr := comboservice.NewServer(h, append(rpcserver.Options(prometheus.NewRegistry(), 100), server.WithListener(ln), rpcserver.StopOn(ctx))...)
+	svr := comboservice.NewServer(h, append(rpcserver.Options(prometheus.NewRegistry(), 100, nil), server.WithListener(ln), rpcserver.StopOn(ctx))...)
 	done := make(chan error, 1)
 	go func() { done <- svr.Run() }()
 	t.Cleanup(func() { stop(); <-done })

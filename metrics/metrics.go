@@ -52,8 +52,8 @@ const (
 
 // The background loops (label loop of combo_loop_panics_total): the
 // worker's, the one that reads which Redis Cluster node serves each
-// shard, the eviction watch, the Sentinel watch, and the report path's
-// shared pipelines.
+// shard, the eviction watch, the Sentinel watch, the RPC server's watch
+// of unread bytes, and the report path's shared pipelines.
 const (
 	LoopRead         = "read"
 	LoopClaim        = "claim"
@@ -65,6 +65,9 @@ const (
 	// LoopSentinelWatch is the loop acting on the Sentinels' failover
 	// announcements.
 	LoopSentinelWatch = "sentinel_watch"
+	// LoopUnreadWatch is the RPC server's watch of every connection's
+	// unread bytes (internal/rpcserver).
+	LoopUnreadWatch = "unread_watch"
 	// LoopReportPipeline is the report path's shared pipelines, run by a
 	// caller or by the goroutine that carries on for queued calls.
 	LoopReportPipeline = "report_pipeline"
@@ -78,7 +81,7 @@ var (
 	reportOutcomes  = []string{OutcomeOK, OutcomeDuplicate, OutcomeDegraded, OutcomeInvalid, OutcomeUnavailable, OutcomeInternal, OutcomeCanceled, OutcomeDraining}
 	flushedStatuses = []string{FlushedPublished, FlushedStale, FlushedGone, FlushedLost}
 	redisOps        = []string{OpPrepare, OpRead, OpDrop, OpRetire, OpClaim, OpFlush, OpFlushScript, OpFinalRead, OpTime, OpStreamStats, OpPruneConsumers}
-	loops           = []string{LoopRead, LoopClaim, LoopFlush, LoopHousekeeping, LoopShardNodes, LoopEvictionWatch, LoopSentinelWatch, LoopReportPipeline}
+	loops           = []string{LoopRead, LoopClaim, LoopFlush, LoopHousekeeping, LoopShardNodes, LoopEvictionWatch, LoopSentinelWatch, LoopUnreadWatch, LoopReportPipeline}
 )
 
 // Metrics are the service's collectors.

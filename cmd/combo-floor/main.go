@@ -57,7 +57,7 @@ func serve(ctx context.Context, ln net.Listener) error {
 	}
 	svr := comboservice.NewServer(&floor{},
 		// The service's options, metrics included: they cost per RPC too.
-		append(rpcserver.Options(prometheus.NewRegistry(), conf.Default().Server.MaxConnections),
+		append(rpcserver.Options(prometheus.NewRegistry(), conf.Default().Server.MaxConnections, nil),
 			server.WithListener(nl),
 			rpcserver.StopOn(ctx),
 		)...,

@@ -35,7 +35,7 @@ func countedCaller(t *testing.T, name string) string {
 	}
 	reg := prometheus.NewRegistry()
 	ctx, stop := context.WithCancel(context.Background())
-	svr := comboservice.NewServer(&okService{}, append(Options(reg, 10), server.WithListener(ln), StopOn(ctx))...)
+	svr := comboservice.NewServer(&okService{}, append(Options(reg, 10, nil), server.WithListener(ln), StopOn(ctx))...)
 	done := make(chan error, 1)
 	go func() { done <- svr.Run() }()
 	t.Cleanup(func() { stop(); <-done })

@@ -228,7 +228,7 @@ func serveWith(t *testing.T, maxConns int, idle, readWrite time.Duration) string
 // ahead on a connection.
 func serveAhead(t *testing.T, maxConns int, idle, readWrite time.Duration, maxAhead int) string {
 	t.Helper()
-	return runServer(t, &okService{}, options(prometheus.NewRegistry(), maxConns, idle, readWrite, maxAhead, newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout, nil))...)
+	return runServer(t, &okService{}, options(prometheus.NewRegistry(), maxConns, idle, readWrite, maxAhead, newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout, nil), nil)...)
 }
 
 // runServer serves svc with opts on a listener of its own until the test

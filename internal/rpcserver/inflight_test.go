@@ -73,7 +73,7 @@ func TestLargeRequestsWaitForRoomInTheBudget(t *testing.T) {
 	svc := &heldMerge{release: make(chan struct{}), entered: make(chan struct{}, 3)}
 	reg := prometheus.NewRegistry()
 	large := newInFlight(budget, 10*time.Second, reg)
-	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large)...)
+	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large, nil)...)
 	cli := mergeClient(t, addr)
 
 	errs := make(chan error, 3)
@@ -121,7 +121,7 @@ func TestLargeRequestRefusedAfterWaitingItsBound(t *testing.T) {
 	svc := &heldMerge{release: make(chan struct{}), entered: make(chan struct{}, 2)}
 	reg := prometheus.NewRegistry()
 	large := newInFlight(budget, 500*time.Millisecond, reg)
-	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large)...)
+	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large, nil)...)
 	cli := mergeClient(t, addr)
 
 	first := make(chan error, 1)
@@ -151,7 +151,7 @@ func TestLargeRequestRefusedAfterWaitingItsBound(t *testing.T) {
 func TestLargeRequestWhoseCallerLeftGivesItsRoomBack(t *testing.T) {
 	svc := &heldMerge{release: make(chan struct{}), entered: make(chan struct{}, 1)}
 	large := newInFlight(2<<20, 10*time.Second, nil)
-	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large)...)
+	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large, nil)...)
 	cli := mergeClient(t, addr)
 	done := make(chan error, 1)
 	go func() {
@@ -189,7 +189,7 @@ func TestAHeaderAloneTakesNoRoom(t *testing.T) {
 	svc := &heldMerge{release: make(chan struct{}), entered: make(chan struct{}, 1)}
 	close(svc.release)
 	large := newInFlight(2<<20, 500*time.Millisecond, nil)
-	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large)...)
+	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large, nil)...)
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +214,7 @@ func TestRoomIsGivenBackOncePerRequest(t *testing.T) {
 	svc := &heldMerge{release: make(chan struct{}), entered: make(chan struct{}, 4)}
 	close(svc.release)
 	large := newInFlight(2<<20, 10*time.Second, nil)
-	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large)...)
+	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, 10*time.Second, MaxAheadBytes, large, nil)...)
 	cli := mergeClient(t, addr)
 	for _, size := range []int{1_200_000, 10, 10, 10} { // one after another: one pooled connection
 		if _, err := cli.MergeLatest(context.Background(), largeMerge(size), callopt.WithRPCTimeout(20*time.Second)); err != nil {

@@ -108,13 +108,16 @@ const MaxUnreadTotalBytes = 1 << 30
 // ones are closed (MaxConnIdle), and a request is bounded and checked
 // before it is decoded (guardedCodec), large ones within a budget of bytes
 // in flight (MaxLargeInFlightBytes), and must arrive within
-// ReadWriteTimeout; an answer must be taken within it too.
-func Options(reg prometheus.Registerer, maxConns int) []server.Option {
+// ReadWriteTimeout; an answer must be taken within it too. A panic in the
+// goroutine that watches every connection's unread bytes is recovered,
+// logged and counted on panics (nil: not counted), and the watch goes on.
+func Options(reg prometheus.Registerer, maxConns int, panics prometheus.Counter) []server.Option {
 	return options(reg, maxConns, MaxConnIdle, ReadWriteTimeout, MaxAheadBytes,
-		newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout, reg))
+		newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout, reg), panics)
 }
 
-func options(reg prometheus.Registerer, maxConns int, idle, readWrite time.Duration, maxAhead int, large *inFlight) []server.Option {
+func options(reg prometheus.Registerer, maxConns int, idle, readWrite time.Duration, maxAhead int, large *inFlight,
+	panics prometheus.Counter) []server.Option {
 	return []server.Option{
 		server.WithReadWriteTimeout(readWrite),
 		// Only Kitex's netpoll transports (TTHeader, Framed): its default
@@ -126,7 +129,7 @@ func options(reg prometheus.Registerer, maxConns int, idle, readWrite time.Durat
 		server.WithConnectionLimiter(limiter.NewConnectionLimiter(maxConns)),
 		server.WithBoundHandler(newIdleCloser(idle)),
 		server.WithBoundHandler(writeTimeout{timeout: readWrite}),
-		server.WithBoundHandler(newUnreadCloser(MaxRequestBytes+maxAhead, MaxUnreadTotalBytes, unreadInterval)),
+		server.WithBoundHandler(newUnreadCloser(MaxRequestBytes+maxAhead, MaxUnreadTotalBytes, unreadInterval, panics)),
 		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: client.ServiceName}),
 		server.WithTracer(metrics.NewRPCTracer(reg)),
 		// Last: Kitex finishes tracers in reverse, and a tracer that

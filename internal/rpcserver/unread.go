@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"net"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/cloudwego/kitex/pkg/klog"
 	"github.com/cloudwego/kitex/pkg/remote"
 	"github.com/cloudwego/netpoll"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // unreadCloser closes a connection whose unread bytes pass limit at any
@@ -39,13 +41,22 @@ type unreadCloser struct {
 	total    int
 	interval time.Duration
 
+	panics prometheus.Counter // a round that panicked; nil: not counted
+
 	mu      sync.Mutex
 	conns   map[net.Conn]netpoll.Reader
 	running bool // the watching goroutine runs; it ends when conns is empty
 }
 
-func newUnreadCloser(limit, total int, interval time.Duration) *unreadCloser {
-	return &unreadCloser{limit: limit, total: total, interval: interval, conns: make(map[net.Conn]netpoll.Reader)}
+func newUnreadCloser(limit, total int, interval time.Duration, panics prometheus.Counter) *unreadCloser {
+	return &unreadCloser{limit: limit, total: total, interval: interval, panics: panics,
+		conns: make(map[net.Conn]netpoll.Reader)}
+}
+
+// over is a connection and the bytes it holds unread.
+type over struct {
+	conn net.Conn
+	n    int
 }
 
 var _ remote.InboundHandler = (*unreadCloser)(nil)
@@ -81,63 +92,90 @@ func (u *unreadCloser) OnInactive(ctx context.Context, conn net.Conn) context.Co
 func (u *unreadCloser) watch() {
 	t := time.NewTicker(u.interval)
 	defer t.Stop()
-	type over struct {
-		conn net.Conn
-		n    int
-	}
 	var cut, held []over
 	for range t.C {
-		u.mu.Lock()
-		if len(u.conns) == 0 {
-			u.running = false
-			u.mu.Unlock()
+		goOn := true
+		cut, held, goOn = u.round(cut[:0], held[:0])
+		if !goOn {
 			return
 		}
-		// Closed under the lock, while conn is still here: netpoll closes
-		// its fd only after OnInactive, which waits for the lock, so the
-		// fd is still conn's. Later, the number could be another
-		// connection's, accepted since.
-		closeNow := func(o over) {
-			shutDown(o.conn)
-			cut = append(cut, o)
-			delete(u.conns, o.conn) // closed once; OnInactive finds it gone
-		}
-		sum := 0
-		for conn, r := range u.conns {
-			n := r.Len()
-			if n > u.limit {
-				closeNow(over{conn, n})
-				continue
-			}
-			if n > 0 {
-				held = append(held, over{conn, n})
-				sum += n
-			}
-		}
-		overTotal := len(cut)
-		if sum > u.total {
-			slices.SortFunc(held, func(a, b over) int { return cmp.Compare(b.n, a.n) })
-			for _, o := range held {
-				if sum <= u.total {
-					break
-				}
-				closeNow(o)
-				sum -= o.n
-			}
-		}
-		u.mu.Unlock()
-		for i, o := range cut {
-			if i < overTotal {
-				klog.Warnf("combo-service: closed a connection from %s holding %d bytes it sent and the server "+
-					"has not read, more than the %d it may (a request and MaxAheadBytes sent ahead): "+
-					"it kept sending while a request ran or its answer waited", o.conn.RemoteAddr(), o.n, u.limit)
-			} else {
-				klog.Warnf("combo-service: closed a connection from %s holding %d bytes it sent and the server "+
-					"has not read, the most of any while all connections held more than the %d they may together",
-					o.conn.RemoteAddr(), o.n, u.total)
-			}
-			_ = o.conn.Close()
-		}
-		cut, held = cut[:0], held[:0]
 	}
+}
+
+// round is one look at every connection: it closes those over a bound
+// and says whether to go on (no: no connection is open, and the goroutine
+// ends). A round that panics is logged and counted, and the next goes on:
+// the watch ends with the process otherwise, and one connection's odd
+// state must not end every connection's bound. (Connections the round had
+// shut down by then are not logged; netpoll sees their end of stream and
+// closes them.) cut and held are reused from round to round.
+func (u *unreadCloser) round(cut, held []over) (_, _ []over, goOn bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			goOn = true
+			if u.panics != nil {
+				u.panics.Inc()
+			}
+			klog.Errorf("combo-service: panic in the watch of connections' unread bytes, going on: %v\n%s", p, debug.Stack())
+		}
+	}()
+	cut, held, overTotal, goOn := u.look(cut, held)
+	for i, o := range cut {
+		if i < overTotal {
+			klog.Warnf("combo-service: closed a connection from %s holding %d bytes it sent and the server "+
+				"has not read, more than the %d it may (a request and MaxAheadBytes sent ahead): "+
+				"it kept sending while a request ran or its answer waited", o.conn.RemoteAddr(), o.n, u.limit)
+		} else {
+			klog.Warnf("combo-service: closed a connection from %s holding %d bytes it sent and the server "+
+				"has not read, the most of any while all connections held more than the %d they may together",
+				o.conn.RemoteAddr(), o.n, u.total)
+		}
+		_ = o.conn.Close()
+	}
+	return cut, held, goOn
+}
+
+// look finds, under the lock, the connections over a bound, shuts them
+// down and forgets them; round logs and closes them after. The first
+// overTotal of cut passed their own bound, the rest the total.
+func (u *unreadCloser) look(cut, held []over) (_, _ []over, overTotal int, goOn bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.conns) == 0 {
+		u.running = false
+		return cut, held, 0, false
+	}
+	// Closed under the lock, while conn is still here: netpoll closes
+	// its fd only after OnInactive, which waits for the lock, so the
+	// fd is still conn's. Later, the number could be another
+	// connection's, accepted since.
+	closeNow := func(o over) {
+		shutDown(o.conn)
+		cut = append(cut, o)
+		delete(u.conns, o.conn) // closed once; OnInactive finds it gone
+	}
+	sum := 0
+	for conn, r := range u.conns {
+		n := r.Len()
+		if n > u.limit {
+			closeNow(over{conn, n})
+			continue
+		}
+		if n > 0 {
+			held = append(held, over{conn, n})
+			sum += n
+		}
+	}
+	overTotal = len(cut)
+	if sum > u.total {
+		slices.SortFunc(held, func(a, b over) int { return cmp.Compare(b.n, a.n) })
+		for _, o := range held {
+			if sum <= u.total {
+				break
+			}
+			closeNow(o)
+			sum -= o.n
+		}
+	}
+	return cut, held, overTotal, true
 }

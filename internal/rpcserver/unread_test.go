@@ -3,12 +3,14 @@ package rpcserver
 import (
 	"context"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cloudwego/kitex/server"
 	"github.com/cloudwego/netpoll"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
@@ -25,7 +27,7 @@ func TestPeerSendingWhileItsAnswerWaitsIsCut(t *testing.T) {
 	const maxAhead = 1 << 20
 	const limit = MaxRequestBytes + maxAhead
 	gone := closed{ch: make(chan struct{}, 1)}
-	addr := runServer(t, &bigAnswers{}, append(options(prometheus.NewRegistry(), 100, time.Minute, 30*time.Second, maxAhead, newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout, nil)),
+	addr := runServer(t, &bigAnswers{}, append(options(prometheus.NewRegistry(), 100, time.Minute, 30*time.Second, maxAhead, newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout, nil), nil),
 		server.WithBoundHandler(gone))...)
 	conn := askMergeLatest(t, addr)
 	defer conn.Close()
@@ -77,7 +79,7 @@ func (s *slowMerge) MergeLatest(context.Context, *combo.MergeLatestRequest) (*co
 func TestPeerSendingWhileItsRequestRunsIsCut(t *testing.T) {
 	const maxAhead = 1 << 20
 	const runs = 4 * time.Second
-	addr := runServer(t, &slowMerge{runs: runs}, options(prometheus.NewRegistry(), 100, time.Minute, ReadWriteTimeout, maxAhead, newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout, nil))...)
+	addr := runServer(t, &slowMerge{runs: runs}, options(prometheus.NewRegistry(), 100, time.Minute, ReadWriteTimeout, maxAhead, newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout, nil), nil)...)
 	conn := askMergeLatest(t, addr)
 	defer conn.Close()
 	start := time.Now()
@@ -121,7 +123,7 @@ func holding(n int) bufferedConn {
 // goroutine ends when no connection is open, and starts again with the
 // next.
 func TestUnreadCloserClosesOnlyWhatIsOverAndStopsWhenIdle(t *testing.T) {
-	u := newUnreadCloser(100, 1<<30, time.Millisecond)
+	u := newUnreadCloser(100, 1<<30, time.Millisecond, nil)
 	ctx := context.Background()
 	under, over := holding(100), holding(101)
 	for _, c := range []bufferedConn{under, over} {
@@ -173,7 +175,7 @@ func TestUnreadCloserClosesOnlyWhatIsOverAndStopsWhenIdle(t *testing.T) {
 // Connections each under their own bound but over the total together:
 // those holding the most are closed until the rest fit, and only they.
 func TestUnreadCloserBoundsWhatAllConnectionsHold(t *testing.T) {
-	u := newUnreadCloser(100, 250, time.Millisecond)
+	u := newUnreadCloser(100, 250, time.Millisecond, nil)
 	ctx := context.Background()
 	conns := []bufferedConn{holding(90), holding(80), holding(70), holding(60), holding(0)}
 	for _, c := range conns {
@@ -198,5 +200,57 @@ func TestUnreadCloserBoundsWhatAllConnectionsHold(t *testing.T) {
 			t.Fatalf("connection %d closed though the rest fit the total once the largest was", i+1)
 		default:
 		}
+	}
+}
+
+// lenPanics is a connection's reader whose Len panics the first time.
+type lenPanics struct {
+	*netpoll.LinkBuffer
+	panicked atomic.Bool
+}
+
+func (r *lenPanics) Len() int {
+	if r.panicked.CompareAndSwap(false, true) {
+		panic("a connection in an odd state")
+	}
+	return r.LinkBuffer.Len()
+}
+
+type panickyConn struct {
+	bufferedConn
+	r *lenPanics
+}
+
+func (c panickyConn) Reader() netpoll.Reader { return c.r }
+
+// A round of the watch that panics is counted, and the watch goes on: it
+// still closes a connection over the limit. Before, the panic ended the
+// process (the goroutine had no recover).
+func TestUnreadCloserSurvivesARoundThatPanics(t *testing.T) {
+	panics := prometheus.NewCounter(prometheus.CounterOpts{Name: "panics"})
+	u := newUnreadCloser(100, 1<<30, time.Millisecond, panics)
+	ctx := context.Background()
+	odd := panickyConn{bufferedConn: holding(10), r: &lenPanics{LinkBuffer: holding(10).buf}}
+	if _, err := u.OnActive(ctx, odd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { u.OnInactive(ctx, odd) })
+	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(panics) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no round panicked in 5 s")
+		}
+	}
+	over := holding(101)
+	if _, err := u.OnActive(ctx, over); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { u.OnInactive(ctx, over) })
+	select {
+	case <-over.closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("after a round panicked, a connection holding 101 unread bytes, limit 100, not closed in 5 s")
+	}
+	if n := testutil.ToFloat64(panics); n != 1 {
+		t.Fatalf("%v panics counted, want 1", n)
 	}
 }

@@ -47,7 +47,7 @@ func (c closed) OnInactive(ctx context.Context, _ net.Conn) context.Context {
 func TestUnreadAnswerCutsTheConnection(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	gone := closed{ch: make(chan struct{}, 10)}
-	addr := runServer(t, &bigAnswers{}, append(options(prometheus.NewRegistry(), 100, time.Minute, timeout, MaxAheadBytes, newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout, nil)),
+	addr := runServer(t, &bigAnswers{}, append(options(prometheus.NewRegistry(), 100, time.Minute, timeout, MaxAheadBytes, newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout, nil), nil),
 		server.WithBoundHandler(gone))...)
 	start := time.Now()
 	conn := askMergeLatest(t, addr)
