@@ -332,7 +332,7 @@ func TestServiceFollowsAFailover(t *testing.T) {
 // A master is paused (SIGSTOP: a VM stall, a hung host), not killed,
 // while a window on its shard comes due: the worker's flush of it reaches
 // the paused master's socket and waits there. Its replica is promoted
-// (takeOver), the service follows, and the new master pushes the window.
+// (TakeOver), the service follows, and the new master pushes the window.
 // When the old master resumes it runs what waited on its sockets before
 // it hears that it was replaced: a flush of a window its own, stale copy
 // of the data still holds. The window must still be pushed once.

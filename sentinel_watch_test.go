@@ -33,7 +33,7 @@ func TestFailoverIsHeardFromEverySentinel(t *testing.T) {
 	master := testredis.Start(t, testredis.Options{})
 	replica := testredis.StartReplica(t, master)
 	sentinels := testredis.StartSentinels(t, 3, sentinelMaster, master)
-	// No Sentinel is paused to steer go-redis to the first: one paused
+	// No Sentinel is paused to steer go-redis to one: a Sentinel paused
 	// over 2 s (startService on a loaded machine) enters TILT for 30 s and
 	// then refuses SENTINEL FAILOVER. Which ones go-redis listens to is
 	// read below instead.
@@ -49,11 +49,11 @@ func TestFailoverIsHeardFromEverySentinel(t *testing.T) {
 	rep.waitAcked(t, 10, time.Now())
 
 	// go-redis subscribes to two channels on its Sentinel (sub=2); the
-	// service's own watch to one on each. go-redis's failover clients pick
-	// the first Sentinel that answers, mostly the first, but another when
-	// the first answered too slowly on a loaded machine: every Sentinel
-	// one listens to goes down, and at least one that none listens to must
-	// be left to announce the switch.
+	// service's own watch to one on each. go-redis asks every Sentinel at
+	// once and takes the first answer, so each of the service's two
+	// failover clients may listen to any: every Sentinel one listens to
+	// goes down, and of three at least one that none listens to is left
+	// to announce the switch.
 	ctx := context.Background()
 	var survivors []*testredis.Server
 	var gone []int

@@ -419,8 +419,8 @@ func TestBuiltBinariesAreStaticAndWork(t *testing.T) {
 	// and SIGTERM stops it with exit status 0.
 	const w = time.Second
 	s := startService(t, svc, "COMBO_WINDOW_SIZE="+w.String(), "COMBO_REDIS_ADRESS=x")
-	if !slices.Equal(s.unknownEnv, []string{"COMBO_REDIS_ADRESS"}) {
-		t.Errorf("the start warned of %q as no configuration key, want COMBO_REDIS_ADRESS alone", s.unknownEnv)
+	if !slices.Contains(s.unknownEnv, "COMBO_REDIS_ADRESS") {
+		t.Errorf("the start warned of %q as no configuration key, not of COMBO_REDIS_ADRESS", s.unknownEnv)
 	}
 	// The image has no VCS data: the stamped revision names the build, in
 	// the start log and on /metrics (the rolling-upgrade notes go by commit).

@@ -185,8 +185,8 @@ func TestDecodeRefusesEachMissingOrNullMemberForItsReason(t *testing.T) {
 	variants := map[string]variant{
 		"no activity_id":   {func(m map[string]any) { delete(m, "activity_id") }, "no activity_id"},
 		"null activity_id": {func(m map[string]any) { m["activity_id"] = nil }, "no activity_id"},
-		"no type":          {func(m map[string]any) { delete(m, "type") }, "type"},
-		"other type":       {func(m map[string]any) { m["type"] = "other" }, "type"},
+		"no type":          {func(m map[string]any) { delete(m, "type") }, `, want "` + Type + `"`},
+		"other type":       {func(m map[string]any) { m["type"] = "other" }, `, want "` + Type + `"`},
 		"no record":        {func(m map[string]any) { delete(m, "record") }, "no record"},
 	}
 	for _, k := range RecordKeys {
