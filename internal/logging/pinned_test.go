@@ -1,0 +1,182 @@
+package logging
+
+import (
+	"context"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// Info lines are thinned like warnings, and written once: the debug core
+// covers debug only, the sampler info and above.
+func TestSampledThinsInfoLinesAndWritesEachOnce(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	l := Sampled(zap.New(core), nil)
+	for range 5 {
+		l.Info("stream trimmed")
+	}
+	if n := logs.FilterMessage("stream trimmed").Len(); n != 1 {
+		t.Fatalf("%d of 5 info lines in a second written, want 1", n)
+	}
+}
+
+// Kitex's info lines are sampled by format too, as its warnings are.
+func TestKlogSamplesInfoLines(t *testing.T) {
+	k, logs, _ := observedKlog(zapcore.DebugLevel)
+	for i := range 5 {
+		k.Infof("KITEX: server listen at addr=%d", i)
+		k.CtxNoticef(context.Background(), "KITEX: notice %d", i)
+	}
+	if n := logs.Len(); n != 2 {
+		t.Fatalf("%d lines for 5 info and 5 notice lines of two formats in one instant, want 2: %v", n, logs.All())
+	}
+}
+
+// Each klog method writes at its level: Trace and Debug at debug, Info and
+// Notice at info, Warn at warn, Error and Fatal at error.
+func TestKlogLevels(t *testing.T) {
+	k, logs, clock := observedKlog(zapcore.DebugLevel)
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		log  func(string)
+		want zapcore.Level
+	}{
+		{"Trace", func(m string) { k.Trace(m) }, zapcore.DebugLevel},
+		{"Debug", func(m string) { k.Debug(m) }, zapcore.DebugLevel},
+		{"Info", func(m string) { k.Info(m) }, zapcore.InfoLevel},
+		{"Notice", func(m string) { k.Notice(m) }, zapcore.InfoLevel},
+		{"Warn", func(m string) { k.Warn(m) }, zapcore.WarnLevel},
+		{"Error", func(m string) { k.Error(m) }, zapcore.ErrorLevel},
+		{"Fatal", func(m string) { k.Fatal(m) }, zapcore.ErrorLevel},
+		{"Tracef", func(m string) { k.Tracef("%s", m) }, zapcore.DebugLevel},
+		{"Debugf", func(m string) { k.Debugf("%s", m) }, zapcore.DebugLevel},
+		{"Infof", func(m string) { k.Infof("%s", m) }, zapcore.InfoLevel},
+		{"Noticef", func(m string) { k.Noticef("%s", m) }, zapcore.InfoLevel},
+		{"Warnf", func(m string) { k.Warnf("%s", m) }, zapcore.WarnLevel},
+		{"Errorf", func(m string) { k.Errorf("%s", m) }, zapcore.ErrorLevel},
+		{"Fatalf", func(m string) { k.Fatalf("%s", m) }, zapcore.ErrorLevel},
+		{"CtxTracef", func(m string) { k.CtxTracef(ctx, "%s", m) }, zapcore.DebugLevel},
+		{"CtxDebugf", func(m string) { k.CtxDebugf(ctx, "%s", m) }, zapcore.DebugLevel},
+		{"CtxInfof", func(m string) { k.CtxInfof(ctx, "%s", m) }, zapcore.InfoLevel},
+		{"CtxNoticef", func(m string) { k.CtxNoticef(ctx, "%s", m) }, zapcore.InfoLevel},
+		{"CtxWarnf", func(m string) { k.CtxWarnf(ctx, "%s", m) }, zapcore.WarnLevel},
+		{"CtxErrorf", func(m string) { k.CtxErrorf(ctx, "%s", m) }, zapcore.ErrorLevel},
+		{"CtxFatalf", func(m string) { k.CtxFatalf(ctx, "%s", m) }, zapcore.ErrorLevel},
+	}
+	for _, c := range cases {
+		*clock = clock.Add(time.Hour)
+		c.log("line of " + c.name)
+		got := logs.FilterMessage("line of " + c.name).All()
+		if len(got) != 1 || got[0].Level != c.want {
+			t.Errorf("%s: %v, want one line at %s", c.name, got, c.want)
+		}
+	}
+}
+
+// Past the bound on keys, a key idle for over a second keeps its count of
+// suppressed lines: only keys with nothing to report are forgotten.
+func TestKeySamplerBoundKeepsCountsOfIdleKeys(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	s := newKeySampler()
+	s.now = func() time.Time { return now }
+	for range 10 {
+		s.pass("busy")
+	}
+	now = now.Add(2 * time.Second)
+	for i := range 1100 {
+		s.pass(strconv.Itoa(i))
+	}
+	if ok, n, _ := s.pass("busy"); !ok || n != 9 {
+		t.Fatalf("busy after the bound: written %v, %d suppressed; want written, counting 9", ok, n)
+	}
+}
+
+// Past the bound, keys written less than a second ago are not forgotten:
+// their next line within the second is still left out.
+func TestKeySamplerBoundForgetsOnlyIdleKeys(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	s := newKeySampler()
+	s.now = func() time.Time { return now }
+	for i := range 1024 {
+		s.pass(strconv.Itoa(i))
+	}
+	if ok, _, _ := s.pass("new"); !ok {
+		t.Fatal("a new key's line left out at the bound")
+	}
+	if ok, _, _ := s.pass("0"); ok {
+		t.Fatal("a key written in this instant written again: forgotten at the bound while not idle")
+	}
+}
+
+// The process logger does not sample: start-up and shutdown lines are all
+// written, however many share a message (zap's production default
+// thinned past 100 a second).
+func TestNewDoesNotSample(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stderr
+	os.Stderr = w
+	l, err := New("info", "json")
+	os.Stderr = old
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan string)
+	go func() { b, _ := io.ReadAll(r); done <- string(b) }()
+	for i := range 300 {
+		l.Info("shard ready", zap.Int("shard", i))
+	}
+	_ = l.Sync()
+	w.Close()
+	if n := strings.Count(<-done, `"msg":"shard ready"`); n != 300 {
+		t.Fatalf("%d of 300 lines written", n)
+	}
+}
+
+// go-redis's lines are warnings, sampled by their text: the same line
+// repeated per connection attempt during an outage is one a second.
+func TestRedisLoggerWarnsSampled(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	r := Redis(zap.New(core))
+	for range 5 {
+		r.Printf(context.Background(), "redis: dial %s failed: %s", "10.0.0.1:6379", "connection refused")
+	}
+	r.Printf(context.Background(), "redis: discarding bad PubSub connection: %s", "EOF")
+	all := logs.All()
+	if len(all) != 2 {
+		t.Fatalf("%d lines, want 2 (one per message in a second): %v", len(all), all)
+	}
+	for _, e := range all {
+		if e.Level != zapcore.WarnLevel || e.LoggerName != "go-redis" {
+			t.Errorf("%q: level %s, logger %q; want warn, go-redis", e.Message, e.Level, e.LoggerName)
+		}
+	}
+}
+
+// A single suppressed netpoll line is counted on the next one written.
+func TestNetpollWriterCountsOneSuppressedLine(t *testing.T) {
+	w, logs, clock := observedNetpoll(zapcore.DebugLevel)
+	nl := netpollLogger(w)
+	first := *clock
+	nl.Printf("NETPOLL: accept conn failed: %v", "too many open files")
+	nl.Printf("NETPOLL: accept conn failed: %v", "too many open files")
+	*clock = clock.Add(time.Second)
+	nl.Printf("NETPOLL: accept conn failed: %v", "too many open files")
+	if logs.Len() != 2 {
+		t.Fatalf("%d lines, want 2", logs.Len())
+	}
+	got := logs.All()[1].ContextMap()
+	if since, _ := got["suppressed_since"].(time.Time); got["suppressed_since_last"] != int64(1) || !since.Equal(first) {
+		t.Fatalf("%v, want 1 suppressed since %v", got, first)
+	}
+}
