@@ -202,7 +202,7 @@ func watchers() int {
 // its running flag: connections that come and go leave no goroutine
 // behind.
 func TestUnreadCloserWatcherGoroutineEnds(t *testing.T) {
-	u := newUnreadCloser(100, 1<<30, time.Millisecond, nil)
+	u := watchedUnreadCloser(t, 100, 1<<30)
 	ctx := context.Background()
 	for range 5 {
 		c := holding(0)
@@ -236,7 +236,7 @@ func TestUnreadCloserWatcherGoroutineEnds(t *testing.T) {
 // little each holds: many connections each well under their own bound
 // cannot together pass the total.
 func TestUnreadTotalCountsSmallHolders(t *testing.T) {
-	u := newUnreadCloser(100, 250, time.Millisecond, nil)
+	u := watchedUnreadCloser(t, 100, 250)
 	ctx := context.Background()
 	var conns []bufferedConn
 	for range 8 {
@@ -262,7 +262,7 @@ func TestUnreadTotalCountsSmallHolders(t *testing.T) {
 // The total is judged by what connections hold now: one that held the
 // most a while ago, and has been read since, is not the one closed.
 func TestUnreadTotalClosesByWhatIsHeldNow(t *testing.T) {
-	u := newUnreadCloser(100, 250, time.Millisecond, nil)
+	u := watchedUnreadCloser(t, 100, 250)
 	ctx := context.Background()
 	a := holding(90)
 	if _, err := u.OnActive(ctx, a); err != nil {
@@ -305,7 +305,7 @@ func TestUnreadCloserSaysWhichBound(t *testing.T) {
 	klog.SetOutput(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) }))
 	t.Cleanup(func() { klog.SetOutput(os.Stderr) })
 	ctx := context.Background()
-	u := newUnreadCloser(100, 1<<30, time.Millisecond, nil)
+	u := watchedUnreadCloser(t, 100, 1<<30)
 	over := holding(101)
 	if _, err := u.OnActive(ctx, over); err != nil {
 		t.Fatal(err)
@@ -313,7 +313,7 @@ func TestUnreadCloserSaysWhichBound(t *testing.T) {
 	<-over.closed
 	u.OnInactive(ctx, over)
 	time.Sleep(10 * time.Millisecond)
-	u2 := newUnreadCloser(100, 150, time.Millisecond, nil)
+	u2 := watchedUnreadCloser(t, 100, 150)
 	a, b := holding(90), holding(80)
 	for _, c := range []bufferedConn{a, b} {
 		if _, err := u2.OnActive(ctx, c); err != nil {

@@ -112,6 +112,21 @@ func (c bufferedConn) Reader() netpoll.Reader { return c.buf }
 func (c bufferedConn) Close() error           { close(c.closed); return nil }
 func (c bufferedConn) RemoteAddr() net.Addr   { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
 
+// watchedUnreadCloser is an unreadCloser looking every millisecond whose
+// rounds must not panic. The watch recovers a panic and goes on (a
+// connection closed twice, say, which these tests' connections answer
+// with a panic), so the test checks the count once it has ended.
+func watchedUnreadCloser(t *testing.T, limit, total int) *unreadCloser {
+	t.Helper()
+	panics := prometheus.NewCounter(prometheus.CounterOpts{Name: "panics"})
+	t.Cleanup(func() {
+		if n := testutil.ToFloat64(panics); n != 0 {
+			t.Errorf("%v rounds of the watch panicked (a connection closed twice?)", n)
+		}
+	})
+	return newUnreadCloser(limit, total, time.Millisecond, panics)
+}
+
 func holding(n int) bufferedConn {
 	buf := netpoll.NewLinkBuffer()
 	_, _ = buf.WriteBinary(make([]byte, n))
@@ -123,7 +138,7 @@ func holding(n int) bufferedConn {
 // goroutine ends when no connection is open, and starts again with the
 // next.
 func TestUnreadCloserClosesOnlyWhatIsOverAndStopsWhenIdle(t *testing.T) {
-	u := newUnreadCloser(100, 1<<30, time.Millisecond, nil)
+	u := watchedUnreadCloser(t, 100, 1<<30)
 	ctx := context.Background()
 	under, over := holding(100), holding(101)
 	for _, c := range []bufferedConn{under, over} {
@@ -175,7 +190,7 @@ func TestUnreadCloserClosesOnlyWhatIsOverAndStopsWhenIdle(t *testing.T) {
 // Connections each under their own bound but over the total together:
 // those holding the most are closed until the rest fit, and only they.
 func TestUnreadCloserBoundsWhatAllConnectionsHold(t *testing.T) {
-	u := newUnreadCloser(100, 250, time.Millisecond, nil)
+	u := watchedUnreadCloser(t, 100, 250)
 	ctx := context.Background()
 	conns := []bufferedConn{holding(90), holding(80), holding(70), holding(60), holding(0)}
 	for _, c := range conns {
