@@ -43,22 +43,9 @@ func TestSampledThinsOnlyInfoAndAbove(t *testing.T) {
 
 // JSON logs write durations with their unit ("3.2s"), not as bare numbers.
 func TestJSONDurationsCarryTheirUnit(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := os.Stderr
-	os.Stderr = w
-	l, err := New("info", "json")
-	os.Stderr = old
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, written := newOnPipe(t)
 	l.Info("started", zap.Duration("window", 3200*time.Millisecond))
-	_ = l.Sync()
-	w.Close()
-	out, _ := io.ReadAll(r)
-	if !strings.Contains(string(out), `"window":"3.2s"`) {
+	if out := written(); !strings.Contains(out, `"window":"3.2s"`) {
 		t.Fatalf("log line %s, want \"window\":\"3.2s\"", out)
 	}
 }
@@ -158,5 +145,29 @@ func TestKeySamplerForgetsIdleKeys(t *testing.T) {
 	}
 	if len(s.seen) != 1 {
 		t.Fatalf("%d keys kept, want the idle ones forgotten", len(s.seen))
+	}
+}
+
+// newOnPipe is New("info", "json") writing to a pipe in place of stderr;
+// written syncs the logger and returns all it wrote.
+func newOnPipe(t *testing.T) (l *zap.Logger, written func() string) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stderr
+	os.Stderr = w
+	l, err = New("info", "json")
+	os.Stderr = old
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan string)
+	go func() { b, _ := io.ReadAll(r); done <- string(b) }()
+	return l, func() string {
+		_ = l.Sync()
+		w.Close()
+		return <-done
 	}
 }

@@ -2,8 +2,6 @@ package logging
 
 import (
 	"context"
-	"io"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -120,25 +118,11 @@ func TestKeySamplerBoundForgetsOnlyIdleKeys(t *testing.T) {
 // written, however many share a message (zap's production default
 // thinned past 100 a second).
 func TestNewDoesNotSample(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := os.Stderr
-	os.Stderr = w
-	l, err := New("info", "json")
-	os.Stderr = old
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan string)
-	go func() { b, _ := io.ReadAll(r); done <- string(b) }()
+	l, written := newOnPipe(t)
 	for i := range 300 {
 		l.Info("shard ready", zap.Int("shard", i))
 	}
-	_ = l.Sync()
-	w.Close()
-	if n := strings.Count(<-done, `"msg":"shard ready"`); n != 300 {
+	if n := strings.Count(written(), `"msg":"shard ready"`); n != 300 {
 		t.Fatalf("%d of 300 lines written", n)
 	}
 }

@@ -827,26 +827,9 @@ func TestRequestsSentAheadAreBounded(t *testing.T) {
 	if len(frame) > 512 {
 		t.Fatalf("a frame of %d bytes: two would pass the 1024 bytes sent ahead", len(frame))
 	}
-	// replies sends data on a new connection in one write and counts the
-	// replies until the connection ends.
 	replies := func(data []byte, want int) int {
 		t.Helper()
-		conn := dialSend(t, addr, data)
-		defer conn.Close()
-		n := 0
-		for n < want {
-			answer, err := readAnswer(conn)
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				t.Fatal("the connection stayed open")
-			}
-			if err != nil {
-				break
-			}
-			if _, typ, _, _, err := thrift.Binary.ReadMessageBegin(answer); err == nil && typ == thrift.REPLY {
-				n++
-			}
-		}
-		return n
+		return repliesTo(t, addr, data, want)
 	}
 	if n := replies(append(append([]byte(nil), frame...), frame...), 2); n != 2 {
 		t.Errorf("two requests sent together, within the bound: %d replies, want 2", n)
@@ -901,4 +884,26 @@ func TestMuxClientIsServed(t *testing.T) {
 	if n := failed.Load(); n > 0 {
 		t.Errorf("%d of 200 calls failed, the first: %v", n, firstErr.Load())
 	}
+}
+
+// repliesTo sends data to addr on a new connection in one write and
+// counts the replies, up to want, until the connection ends.
+func repliesTo(t *testing.T, addr string, data []byte, want int) int {
+	t.Helper()
+	conn := dialSend(t, addr, data)
+	defer conn.Close()
+	n := 0
+	for n < want {
+		answer, err := readAnswer(conn)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatal("the connection stayed open")
+		}
+		if err != nil {
+			break
+		}
+		if _, typ, _, _, err := thrift.Binary.ReadMessageBegin(answer); err == nil && typ == thrift.REPLY {
+			n++
+		}
+	}
+	return n
 }

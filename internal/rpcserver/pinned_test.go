@@ -3,7 +3,6 @@ package rpcserver
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"io"
 	"net"
 	"os"
@@ -80,23 +79,7 @@ func TestAheadBoundIsExact(t *testing.T) {
 	frame := append(binary.BigEndian.AppendUint32(nil, uint32(len(payload))), payload...)
 	three := append(append(append([]byte(nil), frame...), frame...), frame...)
 	replies := func(maxAhead int) int {
-		addr := serveAhead(t, 100, MaxConnIdle, ReadWriteTimeout, maxAhead)
-		conn := dialSend(t, addr, three)
-		defer conn.Close()
-		n := 0
-		for n < 3 {
-			answer, err := readAnswer(conn)
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				t.Fatal("the connection stayed open")
-			}
-			if err != nil {
-				break
-			}
-			if _, typ, _, _, err := thrift.Binary.ReadMessageBegin(answer); err == nil && typ == thrift.REPLY {
-				n++
-			}
-		}
-		return n
+		return repliesTo(t, serveAhead(t, 100, MaxConnIdle, ReadWriteTimeout, maxAhead), three, 3)
 	}
 	if n := replies(2 * len(frame)); n != 3 {
 		t.Errorf("two frames sent ahead, the bound exactly: %d replies, want 3", n)
@@ -211,17 +194,7 @@ func TestUnreadCloserWatcherGoroutineEnds(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 		u.OnInactive(ctx, c)
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-			u.mu.Lock()
-			running := u.running
-			u.mu.Unlock()
-			if !running {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("still running 5 s after the last connection closed")
-			}
-		}
+		waitWatchStopped(t, u)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for watchers() > 0 {

@@ -127,6 +127,23 @@ func watchedUnreadCloser(t *testing.T, limit, total int) *unreadCloser {
 	return newUnreadCloser(limit, total, time.Millisecond, panics)
 }
 
+// waitWatchStopped waits up to 5 s until u's watching goroutine says it
+// has ended, as it does once no connection is open.
+func waitWatchStopped(t *testing.T, u *unreadCloser) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		u.mu.Lock()
+		running := u.running
+		u.mu.Unlock()
+		if !running {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watching goroutine still runs 5 s after the last connection closed")
+		}
+	}
+}
+
 func holding(n int) bufferedConn {
 	buf := netpoll.NewLinkBuffer()
 	_, _ = buf.WriteBinary(make([]byte, n))
@@ -159,21 +176,7 @@ func TestUnreadCloserClosesOnlyWhatIsOverAndStopsWhenIdle(t *testing.T) {
 	}
 	u.OnInactive(ctx, over)
 	u.OnInactive(ctx, under)
-	waitStopped := func() {
-		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-			u.mu.Lock()
-			running := u.running
-			u.mu.Unlock()
-			if !running {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the watching goroutine still runs 5 s after the last connection closed")
-			}
-		}
-	}
-	waitStopped()
+	waitWatchStopped(t, u)
 	again := holding(101)
 	if _, err := u.OnActive(ctx, again); err != nil {
 		t.Fatal(err)
@@ -184,7 +187,7 @@ func TestUnreadCloserClosesOnlyWhatIsOverAndStopsWhenIdle(t *testing.T) {
 		t.Fatal("a connection opened after the watcher stopped was not watched")
 	}
 	u.OnInactive(ctx, again)
-	waitStopped()
+	waitWatchStopped(t, u)
 }
 
 // Connections each under their own bound but over the total together:
