@@ -94,9 +94,8 @@ func (u *unreadCloser) watch() {
 	defer t.Stop()
 	var cut, held []over
 	for range t.C {
-		goOn := true
-		cut, held, goOn = u.round(cut[:0], held[:0])
-		if !goOn {
+		var goOn bool
+		if cut, held, goOn = u.round(cut[:0], held[:0]); !goOn {
 			return
 		}
 	}
