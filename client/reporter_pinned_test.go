@@ -136,31 +136,6 @@ func TestRefusalNamingIndexNDropsWhole(t *testing.T) {
 	}
 }
 
-// Duplicate and degraded answers are counted apart: unequal counts, so a
-// swap of the two shows (3 duplicate, 2 degraded of 9 sent).
-func TestSentAnswersAreCountedApart(t *testing.T) {
-	s := senderFunc(func(_ context.Context, req *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
-		resp := &combo.ReportContributionsResponse{}
-		for _, c := range req.Contributions {
-			resp.Results = append(resp.Results, &combo.ReportContributionResponse{
-				WindowId: c.Id, WindowQuantity: 1, Duplicate: c.Id%3 == 0, Degraded: c.Id == 1 || c.Id == 4,
-			})
-		}
-		return resp, nil
-	})
-	reg := prometheus.NewRegistry()
-	r := newTestReporter(t, s, ReporterOptions{BatchSize: 4, Registerer: reg})
-	mustReport(t, r, ids(1, 9)...)
-	waitStats(t, r, func(st ReporterStats) bool { return st.Sent == 9 })
-	if st := r.Stats(); st.Duplicate != 3 || st.Degraded != 2 {
-		t.Fatalf("stats %+v, want 3 duplicate and 2 degraded of 9 sent", st)
-	}
-	m := gather(t, reg)
-	if m["combo_reporter_sent_answers_total{answer=duplicate}"] != 3 || m["combo_reporter_sent_answers_total{answer=degraded}"] != 2 {
-		t.Fatalf("metrics %v", m)
-	}
-}
-
 // An item the service refused by index counts as dropped in the metrics as
 // in Stats: an alert on reports_total{outcome="dropped"} must see it.
 func TestRefusedItemCountsInDroppedMetric(t *testing.T) {

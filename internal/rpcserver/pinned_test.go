@@ -210,21 +210,11 @@ func TestUnreadCloserWatcherGoroutineEnds(t *testing.T) {
 // cannot together pass the total.
 func TestUnreadTotalCountsSmallHolders(t *testing.T) {
 	u := watchedUnreadCloser(t, 100, 250)
-	ctx := context.Background()
 	var conns []bufferedConn
 	for range 8 {
 		conns = append(conns, holding(40)) // 320 in all
 	}
-	for _, c := range conns {
-		if _, err := u.OnActive(ctx, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, c := range conns {
-			u.OnInactive(ctx, c)
-		}
-	})
+	activate(t, u, conns...)
 	waitClosed(t, conns, 2)
 	time.Sleep(20 * time.Millisecond) // twenty looks more: 240 held, under the total
 	if closed := closedCount(conns); closed != 2 {

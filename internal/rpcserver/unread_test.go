@@ -144,6 +144,21 @@ func waitWatchStopped(t *testing.T, u *unreadCloser) {
 	}
 }
 
+// activate opens conns on u, and closes them when the test ends.
+func activate(t *testing.T, u *unreadCloser, conns ...bufferedConn) {
+	t.Helper()
+	for _, c := range conns {
+		if _, err := u.OnActive(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range conns {
+			u.OnInactive(context.Background(), c)
+		}
+	})
+}
+
 func holding(n int) bufferedConn {
 	buf := netpoll.NewLinkBuffer()
 	_, _ = buf.WriteBinary(make([]byte, n))
@@ -194,18 +209,8 @@ func TestUnreadCloserClosesOnlyWhatIsOverAndStopsWhenIdle(t *testing.T) {
 // those holding the most are closed until the rest fit, and only they.
 func TestUnreadCloserBoundsWhatAllConnectionsHold(t *testing.T) {
 	u := watchedUnreadCloser(t, 100, 250)
-	ctx := context.Background()
 	conns := []bufferedConn{holding(90), holding(80), holding(70), holding(60), holding(0)}
-	for _, c := range conns {
-		if _, err := u.OnActive(ctx, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, c := range conns {
-			u.OnInactive(ctx, c)
-		}
-	})
+	activate(t, u, conns...)
 	select {
 	case <-conns[0].closed:
 	case <-time.After(5 * time.Second):
