@@ -53,11 +53,16 @@ func newUnreadCloser(limit, total int, interval time.Duration, panics prometheus
 		conns: make(map[net.Conn]netpoll.Reader)}
 }
 
-// over is a connection and the bytes it holds unread.
+// over is a connection and the bytes it holds unread; n is oddReader
+// when its reader panicked.
 type over struct {
 	conn net.Conn
 	n    int
 }
+
+// oddReader is over.n for a connection whose reader panicked when asked
+// its length.
+const oddReader = -1
 
 var _ remote.InboundHandler = (*unreadCloser)(nil)
 
@@ -120,11 +125,15 @@ func (u *unreadCloser) round(cut, held []over) (_, _ []over, goOn bool) {
 	}()
 	cut, held, overTotal, goOn := u.look(cut, held)
 	for i, o := range cut {
-		if i < overTotal {
+		switch {
+		case o.n == oddReader:
+			klog.Warnf("combo-service: closed a connection from %s whose unread bytes could not be counted "+
+				"(its reader panicked; logged above)", o.conn.RemoteAddr())
+		case i < overTotal:
 			klog.Warnf("combo-service: closed a connection from %s holding %d bytes it sent and the server "+
 				"has not read, more than the %d it may (a request and MaxAheadBytes sent ahead): "+
 				"it kept sending while a request ran or its answer waited", o.conn.RemoteAddr(), o.n, u.limit)
-		} else {
+		default:
 			klog.Warnf("combo-service: closed a connection from %s holding %d bytes it sent and the server "+
 				"has not read, the most of any while all connections held more than the %d they may together",
 				o.conn.RemoteAddr(), o.n, u.total)
@@ -155,7 +164,11 @@ func (u *unreadCloser) look(cut, held []over) (_, _ []over, overTotal int, goOn 
 	}
 	sum := 0
 	for conn, r := range u.conns {
-		n := r.Len()
+		n, ok := u.unread(r)
+		if !ok {
+			closeNow(over{conn, oddReader})
+			continue
+		}
 		if n > u.limit {
 			closeNow(over{conn, n})
 			continue
@@ -165,7 +178,7 @@ func (u *unreadCloser) look(cut, held []over) (_, _ []over, overTotal int, goOn 
 			sum += n
 		}
 	}
-	overTotal = len(cut)
+	overTotal = len(cut) // the odd ones among them are logged as such
 	if sum > u.total {
 		slices.SortFunc(held, func(a, b over) int { return cmp.Compare(b.n, a.n) })
 		for _, o := range held {
@@ -177,4 +190,21 @@ func (u *unreadCloser) look(cut, held []over) (_, _ []over, overTotal int, goOn 
 		}
 	}
 	return cut, held, overTotal, true
+}
+
+// unread is r's unread length; ok is false, the panic counted and logged,
+// when asking panicked. look closes such a connection: its bound cannot be
+// kept, and looking at it again each round would end every round before
+// the total is summed, leaving every connection's total unbounded.
+func (u *unreadCloser) unread(r netpoll.Reader) (n int, ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			ok = false
+			if u.panics != nil {
+				u.panics.Inc()
+			}
+			klog.Errorf("combo-service: panic reading a connection's unread length, closing it: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return r.Len(), true
 }
