@@ -400,3 +400,40 @@ func TestMissingRedisPasswordNamesTheFlag(t *testing.T) {
 		t.Fatalf("run = %d, %v; want 2, naming NOAUTH and -redis-password", code, err)
 	}
 }
+
+// The poll check compares every field a push carries with the merged
+// record's: a push differing from it in any one of them fails the check.
+// Before, four of the twelve (avatar_url, star_id, item_id, item_icon)
+// were not compared.
+func TestPollCheckComparesEveryField(t *testing.T) {
+	const w, grace = 3 * time.Second, 200 * time.Millisecond
+	for _, c := range []struct {
+		field  string
+		change func(*push.Record)
+	}{
+		{"none", func(*push.Record) {}},
+		{"id", func(r *push.Record) { r.ID++ }},
+		{"user_id", func(r *push.Record) { r.UserID++ }},
+		{"nickname", func(r *push.Record) { r.Nickname += "x" }},
+		{"avatar_url", func(r *push.Record) { r.AvatarURL += "x" }},
+		{"star_id", func(r *push.Record) { r.StarID++ }},
+		{"item_id", func(r *push.Record) { r.ItemID++ }},
+		{"item_type", func(r *push.Record) { r.ItemType += "x" }},
+		{"item_name", func(r *push.Record) { r.ItemName += "x" }},
+		{"item_icon", func(r *push.Record) { r.ItemIcon += "x" }},
+		{"quantity", func(r *push.Record) { r.Quantity++ }},
+		{"combo_count", func(r *push.Record) { r.ComboCount++ }},
+		{"created_at", func(r *push.Record) { r.CreatedAt++ }},
+	} {
+		s := newSession(t, w, grace)
+		tp := s.tap(1, xiaoming)
+		r := push.RecordOf(tp.c)
+		c.change(&r)
+		s.push(r, tp.at.Add(w+50*time.Millisecond))
+		s.summary(time.Time{})
+		identical := strings.Contains(s.out.String(), "1/1 merged records identical")
+		if identical != (c.field == "none") {
+			t.Errorf("push differing in %s: poll check says identical %v:\n%s", c.field, identical, lastLines(s.out.String(), 8))
+		}
+	}
+}

@@ -730,6 +730,16 @@ type comboKey struct {
 	itemType string
 }
 
+// pushedForm is the record a push carries for merged record r: every one
+// of its twelve fields is compared.
+func pushedForm(r *combo.ContributionRecord) push.Record {
+	return push.Record{
+		ID: r.Id, UserID: r.UserId, Nickname: r.Nickname, AvatarURL: r.AvatarUrl, StarID: r.StarId,
+		ItemID: r.ItemId, ItemType: r.ItemType, ItemName: r.ItemName, ItemIcon: r.ItemIcon,
+		Quantity: r.Quantity, ComboCount: r.ComboCount, CreatedAt: r.CreatedAt,
+	}
+}
+
 func (st *state) comparePoll(ctx context.Context, cli comboservice.Client, activities []int64, notDue map[int64]bool) (bool, string) {
 	pushed := map[int64]push.Record{}
 	for _, w := range st.wins {
@@ -773,8 +783,7 @@ func (st *state) comparePoll(ctx context.Context, cli comboservice.Client, activ
 			for _, r := range resp.Records {
 				total++
 				p, ok := pushed[r.Id]
-				if ok && p.Quantity == r.Quantity && p.ComboCount == r.ComboCount && p.CreatedAt == r.CreatedAt &&
-					p.UserID == r.UserId && p.ItemType == r.ItemType && p.Nickname == r.Nickname && p.ItemName == r.ItemName {
+				if ok && p == pushedForm(r) {
 					same++
 					continue
 				}
