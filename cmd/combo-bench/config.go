@@ -59,6 +59,14 @@ type config struct {
 	CPUProfile string
 }
 
+// maxConcurrency and maxRate bound -c and -rate: each caller is a
+// goroutine and each second of -rate a queued report, so a mistyped
+// value ran the bench out of memory instead of failing.
+const (
+	maxConcurrency = 10000
+	maxRate        = 1000000
+)
+
 var modes = []string{"single", "batch", "reporter", "rate", "naive", "floor", "compare"}
 
 func parseFlags(args []string) (config, error) {
@@ -123,17 +131,47 @@ func (c *config) validate() error {
 	if c.Mode == "floor" && c.Floor == "" {
 		bad("-mode floor needs -floor (a running combo-floor's address)")
 	}
-	if c.Concurrency < 1 {
-		bad("-c must be >= 1")
+	if c.Concurrency < 1 || c.Concurrency > maxConcurrency {
+		bad("-c must be 1..%d", maxConcurrency)
 	}
 	if c.Batch < 1 || c.Batch > 1000 {
 		bad("-b must be 1..1000 (ReportContributions limit)")
 	}
-	if c.Rate <= 0 {
-		bad("-rate must be > 0")
+	// NaN passes every comparison but == : refused by the range check.
+	if !(c.Rate > 0 && c.Rate <= maxRate) {
+		bad("-rate must be > 0 and at most %d, got %v", maxRate, c.Rate)
 	}
-	if c.Duration <= 0 && c.Reports <= 0 {
+	switch {
+	case c.Duration < 0:
+		bad("-d must not be negative")
+	case c.Reports < 0:
+		bad("-n must not be negative")
+	case c.Duration == 0 && c.Reports == 0:
 		bad("one of -d or -n must be > 0")
+	case c.Mode == "rate" && !c.Memory && !c.Curve && c.Reports == 0 && c.Rate*c.Duration.Seconds() < 1:
+		bad("-mode rate: -rate × -d (%v/s × %s) comes to no report", c.Rate, c.Duration)
+	}
+	for _, d := range []struct {
+		flag string
+		d    time.Duration
+	}{{"-grace", c.Grace}, {"-settle", c.Settle}, {"-reporter-linger", c.ReporterLinger}, {"-wait-clean", c.WaitClean}} {
+		if d.d < 0 {
+			bad("%s must not be negative", d.flag)
+		}
+	}
+	if c.Window <= 0 {
+		bad("-window must be > 0 (the service's window.size)")
+	}
+	for _, n := range []struct {
+		flag string
+		n    int
+	}{{"-windows", c.Windows}, {"-probe", c.ProbeN}, {"-shards", c.Shards}, {"-reporter-conc", c.ReporterConcurrency}} {
+		if n.n < 1 {
+			bad("%s must be >= 1", n.flag)
+		}
+	}
+	if c.Keys < 0 {
+		bad("-keys must not be negative")
 	}
 	targets := []struct{ flag, addr string }{{"-addr", c.Addr}, {"-redis", c.Redis}}
 	if c.Floor != "" {

@@ -67,3 +67,46 @@ func TestLateHorizonDefaultIsDerived(t *testing.T) {
 		t.Errorf("-h prints a marker default: %s", usage.String())
 	}
 }
+
+// Flags that would make a run send nothing, print NaN or run the bench
+// out of memory are refused up front, each naming its flag. Before, a
+// rate run of no report printed "conserved true" and exited 0, and
+// -rate 1e12 or -c 1000000000 ended in an out-of-memory crash.
+func TestDegenerateFlagsAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr string // "" = accepted
+	}{
+		{[]string{"-mode", "rate", "-rate", "100", "-d", "1s"}, ""},
+		{[]string{"-mode", "rate", "-rate", "100", "-d", "0", "-n", "5"}, ""},
+		{[]string{"-mode", "rate", "-rate", "100", "-d", "-1s", "-n", "50"}, "-d must not be negative"},
+		{[]string{"-mode", "rate", "-rate", "1e-9", "-d", "1s"}, "comes to no report"},
+		{[]string{"-mode", "rate", "-rate", "100", "-d", "1ns"}, "comes to no report"},
+		{[]string{"-rate", "NaN"}, "-rate must be > 0"},
+		{[]string{"-rate", "Inf"}, "-rate must be > 0"},
+		{[]string{"-rate", "1e12"}, "-rate must be > 0 and at most 1000000"},
+		{[]string{"-rate", "0"}, "-rate must be > 0"},
+		{[]string{"-c", "1000000000"}, "-c must be 1..10000"},
+		{[]string{"-c", "0"}, "-c must be 1..10000"},
+		{[]string{"-n", "-1"}, "-n must not be negative"},
+		{[]string{"-keys", "-5"}, "-keys must not be negative"},
+		{[]string{"-memory", "-windows", "0"}, "-windows must be >= 1"},
+		{[]string{"-memory", "-windows", "-5"}, "-windows must be >= 1"},
+		{[]string{"-curve", "-probe", "0"}, "-probe must be >= 1"},
+		{[]string{"-shards", "0"}, "-shards must be >= 1"},
+		{[]string{"-reporter-conc", "0"}, "-reporter-conc must be >= 1"},
+		{[]string{"-window", "0"}, "-window must be > 0"},
+		{[]string{"-grace", "-1ms"}, "-grace must not be negative"},
+		{[]string{"-settle", "-1ms"}, "-settle must not be negative"},
+		{[]string{"-reporter-linger", "-1ms"}, "-reporter-linger must not be negative"},
+		{[]string{"-wait-clean", "-1s"}, "-wait-clean must not be negative"},
+	} {
+		_, err := parseFlags(tc.args)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%q: %v", tc.args, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%q: got error %v, want one containing %q", tc.args, err, tc.wantErr)
+		}
+	}
+}
