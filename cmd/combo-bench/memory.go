@@ -60,7 +60,7 @@ func (b *bench) memory() (printable, error) {
 	ctx := context.Background()
 	cfg := b.cfg
 	keys := repo.NewKeys(cfg.Shards)
-	out := memoryResult{Windows: int64(cfg.Windows)}
+	var out memoryResult
 
 	if cfg.WaitClean > 0 {
 		left, err := waitClean(ctx, b.rdb, keys, cfg.WaitClean)
@@ -90,6 +90,16 @@ func (b *bench) memory() (printable, error) {
 	var kc keyCounter
 	l := runFresh(cfg.Concurrency, b.cli, wl, &kc, int64(cfg.Windows), cfg.Batch)
 	out.Fill = newResult(cfg, "batch", l)
+	// Divided by the windows the fill's answers say they opened, not by
+	// -windows: reports that failed opened none.
+	out.Windows = l.rec.opened
+	if out.Windows == 0 {
+		return nil, fmt.Errorf("the fill of %d windows opened none (%d reports failed)", cfg.Windows, l.rec.errors)
+	}
+	if out.Windows < int64(cfg.Windows) {
+		out.Notes = append(out.Notes, fmt.Sprintf("the fill opened %d of the %d windows asked for (%d reports failed, %d answered duplicate): the figure is per window opened",
+			out.Windows, cfg.Windows, l.rec.errors, l.rec.duplicates))
+	}
 	out.Fill.CPU = b.cpu.since(l.rec.acked)
 
 	// Let the worker read the new entries: their pending entries are part
@@ -116,7 +126,7 @@ func (b *bench) memory() (printable, error) {
 	if opened < int64(cfg.Windows)*99/100 {
 		out.Notes = append(out.Notes, fmt.Sprintf("only %d of %d windows are open: were some flushed already? run the service with a long window (COMBO_WINDOW_SIZE=50s)", opened, cfg.Windows))
 	}
-	out.BytesPerWindow = float64(out.UsedAfter-out.UsedBefore) / float64(cfg.Windows)
+	out.BytesPerWindow = float64(out.UsedAfter-out.UsedBefore) / float64(out.Windows)
 
 	if err := out.sample(ctx, b.rdb, keys, wl, l.rec); err != nil {
 		return nil, err
