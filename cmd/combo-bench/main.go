@@ -58,11 +58,41 @@ func benchMain(args []string) int {
 		}
 		defer stop()
 	}
-	if err := run(cfg); err != nil {
+	err = run(cfg)
+	switch {
+	case errors.Is(err, errNotConserved):
+		fmt.Fprintln(os.Stderr, "combo-bench:", err)
+		return exitNotConserved
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "combo-bench:", err)
 		return 1
 	}
 	return 0
+}
+
+// exitNotConserved is the exit status of a run whose output was printed
+// but whose pushes were not conserved (a window missing or pushed twice, a
+// quantity off): a script or CI running the bench sees the failure without
+// reading the output, and tells it from a bench that could not run (1) or
+// was misused (2).
+const exitNotConserved = 3
+
+var errNotConserved = errors.New("not conserved")
+
+// conserved returns errNotConserved naming how many of out's push checks
+// failed, or nil.
+func conserved(out printable) error {
+	bad, all := 0, 0
+	for _, pc := range out.checks() {
+		all++
+		if !pc.Conserved {
+			bad++
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("%w: %d of %d runs' pushes (see conserved in the output)", errNotConserved, bad, all)
+	}
+	return nil
 }
 
 // bench is what every procedure drives and watches.
@@ -131,10 +161,13 @@ func run(cfg config) error {
 	time.Sleep(cfg.LateHorizon)
 	amendLate(out, col)
 	if cfg.JSON {
-		return printJSON(os.Stdout, out)
+		if err := printJSON(os.Stdout, out); err != nil {
+			return err
+		}
+	} else {
+		out.print(os.Stdout)
 	}
-	out.print(os.Stdout)
-	return nil
+	return conserved(out)
 }
 
 // run is one load of mode with cfg, then its trailing pushes and checks.

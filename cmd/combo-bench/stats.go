@@ -195,7 +195,9 @@ func checkPushes(rec *recorder, pushes []pushed, window, grace time.Duration) pu
 			c.KeysMismatched++
 		}
 	}
-	c.Conserved = c.KeysMismatched == 0 && c.PushedTwice == 0 && c.WindowsMissing == 0 && c.EarlyPushes == 0 &&
+	// A run that opened no window checked nothing: not conserved, or a
+	// run that sent nothing (all its RPCs failed, say) would pass.
+	c.Conserved = c.WindowsExpected > 0 && c.KeysMismatched == 0 && c.PushedTwice == 0 && c.WindowsMissing == 0 && c.EarlyPushes == 0 &&
 		c.WindowsMiscounted == 0 && c.UnexpectedDuplicates == 0
 	return c
 }

@@ -293,3 +293,17 @@ func TestTableCountsTheWindowsOfItsLagFigures(t *testing.T) {
 		t.Fatalf("no lag count in the table:\n%s", b.String())
 	}
 }
+
+// A run that opened no window, because it sent nothing or every RPC
+// failed, checked nothing and is not conserved. Before, its check over no
+// key passed.
+func TestCheckOverNoWindowIsNotConserved(t *testing.T) {
+	if got := checkPushes(newRecorder(), nil, 3*time.Second, 200*time.Millisecond); got.Conserved {
+		t.Fatalf("check of a run that sent nothing = %+v, want not conserved", got)
+	}
+	rec := newRecorder()
+	rec.errors = 5 // every RPC failed
+	if got := checkPushes(rec, nil, 3*time.Second, 200*time.Millisecond); got.Conserved {
+		t.Fatalf("check of a run whose RPCs all failed = %+v, want not conserved", got)
+	}
+}
