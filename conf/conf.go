@@ -429,8 +429,15 @@ func (c Config) Warnings() []string {
 		ws = append(ws, fmt.Sprintf("redis.timeout (%s) is below %s: dials and replies of a loaded Redis take longer, "+
 			"and reports fail UNAVAILABLE while Redis works", c.Redis.Timeout, minSensibleTimeout))
 	}
-	if c.Metrics.Pprof && c.Metrics.Addr == "" {
+	switch {
+	case c.Metrics.Pprof && c.Metrics.Addr == "":
 		ws = append(ws, "metrics.pprof is on but metrics.addr is empty: /debug/pprof/ is served nowhere")
+	case c.Metrics.Pprof && !loopback(c.Metrics.Addr):
+		// The port has no login; a profile or trace slows the process for
+		// its length, and one trace at a time shuts the operator's out.
+		ws = append(ws, fmt.Sprintf("metrics.pprof is on and metrics.addr (%s) is reachable beyond this machine: "+
+			"anyone who reaches it can profile and trace the process (it has no login); serve it on a private network only, "+
+			"and turn pprof off once done", c.Metrics.Addr))
 	}
 	switch {
 	case c.Window.Dedupe < open:
@@ -567,8 +574,15 @@ func sameListenPort(a, b string) bool {
 // 0 or none: any free port). A port out of range passed as host:port and
 // failed only at listen, naming the value but not the key.
 func isListenAddr(addr string) bool {
-	_, port, err := net.SplitHostPort(addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
+		return false
+	}
+	// A host is empty, an IP or a name: "u:pw@127.0.0.1:0" passed, and
+	// failed only at start, in a DNS lookup.
+	if strings.ContainsFunc(host, func(r rune) bool {
+		return !(r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune(".-_:%", r)))
+	}) {
 		return false
 	}
 	_, err = net.LookupPort("tcp", port)

@@ -470,7 +470,10 @@ func TestWarnings(t *testing.T) {
 		prefix string
 	}{
 		{func(c *Config) { c.Redis.Timeout = time.Millisecond }, "redis.timeout (1ms)"},
-		{func(c *Config) { c.Metrics.Pprof, c.Metrics.Addr = true, "" }, "metrics.pprof"},
+		{func(c *Config) { c.Metrics.Pprof, c.Metrics.Addr = true, "" }, "metrics.pprof is on but metrics.addr is empty"},
+		// Beyond loopback, anyone reaching the port can profile and trace.
+		{func(c *Config) { c.Metrics.Pprof = true }, "metrics.pprof is on and metrics.addr (:9100) is reachable beyond this machine"},
+		{func(c *Config) { c.Metrics.Pprof, c.Metrics.Addr = true, "10.0.0.5:9100" }, "metrics.pprof is on and metrics.addr (10.0.0.5:9100)"},
 		// The sum the drain warning checks saturates: a redis.timeout near
 		// the largest Duration wrapped it negative, and the warning vanished.
 		{func(c *Config) { c.Redis.Timeout = math.MaxInt64 }, "server.shutdown_timeout"},
@@ -480,6 +483,11 @@ func TestWarnings(t *testing.T) {
 		if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], tc.prefix) {
 			t.Errorf("want one warning starting %q, got %q", tc.prefix, ws)
 		}
+	}
+	c = Default()
+	c.Metrics.Pprof, c.Metrics.Addr = true, "127.0.0.1:9100"
+	if ws := c.Warnings(); len(ws) != 0 {
+		t.Fatalf("pprof on a loopback metrics.addr warns: %q", ws)
 	}
 	c = Default()
 	room := c.Window.Stale - c.Window.Size - c.Window.Grace
@@ -599,6 +607,8 @@ func TestLoadDoesNotRepeatAMapWrittenForAPassword(t *testing.T) {
 		"redis:\n  addr: \"h:6379\"\n  password: {s3cret}\n":                "redis.password",
 		"redis:\n  addr: \"h:6379\"\n  sentinel_password: {s3cret, more}\n": "redis.sentinel_password",
 		"redis:\n  addr: \"h:6379\"\n  password:\n    s3cret:\n":            "redis.password",
+		// mapstructure before 2.3.0 repeated a list's items in its error.
+		"redis:\n  addr: \"h:6379\"\n  password: [s3cret, more]\n": "redis.password",
 		// A leading '*' is YAML for an alias, which the YAML reader names
 		// in its error ("unknown anchor 's3cret' referenced").
 		"redis:\n  addr: \"h:6379\"\n  password: *s3cret\n": "unknown anchor",
@@ -795,6 +805,28 @@ func TestValidateRefusesAPortOutOfRange(t *testing.T) {
 	c.Metrics.Addr = "localhost:" // as net.Listen takes it: any free port
 	if err := c.Validate(); err != nil {
 		t.Fatalf("an empty port: %v", err)
+	}
+	// A host is empty, an IP (v6 with its zone) or a name; userinfo, a
+	// URL or a space passed and failed only at start, in a DNS lookup.
+	for _, ok := range []string{"[::1]:0", "[fe80::1%eth0]:0", "my-host.example_1:0", "0.0.0.0:0"} {
+		c = Default()
+		c.Redis.EmbeddedAddr = ok
+		if err := c.Validate(); err != nil {
+			t.Errorf("redis.embedded_addr %q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"u:pw@127.0.0.1:0", "pw@host:0", "a b:0", "x/y:0", "héte:0"} {
+		for key, mutate := range map[string]func(c *Config){
+			"server.addr":         func(c *Config) { c.Server.Addr = bad },
+			"metrics.addr":        func(c *Config) { c.Metrics.Addr = bad },
+			"redis.embedded_addr": func(c *Config) { c.Redis.EmbeddedAddr = bad },
+		} {
+			c = Default()
+			mutate(&c)
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), key+": must be host:port") {
+				t.Errorf("%s %q: want a refusal naming it, got %v", key, bad, err)
+			}
+		}
 	}
 }
 
