@@ -784,6 +784,35 @@ func TestAProfileRunningAtExitIsCutOff(t *testing.T) {
 	<-profiling
 }
 
+// A profile or trace longer than maxProfile is refused: one caller asking
+// for hours held the tracer (one at a time) and its cost that long,
+// shutting the operator's out.
+func TestAProfileLongerThanTheBoundIsRefused(t *testing.T) {
+	s := startService(t, options{mutate: func(c *conf.Config) { c.Metrics.Pprof = true }})
+	for _, q := range []string{"profile?seconds=301", "trace?seconds=300.5", "trace?seconds=NaN", "profile?seconds=Inf"} {
+		url := "http://" + s.addrs.MetricsAddr + "/debug/pprof/" + q
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "seconds: at most 300") {
+			t.Errorf("GET %s: %d %q, want 400 naming the bound", url, resp.StatusCode, body)
+		}
+	}
+	// Within the bound it is served (a trace of 10 ms).
+	resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/debug/pprof/trace?seconds=0.01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a 10 ms trace: %d, want 200", resp.StatusCode)
+	}
+}
+
 // goroutines is every goroutine's stack.
 func goroutines() []byte {
 	buf := make([]byte, 1<<20)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -573,6 +574,26 @@ func portOf(addr string) string {
 	return port + " -h " + host
 }
 
+// maxProfile bounds the seconds a pprof profile or trace may be asked
+// for: ten times pprof's default of 30 s.
+const maxProfile = 5 * time.Minute
+
+// boundedProfile serves h, a pprof profile or trace, unless its seconds
+// pass maxProfile. pprof takes any length, and a caller asking for hours
+// held the tracer (one at a time) and its cost on the process that long.
+func boundedProfile(h http.HandlerFunc) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		if v := r.FormValue("seconds"); v != "" {
+			// NaN and ±Inf parse too: refused by the range check.
+			if sec, err := strconv.ParseFloat(v, 64); err == nil && !(sec <= maxProfile.Seconds()) {
+				http.Error(rw, fmt.Sprintf("seconds: at most %d", int(maxProfile.Seconds())), http.StatusBadRequest)
+				return
+			}
+		}
+		h(rw, r)
+	}
+}
+
 // serveMetrics serves /metrics, /healthz (the process is alive) and
 // /readyz (Redis answers and takes writes, and the worker runs; not once
 // stopping is closed, when the service has begun to shut down).
@@ -586,9 +607,9 @@ func serveMetrics(ln net.Listener, cfg conf.Metrics, reg *prometheus.Registry, s
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/profile", boundedProfile(pprof.Profile))
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/trace", boundedProfile(pprof.Trace))
 	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok\n")) })
