@@ -1,9 +1,10 @@
 # combo-service image: the service and the demo as static binaries on distroless/static (no shell, no libc), running as non-root.
 #
 #   docker build -t combo-service .
-#   docker run --rm --stop-timeout 20 -p 8888:8888 -p 9100:9100 -e COMBO_REDIS_ADDR=redis:6379 \
+#   docker run --rm --stop-timeout 20 -p 127.0.0.1:8888:8888 -p 127.0.0.1:9100:9100 -e COMBO_REDIS_ADDR=redis:6379 \
 #     -e COMBO_WORKER_CONSUMER=replica-1 combo-service
-# (a consumer name stable across restarts: the default, the hostname, is a
+# (both ports have no login: publish them only on loopback or a private
+# network, see README's "Exposure and secrets"; a consumer name stable across restarts: the default, the hostname, is a
 # new container id each run, and a restarted replica would then leave its
 # pending windows for another to claim, late; and time to drain: docker
 # stop kills after 10 s, where the drain may take server.shutdown_timeout,
