@@ -10,6 +10,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest"
 
@@ -173,4 +174,42 @@ func TestAnUnreadableClockIsReadAgainAfterABackoff(t *testing.T) {
 	if took := time.Since(start); took < 375*time.Millisecond {
 		t.Fatalf("6 readings failed within %v: the flusher did not back off", took)
 	}
+}
+
+// clockPanics panics on every reading of Redis's clock until allowed.
+type clockPanics struct {
+	*repo.Repo
+	allowed atomic.Bool
+}
+
+func (s *clockPanics) Time(ctx context.Context, shard int) (time.Time, error) {
+	if !s.allowed.Load() {
+		panic("a clock reading in an odd state")
+	}
+	return s.Repo.Time(ctx, shard)
+}
+
+// A reading of Redis's clock that panics is counted, as the housekeeper's
+// or the flusher's, and both go on: once readings work, the window is
+// pushed. The flusher, which reads the clock itself before its first
+// reading, had no recover there, and such a panic ended the process.
+func TestAClockReadingThatPanicsIsSurvived(t *testing.T) {
+	r, _, sub, m := setup(t)
+	store := &clockPanics{Repo: r}
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	panics := func(loop string) float64 { return testutil.ToFloat64(m.LoopPanics.WithLabelValues(loop)) }
+	for deadline := time.Now().Add(10 * time.Second); panics(metrics.LoopFlush) == 0 || panics(metrics.LoopHousekeeping) == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("in 10 s, %v of the flusher's readings and %v of the housekeeper's panicked; want both",
+				panics(metrics.LoopFlush), panics(metrics.LoopHousekeeping))
+		}
+	}
+	store.allowed.Store(true)
+	waitPushes(t, sub, 1)
 }

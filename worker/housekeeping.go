@@ -43,22 +43,18 @@ func (w *Worker) readClocks(ctx context.Context) {
 			continue
 		}
 		seen[q.clock] = true
-		wg.Go(func() {
-			defer func() {
-				if p := recover(); p != nil {
-					w.panicked(metrics.LoopHousekeeping, loopPanic, p, zap.Int("shard", shard))
-				}
-			}()
-			_ = w.readClock(ctx, q, shard)
-		})
+		wg.Go(func() { _ = w.readClock(ctx, q, shard, metrics.LoopHousekeeping) })
 	}
 	wg.Wait()
 }
 
 // readClock reads the clock of shard's node into q's estimate; a failure
-// is counted and logged (op time) and returned.
-func (w *Worker) readClock(ctx context.Context, q *dueQueue, shard int) error {
-	err := w.op(ctx, func(ctx context.Context) error {
+// is counted and logged (op time) and returned, a panic counted and logged
+// as loop's (the housekeeper's, or the flusher's before its first reading)
+// and returned: it ended the process from the flusher.
+func (w *Worker) readClock(ctx context.Context, q *dueQueue, shard int, loop string) (err error) {
+	defer w.recoverAs(loop, &err, zap.Int("shard", shard))
+	err = w.op(ctx, func(ctx context.Context) error {
 		sent := time.Now()
 		t, err := w.store.Time(ctx, shard)
 		if err == nil {

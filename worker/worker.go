@@ -627,7 +627,7 @@ func (w *Worker) flushLoop(shard int, q *dueQueue) {
 				if _, ok := q.next(); !ok {
 					break // nothing to flush: read when there is
 				}
-				if w.readClock(w.flushCtx, q, shard) != nil {
+				if w.readClock(w.flushCtx, q, shard, metrics.LoopFlush) != nil {
 					bo.wait(w.flushCtx)
 					break
 				}
