@@ -1,0 +1,131 @@
+package handler
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/repo"
+)
+
+// Tests pinning what a mutation sweep of the handler found no test for.
+
+// ctxStore answers every report Opened, or Joined when joined, and keeps
+// the context it was called with.
+type ctxStore struct {
+	joined bool
+	ctx    context.Context
+}
+
+func (s *ctxStore) Report(ctx context.Context, cs []*combo.Contribution) ([]repo.ReportResult, error) {
+	s.ctx = ctx
+	res := make([]repo.ReportResult, len(cs))
+	for i, c := range cs {
+		res[i] = repo.ReportResult{Outcome: repo.Opened, WindowID: c.Id, WindowQuantity: c.Quantity}
+		if s.joined && i > 0 {
+			res[i].Outcome = repo.Joined
+		}
+	}
+	return res, nil
+}
+
+func contributionWithID(id int64) *combo.Contribution {
+	return &combo.Contribution{Id: id, ActivityId: 7, UserId: 42, ItemId: 3, ItemType: "rose", Quantity: 1, CreatedAt: 1732950000000}
+}
+
+type callerKey struct{}
+
+// Both RPCs hand the store their caller's context: a batch whose caller
+// gave up must not be sent (the repo sees the context end and answers
+// ErrCallerGone). The batch RPC, which client.Reporter always uses, was
+// pinned by no test.
+func TestReportsGetTheCallersContext(t *testing.T) {
+	ctx := context.WithValue(context.Background(), callerKey{}, "the caller's")
+	st := &ctxStore{}
+	h := New(st, 3*time.Second, metrics.New(prometheus.NewRegistry()), zap.NewNop())
+	if _, err := h.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: contributionWithID(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if st.ctx == nil || st.ctx.Value(callerKey{}) != "the caller's" {
+		t.Error("ReportContribution did not pass the caller's context to the store")
+	}
+	st.ctx = nil
+	if _, err := h.ReportContributions(ctx, &combo.ReportContributionsRequest{Contributions: []*combo.Contribution{contributionWithID(2)}}); err != nil {
+		t.Fatal(err)
+	}
+	if st.ctx == nil || st.ctx.Value(callerKey{}) != "the caller's" {
+		t.Error("ReportContributions did not pass the caller's context to the store")
+	}
+}
+
+// A failure the handler does not know (a bug, a script's error reply) is
+// INTERNAL, which callers do not retry, and counted so; it was pinned by no
+// test, and UNAVAILABLE there passed.
+func TestAnUnknownStoreErrorIsInternal(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	h := New(&scriptedStore{fail: errors.New("boom")}, 3*time.Second, m, zap.NewNop())
+	for name, call := range map[string]func() error{
+		"ReportContribution": func() error {
+			_, err := h.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: contributionWithID(1)})
+			return err
+		},
+		"ReportContributions": func() error {
+			_, err := h.ReportContributions(context.Background(), &combo.ReportContributionsRequest{
+				Contributions: []*combo.Contribution{contributionWithID(1), contributionWithID(2)}})
+			return err
+		},
+	} {
+		var ce *combo.ComboError
+		if err := call(); !errors.As(err, &ce) || ce.Code != CodeInternal || !strings.Contains(ce.Message, "boom") {
+			t.Errorf("%s with a store failing \"boom\": %v, want a ComboError of code %d", name, err, CodeInternal)
+		}
+	}
+	if n := testutil.ToFloat64(m.Reports.WithLabelValues(metrics.OutcomeInternal)); n != 3 {
+		t.Fatalf("reports counted internal: %v, want 3", n)
+	}
+}
+
+// combo_windows_opened_total counts the windows reports opened, not those
+// they joined, for single reports and batches.
+func TestOpenedWindowsAreCounted(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	h := New(&ctxStore{joined: true}, 3*time.Second, m, zap.NewNop())
+	if _, err := h.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: contributionWithID(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.ReportContributions(context.Background(), &combo.ReportContributionsRequest{
+		Contributions: []*combo.Contribution{contributionWithID(2), contributionWithID(3), contributionWithID(4)}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(m.WindowsOpened); n != 2 {
+		t.Fatalf("windows opened: %v, want 2 (one per call; the batch's other two joined)", n)
+	}
+}
+
+// A request without its field (a Thrift message with no field 1) is
+// INVALID_ARGUMENT naming the field, not a panic Kitex turns into an
+// application exception, uncounted.
+func TestARequestWithoutItsFieldIsInvalid(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	h := New(&ctxStore{}, 3*time.Second, m, zap.NewNop())
+	var ce *combo.ComboError
+	if _, err := h.ReportContribution(context.Background(), nil); !errors.As(err, &ce) || ce.Code != CodeInvalidArgument ||
+		!strings.HasPrefix(ce.Message, "contribution") {
+		t.Errorf("ReportContribution(nil): %v, want INVALID_ARGUMENT naming contribution", err)
+	}
+	if _, err := h.ReportContributions(context.Background(), nil); !errors.As(err, &ce) || ce.Code != CodeInvalidArgument ||
+		!strings.HasPrefix(ce.Message, "contributions") {
+		t.Errorf("ReportContributions(nil): %v, want INVALID_ARGUMENT naming contributions", err)
+	}
+	if _, err := h.MergeLatest(context.Background(), nil); !errors.As(err, &ce) || ce.Code != CodeInvalidArgument {
+		t.Errorf("MergeLatest(nil): %v, want INVALID_ARGUMENT", err)
+	}
+}
