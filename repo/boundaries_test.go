@@ -95,6 +95,22 @@ func TestDedupeSetLivesThroughTheNextBucket(t *testing.T) {
 	})
 }
 
+// A window.dedupe of a fraction of a second more than whole ones (1.5 s,
+// which the configuration takes) makes buckets of the next whole second
+// up (2 s), not down (1 s): rounded down, an id was remembered for as
+// little as about 1.1 s of the 1.5 s, and a retry after that counted twice.
+func TestFractionalDedupeRoundsTheBucketUp(t *testing.T) {
+	ctx := context.Background()
+	rdb := serviceLikeClient(t, testredis.Start(t, testredis.Options{}).Addr)
+	s := settings()
+	s.Dedupe = 1500 * time.Millisecond
+	r, _ := subscribedRepoWith(t, rdb, s)
+	if res, err := r.Report(ctx, []*combo.Contribution{contribution(1, "k0", base)}); err != nil || res[0].Outcome != repo.Opened {
+		t.Fatalf("report: %+v %v, want opened", res, err)
+	}
+	checkDedupeSetsLiveThroughTheNextBucket(t, rdb, r, 2000)
+}
+
 // A degraded publish looks its id up in the previous bucket's dedupe set
 // too: a report counted (or published on its own) late in one bucket and
 // sent again early in the next was otherwise pushed a second time, its id

@@ -42,3 +42,26 @@ func BenchmarkKeys(b *testing.B) {
 		_ = k.Current(s, 1001, int64(i%1024), "烟花 firework")
 	}
 }
+
+// A combo key's shard is FNV-1a 32 of "activity\x00user\x00item_type"
+// modulo redis.shards, pinned to values computed outside Go: replicas of
+// two versions in a rolling upgrade must place a key on the same shard, or
+// one window would be open on two shards and pushed twice.
+func TestShardPlacementIsStable(t *testing.T) {
+	for _, c := range []struct {
+		shards   int
+		activity int64
+		user     int64
+		itemType string
+		want     int
+	}{
+		{2, 7, 42, "rose", 1}, {4, 7, 42, "rose", 3}, {16, 7, 42, "rose", 7}, {64, 7, 42, "rose", 23},
+		{16, 1001, 1, "fireworks", 2}, {64, 1001, 1, "fireworks", 50},
+		{16, -5, 9007199254740993, "火箭", 8}, {64, -5, 9007199254740993, "火箭", 40},
+		{16, 1, 23, "", 9}, {1, 7, 42, "rose", 0},
+	} {
+		if got := repo.NewKeys(c.shards).Shard(c.activity, c.user, c.itemType); got != c.want {
+			t.Errorf("%d shards: key (%d, %d, %q) on shard %d, want %d", c.shards, c.activity, c.user, c.itemType, got, c.want)
+		}
+	}
+}
