@@ -784,12 +784,13 @@ func TestAProfileRunningAtExitIsCutOff(t *testing.T) {
 	<-profiling
 }
 
-// A profile or trace longer than maxProfile is refused: one caller asking
-// for hours held the tracer (one at a time) and its cost that long,
-// shutting the operator's out.
+// A profile, trace or delta of a named profile longer than maxProfile is
+// refused: one caller asking for hours held the tracer (one at a time) and
+// its cost that long, shutting the operator's out.
 func TestAProfileLongerThanTheBoundIsRefused(t *testing.T) {
 	s := startService(t, options{mutate: func(c *conf.Config) { c.Metrics.Pprof = true }})
-	for _, q := range []string{"profile?seconds=301", "trace?seconds=300.5", "trace?seconds=NaN", "profile?seconds=Inf"} {
+	for _, q := range []string{"profile?seconds=301", "trace?seconds=300.5", "trace?seconds=NaN", "profile?seconds=Inf",
+		"heap?seconds=301", "goroutine?seconds=100000"} { // named profiles serve a delta over seconds
 		url := "http://" + s.addrs.MetricsAddr + "/debug/pprof/" + q
 		resp, err := http.Get(url)
 		if err != nil {

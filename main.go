@@ -578,9 +578,10 @@ func portOf(addr string) string {
 // for: ten times pprof's default of 30 s.
 const maxProfile = 5 * time.Minute
 
-// boundedProfile serves h, a pprof profile or trace, unless its seconds
-// pass maxProfile. pprof takes any length, and a caller asking for hours
-// held the tracer (one at a time) and its cost on the process that long.
+// boundedProfile serves h, a pprof profile, trace or delta of a named
+// profile, unless its seconds pass maxProfile. pprof takes any length, and
+// a caller asking for hours held the tracer (one at a time) and its cost
+// on the process that long.
 func boundedProfile(h http.HandlerFunc) http.HandlerFunc {
 	return func(rw http.ResponseWriter, r *http.Request) {
 		if v := r.FormValue("seconds"); v != "" {
@@ -605,7 +606,7 @@ func serveMetrics(ln net.Listener, cfg conf.Metrics, reg *prometheus.Registry, s
 	}
 	mux := http.NewServeMux()
 	if cfg.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/", boundedProfile(pprof.Index)) // named profiles take seconds too (a delta)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", boundedProfile(pprof.Profile))
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
