@@ -241,3 +241,26 @@ func TestRefusedFlushBacksOffTo5s(t *testing.T) {
 	store.allowed.Store(true)
 	waitPushes(t, sub, 1)
 }
+
+// With room to spare after claim_idle (window.stale far off), the claimer
+// scans every claim_idle/2, so a dead replica's window is taken over at
+// most half a claim_idle after it could be: scanning every 2 × claim_idle
+// passed every other test, which set window.stale tight, and left a dead
+// replica's windows up to 8 s later than need be at the defaults.
+func TestClaimerScansEveryHalfClaimIdle(t *testing.T) {
+	r, _, _, m := setup(t)
+	store := &claimCounting{Repo: r}
+	const claimIdle = 400 * time.Millisecond
+	wk := worker.New(store, worker.Config{Consumer: "live", ClaimIdle: claimIdle, Stale: time.Minute,
+		Block: 50 * time.Millisecond}, zaptest.NewLogger(t), m)
+	start := time.Now()
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	// Four scans 200 ms apart (claim_idle/2) take 800 ms, 800 ms apart
+	// (2 × claim_idle) 3.2 s. Two seconds is room for a loaded machine's
+	// late ticks, not for the latter.
+	waitFor(t, "four scans", func() bool { return store.calls[0].Load() >= 4 })
+	if took := time.Since(start); took >= 2*time.Second {
+		t.Fatalf("four scans took %v, want about 800 ms (one each claim_idle/2, 200 ms)", took.Round(time.Millisecond))
+	}
+}
