@@ -1,0 +1,75 @@
+package repo_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/push"
+	"github.com/combo-service/combo-service/repo"
+)
+
+// While Redis refuses writes, a counted id is found by two checks: the
+// report script's reads, and the degraded publish's, for ids the script
+// could not answer. TestDuplicateWhileWritesAreRefused sees them together,
+// each covering for the other; these see each alone.
+
+// countedThenRefusing counts id 1, then makes Redis refuse writes
+// (min-replicas-to-write with no replica: NOREPLICAS).
+func countedThenRefusing(t *testing.T) (*redis.Client, *repo.Repo, *redis.PubSub, *combo.Contribution) {
+	t.Helper()
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	ctx := context.Background()
+	r, sub := subscribedRepo(t, rdb)
+	counted := contribution(1, "rose", base)
+	if res, err := r.Report(ctx, []*combo.Contribution{counted}); err != nil || res[0].Outcome != repo.Opened {
+		t.Fatalf("first report: %+v %v", res, err)
+	}
+	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rdb, r, sub, counted
+}
+
+// The report script answers a counted id duplicate by its reads alone,
+// with no degraded publish behind it (a round trip more, and a failure of
+// the call if that publish fails too).
+func TestReportScriptAnswersACountedIDWhileWritesAreRefused(t *testing.T) {
+	rdb, r, _, counted := countedThenRefusing(t)
+	var publishes atomic.Int64
+	rdb.AddHook(testredis.PipelineHook(func(cmds []redis.Cmder) {
+		for _, c := range cmds {
+			if repo.IsDegradedPublish(c) {
+				publishes.Add(1)
+			}
+		}
+	}))
+	res, err := r.Report(context.Background(), []*combo.Contribution{counted})
+	if err != nil || res[0].Outcome != repo.Duplicate {
+		t.Fatalf("counted id again while writes are refused: %+v %v, want duplicate", res, err)
+	}
+	if n := publishes.Load(); n != 0 {
+		t.Fatalf("%d degraded publishes for an id the report script could find counted, want 0", n)
+	}
+}
+
+// The degraded publish finds a counted id by itself, and does not publish
+// it again.
+func TestDegradedPublishFindsACountedIDWhileWritesAreRefused(t *testing.T) {
+	rdb, r, sub, counted := countedThenRefusing(t)
+	ctx := context.Background()
+	known, err := repo.PublishSingles(ctx, r, []*combo.Contribution{counted})
+	if err != nil || !known[counted.Id] {
+		t.Fatalf("degraded publish of a counted id: known %v, %v; want it known", known, err)
+	}
+	if err := rdb.Publish(ctx, push.Channel(7), "sentinel").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "sentinel" {
+		t.Fatalf("got %v %v before the sentinel: the counted id was published again", msg, err)
+	}
+}
