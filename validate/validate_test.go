@@ -52,6 +52,11 @@ func TestContribution(t *testing.T) {
 		{"quantity too big", func(c *combo.Contribution) { c.Quantity = 1000001 }, "quantity", "got 1000001"},
 		{"created_at seconds", func(c *combo.Contribution) { c.CreatedAt = 1732950000 }, "created_at", "must be unix milliseconds, got 1732950000 (that looks like seconds)"},
 		{"created_at zero", func(c *combo.Contribution) { c.CreatedAt = 0 }, "created_at", "unix milliseconds"},
+		// The seconds hint's edges: 10^9 to 10^11 - 1 (2001 to 5138 in seconds).
+		{"created_at seconds, highest", func(c *combo.Contribution) { c.CreatedAt = 99_999_999_999 }, "created_at", "(that looks like seconds)"},
+		{"created_at seconds, lowest", func(c *combo.Contribution) { c.CreatedAt = 1_000_000_000 }, "created_at", "(that looks like seconds)"},
+		{"created_at past seconds", func(c *combo.Contribution) { c.CreatedAt = 100_000_000_000 }, "created_at", "must be unix milliseconds >= 1000000000000, got 100000000000"},
+		{"created_at below seconds", func(c *combo.Contribution) { c.CreatedAt = 999_999_999 }, "created_at", "must be unix milliseconds >= 1000000000000, got 999999999"},
 		{"created_at just below", func(c *combo.Contribution) { c.CreatedAt = 999999999999 }, "created_at", "unix milliseconds"},
 		{"created_at microseconds", func(c *combo.Contribution) { c.CreatedAt = 1732950000123000 }, "created_at", "year 9999), got 1732950000123000 (that looks like microseconds)"},
 		{"created_at nanoseconds", func(c *combo.Contribution) { c.CreatedAt = 1732950000123000000 }, "created_at", "(that looks like nanoseconds)"},
