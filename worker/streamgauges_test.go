@@ -20,10 +20,19 @@ type statsFailing struct {
 	*repo.Repo
 	flaky, down atomic.Bool
 	calls       atomic.Int64
+	downCalls   atomic.Int64
+	// atFourth, if set, is called at the fourth call while down; then
+	// fourthDone is set.
+	atFourth   func()
+	fourthDone atomic.Bool
 }
 
 func (s *statsFailing) StreamStats(ctx context.Context, shard int) (int64, int64, error) {
 	n := s.calls.Add(1)
+	if s.down.Load() && s.downCalls.Add(1) == 4 && s.atFourth != nil {
+		s.atFourth()
+		s.fourthDone.Store(true)
+	}
 	if s.down.Load() || s.flaky.Load() && n%3 != 0 {
 		return 0, 0, errors.New("i/o timeout")
 	}
@@ -39,13 +48,19 @@ func (s *statsFailing) StreamStats(ctx context.Context, shard int) (int64, int64
 func TestStreamGaugesGoWhenSamplingFails(t *testing.T) {
 	r, _, _, m := setup(t)
 	store := &statsFailing{Repo: r}
+	exported := func() bool {
+		return testutil.CollectAndCount(m.StreamLength) == 1 && testutil.CollectAndCount(m.StreamPending) == 1
+	}
+	// The third failure in a row takes them away: by the fourth sample
+	// they are gone.
+	var goneByFourth atomic.Bool
+	store.atFourth = func() {
+		goneByFourth.Store(testutil.CollectAndCount(m.StreamLength) == 0 && testutil.CollectAndCount(m.StreamPending) == 0)
+	}
 	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		SampleEvery: 20 * time.Millisecond}, zaptest.NewLogger(t), m)
 	wk.Start()
 	defer wk.Shutdown(context.Background())
-	exported := func() bool {
-		return testutil.CollectAndCount(m.StreamLength) == 1 && testutil.CollectAndCount(m.StreamPending) == 1
-	}
 	waitFor(t, "a first sample", exported)
 
 	store.flaky.Store(true)
@@ -62,6 +77,10 @@ func TestStreamGaugesGoWhenSamplingFails(t *testing.T) {
 	waitFor(t, "the gauges to go once every sample fails", func() bool {
 		return testutil.CollectAndCount(m.StreamLength) == 0 && testutil.CollectAndCount(m.StreamPending) == 0
 	})
+	waitFor(t, "a fourth sample while every sample fails", store.fourthDone.Load)
+	if !goneByFourth.Load() {
+		t.Fatal("the gauges were still there at the fourth failed sample in a row, want gone after the third")
+	}
 	store.down.Store(false)
 	waitFor(t, "a sample again", exported)
 }
