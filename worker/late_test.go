@@ -10,6 +10,7 @@ import (
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/repo"
 	"github.com/combo-service/combo-service/worker"
 )
 
@@ -47,5 +48,35 @@ func TestLateFlushIsCountedAndSentAgain(t *testing.T) {
 	}
 	if errs := testutil.ToFloat64(m.RedisErrors.WithLabelValues(metrics.OpFlush)); errs != 0 {
 		t.Errorf("combo_redis_errors_total{op=\"flush\"} = %v, want 0: a late flush is not a Redis error", errs)
+	}
+}
+
+// flushedElsewhereFirst flushes each batch once itself, as another replica
+// would, before the worker's own flush of it.
+type flushedElsewhereFirst struct{ *repo.Repo }
+
+func (s flushedElsewhereFirst) Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error) {
+	if _, err := s.Repo.Flush(ctx, ws); err != nil {
+		return nil, err
+	}
+	return s.Repo.Flush(ctx, ws)
+}
+
+// A window another replica published first is counted gone, not
+// published: this replica pushed nothing.
+func TestWindowPublishedElsewhereIsCountedGone(t *testing.T) {
+	r, _, sub, m := setup(t)
+	wk := worker.New(flushedElsewhereFirst{r}, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
+	wk.Start()
+	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	waitPushes(t, sub, 1)
+	flushed := func(s string) float64 { return testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(s)) }
+	waitFor(t, "the window counted", func() bool { return flushed(metrics.FlushedGone)+flushed(metrics.FlushedPublished) >= 1 })
+	if gone, published := flushed(metrics.FlushedGone), flushed(metrics.FlushedPublished); gone != 1 || published != 0 {
+		t.Fatalf("a window published elsewhere counted gone %v, published %v; want 1 and 0", gone, published)
 	}
 }
