@@ -430,3 +430,43 @@ func TestShutdownDoesNotWaitOutABlockingReadPastItsBound(t *testing.T) {
 		t.Fatalf("Shutdown: %v, want its bound's error (the final read not begun)", err)
 	}
 }
+
+// finalNewReads counts the final read's reads of new entries (">").
+type finalNewReads struct {
+	*stalledFinalRead
+	n atomic.Int32
+}
+
+func (s *finalNewReads) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []repo.BadEntry, []string, error) {
+	if block < 0 && start == ">" {
+		s.n.Add(1)
+	}
+	return s.stalledFinalRead.Read(ctx, shard, consumer, start, count, block)
+}
+
+// The final read stops at the stream's last entry as Shutdown found it: a
+// read that ends on that entry is the last. One more would take entries
+// other replicas' callers wrote since, which this stopping replica would
+// then hold and publish, its drain longer by up to W + grace.
+func TestShutdownFinalReadStopsAtTheLastEntry(t *testing.T) {
+	r, _, sub, m := setup(t)
+	store := &finalNewReads{stalledFinalRead: &stalledFinalRead{Repo: r}}
+	store.blind.Store(true) // the readers see nothing: the final read finds all three
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		zaptest.NewLogger(t), m)
+	wk.Start()
+	for i := range 3 {
+		if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(int64(i+1), int64(i+1))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := wk.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitPushes(t, sub, 3)
+	if n := store.n.Load(); n != 1 {
+		t.Fatalf("%d final reads of new entries, want 1: the first ended on the last entry", n)
+	}
+}
