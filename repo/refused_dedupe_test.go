@@ -2,7 +2,6 @@ package repo_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -40,19 +39,13 @@ func countedThenRefusing(t *testing.T) (*redis.Client, *repo.Repo, *redis.PubSub
 // the call if that publish fails too).
 func TestReportScriptAnswersACountedIDWhileWritesAreRefused(t *testing.T) {
 	rdb, r, _, counted := countedThenRefusing(t)
-	var publishes atomic.Int64
-	rdb.AddHook(testredis.PipelineHook(func(cmds []redis.Cmder) {
-		for _, c := range cmds {
-			if repo.IsDegradedPublish(c) {
-				publishes.Add(1)
-			}
-		}
-	}))
+	publishes := &publishCounter{}
+	rdb.AddHook(publishes)
 	res, err := r.Report(context.Background(), []*combo.Contribution{counted})
 	if err != nil || res[0].Outcome != repo.Duplicate {
 		t.Fatalf("counted id again while writes are refused: %+v %v, want duplicate", res, err)
 	}
-	if n := publishes.Load(); n != 0 {
+	if n := publishes.alone.Load() + publishes.inPipelines.Load(); n != 0 {
 		t.Fatalf("%d degraded publishes for an id the report script could find counted, want 0", n)
 	}
 }

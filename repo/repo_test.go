@@ -188,47 +188,11 @@ func TestPruneConsumersBeforeTheStreamExists(t *testing.T) {
 	})
 }
 
-func TestPruneConsumersKeepsPending(t *testing.T) {
-	func(t *testing.T, rdb redis.UniversalClient) {
-		ctx := context.Background()
-		r := repo.New(rdb, settings())
-		if err := r.EnsureGroups(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "x", base)}); err != nil {
-			t.Fatal(err)
-		}
-		// "busy" holds the entry; "idle" has none; "me" is ourselves.
-		if ws, _, _, err := r.Read(ctx, 0, "busy", ">", 10, -1); err != nil || len(ws) != 1 {
-			t.Fatalf("read: %v %v", ws, err)
-		}
-		for _, c := range []string{"idle", "me"} {
-			if err := rdb.XGroupCreateConsumer(ctx, r.Keys().Stream(0), repo.Group, c).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		time.Sleep(20 * time.Millisecond) // let them be idle > 10ms
-		removed, err := r.PruneConsumers(ctx, 0, "me", 10*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(removed) != 1 || removed[0] != "idle" {
-			t.Fatalf("removed %v, want [idle]", removed)
-		}
-		length, pending, err := r.StreamStats(ctx, 0)
-		if err != nil || length != 1 || pending != 1 {
-			t.Fatalf("stats %d %d %v", length, pending, err)
-		}
-	}(t, testredis.Start(t, testredis.Options{}).Client())
-}
-
-// The prune script checks again, in one step with the deletion, what
-// PruneConsumers read before it: a consumer that read entries meanwhile
-// (a replica restarting under the same name) has pending entries, which
-// XGROUP DELCONSUMER would drop, their windows then never claimed nor
-// published; one seen since is not idle enough. The Go check before it
-// hid either check's loss from every other test.
-func TestPruneScriptChecksAgain(t *testing.T) {
+// consumersOneBusy is a repo with one entry in shard 0's stream, read by
+// consumer "busy", and the consumers others with nothing pending, all idle
+// more than 10 ms.
+func consumersOneBusy(t *testing.T, others ...string) *repo.Repo {
+	t.Helper()
 	rdb := testredis.Start(t, testredis.Options{}).Client()
 	ctx := context.Background()
 	r := repo.New(rdb, settings())
@@ -241,12 +205,40 @@ func TestPruneScriptChecksAgain(t *testing.T) {
 	if ws, _, _, err := r.Read(ctx, 0, "busy", ">", 10, -1); err != nil || len(ws) != 1 {
 		t.Fatalf("read: %v %v", ws, err)
 	}
-	for _, c := range []string{"idle", "fresh"} {
+	for _, c := range others {
 		if err := rdb.XGroupCreateConsumer(ctx, r.Keys().Stream(0), repo.Group, c).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(20 * time.Millisecond) // all idle > 10 ms
+	time.Sleep(20 * time.Millisecond) // let them be idle > 10ms
+	return r
+}
+
+func TestPruneConsumersKeepsPending(t *testing.T) {
+	ctx := context.Background()
+	r := consumersOneBusy(t, "idle", "me") // "me" is ourselves
+	removed, err := r.PruneConsumers(ctx, 0, "me", 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != "idle" {
+		t.Fatalf("removed %v, want [idle]", removed)
+	}
+	length, pending, err := r.StreamStats(ctx, 0)
+	if err != nil || length != 1 || pending != 1 {
+		t.Fatalf("stats %d %d %v", length, pending, err)
+	}
+}
+
+// The prune script checks again, in one step with the deletion, what
+// PruneConsumers read before it: a consumer that read entries meanwhile
+// (a replica restarting under the same name) has pending entries, which
+// XGROUP DELCONSUMER would drop, their windows then never claimed nor
+// published; one seen since is not idle enough. The Go check before it
+// hid either check's loss from every other test.
+func TestPruneScriptChecksAgain(t *testing.T) {
+	ctx := context.Background()
+	r := consumersOneBusy(t, "idle", "fresh")
 	for _, c := range []struct {
 		name string
 		idle time.Duration
@@ -850,16 +842,8 @@ func TestFlushPublishesNothingWhileWritesAreRefused(t *testing.T) {
 // report of an id already counted is still a duplicate: it changes nothing
 // and is not published on its own; a new id in the same call degrades.
 func TestDuplicateWhileWritesAreRefused(t *testing.T) {
-	rdb := testredis.Start(t, testredis.Options{}).Client()
+	rdb, r, sub, counted := countedThenRefusing(t)
 	ctx := context.Background()
-	r, sub := subscribedRepo(t, rdb)
-	counted := contribution(1, "rose", base)
-	if res, err := r.Report(ctx, []*combo.Contribution{counted}); err != nil || res[0].Outcome != repo.Opened {
-		t.Fatalf("first report: %+v %v", res, err)
-	}
-	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
-		t.Fatal(err)
-	}
 	fresh := contribution(2, "lily", base)
 	res, err := r.Report(ctx, []*combo.Contribution{counted, fresh})
 	if err != nil {

@@ -8,18 +8,16 @@ import (
 	"time"
 )
 
-func TestParseFlagsFloor(t *testing.T) {
-	for _, tc := range []struct {
-		args    []string
-		wantErr string // "" = accepted
-	}{
-		{[]string{"-mode", "compare"}, ""},
-		{[]string{"-mode", "compare", "-floor", "127.0.0.1:8899", "-floor-pid", "42"}, ""},
-		{[]string{"-mode", "floor", "-floor", "localhost:8899"}, ""},
-		{[]string{"-mode", "floor"}, "-mode floor needs -floor"},
-		{[]string{"-mode", "compare", "-floor", "10.1.2.3:8899"}, "-floor: \"10.1.2.3\" is not a loopback address"},
-		{[]string{"-floor", "nonsense"}, "-floor:"},
-	} {
+// flagCase is flags and the error they must give ("": accepted).
+type flagCase struct {
+	args    []string
+	wantErr string
+}
+
+// checkFlags parses each case's flags and checks the error.
+func checkFlags(t *testing.T, cases []flagCase) {
+	t.Helper()
+	for _, tc := range cases {
 		_, err := parseFlags(tc.args)
 		switch {
 		case tc.wantErr == "" && err != nil:
@@ -28,6 +26,17 @@ func TestParseFlagsFloor(t *testing.T) {
 			t.Errorf("%q: got error %v, want one containing %q", tc.args, err, tc.wantErr)
 		}
 	}
+}
+
+func TestParseFlagsFloor(t *testing.T) {
+	checkFlags(t, []flagCase{
+		{[]string{"-mode", "compare"}, ""},
+		{[]string{"-mode", "compare", "-floor", "127.0.0.1:8899", "-floor-pid", "42"}, ""},
+		{[]string{"-mode", "floor", "-floor", "localhost:8899"}, ""},
+		{[]string{"-mode", "floor"}, "-mode floor needs -floor"},
+		{[]string{"-mode", "compare", "-floor", "10.1.2.3:8899"}, "-floor: \"10.1.2.3\" is not a loopback address"},
+		{[]string{"-floor", "nonsense"}, "-floor:"},
+	})
 }
 
 // -late-horizon's default is derived from -window and -grace: unset it
@@ -73,10 +82,7 @@ func TestLateHorizonDefaultIsDerived(t *testing.T) {
 // rate run of no report printed "conserved true" and exited 0, and
 // -rate 1e12 or -c 1000000000 ended in an out-of-memory crash.
 func TestDegenerateFlagsAreRefused(t *testing.T) {
-	for _, tc := range []struct {
-		args    []string
-		wantErr string // "" = accepted
-	}{
+	checkFlags(t, []flagCase{
 		{[]string{"-mode", "rate", "-rate", "100", "-d", "1s"}, ""},
 		{[]string{"-mode", "rate", "-rate", "100", "-d", "0", "-n", "5"}, ""},
 		{[]string{"-mode", "rate", "-rate", "100", "-d", "-1s", "-n", "50"}, "-d must not be negative"},
@@ -100,13 +106,5 @@ func TestDegenerateFlagsAreRefused(t *testing.T) {
 		{[]string{"-settle", "-1ms"}, "-settle must not be negative"},
 		{[]string{"-reporter-linger", "-1ms"}, "-reporter-linger must not be negative"},
 		{[]string{"-wait-clean", "-1s"}, "-wait-clean must not be negative"},
-	} {
-		_, err := parseFlags(tc.args)
-		switch {
-		case tc.wantErr == "" && err != nil:
-			t.Errorf("%q: %v", tc.args, err)
-		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-			t.Errorf("%q: got error %v, want one containing %q", tc.args, err, tc.wantErr)
-		}
-	}
+	})
 }
