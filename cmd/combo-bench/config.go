@@ -59,12 +59,14 @@ type config struct {
 	CPUProfile string
 }
 
-// maxConcurrency and maxRate bound -c and -rate: each caller is a
-// goroutine and each second of -rate a queued report, so a mistyped
-// value ran the bench out of memory instead of failing.
+// maxConcurrency, maxRate and maxItems bound -c, -rate and the counts of
+// windows and keys: each caller is a goroutine, each second of -rate a
+// queued report, each window or key held in memory, so a mistyped value
+// ran the bench out of memory instead of failing.
 const (
 	maxConcurrency = 10000
 	maxRate        = 1000000
+	maxItems       = 10_000_000
 )
 
 var modes = []string{"single", "batch", "reporter", "rate", "naive", "floor", "compare"}
@@ -163,15 +165,19 @@ func (c *config) validate() error {
 		bad("-window must be > 0 (the service's window.size)")
 	}
 	for _, n := range []struct {
-		flag string
-		n    int
-	}{{"-windows", c.Windows}, {"-probe", c.ProbeN}, {"-shards", c.Shards}, {"-reporter-conc", c.ReporterConcurrency}} {
-		if n.n < 1 {
-			bad("%s must be >= 1", n.flag)
+		flag    string
+		n, most int
+	}{
+		{"-windows", c.Windows, maxItems}, {"-probe", c.ProbeN, maxItems},
+		{"-shards", c.Shards, 1024}, // the service's bound on redis.shards
+		{"-reporter-conc", c.ReporterConcurrency, maxConcurrency},
+	} {
+		if n.n < 1 || n.n > n.most {
+			bad("%s must be 1..%d", n.flag, n.most)
 		}
 	}
-	if c.Keys < 0 {
-		bad("-keys must not be negative")
+	if c.Keys < 0 || c.Keys > maxItems {
+		bad("-keys must be 0..%d", maxItems)
 	}
 	targets := []struct{ flag, addr string }{{"-addr", c.Addr}, {"-redis", c.Redis}}
 	if c.Floor != "" {

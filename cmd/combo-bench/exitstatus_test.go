@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -25,7 +26,26 @@ func TestNotConservedIsAnError(t *testing.T) {
 			t.Errorf("%s: conserved() = %v, want %v", c.name, err, c.want)
 		}
 	}
-	if exitNotConserved == 0 || exitNotConserved == 1 || exitNotConserved == 2 {
-		t.Fatalf("exit status %d for not conserved is taken by success, failure or misuse", exitNotConserved)
+}
+
+// A run's output is printed whole, then its not being conserved ends the
+// bench with status 3; any other failure is 1, success 0.
+func TestARunNotConservedIsPrintedThenExits3(t *testing.T) {
+	var out strings.Builder
+	err := printOut(&out, true, runs{{Mode: "single", Pushes: &pushCheck{}}})
+	if !errors.Is(err, errNotConserved) || !strings.Contains(out.String(), `"conserved": false`) {
+		t.Fatalf("printOut of a run not conserved: %v, output %q; want errNotConserved after the output", err, out.String())
+	}
+	for _, c := range []struct {
+		err  error
+		want int
+	}{{nil, 0}, {err, 3}, {errors.New("dial tcp: connection refused"), 1}} {
+		if got := exitCode(c.err); got != c.want {
+			t.Errorf("exitCode(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+	out.Reset()
+	if err := printOut(&out, true, runs{{Mode: "single", Pushes: &pushCheck{Conserved: true}}}); err != nil {
+		t.Fatalf("printOut of a conserved run: %v", err)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -59,15 +60,21 @@ func benchMain(args []string) int {
 		defer stop()
 	}
 	err = run(cfg)
-	switch {
-	case errors.Is(err, errNotConserved):
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "combo-bench:", err)
-		return exitNotConserved
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "combo-bench:", err)
-		return 1
 	}
-	return 0
+	return exitCode(err)
+}
+
+// exitCode is the exit status of a run that ended with err.
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errNotConserved):
+		return exitNotConserved
+	}
+	return 1
 }
 
 // exitNotConserved is the exit status of a run whose output was printed
@@ -160,12 +167,18 @@ func run(cfg config) error {
 	// run's check: keep listening, and check those runs again.
 	time.Sleep(cfg.LateHorizon)
 	amendLate(out, col)
-	if cfg.JSON {
-		if err := printJSON(os.Stdout, out); err != nil {
+	return printOut(os.Stdout, cfg.JSON, out)
+}
+
+// printOut prints out, as JSON if asJSON, then returns conserved(out): a
+// run not conserved is printed whole first.
+func printOut(w io.Writer, asJSON bool, out printable) error {
+	if asJSON {
+		if err := printJSON(w, out); err != nil {
 			return err
 		}
 	} else {
-		out.print(os.Stdout)
+		out.print(w)
 	}
 	return conserved(out)
 }

@@ -123,8 +123,8 @@ func (b *bench) memory() (printable, error) {
 		out.Notes = append(out.Notes, fmt.Sprintf("the worker had read %d of the %d stream entries 5 s after the fill: the figure leaves out the pending entries of the rest", out.Pending, out.StreamLen))
 	}
 	opened := out.StreamLen - out.StreamLenBefore
-	if opened < int64(cfg.Windows)*99/100 {
-		out.Notes = append(out.Notes, fmt.Sprintf("only %d of %d windows are open: were some flushed already? run the service with a long window (COMBO_WINDOW_SIZE=50s)", opened, cfg.Windows))
+	if opened < out.Windows*99/100 {
+		out.Notes = append(out.Notes, fmt.Sprintf("only %d of the %d windows opened are open: were some flushed already? run the service with a long window (COMBO_WINDOW_SIZE=50s)", opened, out.Windows))
 	}
 	out.BytesPerWindow = float64(out.UsedAfter-out.UsedBefore) / float64(out.Windows)
 
