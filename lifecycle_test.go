@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"slices"
 	"strings"
@@ -811,6 +812,19 @@ func TestAProfileLongerThanTheBoundIsRefused(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("a 10 ms trace: %d, want 200", resp.StatusCode)
+	}
+}
+
+// The bound takes 300 s itself, and leaves a missing or unparsable
+// seconds to pprof (its default length).
+func TestProfileBoundIsInclusive(t *testing.T) {
+	served := boundedProfile(func(rw http.ResponseWriter, _ *http.Request) { rw.WriteHeader(http.StatusOK) })
+	for q, want := range map[string]int{"": 200, "?seconds=300": 200, "?seconds=300.001": 400, "?seconds=abc": 200, "?seconds=-1": 200} {
+		rec := httptest.NewRecorder()
+		served(rec, httptest.NewRequest(http.MethodGet, "/debug/pprof/profile"+q, nil))
+		if rec.Code != want {
+			t.Errorf("profile%s: %d, want %d", q, rec.Code, want)
+		}
 	}
 }
 

@@ -578,8 +578,8 @@ func isListenAddr(addr string) bool {
 	if err != nil {
 		return false
 	}
-	// A host is empty, an IP or a name: "u:pw@127.0.0.1:0" passed, and
-	// failed only at start, in a DNS lookup.
+	// A host is empty, an IP or a name: "pw@host:0" passed, and failed
+	// only at start, in a DNS lookup.
 	if strings.ContainsFunc(host, func(r rune) bool {
 		return !(r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune(".-_:%", r)))
 	}) {
