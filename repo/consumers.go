@@ -36,7 +36,7 @@ func (r *Repo) PruneConsumers(ctx context.Context, shard int, self string, idle 
 			continue
 		}
 		// Re-checked atomically in the script: it may have read meanwhile.
-		n, err := pruneScript.Run(ctx, r.rdb, []string{stream}, Group, c.Name, strconv.FormatInt(idle.Milliseconds(), 10)).Int()
+		n, err := r.pruneOne(ctx, stream, c.Name, idle)
 		if err != nil {
 			return removed, wrap("repo.PruneConsumers", err)
 		}
@@ -45,6 +45,13 @@ func (r *Repo) PruneConsumers(ctx context.Context, shard int, self string, idle 
 		}
 	}
 	return removed, nil
+}
+
+// pruneOne runs prune.lua: it deletes consumer name from stream's group
+// if it has no pending entries and has been idle at least idle, and says
+// 1 if it did.
+func (r *Repo) pruneOne(ctx context.Context, stream, name string, idle time.Duration) (int, error) {
+	return pruneScript.Run(ctx, r.rdb, []string{stream}, Group, name, strconv.FormatInt(idle.Milliseconds(), 10)).Int()
 }
 
 // StreamStats is shard's stream length and pending-entries count.

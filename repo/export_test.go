@@ -2,7 +2,6 @@ package repo
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -71,8 +70,9 @@ func PublishSinglesAfter(ctx context.Context, r *Repo, cs []*combo.Contribution,
 // DegradeHash is the SHA1 of degrade.lua, as EVALSHA names it.
 func DegradeHash() string { return degradeScript.Hash() }
 
-// PruneOne runs the prune script alone on shard's consumer name: 1 if it
-// deleted it, as PruneConsumers does once its own reading let it through.
+// PruneOne runs the prune script alone on shard's consumer name, as
+// PruneConsumers does once its own reading let it through: 1 if it
+// deleted it.
 func PruneOne(ctx context.Context, r *Repo, shard int, name string, idle time.Duration) (int, error) {
-	return pruneScript.Run(ctx, r.rdb, []string{r.keys.Stream(shard)}, Group, name, strconv.FormatInt(idle.Milliseconds(), 10)).Int()
+	return r.pruneOne(ctx, r.keys.Stream(shard), name, idle)
 }

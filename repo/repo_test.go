@@ -842,7 +842,7 @@ func TestFlushPublishesNothingWhileWritesAreRefused(t *testing.T) {
 // report of an id already counted is still a duplicate: it changes nothing
 // and is not published on its own; a new id in the same call degrades.
 func TestDuplicateWhileWritesAreRefused(t *testing.T) {
-	rdb, r, sub, counted := countedThenRefusing(t)
+	rdb, r, sub, counted := countedThenRefusing(t, false)
 	ctx := context.Background()
 	fresh := contribution(2, "lily", base)
 	res, err := r.Report(ctx, []*combo.Contribution{counted, fresh})
