@@ -3,8 +3,9 @@ package repo_test
 import (
 	"context"
 	"errors"
-	"io"
+	"net"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,15 +54,19 @@ func TestCallsQueuedBehindAPipelineThatFailedFastAreSent(t *testing.T) {
 	if err := r.LoadScripts(ctx); err != nil {
 		t.Fatal(err)
 	}
-	hook := &failFirstReportPipeline{err: io.ErrUnexpectedEOF, release: make(chan struct{})}
+	// A connection reset: a net.Error, but no timeout.
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	hook := &failFirstReportPipeline{err: reset, release: make(chan struct{})}
 	rdb.AddHook(hook)
 	first := make(chan error, 1)
 	go func() {
 		_, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)})
 		first <- err
 	}()
-	for !hook.held.Load() {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); !hook.held.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no pipeline of report scripts held in 5 s")
+		}
 	}
 	type answer struct {
 		res []repo.ReportResult
@@ -74,10 +79,20 @@ func TestCallsQueuedBehindAPipelineThatFailedFastAreSent(t *testing.T) {
 	}()
 	waitPending(t, r, 1)
 	close(hook.release)
-	if err := <-first; !errors.Is(err, repo.ErrUnavailable) {
-		t.Fatalf("the report whose pipeline failed: %v, want ErrUnavailable", err)
+	select {
+	case err := <-first:
+		if !errors.Is(err, repo.ErrUnavailable) {
+			t.Fatalf("the report whose pipeline failed: %v, want ErrUnavailable", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the report whose pipeline failed not answered in 5 s")
 	}
-	a := <-queued
+	var a answer
+	select {
+	case a = <-queued:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queued report not answered in 5 s")
+	}
 	if a.err != nil || a.res[0].Outcome != repo.Opened {
 		t.Fatalf("the report queued behind a pipeline that failed fast: %+v %v, want it sent and opened", a.res, a.err)
 	}
