@@ -790,10 +790,12 @@ func TestAProfileRunningAtExitIsCutOff(t *testing.T) {
 // its cost that long, shutting the operator's out.
 func TestAProfileLongerThanTheBoundIsRefused(t *testing.T) {
 	s := startService(t, options{mutate: func(c *conf.Config) { c.Metrics.Pprof = true }})
+	// Bounded: a profile let through runs for its seconds.
+	client := &http.Client{Timeout: 10 * time.Second}
 	for _, q := range []string{"profile?seconds=301", "trace?seconds=300.5", "trace?seconds=NaN", "profile?seconds=Inf",
 		"heap?seconds=301", "goroutine?seconds=100000"} { // named profiles serve a delta over seconds
 		url := "http://" + s.addrs.MetricsAddr + "/debug/pprof/" + q
-		resp, err := http.Get(url)
+		resp, err := client.Get(url)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -804,7 +806,7 @@ func TestAProfileLongerThanTheBoundIsRefused(t *testing.T) {
 		}
 	}
 	// Within the bound it is served (a trace of 10 ms).
-	resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/debug/pprof/trace?seconds=0.01")
+	resp, err := client.Get("http://" + s.addrs.MetricsAddr + "/debug/pprof/trace?seconds=0.01")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,26 +43,27 @@ func contributionWithID(id int64) *combo.Contribution {
 
 type callerKey struct{}
 
-// Both RPCs hand the store their caller's context: a batch whose caller
-// gave up must not be sent (the repo sees the context end and answers
-// ErrCallerGone). The batch RPC, which client.Reporter always uses, was
-// pinned by no test.
+// Both RPCs hand the store their caller's context, its end included: a
+// batch whose caller gave up must not be sent (the repo sees the context
+// end and answers ErrCallerGone). The batch RPC, which client.Reporter
+// always uses, was pinned by no test.
 func TestReportsGetTheCallersContext(t *testing.T) {
-	ctx := context.WithValue(context.Background(), callerKey{}, "the caller's")
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), callerKey{}, "the caller's"))
+	cancel() // the caller gave up
 	st := &ctxStore{}
 	h := New(st, 3*time.Second, metrics.New(prometheus.NewRegistry()), zap.NewNop())
 	if _, err := h.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: contributionWithID(1)}); err != nil {
 		t.Fatal(err)
 	}
-	if st.ctx == nil || st.ctx.Value(callerKey{}) != "the caller's" {
-		t.Error("ReportContribution did not pass the caller's context to the store")
+	if st.ctx == nil || st.ctx.Value(callerKey{}) != "the caller's" || st.ctx.Err() == nil {
+		t.Error("ReportContribution did not pass the caller's context, ended, to the store")
 	}
 	st.ctx = nil
 	if _, err := h.ReportContributions(ctx, &combo.ReportContributionsRequest{Contributions: []*combo.Contribution{contributionWithID(2)}}); err != nil {
 		t.Fatal(err)
 	}
-	if st.ctx == nil || st.ctx.Value(callerKey{}) != "the caller's" {
-		t.Error("ReportContributions did not pass the caller's context to the store")
+	if st.ctx == nil || st.ctx.Value(callerKey{}) != "the caller's" || st.ctx.Err() == nil {
+		t.Error("ReportContributions did not pass the caller's context, ended, to the store")
 	}
 }
 

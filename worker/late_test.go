@@ -69,7 +69,11 @@ func TestWindowPublishedElsewhereIsCountedGone(t *testing.T) {
 	wk := worker.New(flushedElsewhereFirst{r}, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
 	wk.Start()
-	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	t.Cleanup(func() { // bounded: on a failure the window may still be held
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = wk.Shutdown(ctx)
+	})
 	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
 		t.Fatal(err)
 	}

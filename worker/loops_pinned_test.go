@@ -250,17 +250,18 @@ func TestRefusedFlushBacksOffTo5s(t *testing.T) {
 func TestClaimerScansEveryHalfClaimIdle(t *testing.T) {
 	r, _, _, m := setup(t)
 	store := &claimCounting{Repo: r}
-	const claimIdle = 400 * time.Millisecond
+	const claimIdle = time.Second
 	wk := worker.New(store, worker.Config{Consumer: "live", ClaimIdle: claimIdle, Stale: time.Minute,
 		Block: 50 * time.Millisecond}, zaptest.NewLogger(t), m)
 	start := time.Now()
 	wk.Start()
 	defer wk.Shutdown(context.Background())
-	// Four scans 200 ms apart (claim_idle/2) take 800 ms, 800 ms apart
-	// (2 × claim_idle) 3.2 s. Two seconds is room for a loaded machine's
-	// late ticks, not for the latter.
-	waitFor(t, "four scans", func() bool { return store.calls[0].Load() >= 4 })
-	if took := time.Since(start); took >= 2*time.Second {
-		t.Fatalf("four scans took %v, want about 800 ms (one each claim_idle/2, 200 ms)", took.Round(time.Millisecond))
+	// Three scans 500 ms apart (claim_idle/2) take 1.5 s; a claim_idle
+	// apart 3 s, two 6 s. 2.5 s is room for a loaded machine's late
+	// ticks (a ticker does not add them up), not for a scan a claim_idle
+	// apart.
+	waitFor(t, "three scans", func() bool { return store.calls[0].Load() >= 3 })
+	if took := time.Since(start); took >= 2500*time.Millisecond {
+		t.Fatalf("three scans took %v, want about 1.5 s (one each claim_idle/2, 500 ms)", took.Round(time.Millisecond))
 	}
 }

@@ -19,7 +19,7 @@ import (
 type statsFailing struct {
 	*repo.Repo
 	flaky, down atomic.Bool
-	calls       atomic.Int64
+	calls, ok   atomic.Int64 // all calls; those that succeeded
 	downCalls   atomic.Int64
 	// atFourth, if set, is called at the fourth call while down; then
 	// fourthDone is set.
@@ -36,6 +36,7 @@ func (s *statsFailing) StreamStats(ctx context.Context, shard int) (int64, int64
 	if s.down.Load() || s.flaky.Load() && n%3 != 0 {
 		return 0, 0, errors.New("i/o timeout")
 	}
+	s.ok.Add(1)
 	return s.Repo.StreamStats(ctx, shard)
 }
 
@@ -72,6 +73,9 @@ func TestStreamGaugesGoWhenSamplingFails(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	store.flaky.Store(false)
+	// A sample that succeeds first: the failures in a row start from 0.
+	oks := store.ok.Load()
+	waitFor(t, "a sample after the flaky ones", func() bool { return store.ok.Load() > oks })
 
 	store.down.Store(true)
 	waitFor(t, "the gauges to go once every sample fails", func() bool {

@@ -1163,9 +1163,11 @@ func (w *Worker) redisError(op string, err error) {
 var errRecovered = errors.New("recovered panic")
 
 // loopPanic is the message of a panic recovered in a read, claim or
-// housekeeping loop. The flusher's panics have messages of their own: the
-// logger is sampled by message, and a batch's panic and its window's,
-// raised in the same instant, must not hide each other.
+// housekeeping loop, or in the flusher's reading of Redis's clock (which
+// it never runs beside a flush). The flusher's flushes' panics have
+// messages of their own: the logger is sampled by message, and a batch's
+// panic and its window's, raised in the same instant, must not hide each
+// other.
 const loopPanic = "recovered panic in worker loop"
 
 func (w *Worker) panicked(loop, msg string, p any, fields ...zap.Field) {
