@@ -24,6 +24,22 @@ func redisNowMs(t *testing.T, rdb redis.UniversalClient) int64 {
 	return now.UnixMilli()
 }
 
+// dedupeBucket is the bucket number in dedupe set key, named
+// prefix<bucket>:<sub>.
+func dedupeBucket(t *testing.T, prefix, key string) int64 {
+	t.Helper()
+	rest := strings.TrimPrefix(key, prefix)
+	i := strings.IndexByte(rest, ':')
+	if i < 0 {
+		t.Fatalf("dedupe set %s: want %s<bucket>:<sub>", key, prefix)
+	}
+	b, err := strconv.ParseInt(rest[:i], 10, 64)
+	if err != nil {
+		t.Fatalf("dedupe set %s: bucket: %v", key, err)
+	}
+	return b
+}
+
 // checkDedupeSetsLiveThroughTheNextBucket asserts every dedupe set of shard
 // 0 expires no earlier than the end of the bucket after its own (Redis's
 // clock), and that there is at least one to check.
@@ -40,15 +56,7 @@ func checkDedupeSetsLiveThroughTheNextBucket(t *testing.T, rdb redis.UniversalCl
 	}
 	now := redisNowMs(t, rdb)
 	for _, k := range keys {
-		rest := strings.TrimPrefix(k, prefix)
-		i := strings.IndexByte(rest, ':')
-		if i < 0 {
-			t.Fatalf("dedupe set %s: want %s<bucket>:<sub>", k, prefix)
-		}
-		b, err := strconv.ParseInt(rest[:i], 10, 64)
-		if err != nil {
-			t.Fatalf("dedupe set %s: bucket: %v", k, err)
-		}
+		b := dedupeBucket(t, prefix, k)
 		want := (b+2)*bucketMs - now
 		ttl, err := rdb.PTTL(ctx, k).Result()
 		if err != nil {

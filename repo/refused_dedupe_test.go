@@ -2,8 +2,6 @@ package repo_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -43,11 +41,7 @@ func countedThenRefusing(t *testing.T, previousBucket bool) (*redis.Client, *rep
 		if err != nil || len(sets) != 1 {
 			t.Fatalf("dedupe sets %v %v, want one", sets, err)
 		}
-		rest := strings.TrimPrefix(sets[0], r.Keys().SeenPrefix(0))
-		bucket, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ':')], 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
+		bucket := dedupeBucket(t, r.Keys().SeenPrefix(0), sets[0])
 		for redisNowMs(t, rdb)/1000 <= bucket {
 			time.Sleep(5 * time.Millisecond)
 		}
