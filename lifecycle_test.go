@@ -193,6 +193,24 @@ func TestWarnsOfEvictingMastersWithOneDown(t *testing.T) {
 	}
 }
 
+// A Redis that keeps no append-only file is named in a warning at start
+// (a restart from an older snapshot pushes windows again and loses those
+// acknowledged since, silently); one with AOF is not.
+func TestWarnsOfARedisWithoutAOF(t *testing.T) {
+	for _, aof := range []bool{false, true} {
+		core, logs := observer.New(zap.WarnLevel)
+		rs := testredis.Start(t, testredis.Options{AppendOnly: aof})
+		s := startService(t, options{redis: rs, log: zap.New(core)})
+		warned := logs.FilterMessageSnippet("appendonly no").FilterField(zap.String("node", rs.Addr))
+		if want := map[bool]int{false: 1, true: 0}[aof]; warned.Len() != want {
+			t.Errorf("AOF %v: %d warnings naming %s, want %d: %v", aof, warned.Len(), rs.Addr, want, logs.All())
+		}
+		if err := s.stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // From SIGTERM on, /readyz fails at once, while the service still
 // publishes its held windows: before, it answered ok until Kitex's exit
 // wait (up to 2 s) ended and the worker stopped, with the RPC listener

@@ -195,6 +195,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		log.Warn("could not load Lua scripts yet; will send them on first use", zap.Error(err))
 	}
 	evicting := warnEvicting(loadCtx, cfg, store, log)
+	warnNotAppendOnly(loadCtx, cfg, store, log)
 	if cfg.Redis.Sentinel() {
 		if tlsConfig, err := cfg.Redis.TLSConfig(); err == nil { // read and checked by Validate already
 			checkSentinels(ctx, cfg.Redis, tlsConfig, log) // each within its own time

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/repo"
+)
+
+// warnNotAppendOnly logs, once at start, each Redis node that keeps no
+// append-only file (one Redis; on a Cluster every node, replicas too; with
+// Sentinel, the master). Restarted, such a node comes back from an older
+// snapshot or empty: a window pushed since the snapshot is pushed again
+// and one acknowledged since is lost, and from the inside that looks like
+// a window another replica published, so nothing else tells. README
+// requires AOF; a platform's default (RDB only, or nothing) is easy to
+// miss. The embedded Redis keeps nothing on disk by design and is not
+// asked. A node that does not answer is named at debug level only: the
+// eviction check at start already warns of nodes it could not read.
+func warnNotAppendOnly(ctx context.Context, cfg conf.Config, store *repo.Repo, log *zap.Logger) {
+	if cfg.Embedded() {
+		return
+	}
+	nodes, err := store.NotAppendOnly(ctx)
+	if err != nil {
+		log.Debug("could not read every Redis node's aof_enabled", zap.Error(err))
+	}
+	for _, node := range nodes {
+		log.Warn("Redis keeps no append-only file (appendonly no): restarted, it comes back from an older "+
+			"snapshot or empty, and windows acknowledged since are lost or pushed twice; "+
+			"set appendonly yes (README: Redis settings)",
+			zap.String("node", node), zap.String("aof_enabled", "0"))
+	}
+}

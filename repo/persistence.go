@@ -1,0 +1,40 @@
+package repo
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// NotAppendOnly returns the addresses, sorted, of the nodes that keep no
+// append-only file, of those Evicting asks. Restarted, such a node
+// comes back from its last RDB snapshot or empty: the consumer group comes
+// back as it was at the snapshot, so a window pushed since is pushed again
+// and a window acknowledged since is lost, found only as "gone", with
+// nothing counting it (combo_stream_groups_recreated_total counts a group
+// that vanished, not one that went back in time). README requires AOF for
+// that reason. It reads INFO persistence, and like Evicting it returns the
+// nodes that answered with an error naming each that did not.
+func (r *Repo) NotAppendOnly(ctx context.Context) ([]string, error) {
+	read, err := r.eachNode(ctx, "repo.NotAppendOnly", aofEnabled)
+	var nodes []string
+	for _, node := range slices.Sorted(maps.Keys(read)) {
+		if read[node] == "0" {
+			nodes = append(nodes, node)
+		}
+	}
+	return nodes, err
+}
+
+// aofEnabled reads c's node's aof_enabled ("0" or "1") from INFO
+// persistence.
+func aofEnabled(ctx context.Context, c *redis.Client) (string, error) {
+	v, err := infoField(ctx, c, "Persistence", "aof_enabled")
+	if err != nil {
+		return "", fmt.Errorf("repo.aofEnabled: %w", err)
+	}
+	return v, nil
+}
