@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -128,5 +129,28 @@ func TestARequestWithoutItsFieldIsInvalid(t *testing.T) {
 	}
 	if _, err := h.MergeLatest(context.Background(), nil); !errors.As(err, &ce) || ce.Code != CodeInvalidArgument {
 		t.Errorf("MergeLatest(nil): %v, want INVALID_ARGUMENT", err)
+	}
+}
+
+// A MergeLatest limit of 0 or below means all the merged records
+// (CONTRACT §1), negative ones too: a limit taken as "not 0" sliced
+// merged[:-1] and panicked.
+func TestMergeLatestLimitAtOrBelowZeroMeansAll(t *testing.T) {
+	h := New(&scriptedStore{}, 3*time.Second, metrics.New(prometheus.NewRegistry()), zap.NewNop())
+	const t0 = 1732950000000
+	rows := []*combo.ContributionRecord{
+		{Id: 1, UserId: 1, ItemId: 1, ItemType: "a", Quantity: 1, CreatedAt: t0},
+		{Id: 2, UserId: 2, ItemId: 1, ItemType: "a", Quantity: 1, CreatedAt: t0},
+		{Id: 3, UserId: 3, ItemId: 1, ItemType: "a", Quantity: 1, CreatedAt: t0 + 1},
+	}
+	for _, limit := range []int32{0, -1, math.MinInt32} {
+		resp, err := h.MergeLatest(context.Background(), &combo.MergeLatestRequest{ActivityId: 7, Records: rows, Limit: limit})
+		if err != nil || len(resp.Records) != 3 {
+			t.Fatalf("limit %d: %+v %v, want all 3 records", limit, resp, err)
+		}
+	}
+	resp, err := h.MergeLatest(context.Background(), &combo.MergeLatestRequest{ActivityId: 7, Records: rows, Limit: 2})
+	if err != nil || len(resp.Records) != 2 || resp.Records[0].Id != 3 || resp.Records[1].Id != 2 {
+		t.Fatalf("limit 2: %+v %v, want the newest two, ids 3 and 2", resp, err)
 	}
 }
