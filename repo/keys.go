@@ -17,6 +17,7 @@ import (
 //	combo:{N}:s:<bucket>:<id mod 8192>    SET     ids counted in one dedupe bucket (window.dedupe of time)
 //	combo:{N}:probe                       (none)  never written: /readyz deletes it to see the node takes writes;
 //	                                              the report script declares it (see report.lua)
+//	combo:{0}:r:<consumer>                STRING  a replica's shard and window settings (ShareSettings), with a TTL
 //
 // A stream entry names its window by the part of its key after ":w:"
 // (EntryComboKey).
@@ -104,6 +105,12 @@ func WindowPatterns() []string { return []string{prefix + "{*}:w:*", prefix + "{
 // Probe is a key of shard that is never written: deleting it changes
 // nothing, and is refused by a node that takes no writes.
 func (k Keys) Probe(shard int) string { return k.tags[shard] + "probe" }
+
+// ReplicaSettings is the key where the replica whose worker is consumer
+// keeps its settings for the others to compare (ShareSettings). It is on
+// shard 0, which every replica has whatever its shard count, next to the
+// stream whose consumers name the replicas.
+func (k Keys) ReplicaSettings(consumer string) string { return k.tags[0] + "r:" + consumer }
 
 // SeenPrefix is the prefix of shard's dedupe sets (the report script
 // appends the bucket number, from Redis's clock, and the id's sub-set).
