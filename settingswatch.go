@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/metrics"
+)
+
+// settingsWatchEvery is how often settingsWatch shares this replica's
+// settings and reads the others'; each replica's key lives three times
+// that, so a replica killed drops out of the others' view within 90 s.
+const settingsWatchEvery = 30 * time.Second
+
+// replicaSettings is what settingsWatch compares between replicas: the
+// settings every replica must share (README, "Whatever the versions").
+// Two replicas agree exactly when these strings are equal: durations are
+// written by time.Duration.String, whatever form the configuration used.
+func replicaSettings(cfg conf.Config) string {
+	w := cfg.Window
+	return fmt.Sprintf("redis.shards=%d window.size=%s window.grace=%s window.dedupe=%s window.stale=%s",
+		cfg.Redis.Shards, w.Size, w.Grace, w.Dedupe, w.Stale)
+}
+
+// settingsWatch keeps this replica's settings in Redis and compares them
+// with the other replicas' (repo.ShareSettings), at start and every 30 s.
+// Replicas with other redis.shards or window.* settings count a combo
+// key's reports twice (two shards, or dedupe buckets numbered apart) or
+// cut its windows by another rule; README says to change them by stopping
+// every replica, and a rolling update (a Deployment's default) does not,
+// with nothing else to tell. It logs each replica found differing, and
+// again once it agrees or is gone, and exports how many differ
+// (combo_replicas_settings_differ, which ComboReplicaSettingsDiffer reads).
+// A reading that fails leaves what was last read. It is not started with
+// the embedded Redis, which no other replica shares.
+//
+// Shutdown order: it stops as run returns, after the worker's shutdown,
+// and deletes this replica's key (so one started next with other settings
+// is not compared with it), before the Redis client closes (run's
+// deferred closeRedis, deferred before it).
+type settingsWatch struct {
+	share   func(context.Context) (map[string]string, error) // others' settings, by consumer
+	forget  func(context.Context) error
+	mine    string
+	every   time.Duration
+	timeout time.Duration // of one reading
+	log     *zap.Logger
+	m       *metrics.Metrics
+	differ  map[string]string // consumer -> settings, of replicas found differing
+	loop    *ticking
+}
+
+func newSettingsWatch(share func(context.Context) (map[string]string, error), forget func(context.Context) error,
+	mine string, every, timeout time.Duration, log *zap.Logger, m *metrics.Metrics) *settingsWatch {
+	return &settingsWatch{share: share, forget: forget, mine: mine, every: every, timeout: timeout,
+		log: log, m: m, differ: map[string]string{}}
+}
+
+// Start reads once, then runs the loop until Stop.
+func (w *settingsWatch) Start() {
+	w.once(context.Background())
+	w.loop = startTicking(w.every, w.once)
+}
+
+// once shares and compares one time; a panic is logged, counted, and the
+// loop goes on.
+func (w *settingsWatch) once(ctx context.Context) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.m.LoopPanics.WithLabelValues(metrics.LoopSettingsWatch).Inc()
+			w.log.Error("recovered panic in the settings watch loop", zap.Any("panic", p), zap.Stack("stack"))
+		}
+	}()
+	readCtx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	others, err := w.share(readCtx)
+	if ctx.Err() != nil {
+		return // a reading cut short by Stop is no news
+	}
+	if err != nil {
+		w.log.Debug("could not compare this replica's settings with the others'", zap.Error(err))
+		return
+	}
+	for _, replica := range slices.Sorted(maps.Keys(others)) {
+		theirs := others[replica]
+		if theirs != w.mine && theirs != w.differ[replica] {
+			w.log.Warn("another replica runs with other settings: a combo key's reports may be counted twice "+
+				"or its windows cut by another rule; every replica must have the same redis.shards and window.* "+
+				"(change them by stopping every replica, README)",
+				zap.String("replica", replica), zap.String("its_settings", theirs), zap.String("settings", w.mine))
+			w.differ[replica] = theirs
+		}
+	}
+	for _, replica := range slices.Sorted(maps.Keys(w.differ)) {
+		if theirs, ok := others[replica]; !ok || theirs == w.mine {
+			w.log.Info("a replica found with other settings now agrees or is gone", zap.String("replica", replica))
+			delete(w.differ, replica)
+		}
+	}
+	w.m.ReplicasSettingsDiffer.Set(float64(len(w.differ)))
+}
+
+// Stop ends the loop, waits for it, and deletes this replica's settings.
+func (w *settingsWatch) Stop() {
+	w.loop.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+	defer cancel()
+	if err := w.forget(ctx); err != nil {
+		w.log.Debug("could not delete this replica's settings; they expire on their own", zap.Error(err))
+	}
+}
