@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -958,6 +959,22 @@ func TestExampleConfig(t *testing.T) {
 		t.Errorf("the example's server, metrics, window, worker and log sections should be the defaults:\n got %+v %+v %+v %+v %+v\nwant %+v %+v %+v %+v %+v",
 			c.Server, c.Metrics, c.Window, c.Worker, c.Log, d.Server, d.Metrics, d.Window, d.Worker, d.Log)
 	}
+	// The redis section too, but for addr (the file says so; an alert's
+	// description quotes stream_maxlen's default).
+	got, want := c.Redis, conf.Default().Redis
+	want.Addr = got.Addr
+	for _, r := range []*conf.Redis{&got, &want} { // "[]" in the file, nil by default
+		if len(r.Addrs) == 0 {
+			r.Addrs = nil
+		}
+		if len(r.SentinelAddrs) == 0 {
+			r.SentinelAddrs = nil
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("the example's redis section, but for addr, should be the defaults:\n got %+v\nwant %+v", got, want)
+	}
+
 	// The derived defaults stay derived: a day-long window (with its stale
 	// raised) must load with the example as it is.
 	t.Setenv("COMBO_WINDOW_SIZE", "24h")
