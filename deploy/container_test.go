@@ -1260,6 +1260,44 @@ func TestAlertRules(t *testing.T) {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
+	// alerts_logic_test.yml runs on the rules without their annotations.
+	dir := t.TempDir()
+	writeBareRules(t, filepath.Join(dir, "alerts_bare.yml"))
+	if err := os.WriteFile(filepath.Join(dir, "alerts_logic_test.yml"), []byte(read(t, "deploy/alerts_logic_test.yml")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(promtool, "test", "rules", "alerts_logic_test.yml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool test rules alerts_logic_test.yml: %v\n%s", err, out)
+	}
+}
+
+// writeBareRules writes alerts.yml to path with every rule's annotations
+// left out.
+func writeBareRules(t *testing.T, path string) {
+	t.Helper()
+	var rules struct {
+		Groups []struct {
+			Name  string           `yaml:"name"`
+			Rules []map[string]any `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal([]byte(read(t, "deploy/alerts.yml")), &rules); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			delete(r, "annotations")
+		}
+	}
+	b, err := yaml.Marshal(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // get is the body of a GET of url answered 200.
