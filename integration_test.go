@@ -304,10 +304,11 @@ func TestInvalidInputIsRefusedAndNothingWritten(t *testing.T) {
 	if n := s.rdb.XLen(ctx, repo.NewKeys(1).Stream(0)).Val(); n != 0 {
 		t.Fatalf("stream has %d entries", n)
 	}
-	// The only key allowed is the stream itself, which the worker creates
-	// with its group in the background (it may not exist yet).
+	// The only keys allowed are the stream itself, which the worker creates
+	// with its group in the background (it may not exist yet), and the
+	// replica's settings, which it keeps from its start.
 	for _, k := range s.rdb.Keys(ctx, "*").Val() {
-		if k != repo.NewKeys(1).Stream(0) {
+		if k != repo.NewKeys(1).Stream(0) && k != repo.NewKeys(1).ReplicaSettings(s.cfg.Worker.Consumer) {
 			t.Fatalf("redis holds key %q written by a refused report", k)
 		}
 	}
