@@ -306,9 +306,10 @@ func TestInvalidInputIsRefusedAndNothingWritten(t *testing.T) {
 	}
 	// The only keys allowed are the stream itself, which the worker creates
 	// with its group in the background (it may not exist yet), and the
-	// replica's settings, which it keeps from its start.
+	// replica's settings and the set naming it, kept from its start.
+	keys := repo.NewKeys(1)
 	for _, k := range s.rdb.Keys(ctx, "*").Val() {
-		if k != repo.NewKeys(1).Stream(0) && k != repo.NewKeys(1).ReplicaSettings(s.cfg.Worker.Consumer) {
+		if k != keys.Stream(0) && k != keys.ReplicaSettings(s.cfg.Worker.Consumer) && k != keys.Replicas() {
 			t.Fatalf("redis holds key %q written by a refused report", k)
 		}
 	}

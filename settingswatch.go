@@ -34,8 +34,9 @@ func replicaSettings(cfg conf.Config) string {
 // key's reports twice (two shards, or dedupe buckets numbered apart) or
 // cut its windows by another rule; README says to change them by stopping
 // every replica, and a rolling update (a Deployment's default) does not,
-// with nothing else to tell. It logs each replica found differing, and
-// again once it agrees or is gone, and exports how many differ
+// with nothing else to tell. It logs the replicas found differing (in one
+// line a reading), and again once they agree or are gone, and exports how
+// many differ
 // (combo_replicas_settings_differ, which ComboReplicaSettingsDiffer reads).
 // A reading that fails leaves what was last read. It is not started with
 // the embedded Redis, which no other replica shares.
@@ -53,6 +54,7 @@ type settingsWatch struct {
 	log     *zap.Logger
 	m       *metrics.Metrics
 	differ  map[string]string // consumer -> settings, of replicas found differing
+	started bool              // a reading has been made
 	loop    *ticking
 }
 
@@ -84,24 +86,42 @@ func (w *settingsWatch) once(ctx context.Context) {
 		return // a reading cut short by Stop is no news
 	}
 	if err != nil {
-		w.log.Debug("could not compare this replica's settings with the others'", zap.Error(err))
+		// At start it is said once: a user denied a command, say, would
+		// otherwise leave the check off unseen.
+		if w.started {
+			w.log.Debug("could not compare this replica's settings with the others'", zap.Error(err))
+		} else {
+			w.log.Warn("could not compare this replica's settings with the other replicas'; will try again", zap.Error(err))
+		}
+		w.started = true
 		return
 	}
-	for _, replica := range slices.Sorted(maps.Keys(others)) {
-		theirs := others[replica]
+	w.started = true
+	// One line for all the replicas of a reading: the log is sampled by
+	// message, and a rolling update shows a new replica every old one at
+	// once.
+	found := map[string]string{}
+	for replica, theirs := range others {
 		if theirs != w.mine && theirs != w.differ[replica] {
-			w.log.Warn("another replica runs with other settings: a combo key's reports may be counted twice "+
-				"or its windows cut by another rule; every replica must have the same redis.shards and window.* "+
-				"(change them by stopping every replica, README)",
-				zap.String("replica", replica), zap.String("its_settings", theirs), zap.String("settings", w.mine))
+			found[replica] = theirs
 			w.differ[replica] = theirs
 		}
 	}
+	if len(found) > 0 {
+		w.log.Warn("other replicas run with other settings: a combo key's reports may be counted twice "+
+			"or its windows cut by another rule; every replica must have the same redis.shards and window.* "+
+			"(change them by stopping every replica, README)",
+			zap.Any("replicas", found), zap.String("settings", w.mine))
+	}
+	var settled []string
 	for _, replica := range slices.Sorted(maps.Keys(w.differ)) {
 		if theirs, ok := others[replica]; !ok || theirs == w.mine {
-			w.log.Info("a replica found with other settings now agrees or is gone", zap.String("replica", replica))
+			settled = append(settled, replica)
 			delete(w.differ, replica)
 		}
+	}
+	if len(settled) > 0 {
+		w.log.Info("replicas found with other settings now agree or are gone", zap.Strings("replicas", settled))
 	}
 	w.m.ReplicasSettingsDiffer.Set(float64(len(w.differ)))
 }

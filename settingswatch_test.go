@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,43 +16,81 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/internal/logging"
 	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
 )
 
-// The settings watch warns once of each replica found with other
-// settings, counts those that differ, forgets one that agrees again or is
-// gone, keeps what it knew through a failed reading, and survives a panic.
+// The settings watch warns once of the replicas found with other
+// settings, in one line a reading, counts those that differ, forgets one that agrees again or is gone,
+// keeps what it knew through a failed reading, and survives a panic.
 func TestSettingsWatchCountsTheReplicasThatDiffer(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
-	core, logs := observer.New(zap.WarnLevel)
+	core, logs := observer.New(zap.InfoLevel)
 	answers := make(chan func() (map[string]string, error), 1)
 	share := func(context.Context) (map[string]string, error) { return (<-answers)() }
-	w := newSettingsWatch(share, func(context.Context) error { return nil }, "mine", time.Hour, time.Second, zap.New(core), m)
+	w := newSettingsWatch(share, func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
+		zap.New(core), m)
+	named := func() []string { // the replicas each warning named, in order
+		var out []string
+		for _, e := range logs.FilterMessageSnippet("other replicas run with other settings").All() {
+			out = append(out, fmt.Sprint(e.ContextMap()["replicas"]))
+		}
+		return out
+	}
 	for i, step := range []struct {
 		answer func() (map[string]string, error)
 		want   float64
-		warned int // warnings so far
+		named  []string // every warning so far
 	}{
-		{func() (map[string]string, error) { return map[string]string{"b": "mine"}, nil }, 0, 0},
-		{func() (map[string]string, error) { return map[string]string{"b": "mine", "c": "other"}, nil }, 1, 1},
-		{func() (map[string]string, error) { return map[string]string{"c": "other", "d": "other"}, nil }, 2, 2},
-		{func() (map[string]string, error) { return nil, errors.New("connection refused") }, 2, 2},
-		{func() (map[string]string, error) { panic("boom") }, 2, 2},
-		{func() (map[string]string, error) { return map[string]string{"c": "third", "d": "other"}, nil }, 2, 3},
-		{func() (map[string]string, error) { return map[string]string{"c": "mine"}, nil }, 0, 3},
+		{func() (map[string]string, error) { return map[string]string{"b": "mine"}, nil }, 0, nil},
+		{func() (map[string]string, error) {
+			return map[string]string{"b": "mine", "c": "other", "e": "other"}, nil
+		}, 2,
+			[]string{"map[c:other e:other]"}},
+		{func() (map[string]string, error) { return map[string]string{"c": "other", "d": "other"}, nil }, 2,
+			[]string{"map[c:other e:other]", "map[d:other]"}},
+		{func() (map[string]string, error) { return nil, errors.New("connection refused") }, 2,
+			[]string{"map[c:other e:other]", "map[d:other]"}},
+		{func() (map[string]string, error) { panic("boom") }, 2, []string{"map[c:other e:other]", "map[d:other]"}},
+		{func() (map[string]string, error) { return map[string]string{"c": "third", "d": "other"}, nil }, 2,
+			[]string{"map[c:other e:other]", "map[d:other]", "map[c:third]"}},
+		{func() (map[string]string, error) { return map[string]string{"c": "mine"}, nil }, 0,
+			[]string{"map[c:other e:other]", "map[d:other]", "map[c:third]"}},
 	} {
 		answers <- step.answer
 		w.once(context.Background())
 		if got := testutil.ToFloat64(m.ReplicasSettingsDiffer); got != step.want {
 			t.Fatalf("step %d: gauge %v, want %v", i, got, step.want)
 		}
-		if n := logs.FilterMessageSnippet("another replica runs with other settings").Len(); n != step.warned {
-			t.Fatalf("step %d: %d warnings, want %d: %v", i, n, step.warned, logs.All())
+		if got := named(); !slices.Equal(got, step.named) {
+			t.Fatalf("step %d: warnings named %v, want %v", i, got, step.named)
 		}
 	}
 	if n := testutil.ToFloat64(m.LoopPanics.WithLabelValues(metrics.LoopSettingsWatch)); n != 1 {
 		t.Fatalf("panics counted %v, want 1", n)
+	}
+	if n := logs.FilterMessageSnippet("now agree or are gone").Len(); n != 2 {
+		t.Fatalf("%d lines of replicas that agree or are gone, want 2 (e; then c and d)", n)
+	}
+}
+
+// Every replica found differing in one reading is named, through the
+// sampled logger main gives the watch: a line a replica, all with one
+// message, named only the first (a rolling update shows a new replica
+// every old one at once).
+func TestSettingsWatchNamesEveryReplicaThroughTheSampledLog(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	core, logs := observer.New(zap.InfoLevel)
+	share := func(context.Context) (map[string]string, error) {
+		return map[string]string{"c": "other", "d": "third", "e": "mine"}, nil
+	}
+	w := newSettingsWatch(share, func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
+		logging.Sampled(zap.New(core), m.LogSuppressed), m)
+	w.once(context.Background())
+	warned := logs.FilterMessageSnippet("other replicas run with other settings").All()
+	if len(warned) != 1 || fmt.Sprint(warned[0].ContextMap()["replicas"]) != "map[c:other d:third]" {
+		t.Fatalf("warnings %v, want one naming c and d with their settings", warned)
 	}
 }
 
@@ -77,37 +117,44 @@ func TestReplicaSettingsAreShardsAndWindow(t *testing.T) {
 	}
 }
 
-// Two replicas on one Redis with other window.dedupe: the one started
-// second warns at start naming the first, and counts it; stopped cleanly,
-// it deletes its settings key.
+// Three replicas on one Redis: one started with the first's settings
+// warns of nothing; one with other window.dedupe warns at start naming
+// both others with their settings, and counts them; its settings live
+// 90 s unless refreshed, and are deleted on a clean stop.
 func TestAReplicaWithOtherSettingsIsNamed(t *testing.T) {
-	first := startService(t, options{mutate: func(c *conf.Config) { c.Worker.Consumer = "first" }})
 	ctx := context.Background()
-	stream := repo.NewKeys(first.cfg.Redis.Shards).Stream(0)
-	waitUntil(t, 10*time.Second, "the first replica's worker in shard 0's group", func() bool {
-		cs, _ := first.rdb.XInfoConsumers(ctx, stream, repo.Group).Result()
-		return len(cs) == 1
-	})
+	first := startService(t, options{mutate: func(c *conf.Config) { c.Worker.Consumer = "first" }})
+	const warning = "other replicas run with other settings"
 	core, logs := observer.New(zap.WarnLevel)
+	startService(t, options{redis: first.redis, log: zap.New(core), mutate: func(c *conf.Config) { c.Worker.Consumer = "same" }})
+	if n := logs.FilterMessageSnippet(warning).Len(); n != 0 {
+		t.Fatalf("a replica with the same settings warned: %v", logs.All())
+	}
+	core, logs = observer.New(zap.WarnLevel)
 	second := startService(t, options{redis: first.redis, log: zap.New(core), mutate: func(c *conf.Config) {
 		c.Worker.Consumer = "second"
 		c.Window.Dedupe = time.Minute
 	}})
-	warned := logs.FilterMessageSnippet("another replica runs with other settings").FilterField(zap.String("replica", "first"))
-	if warned.Len() != 1 || !strings.Contains(warned.All()[0].ContextMap()["settings"].(string), "window.dedupe=1m0s") {
-		t.Fatalf("warnings %v, want one naming the first replica", logs.All())
+	warned := logs.FilterMessageSnippet(warning).All()
+	theirs := replicaSettings(first.cfg)
+	if len(warned) != 1 || fmt.Sprint(warned[0].ContextMap()["replicas"]) != fmt.Sprint(map[string]string{"first": theirs, "same": theirs}) ||
+		!strings.Contains(warned[0].ContextMap()["settings"].(string), "window.dedupe=1m0s") {
+		t.Fatalf("warnings %v, want one naming first and same with their settings", logs.All())
 	}
-	if !strings.Contains(scrape(t, second), "\ncombo_replicas_settings_differ 1\n") {
-		t.Fatal("combo_replicas_settings_differ is not 1 with one replica of other settings")
+	if !strings.Contains(scrape(t, second), "\ncombo_replicas_settings_differ 2\n") {
+		t.Fatal("combo_replicas_settings_differ is not 2 with two replicas of other settings")
 	}
-	key := repo.NewKeys(1).ReplicaSettings("second")
-	if n := first.rdb.Exists(ctx, key).Val(); n != 1 {
-		t.Fatalf("%s missing while the second replica runs", key)
+	keys := repo.NewKeys(1)
+	if ttl := first.rdb.PTTL(ctx, keys.ReplicaSettings("second")).Val(); ttl < 60*time.Second || ttl > 90*time.Second {
+		t.Fatalf("the second replica's settings live %s, want 90 s (three readings) at most, and more than 60", ttl)
 	}
 	if err := second.stop(); err != nil {
 		t.Fatal(err)
 	}
-	if err := first.rdb.Get(ctx, key).Err(); !errors.Is(err, redis.Nil) {
-		t.Fatalf("%s after a clean stop: %v, want it deleted", key, err)
+	if err := first.rdb.Get(ctx, keys.ReplicaSettings("second")).Err(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("the second replica's settings after a clean stop: %v, want them deleted", err)
+	}
+	if first.rdb.SIsMember(ctx, keys.Replicas(), "second").Val() {
+		t.Fatal("the second replica, stopped cleanly, is still named among the replicas")
 	}
 }

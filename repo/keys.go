@@ -18,6 +18,7 @@ import (
 //	combo:{N}:probe                       (none)  never written: /readyz deletes it to see the node takes writes;
 //	                                              the report script declares it (see report.lua)
 //	combo:{0}:r:<consumer>                STRING  a replica's shard and window settings (ShareSettings), with a TTL
+//	combo:{0}:replicas                    SET     the consumers of the replicas that share their settings
 //
 // A stream entry names its window by the part of its key after ":w:"
 // (EntryComboKey).
@@ -106,10 +107,13 @@ func WindowPatterns() []string { return []string{prefix + "{*}:w:*", prefix + "{
 // nothing, and is refused by a node that takes no writes.
 func (k Keys) Probe(shard int) string { return k.tags[shard] + "probe" }
 
+// Replicas is the set naming every replica that shares its settings
+// (ShareSettings), by its consumer name, on shard 0 as ReplicaSettings.
+func (k Keys) Replicas() string { return k.tags[0] + "replicas" }
+
 // ReplicaSettings is the key where the replica whose worker is consumer
 // keeps its settings for the others to compare (ShareSettings). It is on
-// shard 0, which every replica has whatever its shard count, next to the
-// stream whose consumers name the replicas.
+// shard 0, which every replica has whatever its shard count.
 func (k Keys) ReplicaSettings(consumer string) string { return k.tags[0] + "r:" + consumer }
 
 // SeenPrefix is the prefix of shard's dedupe sets (the report script

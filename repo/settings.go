@@ -8,35 +8,39 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// replicasTTL bounds how long the set of replicas (Keys.Replicas) outlives
+// the last replica that shared its settings: every key but the streams
+// expires.
+const replicasTTL = 24 * time.Hour
+
 // ShareSettings writes self's settings (a string that is equal between
-// replicas exactly when their settings are) to its key for ttl, and
-// returns those of the other replicas that keep theirs (consumer ->
-// settings). The others are the consumers of shard 0's group, which every
-// replica reads whatever its shard count; one whose key has expired (it
-// stopped, or runs a version that keeps none) is left out.
+// replicas exactly when their settings are) to its key for ttl, names
+// self in the set of replicas, and returns the settings of the other
+// replicas named there whose key has not expired (consumer -> settings).
+// A replica whose key has expired (killed, or stopped without
+// ForgetSettings) is taken out of the set.
 //
 // Replicas must agree on redis.shards and window.*: with different ones a
 // combo key's reports land in two windows, or an id in two dedupe sets,
 // and are pushed or counted twice. README says to change them by stopping
 // every replica; a rolling update does not, and this is how a replica
-// sees it. Only commands the README's ACL user already has are used.
+// sees it. The replicas are named in a set of their own, not found among
+// the group's consumers: Redis 7.0 lists a consumer only once it has been
+// delivered an entry, and drops one pruned while idle until it is again.
 func (r *Repo) ShareSettings(ctx context.Context, self, settings string, ttl time.Duration) (map[string]string, error) {
-	stream := r.keys.Stream(0)
+	replicas := r.keys.Replicas()
 	pipe := r.rdb.Pipeline()
-	set := pipe.Set(ctx, r.keys.ReplicaSettings(self), settings, ttl)
-	consumers := pipe.XInfoConsumers(ctx, stream, Group)
-	_, _ = pipe.Exec(ctx) // each command's error is its own
-	if err := set.Err(); err != nil {
-		return nil, wrap("repo.ShareSettings", err)
-	}
-	// No group or no stream yet: no other replica has read.
-	if err := consumers.Err(); err != nil && !redis.HasErrorPrefix(err, "NOGROUP") && !redis.HasErrorPrefix(err, "no such key") {
+	pipe.Set(ctx, r.keys.ReplicaSettings(self), settings, ttl)
+	pipe.SAdd(ctx, replicas, self)
+	pipe.ExpireAt(ctx, replicas, time.Now().Add(replicasTTL))
+	members := pipe.SMembers(ctx, replicas)
+	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, wrap("repo.ShareSettings", err)
 	}
 	var names []string
-	for _, c := range consumers.Val() {
-		if c.Name != self {
-			names = append(names, c.Name)
+	for _, name := range members.Val() {
+		if name != self {
+			names = append(names, name)
 		}
 	}
 	out := map[string]string{}
@@ -51,17 +55,30 @@ func (r *Repo) ShareSettings(ctx context.Context, self, settings string, ttl tim
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, wrap("repo.ShareSettings", err)
 	}
+	var gone []any
 	for i, get := range gets {
-		if v, err := get.Result(); err == nil {
+		switch v, err := get.Result(); {
+		case err == nil:
 			out[names[i]] = v
+		case errors.Is(err, redis.Nil):
+			gone = append(gone, names[i])
+		}
+	}
+	if len(gone) > 0 {
+		if err := r.rdb.SRem(ctx, replicas, gone...).Err(); err != nil {
+			return nil, wrap("repo.ShareSettings", err)
 		}
 	}
 	return out, nil
 }
 
-// ForgetSettings deletes self's settings key: a replica stopped cleanly is
-// not compared with those started after it, with other settings, within
-// the key's TTL.
+// ForgetSettings deletes self's settings and takes it out of the set of
+// replicas: a replica stopped cleanly is not compared with those started
+// after it, with other settings, within its key's TTL.
 func (r *Repo) ForgetSettings(ctx context.Context, self string) error {
-	return wrap("repo.ForgetSettings", r.rdb.Del(ctx, r.keys.ReplicaSettings(self)).Err())
+	pipe := r.rdb.Pipeline()
+	pipe.Del(ctx, r.keys.ReplicaSettings(self))
+	pipe.SRem(ctx, r.keys.Replicas(), self)
+	_, err := pipe.Exec(ctx)
+	return wrap("repo.ForgetSettings", err)
 }

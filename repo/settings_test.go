@@ -13,9 +13,9 @@ import (
 	"github.com/combo-service/combo-service/repo"
 )
 
-// Each replica sees the settings of the others that read shard 0's group
-// and keep theirs, whatever its own shard count; one stopped cleanly, or
-// never keeping any, is left out.
+// Each replica sees the settings of the others that share theirs,
+// whatever its own shard count; one stopped cleanly, or whose key expired
+// (killed), is left out, and taken out of the set of replicas.
 func TestShareSettingsSeesTheOtherReplicas(t *testing.T) {
 	srv := testredis.Start(t, testredis.Options{})
 	ctx := context.Background()
@@ -23,32 +23,31 @@ func TestShareSettingsSeesTheOtherReplicas(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	one := repo.New(rdb, repo.Settings{Shards: 1})
 	four := repo.New(rdb, repo.Settings{Shards: 4})
+	keys := repo.NewKeys(1)
 
-	// Before any group exists: nobody else.
 	if got, err := one.ShareSettings(ctx, "a", "shards=1", time.Minute); err != nil || len(got) != 0 {
-		t.Fatalf("on a new Redis: %v %v, want none", got, err)
+		t.Fatalf("alone: %v %v, want none", got, err)
 	}
-	stream := repo.NewKeys(1).Stream(0)
-	if err := rdb.XGroupCreateMkStream(ctx, stream, repo.Group, "$").Err(); err != nil {
+	// "killed" was named once, and its key has expired since.
+	if err := rdb.SAdd(ctx, keys.Replicas(), "killed").Err(); err != nil {
 		t.Fatal(err)
-	}
-	// Each joins the group as a worker does, reading its own pending
-	// entries first (Redis 7.0 adds no consumer for a ">" read that
-	// delivers nothing).
-	for _, c := range []string{"a", "b", "old"} { // "old" keeps no settings
-		err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: repo.Group, Consumer: c, Streams: []string{stream, "0"}, Count: 1, Block: -1}).Err()
-		if err != nil && err != redis.Nil {
-			t.Fatal(err)
-		}
 	}
 	if got, err := four.ShareSettings(ctx, "b", "shards=4", time.Minute); err != nil || !maps.Equal(got, map[string]string{"a": "shards=1"}) {
 		t.Fatalf("b sees %v %v, want a's", got, err)
 	}
+	if rdb.SIsMember(ctx, keys.Replicas(), "killed").Val() {
+		t.Fatal("a replica whose settings expired is still named among the replicas")
+	}
 	if got, err := one.ShareSettings(ctx, "a", "shards=1", time.Minute); err != nil || !maps.Equal(got, map[string]string{"b": "shards=4"}) {
 		t.Fatalf("a sees %v %v, want b's", got, err)
 	}
-	if ttl := rdb.PTTL(ctx, repo.NewKeys(1).ReplicaSettings("a")).Val(); ttl <= 0 || ttl > time.Minute {
-		t.Fatalf("a's settings key has TTL %s, want up to 1m", ttl)
+	for _, k := range []string{keys.ReplicaSettings("a"), keys.Replicas()} {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 {
+			t.Fatalf("%s has TTL %s, want one", k, ttl)
+		}
+	}
+	if ttl := rdb.PTTL(ctx, keys.ReplicaSettings("a")).Val(); ttl > time.Minute {
+		t.Fatalf("a's settings have TTL %s, want up to the 1m given", ttl)
 	}
 	if err := four.ForgetSettings(ctx, "b"); err != nil {
 		t.Fatal(err)
@@ -56,9 +55,29 @@ func TestShareSettingsSeesTheOtherReplicas(t *testing.T) {
 	if got, err := one.ShareSettings(ctx, "a", "shards=1", time.Minute); err != nil || len(got) != 0 {
 		t.Fatalf("after b forgot its settings a sees %v %v, want none", got, err)
 	}
+	if rdb.SIsMember(ctx, keys.Replicas(), "b").Val() {
+		t.Fatal("b, stopped cleanly, is still named among the replicas")
+	}
 }
 
-// With Redis down the error names the operation, fast.
+// A Redis that refuses writes (reads still answered) fails the sharing,
+// naming the operation: settings not written would leave this replica
+// unseen by the others.
+func TestShareSettingsFailsWhenWritesAreRefused(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	ctx := context.Background()
+	rdb := srv.Client()
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := repo.New(rdb, repo.Settings{Shards: 1}).ShareSettings(ctx, "a", "x", time.Minute)
+	if err == nil || !strings.HasPrefix(err.Error(), "repo.ShareSettings:") || !strings.Contains(err.Error(), "NOREPLICAS") {
+		t.Fatalf("with writes refused: %v, want an error naming repo.ShareSettings and NOREPLICAS", err)
+	}
+}
+
+// With Redis down the error names the operation.
 func TestShareSettingsFailsNamingItself(t *testing.T) {
 	srv := testredis.Start(t, testredis.Options{})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
