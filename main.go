@@ -134,7 +134,8 @@ type started struct {
 //     refused and those in flight finish (h.Drain);
 //  2. the worker stops reading, then publishes every window it holds as it
 //     comes due (bounded by server.shutdown_timeout);
-//  3. the metrics server, the eviction watch and the loop reading the
+//  3. the metrics server, the settings watch (which deletes this
+//     replica's settings), the eviction watch and the loop reading the
 //     Cluster's slot map stop; then closeRedis stops the Sentinel watch and
 //     closes the Redis clients, then the embedded Redis (its TTL ticker
 //     first).

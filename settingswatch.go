@@ -15,7 +15,8 @@ import (
 
 // settingsWatchEvery is how often settingsWatch shares this replica's
 // settings and reads the others'; each replica's key lives three times
-// that, so a replica killed drops out of the others' view within 90 s.
+// that, so a replica killed drops out of the others' view within about
+// two minutes (its key's 90 s, then their next reading).
 const settingsWatchEvery = 30 * time.Second
 
 // replicaSettings is what settingsWatch compares between replicas: the

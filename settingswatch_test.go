@@ -94,6 +94,22 @@ func TestSettingsWatchNamesEveryReplicaThroughTheSampledLog(t *testing.T) {
 	}
 }
 
+// A first reading that fails is said at warn (a user denied SMEMBERS
+// would otherwise leave the check off unseen), later ones at debug only.
+func TestSettingsWatchWarnsOnceThatItCannotCompare(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	core, logs := observer.New(zap.DebugLevel)
+	share := func(context.Context) (map[string]string, error) { return nil, errors.New("NOPERM smembers") }
+	w := newSettingsWatch(share, func(context.Context) error { return nil }, "mine", time.Hour, time.Second, zap.New(core), m)
+	for range 3 {
+		w.once(context.Background())
+	}
+	failed := logs.FilterMessageSnippet("could not compare")
+	if warns, debugs := failed.FilterLevelExact(zap.WarnLevel).Len(), failed.FilterLevelExact(zap.DebugLevel).Len(); warns != 1 || debugs != 2 {
+		t.Fatalf("%d warnings and %d debug lines of 3 failed readings, want 1 and 2", warns, debugs)
+	}
+}
+
 // The settings compared are redis.shards and window.*, whatever form the
 // configuration wrote a duration in.
 func TestReplicaSettingsAreShardsAndWindow(t *testing.T) {

@@ -18,7 +18,9 @@ const replicasTTL = 24 * time.Hour
 // self in the set of replicas, and returns the settings of the other
 // replicas named there whose key has not expired (consumer -> settings).
 // A replica whose key has expired (killed, or stopped without
-// ForgetSettings) is taken out of the set.
+// ForgetSettings) is taken out of the set. Not atomically: one that comes
+// back under the same name between the reading and the removal is taken
+// out too, and names itself again at its next reading, 30 s on.
 //
 // Replicas must agree on redis.shards and window.*: with different ones a
 // combo key's reports land in two windows, or an id in two dedupe sets,
@@ -29,10 +31,16 @@ const replicasTTL = 24 * time.Hour
 // delivered an entry, and drops one pruned while idle until it is again.
 func (r *Repo) ShareSettings(ctx context.Context, self, settings string, ttl time.Duration) (map[string]string, error) {
 	replicas := r.keys.Replicas()
+	// The set's expiry is dated by Redis's clock: a host clock a day
+	// behind would date it in the past, and Redis would delete it.
+	now, err := r.Time(ctx, 0)
+	if err != nil {
+		return nil, wrap("repo.ShareSettings", err)
+	}
 	pipe := r.rdb.Pipeline()
 	pipe.Set(ctx, r.keys.ReplicaSettings(self), settings, ttl)
 	pipe.SAdd(ctx, replicas, self)
-	pipe.ExpireAt(ctx, replicas, time.Now().Add(replicasTTL))
+	pipe.ExpireAt(ctx, replicas, now.Add(replicasTTL))
 	members := pipe.SMembers(ctx, replicas)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, wrap("repo.ShareSettings", err)
@@ -62,6 +70,8 @@ func (r *Repo) ShareSettings(ctx context.Context, self, settings string, ttl tim
 			out[names[i]] = v
 		case errors.Is(err, redis.Nil):
 			gone = append(gone, names[i])
+		default: // Exec names only the pipeline's first error, maybe a Nil
+			return nil, wrap("repo.ShareSettings", err)
 		}
 	}
 	if len(gone) > 0 {
