@@ -56,7 +56,9 @@ const (
 // added to the name later takes calls only as connections are dialed again,
 // not at once (see "Replicas behind one name" in the package comment). opts
 // are applied after these defaults, so a caller's client.WithRPCTimeout (or
-// any other option) overrides them, with one exception: Kitex ORs transport
+// any other option) overrides them (a kclient.WithDialer of its own also
+// replaces the dialer that looks names up at each dial and spreads over
+// their addresses), with one exception: Kitex ORs transport
 // protocols together, so TTHeader framing stays on (Framed alone still
 // gives TTHeaderFramed, and PurePayload, unframed, is refused by the
 // service, which takes framed requests only). A caller that must speak

@@ -81,7 +81,8 @@ type ReporterOptions struct {
 
 	// OnDrop, if set, receives every contribution the Reporter gives up on
 	// (retries exhausted, refused by the service, or still held when Close's
-	// ctx expired) with the reason.
+	// ctx expired) with the reason, in batches of at most BatchSize, so a
+	// caller may send one on as a ReportContributions of its own.
 	//
 	// A contribution refused with INVALID_ARGUMENT (IsComboError(err) with
 	// CodeInvalidArgument) was not counted by the service. Any other may have
