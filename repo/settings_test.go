@@ -3,6 +3,7 @@ package repo_test
 import (
 	"context"
 	"maps"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +86,74 @@ func TestShareSettingsFailsNamingItself(t *testing.T) {
 	_, err := repo.New(rdb, repo.Settings{Shards: 1}).ShareSettings(context.Background(), "a", "x", time.Minute)
 	if err == nil || !strings.HasPrefix(err.Error(), "repo.ShareSettings:") {
 		t.Fatalf("with Redis down: %v, want an error naming repo.ShareSettings", err)
+	}
+}
+
+// A GET of another replica's settings that fails with other than Nil fails
+// the reading, even when an earlier GET's Nil is what Exec returns.
+func TestShareSettingsFailsOnAWrongTypeSettingsKey(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	ctx := context.Background()
+	rdb := srv.Client()
+	t.Cleanup(func() { rdb.Close() })
+	keys := repo.NewKeys(1)
+	rdb.SAdd(ctx, keys.Replicas(), "me", "gone1", "gone2", "gone3", "gone4")
+	// A replica whose settings key is of another type, named after at least
+	// one that is gone in SMEMBERS's order (a hash order: names are tried
+	// until one lands there), so that Exec's first error is a Nil.
+	for i := 0; ; i++ {
+		bad := "bad" + strconv.Itoa(i)
+		rdb.SAdd(ctx, keys.Replicas(), bad)
+		if m := rdb.SMembers(ctx, keys.Replicas()).Val(); m[0] != bad && !(m[0] == "me" && m[1] == bad) {
+			rdb.SAdd(ctx, keys.ReplicaSettings(bad), "not a string")
+			break
+		}
+		rdb.SRem(ctx, keys.Replicas(), bad)
+	}
+	_, err := repo.New(rdb, repo.Settings{Shards: 1}).ShareSettings(ctx, "me", "x", time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("ShareSettings = %v, want WRONGTYPE", err)
+	}
+}
+
+// skewHook moves the seconds of every script's TIME answer by skew: Redis's
+// clock as a host far from it would see it.
+type skewHook struct{ skew time.Duration }
+
+func (skewHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (skewHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h skewHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if c, ok := cmd.(*redis.Cmd); ok && err == nil && strings.HasPrefix(strings.ToLower(cmd.Name()), "eval") {
+			if v, ok := c.Val().([]any); ok && len(v) == 2 {
+				if s, ok := v[0].(string); ok {
+					n, _ := strconv.ParseInt(s, 10, 64)
+					c.SetVal([]any{strconv.FormatInt(n+int64(h.skew/time.Second), 10), v[1]})
+				}
+			}
+		}
+		return err
+	}
+}
+
+// The set's EXPIREAT is dated by Redis's TIME, not the host's clock: from a
+// host a day behind, an expiry dated by its own clock would be in the past,
+// and Redis would delete the set at every reading.
+func TestShareSettingsDatesTheSetByRedisTime(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	ctx := context.Background()
+	rdb := srv.Client()
+	t.Cleanup(func() { rdb.Close() })
+	skewed := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	skewed.AddHook(skewHook{skew: 48 * time.Hour}) // Redis's clock seen 2 days ahead
+	t.Cleanup(func() { skewed.Close() })
+	if _, err := repo.New(skewed, repo.Settings{Shards: 1}).ShareSettings(ctx, "a", "x", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := rdb.PTTL(ctx, repo.NewKeys(1).Replicas()).Val(); ttl < 71*time.Hour {
+		t.Fatalf("set TTL %v, want ~72h (dated by the TIME script's answer)", ttl)
 	}
 }
