@@ -97,29 +97,6 @@ func TestCloseGivingUpDropsInBatchesOfBatchSize(t *testing.T) {
 	}
 }
 
-// More results than contributions is as malformed as fewer: not Sent, and
-// dropped with ErrBadResponse once retries run out. (Mutant: `!=` -> `<` in
-// attempt's results check.)
-func TestTooManyResultsIsABadResponse(t *testing.T) {
-	drops := newDropLog()
-	s := senderFunc(func(_ context.Context, req *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
-		resp := &combo.ReportContributionsResponse{}
-		for range len(req.Contributions) + 1 {
-			resp.Results = append(resp.Results, &combo.ReportContributionResponse{})
-		}
-		return resp, nil
-	})
-	r := newTestReporter(t, s, ReporterOptions{BatchSize: 1, MaxRetries: -1, OnDrop: drops.onDrop})
-	mustReport(t, r, 1)
-	drops.recv(t)
-	if _, errs := drops.snapshot(); !errors.Is(errs[0], ErrBadResponse) {
-		t.Fatalf("OnDrop err %v, want ErrBadResponse", errs[0])
-	}
-	if st := r.Stats(); st.Sent != 0 || st.Dropped != 1 {
-		t.Fatalf("stats %+v, want Sent 0, Dropped 1", st)
-	}
-}
-
 // Linger runs from the oldest *sendable* contribution: one blocked behind
 // its key's batch in flight, however old, does not make a newer report of
 // another key go out before it has waited Linger. (Mutant:

@@ -958,18 +958,34 @@ func TestRetryPolicyByError(t *testing.T) {
 }
 
 func TestMalformedResponseIsNotSent(t *testing.T) {
-	drops := newDropLog()
-	s := senderFunc(func(context.Context, *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
-		return nil, nil // what a dropped BizStatusError looks like
-	})
-	r := newTestReporter(t, s, ReporterOptions{BatchSize: 1, MaxRetries: -1, OnDrop: drops.onDrop})
-	mustReport(t, r, 1)
-	drops.recv(t)
-	if _, errs := drops.snapshot(); !errors.Is(errs[0], ErrBadResponse) {
-		t.Fatalf("OnDrop err %v, want ErrBadResponse", errs[0])
-	}
-	if st := r.Stats(); st.Sent != 0 || st.Dropped != 1 {
-		t.Fatalf("stats %+v", st)
+	for name, answer := range map[string]func(*combo.ReportContributionsRequest) *combo.ReportContributionsResponse{
+		"nil response": func(*combo.ReportContributionsRequest) *combo.ReportContributionsResponse {
+			return nil // what a dropped BizStatusError looks like
+		},
+		// More results than contributions is as malformed as fewer.
+		"one result too many": func(req *combo.ReportContributionsRequest) *combo.ReportContributionsResponse {
+			resp := &combo.ReportContributionsResponse{}
+			for range len(req.Contributions) + 1 {
+				resp.Results = append(resp.Results, &combo.ReportContributionResponse{})
+			}
+			return resp
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			drops := newDropLog()
+			s := senderFunc(func(_ context.Context, req *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
+				return answer(req), nil
+			})
+			r := newTestReporter(t, s, ReporterOptions{BatchSize: 1, MaxRetries: -1, OnDrop: drops.onDrop})
+			mustReport(t, r, 1)
+			drops.recv(t)
+			if _, errs := drops.snapshot(); !errors.Is(errs[0], ErrBadResponse) {
+				t.Fatalf("OnDrop err %v, want ErrBadResponse", errs[0])
+			}
+			if st := r.Stats(); st.Sent != 0 || st.Dropped != 1 {
+				t.Fatalf("stats %+v, want Sent 0, Dropped 1", st)
+			}
+		})
 	}
 }
 
