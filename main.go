@@ -209,13 +209,13 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 			logging.Sampled(log.Named("eviction_watch"), m.LogSuppressed), m)
 		ew.Start()
 		defer ew.Stop() // before closeRedis, deferred earlier
-		self := cfg.Worker.Consumer
+		self, mine := cfg.Worker.Consumer, replicaSettings(cfg)
 		sw := newSettingsWatch(
 			func(ctx context.Context) (map[string]string, error) {
-				return store.ShareSettings(ctx, self, replicaSettings(cfg), 3*settingsWatchEvery)
+				return store.ShareSettings(ctx, self, mine, 3*settingsWatchEvery)
 			},
 			func(ctx context.Context) error { return store.ForgetSettings(ctx, self) },
-			replicaSettings(cfg), settingsWatchEvery, 2*cfg.Redis.Timeout,
+			mine, settingsWatchEvery, 2*cfg.Redis.Timeout,
 			logging.Sampled(log.Named("settings_watch"), m.LogSuppressed), m)
 		sw.Start()
 		defer sw.Stop() // before closeRedis, deferred earlier

@@ -37,8 +37,8 @@ func replicaSettings(cfg conf.Config) string {
 // every replica, and a rolling update (a Deployment's default) does not,
 // with nothing else to tell. It logs the replicas found differing (in one
 // line a reading), and again once they agree or are gone, and exports how
-// many differ
-// (combo_replicas_settings_differ, which ComboReplicaSettingsDiffer reads).
+// many differ (combo_replicas_settings_differ, which
+// ComboReplicaSettingsDiffer reads).
 // A reading that fails leaves what was last read. It is not started with
 // the embedded Redis, which no other replica shares.
 //
@@ -86,18 +86,18 @@ func (w *settingsWatch) once(ctx context.Context) {
 	if ctx.Err() != nil {
 		return // a reading cut short by Stop is no news
 	}
+	first := !w.started
+	w.started = true
 	if err != nil {
 		// At start it is said once: a user denied a command, say, would
 		// otherwise leave the check off unseen.
-		if w.started {
-			w.log.Debug("could not compare this replica's settings with the others'", zap.Error(err))
-		} else {
+		if first {
 			w.log.Warn("could not compare this replica's settings with the other replicas'; will try again", zap.Error(err))
+		} else {
+			w.log.Debug("could not compare this replica's settings with the others'", zap.Error(err))
 		}
-		w.started = true
 		return
 	}
-	w.started = true
 	// One line for all the replicas of a reading: the log is sampled by
 	// message, and a rolling update shows a new replica every old one at
 	// once.

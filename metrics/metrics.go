@@ -52,8 +52,9 @@ const (
 
 // The background loops (label loop of combo_loop_panics_total): the
 // worker's, the one that reads which Redis Cluster node serves each
-// shard, the eviction watch, the Sentinel watch, the settings watch, the RPC server's watch
-// of unread bytes, and the report path's shared pipelines.
+// shard, the eviction watch, the Sentinel watch, the settings watch, the
+// RPC server's watch of unread bytes, and the report path's shared
+// pipelines.
 const (
 	LoopRead         = "read"
 	LoopClaim        = "claim"
