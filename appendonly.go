@@ -11,26 +11,48 @@ import (
 
 // warnNotAppendOnly logs, once at start, each Redis node that keeps no
 // append-only file (one Redis; on a Cluster every node, replicas too; with
-// Sentinel, the master). Restarted, such a node comes back from an older
-// snapshot or empty: a window pushed since the snapshot is pushed again
-// and one acknowledged since is lost, and from the inside that looks like
-// a window another replica published, so nothing else tells. README
-// requires AOF; a platform's default (RDB only, or nothing) is easy to
-// miss. The embedded Redis keeps nothing on disk by design and is not
-// asked. A node that does not answer is named at debug level only: the
-// eviction check at start already warns of nodes it could not read.
+// Sentinel, the master the Sentinels name and the replicas they list, as
+// the eviction check asks). Restarted, such a node comes back from an
+// older snapshot or empty: a window pushed since the snapshot is pushed
+// again and one acknowledged since is lost, and from the inside that looks
+// like a window another replica published, so nothing else tells. A
+// Sentinel replica without AOF does no harm as a replica (restarted, it
+// copies its master again) but keeps none once a failover makes it the
+// master. README requires AOF; a platform's default (RDB only, or
+// nothing) is easy to miss. The embedded Redis keeps nothing on disk by
+// design and is not asked. A node that does not answer is named at debug
+// level only: the eviction check at start already warns of nodes it could
+// not read.
 func warnNotAppendOnly(ctx context.Context, cfg conf.Config, store *repo.Repo, log *zap.Logger) {
 	if cfg.Embedded() {
 		return
 	}
-	nodes, err := store.NotAppendOnly(ctx)
+	master, nodes, err := notAppendOnly(ctx, cfg, store)
 	if err != nil {
 		log.Debug("could not read every Redis node's aof_enabled", zap.Error(err))
 	}
 	for _, node := range nodes {
-		log.Warn("Redis keeps no append-only file (appendonly no): restarted, it comes back from an older "+
-			"snapshot or empty, and windows acknowledged since are lost or pushed twice; "+
-			"set appendonly yes (README: Redis settings)",
-			zap.String("node", node), zap.String("aof_enabled", "0"))
+		msg := "Redis keeps no append-only file (appendonly no): restarted, it comes back from an older " +
+			"snapshot or empty, and windows acknowledged since are lost or pushed twice; " +
+			"set appendonly yes (README: Redis settings)"
+		if master != "" && node != master {
+			msg = "a Redis replica keeps no append-only file (appendonly no): once a failover makes it the master, " +
+				"a restart brings it back from an older snapshot or empty, and windows acknowledged since " +
+				"are lost or pushed twice; set appendonly yes on every node (README: Redis settings)"
+		}
+		log.Warn(msg, zap.String("node", node), zap.String("aof_enabled", "0"))
 	}
+}
+
+// notAppendOnly returns the nodes without AOF that warnNotAppendOnly
+// names and, found through Sentinels, the master's address ("" otherwise).
+func notAppendOnly(ctx context.Context, cfg conf.Config, store *repo.Repo) (master string, nodes []string, err error) {
+	if cfg.Redis.Sentinel() {
+		if tlsConfig, err := cfg.Redis.TLSConfig(); err == nil { // read and checked by Validate already
+			master, enabled, err := sentinelRead(ctx, cfg.Redis, tlsConfig, repo.AOFEnabled)
+			return master, repo.AppendOnlyOff(enabled), err
+		}
+	}
+	nodes, err = store.NotAppendOnly(ctx)
+	return "", nodes, err
 }

@@ -3,12 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
-	"fmt"
 	"maps"
-	"net"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,68 +19,10 @@ import (
 // asked too: a failover makes one of them the master with its own
 // configuration, and the check of the master alone would have passed.
 // Naming the master by its address too, a node promoted by a failover is
-// one node before and after it. A node not read (it did not answer, or
-// the Sentinels see it as down, when it is left unasked) is named in the
-// error and missing from the map, so that evictionWatch keeps what it was
-// last read as; so is a replica the Sentinels still list once it is gone
-// for good, until they are told to forget it (SENTINEL RESET, as removing a
-// replica asks anyway). The nodes are asked at once, after the Sentinels
-// in turn until one answers: the whole reading takes at most about twice
-// redis.timeout for each Sentinel asked (two commands), and one more.
+// one node before and after it. See sentinelRead for the nodes not read
+// and the time a reading takes.
 func sentinelPolicies(ctx context.Context, r conf.Redis, tlsConfig *tls.Config) (master string, policies map[string]string, err error) {
-	node := func(addr, username, password string) *redis.Options {
-		return nodeOptions(r, tlsConfig, addr, username, password)
-	}
-	var replicas []map[string]string
-	var errs []error
-	for _, addr := range r.SentinelAddrs { // the first that answers
-		sc := redis.NewSentinelClient(node(addr, r.SentinelUsername, r.SentinelPassword))
-		m, err := sc.GetMasterAddrByName(ctx, r.SentinelMaster).Result()
-		var rs []map[string]string
-		if err == nil {
-			rs, err = sc.Replicas(ctx, r.SentinelMaster).Result()
-		}
-		_ = sc.Close()
-		if err == nil && len(m) == 2 {
-			master, replicas, errs = net.JoinHostPort(m[0], m[1]), rs, nil
-			break
-		}
-		if err == nil {
-			err = fmt.Errorf("its master's address reads %q", m)
-		}
-		errs = append(errs, fmt.Errorf("sentinel %s: %w", addr, err))
-	}
-	var nodes []string
-	if master != "" {
-		nodes = append(nodes, master)
-	}
-	for _, rep := range replicas {
-		addr := net.JoinHostPort(rep["ip"], rep["port"])
-		if flags := rep["flags"]; strings.Contains(flags, "s_down") || strings.Contains(flags, "disconnected") {
-			errs = append(errs, fmt.Errorf("replica %s: not asked, down as the Sentinels see it (flags %s)", addr, flags))
-			continue
-		}
-		nodes = append(nodes, addr)
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	policies = map[string]string{}
-	for _, addr := range nodes {
-		wg.Go(func() {
-			c := redis.NewClient(node(addr, r.Username, r.Password))
-			policy, err := repo.MaxmemoryPolicy(ctx, c)
-			_ = c.Close()
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", addr, err))
-			} else {
-				policies[addr] = policy
-			}
-		})
-	}
-	wg.Wait()
-	return master, policies, errors.Join(errs...)
+	return sentinelRead(ctx, r, tlsConfig, repo.MaxmemoryPolicy)
 }
 
 // warnEvictingFoundBySentinel is warnEvicting's check of the master the

@@ -167,6 +167,31 @@ func TestWarnsOfAnEvictingReplicaOfTheSentinels(t *testing.T) {
 	}
 }
 
+// With Sentinel, the AOF check at start asks the nodes the eviction check
+// asks: the master the Sentinels name and the replicas they list, each by
+// its address. A replica without AOF is named as one (it does no harm
+// until a failover makes it the master); one with AOF is not named.
+func TestWarnsOfSentinelNodesWithoutAOF(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	master := testredis.Start(t, testredis.Options{})
+	without := testredis.StartReplica(t, master, "--appendonly", "no")
+	with := testredis.StartReplica(t, master, "--appendonly", "yes")
+	sentinel := testredis.StartSentinel(t, sentinelMaster, master)
+	startService(t, options{redis: master, log: zap.New(core), mutate: func(c *conf.Config) {
+		c.Redis.Addr = ""
+		c.Redis.SentinelAddrs, c.Redis.SentinelMaster = []string{sentinel.Addr}, sentinelMaster
+	}})
+	warned := map[any]string{}
+	for _, e := range logs.FilterMessageSnippet("appendonly no").All() {
+		warned[e.ContextMap()["node"]] = e.Message
+	}
+	if len(warned) != 2 || !strings.HasPrefix(warned[master.Addr], "Redis keeps no append-only file") ||
+		!strings.HasPrefix(warned[without.Addr], "a Redis replica keeps no append-only file") {
+		t.Fatalf("warnings %v, want the master %s named as the master and the replica %s as a replica, not %s",
+			logs.All(), master.Addr, without.Addr, with.Addr)
+	}
+}
+
 // The eviction watch reads the nodes the start check reads: with Sentinel,
 // the master they name and the replicas they list, each by its address. A
 // replica found evicting at start is counted at once; one set to evict

@@ -19,22 +19,28 @@ import (
 // that reason. It reads INFO persistence, and like Evicting it returns the
 // nodes that answered with an error naming each that did not.
 func (r *Repo) NotAppendOnly(ctx context.Context) ([]string, error) {
-	read, err := r.eachNode(ctx, "repo.NotAppendOnly", aofEnabled)
+	read, err := r.eachNode(ctx, "repo.NotAppendOnly", AOFEnabled)
+	return AppendOnlyOff(read), err
+}
+
+// AppendOnlyOff returns, sorted, the nodes of enabled (address ->
+// aof_enabled, as AOFEnabled reads it) that keep no append-only file.
+func AppendOnlyOff(enabled map[string]string) []string {
 	var nodes []string
-	for _, node := range slices.Sorted(maps.Keys(read)) {
-		if read[node] == "0" {
+	for _, node := range slices.Sorted(maps.Keys(enabled)) {
+		if enabled[node] == "0" {
 			nodes = append(nodes, node)
 		}
 	}
-	return nodes, err
+	return nodes
 }
 
-// aofEnabled reads c's node's aof_enabled ("0" or "1") from INFO
+// AOFEnabled reads c's node's aof_enabled ("0" or "1") from INFO
 // persistence.
-func aofEnabled(ctx context.Context, c *redis.Client) (string, error) {
+func AOFEnabled(ctx context.Context, c *redis.Client) (string, error) {
 	v, err := infoField(ctx, c, "Persistence", "aof_enabled")
 	if err != nil {
-		return "", fmt.Errorf("repo.aofEnabled: %w", err)
+		return "", fmt.Errorf("repo.AOFEnabled: %w", err)
 	}
 	return v, nil
 }

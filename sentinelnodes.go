@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/conf"
+)
+
+// sentinelRead runs read on the master the Sentinels name for r's master
+// and on each replica they list, and returns what each gave by its
+// address (address -> value) and the master's address. The start checks
+// ask the replicas too: a failover makes one of them the master, with its
+// own configuration. A node not read (it did not answer, or the Sentinels
+// see it as down, when it is left unasked) is named in the error and
+// missing from the map, so that evictionWatch keeps what it was last read
+// as; so is a replica the Sentinels still list once it is gone for good,
+// until they are told to forget it (SENTINEL RESET, as removing a replica
+// asks anyway). The nodes are asked at once, after the Sentinels in turn
+// until one answers: the whole reading takes at most about twice
+// redis.timeout for each Sentinel asked (two commands), and one more.
+func sentinelRead(ctx context.Context, r conf.Redis, tlsConfig *tls.Config,
+	read func(context.Context, *redis.Client) (string, error)) (master string, values map[string]string, err error) {
+	node := func(addr, username, password string) *redis.Options {
+		return nodeOptions(r, tlsConfig, addr, username, password)
+	}
+	var replicas []map[string]string
+	var errs []error
+	for _, addr := range r.SentinelAddrs { // the first that answers
+		sc := redis.NewSentinelClient(node(addr, r.SentinelUsername, r.SentinelPassword))
+		m, err := sc.GetMasterAddrByName(ctx, r.SentinelMaster).Result()
+		var rs []map[string]string
+		if err == nil {
+			rs, err = sc.Replicas(ctx, r.SentinelMaster).Result()
+		}
+		_ = sc.Close()
+		if err == nil && len(m) == 2 {
+			master, replicas, errs = net.JoinHostPort(m[0], m[1]), rs, nil
+			break
+		}
+		if err == nil {
+			err = fmt.Errorf("its master's address reads %q", m)
+		}
+		errs = append(errs, fmt.Errorf("sentinel %s: %w", addr, err))
+	}
+	var nodes []string
+	if master != "" {
+		nodes = append(nodes, master)
+	}
+	for _, rep := range replicas {
+		addr := net.JoinHostPort(rep["ip"], rep["port"])
+		if flags := rep["flags"]; strings.Contains(flags, "s_down") || strings.Contains(flags, "disconnected") {
+			errs = append(errs, fmt.Errorf("replica %s: not asked, down as the Sentinels see it (flags %s)", addr, flags))
+			continue
+		}
+		nodes = append(nodes, addr)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	values = map[string]string{}
+	for _, addr := range nodes {
+		wg.Go(func() {
+			c := redis.NewClient(node(addr, r.Username, r.Password))
+			value, err := read(ctx, c)
+			_ = c.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			} else {
+				values[addr] = value
+			}
+		})
+	}
+	wg.Wait()
+	return master, values, errors.Join(errs...)
+}
