@@ -5,6 +5,7 @@ package logging
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -148,5 +149,21 @@ func Redis(l *zap.Logger) RedisLogger {
 // RedisLogger implements go-redis's internal.Logging.
 type RedisLogger struct{ s *zap.SugaredLogger }
 
-// Printf logs at warn: go-redis only logs what went wrong.
-func (r RedisLogger) Printf(_ context.Context, format string, v ...any) { r.s.Warnf(format, v...) }
+// Printf logs at warn what went wrong, which is most of what go-redis
+// logs, and at info the routine news of its Sentinel client: the master it
+// found at start, a new master after a failover (the service warns of the
+// failover itself, see sentinelWatch), a Sentinel learned of. At warn, a
+// healthy start printed two warnings an operator had nothing to do about.
+func (r RedisLogger) Printf(_ context.Context, format string, v ...any) {
+	for _, news := range redisNews {
+		if strings.HasPrefix(format, news) {
+			r.s.Infof(format, v...)
+			return
+		}
+	}
+	r.s.Warnf(format, v...)
+}
+
+// redisNews are the prefixes of go-redis's log formats that say what
+// happened, not what went wrong (go-redis v9's sentinel.go).
+var redisNews = []string{"sentinel: selected addr=", "sentinel: new master=", "sentinel: discovered new sentinel="}

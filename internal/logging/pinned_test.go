@@ -150,6 +150,28 @@ func TestRedisLoggerWarnsSampled(t *testing.T) {
 	}
 }
 
+// go-redis's Sentinel client's routine news is logged at info: a healthy
+// start with Sentinel printed two warnings. Its failures stay warnings.
+func TestRedisLoggerSaysSentinelNewsAtInfo(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	r := Redis(zap.New(core))
+	ctx := context.Background()
+	r.Printf(ctx, "sentinel: selected addr=%s masterAddr=%s", "127.0.0.1:26379", "127.0.0.1:6379")
+	r.Printf(ctx, "sentinel: new master=%q addr=%q", "combo", "127.0.0.1:6380")
+	r.Printf(ctx, "sentinel: discovered new sentinel=%q for master=%q", "x", "combo")
+	r.Printf(ctx, "sentinel: GetMasterAddrByName name=%q failed: %s", "combo", "i/o timeout")
+	want := []zapcore.Level{zapcore.InfoLevel, zapcore.InfoLevel, zapcore.InfoLevel, zapcore.WarnLevel}
+	all := logs.All()
+	if len(all) != len(want) {
+		t.Fatalf("%d lines, want %d: %v", len(all), len(want), all)
+	}
+	for i, e := range all {
+		if e.Level != want[i] {
+			t.Errorf("%q at %s, want %s", e.Message, e.Level, want[i])
+		}
+	}
+}
+
 // A single suppressed netpoll line is counted on the next one written.
 func TestNetpollWriterCountsOneSuppressedLine(t *testing.T) {
 	w, logs, clock := observedNetpoll(zapcore.DebugLevel)
