@@ -11,6 +11,7 @@ import (
 
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/repo"
 )
 
 // settingsWatchEvery is how often settingsWatch shares this replica's
@@ -20,13 +21,17 @@ import (
 const settingsWatchEvery = 30 * time.Second
 
 // replicaSettings is what settingsWatch compares between replicas: the
-// settings every replica must share (README, "Whatever the versions").
-// Two replicas agree exactly when these strings are equal: durations are
-// written by time.Duration.String, whatever form the configuration used.
+// settings every replica must share (README, "Whatever the versions"), as
+// Redis is given them. Two replicas agree exactly when these strings are
+// equal: durations are written by time.Duration.String, whatever form the
+// configuration used, and window.dedupe as the buckets it makes (1500ms
+// and 2s make the same; they were said to differ) and window.stale in the
+// whole milliseconds the scripts are sent (window.size and window.grace
+// are whole milliseconds already: conf.Validate).
 func replicaSettings(cfg conf.Config) string {
 	w := cfg.Window
 	return fmt.Sprintf("redis.shards=%d window.size=%s window.grace=%s window.dedupe=%s window.stale=%s",
-		cfg.Redis.Shards, w.Size, w.Grace, w.Dedupe, w.Stale)
+		cfg.Redis.Shards, w.Size, w.Grace, repo.DedupeBucket(w.Dedupe), w.Stale.Truncate(time.Millisecond))
 }
 
 // settingsWatch keeps this replica's settings in Redis and compares them

@@ -118,12 +118,20 @@ func TestReplicaSettingsAreShardsAndWindow(t *testing.T) {
 	if replicaSettings(a) != replicaSettings(b) {
 		t.Fatalf("%q and %q differ for the same window", replicaSettings(a), replicaSettings(b))
 	}
+	// As Redis is given them: window.dedupe rounded up to whole seconds
+	// (the buckets it makes), window.stale in whole milliseconds.
+	c, d := conf.Default(), conf.Default()
+	c.Window.Dedupe, d.Window.Dedupe = 1500*time.Millisecond, 2*time.Second
+	c.Window.Stale, d.Window.Stale = 60*time.Second+500*time.Microsecond, 60*time.Second
+	if replicaSettings(c) != replicaSettings(d) {
+		t.Fatalf("%q and %q differ, for the same dedupe buckets and stale milliseconds", replicaSettings(c), replicaSettings(d))
+	}
 	for name, change := range map[string]func(*conf.Config){
 		"redis.shards":  func(c *conf.Config) { c.Redis.Shards++ },
 		"window.size":   func(c *conf.Config) { c.Window.Size++ },
 		"window.grace":  func(c *conf.Config) { c.Window.Grace++ },
 		"window.dedupe": func(c *conf.Config) { c.Window.Dedupe++ },
-		"window.stale":  func(c *conf.Config) { c.Window.Stale++ },
+		"window.stale":  func(c *conf.Config) { c.Window.Stale += time.Millisecond },
 	} {
 		c := conf.Default()
 		change(&c)

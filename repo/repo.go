@@ -110,6 +110,13 @@ type Repo struct {
 // and the TTL; a deletion found in it is counted stale.
 const IDsAhead = 5 * time.Second
 
+// DedupeBucket is the length of the dedupe buckets that window.dedupe d
+// makes: d rounded up to whole seconds, at least one. Replicas whose
+// window.dedupe differ but round alike number their buckets alike.
+func DedupeBucket(d time.Duration) time.Duration {
+	return max((d+time.Second-1)/time.Second, 1) * time.Second
+}
+
 // New returns a Repo over rdb. It adds a hook to rdb under which go-redis
 // never sends a XREADGROUP or XAUTOCLAIM twice (see sendOnce).
 func New(rdb redis.UniversalClient, s Settings) *Repo {
@@ -121,7 +128,7 @@ func New(rdb redis.UniversalClient, s Settings) *Repo {
 	r := &Repo{
 		delay: s.Window + s.Grace + time.Millisecond,
 		rdb:   rdb, keys: NewKeys(s.Shards), set: s,
-		windowMs: window.SizeMillis(s.Window), bucketSec: strconv.FormatInt(int64(max((s.Dedupe+time.Second-1)/time.Second, 1)), 10),
+		windowMs: window.SizeMillis(s.Window), bucketSec: strconv.FormatInt(int64(DedupeBucket(s.Dedupe)/time.Second), 10),
 		delayMs: ms(s.Window + s.Grace + time.Millisecond), staleMs: ms(s.Stale),
 		ttlMs: ms(ttl), expiredMs: ms(max(ttl-s.ExpiresEarly-IDsAhead, 0)),
 		maxLen: strconv.FormatInt(s.StreamMaxLen, 10),
