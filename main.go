@@ -301,7 +301,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	if err := h.Drain(drainCtx); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("drain reports in flight: %w", err))
 	}
-	log.Info("rpc server stopped; publishing held windows", zap.Int("held", w.Held()))
+	log.Info("rpc server stopped; publishing held windows") // how many: the worker says after its final read
 	shutdownErr := w.Shutdown(drainCtx)
 	if shutdownErr != nil && cfg.Embedded() {
 		// The worker's error says what stays pending is another replica's

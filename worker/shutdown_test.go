@@ -13,7 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
@@ -208,14 +211,20 @@ func TestShutdownFinalReadStopsAtMaxHeld(t *testing.T) {
 	ctx := context.Background()
 	const n = 50
 	r, rdb := windowsDueInAMinute(t, n)
+	core, logs := observer.New(zapcore.InfoLevel)
 	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: 1, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
-		ReadCount: 2, MaxHeld: 2}, zaptest.NewLogger(t), metrics.New(prometheus.NewRegistry()))
+		ReadCount: 2, MaxHeld: 2}, zap.New(core), metrics.New(prometheus.NewRegistry()))
 	wk.Start()
 	waitFor(t, "the reader at MaxHeld", func() bool { return wk.Held() == 2 })
 	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	if err := wk.Shutdown(sctx); err == nil || !strings.Contains(err.Error(), "2 windows still held") {
 		t.Fatalf("Shutdown: %v, want the 2 held windows (a minute from due) left pending", err)
+	}
+	// The count said before publishing is the one after the final read.
+	said := logs.FilterMessage("final read done; publishing held windows").All()
+	if len(said) != 1 || said[0].ContextMap()["held"] != int64(2) {
+		t.Fatalf("logs %v, want one line saying 2 windows held after the final read", logs.All())
 	}
 	stream := r.Keys().Stream(0)
 	pending, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: repo.Group, Start: "-", End: "+", Count: n}).Result()
