@@ -31,7 +31,7 @@ func warnEvictingFoundBySentinel(ctx context.Context, r conf.Redis, tlsConfig *t
 	master, policies, err := sentinelPolicies(ctx, r, tlsConfig)
 	if err != nil { // of some nodes: the others' policies are still named
 		log.Warn("could not read every Redis node's maxmemory-policy; it must be noeviction on each: "+
-			"a failover makes a replica the master with its own", zap.Error(err))
+			"a failover makes a replica the master with its own"+nodeRefusesUser, zap.Error(err))
 	}
 	nodes := evictingOnly(policies)
 	for addr, policy := range nodes {
@@ -45,6 +45,12 @@ func warnEvictingFoundBySentinel(ctx context.Context, r conf.Redis, tlsConfig *t
 	}
 	return nodes
 }
+
+// nodeRefusesUser ends the warnings of a start check that could not read
+// some nodes: a replica made without the service's ACL user is found only
+// so, and it fails every command once a failover makes it the master.
+const nodeRefusesUser = "; a node that refuses this service's user (WRONGPASS, NOPERM) refuses every report " +
+	"once it is the master: make the user on every node, replicas included (README: Redis settings)"
 
 // evictingOnly drops the nodes on noeviction from policies.
 func evictingOnly(policies map[string]string) map[string]string {

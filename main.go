@@ -345,7 +345,7 @@ func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *z
 	}
 	nodes, err := store.Evicting(ctx)
 	if err != nil { // of some nodes: the others' policies are still named
-		log.Warn("could not read Redis's maxmemory-policy; it must be noeviction", zap.Error(err))
+		log.Warn("could not read Redis's maxmemory-policy; it must be noeviction"+nodeRefusesUser, zap.Error(err))
 	}
 	for addr, policy := range nodes {
 		log.Warn("Redis may evict this service's keys: maxmemory-policy must be noeviction, "+
