@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -201,5 +203,21 @@ func TestDecodeRefusesEachMissingOrNullMemberForItsReason(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), v.want) {
 			t.Errorf("%s: Decode(%s) = %v, want an error naming %s", name, b, err, v.want)
 		}
+	}
+}
+
+// RecordKeys, which Decode requires, are Record's JSON names in order (the
+// 12 members of CONTRACT §3's record): a key missing from both passed
+// every test that decodes with Decode.
+func TestRecordKeysAreRecordsJSONNames(t *testing.T) {
+	var tags []string
+	rt := reflect.TypeFor[Record]()
+	for i := range rt.NumField() {
+		tags = append(tags, rt.Field(i).Tag.Get("json"))
+	}
+	contract := []string{"id", "user_id", "nickname", "avatar_url", "star_id", "item_id",
+		"item_type", "item_name", "item_icon", "quantity", "combo_count", "created_at"}
+	if !slices.Equal(tags, RecordKeys) || !slices.Equal(tags, contract) {
+		t.Fatalf("Record's JSON names %q, RecordKeys %q, want both CONTRACT's %q", tags, RecordKeys, contract)
 	}
 }
