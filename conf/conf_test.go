@@ -470,6 +470,7 @@ func TestWarnings(t *testing.T) {
 		prefix string
 	}{
 		{func(c *Config) { c.Redis.Timeout = time.Millisecond }, "redis.timeout (1ms)"},
+		{func(c *Config) { c.Redis.Timeout = 9 * time.Millisecond }, "redis.timeout (9ms)"}, // README: below 10ms
 		{func(c *Config) { c.Metrics.Pprof, c.Metrics.Addr = true, "" }, "metrics.pprof is on but metrics.addr is empty"},
 		// Beyond loopback, anyone reaching the port can profile and trace.
 		{func(c *Config) { c.Metrics.Pprof = true }, "metrics.pprof is on and metrics.addr (:9100) is reachable beyond this machine"},
@@ -585,6 +586,13 @@ func TestLoadRefusesKeysWithoutValue(t *testing.T) {
 	}
 	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "redis.adress: no such key") || strings.Contains(err.Error(), "has no value") {
 		t.Errorf("Load of an unknown key without a value: %v; want it refused as unknown, not asked for a value", err)
+	}
+	// Keys are read in any case: a known one without a value is asked for one.
+	if err := os.WriteFile(path, []byte("Redis:\n  Addr:\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "has no value") || strings.Contains(err.Error(), "no such key") {
+		t.Errorf("Load of Redis.Addr without a value: %v; want it asked for a value", err)
 	}
 	yaml = "metrics:\n  addr: \"\"\n"
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
@@ -859,6 +867,14 @@ func TestLoadNamesTheKeyOfAnAliasToNoAnchor(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "redis.password: a YAML alias") || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("Load: %v; want a refusal naming redis.password, without the value", err)
 	}
+	// In flow style the YAML reader's own error is what is left, with the
+	// alias's name taken out of it.
+	if err := os.WriteFile(path, []byte("redis: {addr: \"h:6379\", password: *s3cret}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("Load of a flow-style alias: %v; want a refusal without the value", err)
+	}
 }
 
 // The -healthcheck probe reads metrics.addr alone: from the environment,
@@ -893,6 +909,13 @@ func TestMetricsAddrReadsNothingElse(t *testing.T) {
 	}
 	if got, err := MetricsAddr(""); err != nil || got != ":9300" {
 		t.Errorf("MetricsAddr with no file: %q, %v; want the environment's", got, err)
+	}
+	// Set empty, the variable turns metrics off over the file's address,
+	// as Load reads it (TestLoadEmptyEnvIsAValue).
+	write("metrics:\n  addr: \"127.0.0.1:9200\"\n")
+	t.Setenv("COMBO_METRICS_ADDR", "")
+	if got, err := MetricsAddr(path); err != nil || got != "" {
+		t.Errorf("MetricsAddr with COMBO_METRICS_ADDR empty: %q, %v; want \"\" (off)", got, err)
 	}
 }
 
@@ -969,16 +992,18 @@ func TestEmptySectionKeepsItsEnvironment(t *testing.T) {
 // COMBO_REDIS_ADDR) is refused, naming it: viper took the whole section
 // from it, and Validate then refused keys the operator never set.
 func TestLoadRefusesSectionVariable(t *testing.T) {
-	t.Setenv("COMBO_REDIS", "10.0.0.1:6379")
-	_, err := Load("")
-	if err == nil {
-		t.Fatal("Load accepted COMBO_REDIS")
-	}
-	if !strings.Contains(err.Error(), "COMBO_REDIS: names the section redis") || !strings.Contains(err.Error(), "COMBO_REDIS_ADDR") {
-		t.Errorf("Load: %v; want COMBO_REDIS named as a section, pointing to COMBO_REDIS_ADDR", err)
-	}
-	if strings.Contains(err.Error(), "redis.timeout") {
-		t.Errorf("Load: %v; want no error about keys the operator never set", err)
+	for _, value := range []string{"10.0.0.1:6379", ""} { // set empty, it is set all the same
+		t.Setenv("COMBO_REDIS", value)
+		_, err := Load("")
+		if err == nil {
+			t.Fatalf("Load accepted COMBO_REDIS=%q", value)
+		}
+		if !strings.Contains(err.Error(), "COMBO_REDIS: names the section redis") || !strings.Contains(err.Error(), "COMBO_REDIS_ADDR") {
+			t.Errorf("Load with COMBO_REDIS=%q: %v; want COMBO_REDIS named as a section, pointing to COMBO_REDIS_ADDR", value, err)
+		}
+		if strings.Contains(err.Error(), "redis.timeout") {
+			t.Errorf("Load with COMBO_REDIS=%q: %v; want no error about keys the operator never set", value, err)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package conf
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"strings"
@@ -79,6 +80,17 @@ func TestValidateEnforcesREADMEBounds(t *testing.T) {
 		{"redis.addr port 0", "redis.addr", func(c *Config) { c.Redis.Addr = "redis.internal:0" }},
 		{"sentinel_password without sentinel_addrs", "redis.sentinel_addrs", func(c *Config) { remote(c); c.Redis.SentinelPassword = "pw" }},
 		{"sentinel_username without sentinel_addrs", "redis.sentinel_addrs", func(c *Config) { remote(c); c.Redis.SentinelUsername, c.Redis.SentinelPassword = "u", "pw" }},
+		// Each bound next to its edge: a bound moved by one passed before.
+		{"max_connections 2^31", "server.max_connections", func(c *Config) { c.Server.MaxConnections = math.MaxInt32 + 1 }},
+		{"size 9ms", "window.size", func(c *Config) { c.Window.Size = 9 * time.Millisecond }},
+		{"read_count 0", "worker.read_count", func(c *Config) { c.Worker.ReadCount = 0 }},
+		{"batch_size 0", "worker.batch_size", func(c *Config) { c.Worker.BatchSize = 0 }},
+		{"pool_size 100001", "redis.pool_size", func(c *Config) { c.Redis.PoolSize = 100_001 }},
+		{"pool_size -1", "redis.pool_size", func(c *Config) { c.Redis.PoolSize = -1 }},
+		{"log.format text", "log.format", func(c *Config) { c.Log.Format = "text" }},
+		// An option list may carry a password, and the started line logs the address.
+		{"redis.addr with an option", "redis.addr", func(c *Config) { c.Redis.Addr = "pw=x,redis.internal:6379" }},
+		{"redis.addr without a host", "redis.addr", func(c *Config) { c.Redis.Addr = ":6379" }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,6 +98,33 @@ func TestValidateEnforcesREADMEBounds(t *testing.T) {
 			tc.mutate(&c)
 			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.key+":") {
 				t.Fatalf("want an error naming %s, got %v", tc.key, err)
+			}
+		})
+	}
+}
+
+// The edges README states are valid: a bound moved by one refused them.
+func TestValidateAcceptsREADMEEdges(t *testing.T) {
+	cases := map[string]func(c *Config){
+		"shards 1024":            func(c *Config) { c.Redis.Shards = 1024 },
+		"max_connections 2^31-1": func(c *Config) { c.Server.MaxConnections = math.MaxInt32 },
+		"size 10ms":              func(c *Config) { c.Window.Size = 10 * time.Millisecond },
+		"read_count 1":           func(c *Config) { c.Worker.ReadCount = 1 },
+		"batch_size 1":           func(c *Config) { c.Worker.BatchSize = 1 },
+		"pool_size 100000":       func(c *Config) { c.Redis.PoolSize = 100_000 },
+		"log.level debug":        func(c *Config) { c.Log.Level = "debug" },
+		"log.level info":         func(c *Config) { c.Log.Level = "info" },
+		"log.level warn":         func(c *Config) { c.Log.Level = "warn" },
+		"log.level error":        func(c *Config) { c.Log.Level = "error" },
+		"log.format console":     func(c *Config) { c.Log.Format = "console" },
+		"redis.addr with a host": func(c *Config) { c.Redis.Addr = "redis.internal:6379" },
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := Default()
+			mutate(&c)
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
