@@ -29,7 +29,9 @@ const sentinelMaster = "combo"
 // Redis; when the Sentinel fails the master over to its replica, reports
 // fail with UNAVAILABLE for a moment and then land on the new master, and
 // the windows open at the failover (replicated before it) are pushed from
-// there, each once.
+// there, each once. The service logs in to the Sentinel as README's
+// Sentinel user, which is denied nothing (its ACL LOG stays empty) and is
+// warned of by no start check.
 func TestRedisViaSentinelFailsOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fails a master over")
@@ -37,9 +39,20 @@ func TestRedisViaSentinelFailsOver(t *testing.T) {
 	master := testredis.Start(t, testredis.Options{})
 	replica := testredis.StartReplica(t, master)
 	sentinel := testredis.StartSentinel(t, sentinelMaster, master)
-	s := startService(t, options{redis: master, mutate: func(c *conf.Config) {
+	testredis.SetREADMESentinelACLUser(t, func(args ...any) error {
+		return sentinel.Client().Do(context.Background(), args...).Err()
+	}, "README.md", "spw")
+	defer testredis.NoneDenied(t, sentinel.Client())
+	core, logs := observer.New(zap.WarnLevel)
+	defer func() {
+		if warned := logs.FilterMessageSnippet("Sentinel").All(); len(warned) != 0 {
+			t.Errorf("warnings of the Sentinel: %v", warned)
+		}
+	}()
+	s := startService(t, options{redis: master, log: zap.New(core), mutate: func(c *conf.Config) {
 		c.Redis.Addr = ""
 		c.Redis.SentinelAddrs, c.Redis.SentinelMaster = []string{sentinel.Addr}, sentinelMaster
+		c.Redis.SentinelUsername, c.Redis.SentinelPassword = "combo-sentinel", "spw"
 		// Room for a loaded machine's first dials: the reports before the
 		// failover must not fail. Those during it still fail fast, the
 		// killed master refusing connections.

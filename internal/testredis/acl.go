@@ -14,12 +14,25 @@ import (
 // tests follow it.
 func READMEACLRules(t testing.TB, readme string) []string {
 	t.Helper()
+	return readmeACLRules(t, readme, "combo")
+}
+
+// READMESentinelACLRules are the rules of README's "ACL SETUSER
+// combo-sentinel on >… ..." line, the Sentinel user's.
+func READMESentinelACLRules(t testing.TB, readme string) []string {
+	t.Helper()
+	return readmeACLRules(t, readme, "combo-sentinel")
+}
+
+// readmeACLRules reads the rules of README's line for user.
+func readmeACLRules(t testing.TB, readme, user string) []string {
+	t.Helper()
 	raw, err := os.ReadFile(readme)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := strings.Join(strings.Fields(string(raw)), " ") // the line wraps
-	const lead = "`ACL SETUSER combo on >… "
+	lead := "`ACL SETUSER " + user + " on >… "
 	i := strings.Index(s, lead)
 	if i < 0 {
 		t.Fatalf("%s has no %q line", readme, lead)
@@ -32,8 +45,20 @@ func READMEACLRules(t testing.TB, readme string) []string {
 // on the node that do sends its command to.
 func SetREADMEACLUser(t testing.TB, do func(args ...any) error, readme, pw string) {
 	t.Helper()
-	args := []any{"ACL", "SETUSER", "combo", "reset", "on", ">" + pw}
-	for _, r := range READMEACLRules(t, readme) {
+	setUser(t, do, "combo", pw, READMEACLRules(t, readme))
+}
+
+// SetREADMESentinelACLUser makes user "combo-sentinel" with password pw
+// and README's rules for it on the Sentinel that do sends its command to.
+func SetREADMESentinelACLUser(t testing.TB, do func(args ...any) error, readme, pw string) {
+	t.Helper()
+	setUser(t, do, "combo-sentinel", pw, READMESentinelACLRules(t, readme))
+}
+
+func setUser(t testing.TB, do func(args ...any) error, user, pw string, rules []string) {
+	t.Helper()
+	args := []any{"ACL", "SETUSER", user, "reset", "on", ">" + pw}
+	for _, r := range rules {
 		args = append(args, r)
 	}
 	if err := do(args...); err != nil {
