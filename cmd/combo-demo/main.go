@@ -259,8 +259,9 @@ func run(ctx context.Context, o options) (int, error) {
 		hint := "-redis must be the Redis the service publishes on; with its embedded Redis, the embedded_redis_addr it logged at start"
 		if redis.HasErrorPrefix(err, "NOAUTH") || redis.HasErrorPrefix(err, "WRONGPASS") {
 			// The address answered: the password is what is wrong.
-			hint = "-redis-password (or COMBO_REDIS_PASSWORD) must be the service's redis.password; " +
-				"the demo logs in as Redis's default user, so with redis.username set, give that user the password"
+			hint = "-redis-password (or COMBO_REDIS_PASSWORD) must be the password of Redis's default user, as whom " +
+				"the demo logs in: the service's redis.password when it sets no redis.username (README's ACL user " +
+				"for the service may not PSUBSCRIBE, which the demo does)"
 		}
 		return unreached(fmt.Errorf("cannot reach Redis at %s: %w\n  %s", o.redisAddr, err, hint))
 	}
