@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
@@ -26,7 +27,15 @@ func TestEvictionWatchFollowsThePolicy(t *testing.T) {
 	store := repo.New(rdb, repo.Settings{Shards: 1})
 	m := metrics.New(prometheus.NewRegistry())
 	core, logs := observer.New(zap.InfoLevel)
-	w := newEvictionWatch(store.Policies, 20*time.Millisecond, time.Second, nil, zap.New(core), m)
+	// The reader main gives it on one Redis (not the Sentinels' reading,
+	// which, with no Sentinel, reads no node and fails none).
+	cfg := conf.Default()
+	cfg.Redis.Addr = rs.Addr
+	read, budget := policyReader(cfg.Redis, store)
+	if budget != cfg.Redis.Timeout {
+		t.Fatalf("a reading's budget %v on one Redis, want redis.timeout %v", budget, cfg.Redis.Timeout)
+	}
+	w := newEvictionWatch(read, 20*time.Millisecond, time.Second, nil, zap.New(core), m)
 	w.Start()
 	defer w.Stop()
 	evicting := func(want float64) func() bool {

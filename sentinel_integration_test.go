@@ -342,6 +342,25 @@ func TestSentinelsAreCheckedAtStart(t *testing.T) {
 	}
 }
 
+// run makes those checks at start: a Sentinel user without the channels
+// is warned of in the service's own log.
+func TestStartChecksTheSentinels(t *testing.T) {
+	master := testredis.Start(t, testredis.Options{})
+	sentinel := testredis.StartSentinel(t, sentinelMaster, master)
+	if err := sentinel.Client().Do(context.Background(), "ACL", "SETUSER", "no-channels", "on", ">spw", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.WarnLevel)
+	startService(t, options{redis: master, log: zap.New(core), mutate: func(c *conf.Config) {
+		c.Redis.Addr = ""
+		c.Redis.SentinelAddrs, c.Redis.SentinelMaster = []string{sentinel.Addr}, sentinelMaster
+		c.Redis.SentinelUsername, c.Redis.SentinelPassword = "no-channels", "spw"
+	}})
+	if warned := logs.FilterMessageSnippet("may not SUBSCRIBE to +switch-master").FilterField(zap.String("sentinel", sentinel.Addr)); warned.Len() != 1 {
+		t.Fatalf("warnings %v, want one naming the Sentinel whose user may not SUBSCRIBE", logs.All())
+	}
+}
+
 // A Sentinel that never answers (paused), listed first, is named, and the
 // one after it is still checked: each is asked on its own, within its own
 // time. Before, the first used up the time all shared, and the second's

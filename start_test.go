@@ -24,17 +24,20 @@ func TestPortInUseIsLoggedAsAFailureToStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	cfg := conf.Default() // the embedded Redis
-	cfg.Server.Addr, cfg.Metrics.Addr = taken.Addr().String(), "127.0.0.1:0"
-	done := make(chan error, 1)
-	go func() { done <- run(context.Background(), cfg, testLogger(t), nil) }()
-	select {
-	case err = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("run still starting 10 s after failing to listen on %s", taken.Addr())
-	}
-	if err == nil || !errors.As(err, new(startError)) || !strings.Contains(err.Error(), taken.Addr().String()) {
-		t.Fatalf("run returned %v, want a startError naming %s", err, taken.Addr())
+	// The RPC port, then the metrics port, taken.
+	for _, addrs := range [][2]string{{taken.Addr().String(), "127.0.0.1:0"}, {"127.0.0.1:0", taken.Addr().String()}} {
+		cfg := conf.Default() // the embedded Redis
+		cfg.Server.Addr, cfg.Metrics.Addr = addrs[0], addrs[1]
+		done := make(chan error, 1)
+		go func() { done <- run(context.Background(), cfg, testLogger(t), nil) }()
+		select {
+		case err = <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("run still starting 10 s after failing to listen on %s", taken.Addr())
+		}
+		if err == nil || !errors.As(err, new(startError)) || !strings.Contains(err.Error(), taken.Addr().String()) {
+			t.Fatalf("server.addr %s, metrics.addr %s: run returned %v, want a startError naming %s", addrs[0], addrs[1], err, taken.Addr())
+		}
 	}
 
 	// As production's logger does, with a stacktrace at error level.

@@ -428,8 +428,10 @@ func TestBuiltBinariesAreStaticAndWork(t *testing.T) {
 	if s.revision != testRevision {
 		t.Errorf("the start log names revision %q, want the stamped %q", s.revision, testRevision)
 	}
-	if body := get(t, "http://"+s.metrics+"/metrics"); !strings.Contains(body, `combo_build_info{revision="`+testRevision+`",version=`) {
-		t.Errorf("/metrics has no combo_build_info naming revision %s", testRevision)
+	// Its value is 1 (README), for joins like "* on(instance) group_left(revision) combo_build_info".
+	buildInfo := regexp.MustCompile(`(?m)^combo_build_info\{revision="` + regexp.QuoteMeta(testRevision) + `",version="[^"]*"\} 1$`)
+	if body := get(t, "http://"+s.metrics+"/metrics"); !buildInfo.MatchString(body) {
+		t.Errorf("/metrics has no combo_build_info of 1 naming revision %s", testRevision)
 	}
 	// The image's HEALTHCHECK: the binary probes its own configured metrics.addr.
 	for _, path := range []string{"/healthz", "/readyz"} {
@@ -526,6 +528,11 @@ func exitCodes(t *testing.T, svc string) {
 	defer cancel()
 	env := append(os.Environ(), "COMBO_CONFIG=", "COMBO_REDIS_ADDR=", "COMBO_REDIS_ADDRS=",
 		"COMBO_SERVER_ADDR=127.0.0.1:0", "COMBO_METRICS_ADDR=127.0.0.1:0")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -536,6 +543,8 @@ func exitCodes(t *testing.T, svc string) {
 		{"-check-config of a valid configuration", []string{"-check-config"}, nil, 0, "configuration ok"},
 		{"-check-config of an invalid one", []string{"-check-config"}, []string{"COMBO_REDIS_SHARDS=0"}, 2, "redis.shards"},
 		{"a start the configuration refuses", nil, []string{"COMBO_WINDOW_SIZE=1ms"}, 2, "window.size"},
+		// A failed start is a failure (Restart=on-failure acts on it).
+		{"a start on a port taken", nil, []string{"COMBO_SERVER_ADDR=" + taken.Addr().String()}, 1, "combo-service failed to start"},
 	} {
 		cmd := exec.CommandContext(ctx, svc, tc.args...)
 		cmd.Env = append(slices.Clone(env), tc.env...)
