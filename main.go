@@ -155,17 +155,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	defer closeRedis()
 
 	settings := repoSettings(cfg)
-	reportSettings := settings
-	reportSettings.ObservePipeline = func(reports int, took time.Duration) {
-		m.PipelineReports.Observe(float64(reports))
-		m.PipelineSeconds.Observe(took.Seconds())
-	}
-	reportLog := logging.Sampled(log.Named("repo"), m.LogSuppressed)
-	reportSettings.OnPanic = func(p any, stack []byte) {
-		m.LoopPanics.WithLabelValues(metrics.LoopReportPipeline).Inc()
-		reportLog.Error("recovered panic in a report pipeline; its calls fail INTERNAL",
-			zap.Any("panic", p), zap.ByteString("stack", stack))
-	}
+	reportSettings := reportPathSettings(settings, m, logging.Sampled(log.Named("repo"), m.LogSuppressed))
 	// On a Redis Cluster the pool is per node: the batches that may run
 	// pipelines of their own at once are bounded per node, by its own
 	// shards, read from the slot map (as if one node served them all if
@@ -441,8 +431,7 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, m *m
 		}
 		conns := newConnsByAddr()
 		opts.Dialer = conns.dialer(dial)
-		watch = watchSentinels(cfg.Redis, tlsConfig, dial, conns, logging.Sampled(log.Named("sentinel_watch"), m.LogSuppressed),
-			m.LoopPanics.WithLabelValues(metrics.LoopSentinelWatch))
+		watch = watchSentinels(cfg.Redis, tlsConfig, dial, conns, logging.Sampled(log.Named("sentinel_watch"), m.LogSuppressed), m)
 	}
 	closeEmbedded := func() {}
 	addr := cfg.Redis.Addr
@@ -521,6 +510,23 @@ func repoSettings(cfg conf.Config) repo.Settings {
 	}
 	if cfg.Embedded() {
 		s.ExpiresEarly = embeddedTTLTick
+	}
+	return s
+}
+
+// reportPathSettings are s with what the report path's repo reports of
+// its shared pipelines: their size and time, and a panic in one (counted
+// in combo_loop_panics_total{loop="report_pipeline"}, logged on log). The
+// worker's repo runs no such pipeline.
+func reportPathSettings(s repo.Settings, m *metrics.Metrics, log *zap.Logger) repo.Settings {
+	s.ObservePipeline = func(reports int, took time.Duration) {
+		m.PipelineReports.Observe(float64(reports))
+		m.PipelineSeconds.Observe(took.Seconds())
+	}
+	s.OnPanic = func(p any, stack []byte) {
+		m.LoopPanics.WithLabelValues(metrics.LoopReportPipeline).Inc()
+		log.Error("recovered panic in a report pipeline; its calls fail INTERNAL",
+			zap.Any("panic", p), zap.ByteString("stack", stack))
 	}
 	return s
 }

@@ -9,9 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/combo-service/combo-service/conf"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/metrics"
 )
 
 // The /metrics endpoint counts RPCs (Kitex's tracer, on the base stats
@@ -103,5 +107,20 @@ func TestMetricsPortClosesIdleConnections(t *testing.T) {
 	}
 	if took := time.Since(start); took < idle/2 {
 		t.Fatalf("closed after %s idle, well before the idle timeout (%s): a scraper's kept-alive connection should last", took, idle)
+	}
+}
+
+// A panic in a shared report pipeline is counted under report_pipeline,
+// the loop whose runbook ComboLoopPanics names, and logged with its stack.
+func TestReportPipelinePanicsAreCountedAsTheirLoop(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	core, logs := observer.New(zap.ErrorLevel)
+	s := reportPathSettings(repoSettings(conf.Default()), m, zap.New(core))
+	s.OnPanic("boom", []byte("goroutine 1"))
+	if n := testutil.ToFloat64(m.LoopPanics.WithLabelValues(metrics.LoopReportPipeline)); n != 1 {
+		t.Fatalf("combo_loop_panics_total{loop=report_pipeline} = %v, want 1", n)
+	}
+	if logs.FilterMessageSnippet("recovered panic in a report pipeline").FilterField(zap.ByteString("stack", []byte("goroutine 1"))).Len() != 1 {
+		t.Fatalf("logs %v, want the panic logged once with its stack", logs.All())
 	}
 }

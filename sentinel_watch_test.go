@@ -218,7 +218,9 @@ func TestSentinelWatchCountsAPanicAndGoesOn(t *testing.T) {
 	core, logs := observer.New(zap.ErrorLevel)
 	m := metrics.New(prometheus.NewRegistry())
 	panics := m.LoopPanics.WithLabelValues(metrics.LoopSentinelWatch)
-	w := &sentinelWatch{master: sentinelMaster, log: zap.New(core), panics: panics} // no conns: acting panics
+	// No Sentinel to subscribe to, and no conns: acting panics.
+	w := watchSentinels(conf.Redis{SentinelMaster: sentinelMaster}, nil, nil, nil, zap.New(core), m)
+	defer w.stop()
 	w.switched("127.0.0.1:26379", sentinelMaster+" 10.0.0.1 6379 10.0.0.2 6379")
 	if n := testutil.ToFloat64(panics); n != 1 {
 		t.Fatalf("combo_loop_panics_total{loop=sentinel_watch} = %v, want 1", n)

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/metrics"
 )
 
 // sentinelWatch makes the service's clients leave a master the Sentinels
@@ -51,9 +52,11 @@ type sentinelWatch struct {
 // one that reads the files again at each dial, so a subscription made
 // again after a certificate's rotation presents the new one), untracked:
 // a Sentinel's connections are never a master's. A panic acting on an
-// announcement is logged on log and counted on panics.
-func watchSentinels(r conf.Redis, tlsConfig *tls.Config, dial dialFunc, conns *connsByAddr, log *zap.Logger, panics prometheus.Counter) *sentinelWatch {
-	w := &sentinelWatch{master: r.SentinelMaster, log: log, panics: panics, conns: conns}
+// announcement is logged on log and counted in m's
+// combo_loop_panics_total{loop="sentinel_watch"}, chosen here so that no
+// caller can count it under another loop's runbook.
+func watchSentinels(r conf.Redis, tlsConfig *tls.Config, dial dialFunc, conns *connsByAddr, log *zap.Logger, m *metrics.Metrics) *sentinelWatch {
+	w := &sentinelWatch{master: r.SentinelMaster, log: log, panics: m.LoopPanics.WithLabelValues(metrics.LoopSentinelWatch), conns: conns}
 	for _, addr := range r.SentinelAddrs {
 		o := nodeOptions(r, tlsConfig, addr, r.SentinelUsername, r.SentinelPassword)
 		o.Dialer = dial
