@@ -853,3 +853,53 @@ func goroutines() []byte {
 	buf := make([]byte, 1<<20)
 	return buf[:runtime.Stack(buf, true)]
 }
+
+// A report still waiting on Redis when server.shutdown_timeout runs out
+// makes run return an error naming the drain, joined with the worker's
+// (README: such a stop exits 1, which an orchestrator sees). A proxy
+// holds the report's command, so its call stays in flight through the
+// stop, past Kitex's exit wait and the drain's bound.
+func TestADrainCutShortIsAnError(t *testing.T) {
+	rs := testredis.Start(t, testredis.Options{})
+	const item = "held-by-the-proxy" // in the report's keys, and in no other command
+	held := make(chan struct{})
+	var once sync.Once
+	proxy := testredis.Proxy(t, rs.Addr, func(in, out net.Conn) {
+		go func() { _, _ = io.Copy(in, out); in.Close() }()
+		defer out.Close()
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := in.Read(buf)
+			if n > 0 && strings.Contains(string(buf[:n]), item) {
+				once.Do(func() { close(held) })
+				_, _ = io.Copy(io.Discard, in) // nothing more reaches Redis
+				return
+			}
+			if n > 0 {
+				if _, werr := out.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+	s := startService(t, options{redis: rs, mutate: func(c *conf.Config) {
+		c.Redis.Addr = proxy
+		c.Redis.Timeout = 10 * time.Second // the call waits past every bound of the stop
+		c.Server.ShutdownTimeout = 300 * time.Millisecond
+	}})
+	go func() {
+		_, _ = s.rpc.ReportContribution(context.Background(),
+			&combo.ReportContributionRequest{Contribution: gift(newActivity(), 1, item, 1)})
+	}()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the report's command did not reach the proxy within 10 s")
+	}
+	if err := s.stop(); err == nil || !strings.Contains(err.Error(), "drain reports in flight") {
+		t.Fatalf("run returned %v, want an error naming the drain of the report in flight", err)
+	}
+}
