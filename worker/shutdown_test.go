@@ -203,6 +203,46 @@ func TestShutdownWithAnEndedContextSaysWindowsWereLeftUnread(t *testing.T) {
 	}
 }
 
+// finalReadsOnly is the real store whose reader loop finds nothing (each
+// read waits its BLOCK, as on an empty stream), so only Shutdown's final
+// read, which does not block, takes the windows reported.
+type finalReadsOnly struct{ *repo.Repo }
+
+func (s finalReadsOnly) Read(ctx context.Context, shard int, consumer, start string, count int, block time.Duration) ([]repo.Window, []repo.BadEntry, []string, error) {
+	if block >= 0 {
+		select {
+		case <-time.After(block):
+		case <-ctx.Done():
+		}
+		return nil, nil, nil, nil
+	}
+	return s.Repo.Read(ctx, shard, consumer, start, count, block)
+}
+
+// Shutdown says how many windows it publishes once its final read has
+// taken this replica's last ones: said before that read, the count was 0
+// next to an error naming the windows still held.
+func TestShutdownSaysWhatItHoldsAfterTheFinalRead(t *testing.T) {
+	const n = 3
+	r, _ := windowsDueInAMinute(t, n)
+	core, logs := observer.New(zapcore.InfoLevel)
+	wk := worker.New(finalReadsOnly{r}, worker.Config{Consumer: "c1", Shards: 1, ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		zap.New(core), metrics.New(prometheus.NewRegistry()))
+	wk.Start()
+	if wk.Held() != 0 {
+		t.Fatalf("%d windows held before Shutdown, want none (the reader reads nothing)", wk.Held())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := wk.Shutdown(ctx); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%d windows still held", n)) {
+		t.Fatalf("Shutdown: %v, want the %d windows (a minute from due) the final read took left held", err, n)
+	}
+	said := logs.FilterMessage("final read done; publishing held windows").All()
+	if len(said) != 1 || said[0].ContextMap()["held"] != int64(n) {
+		t.Fatalf("logs %v, want one line saying %d windows held after the final read", logs.All(), n)
+	}
+}
+
 // The final read stops at MaxHeld, as the reader does: a backlog left
 // unread because every replica is at its cap is the other replicas' too.
 // Taken by a stopping replica, it went past the cap and, not due before
@@ -211,20 +251,14 @@ func TestShutdownFinalReadStopsAtMaxHeld(t *testing.T) {
 	ctx := context.Background()
 	const n = 50
 	r, rdb := windowsDueInAMinute(t, n)
-	core, logs := observer.New(zapcore.InfoLevel)
 	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: 1, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
-		ReadCount: 2, MaxHeld: 2}, zap.New(core), metrics.New(prometheus.NewRegistry()))
+		ReadCount: 2, MaxHeld: 2}, zaptest.NewLogger(t), metrics.New(prometheus.NewRegistry()))
 	wk.Start()
 	waitFor(t, "the reader at MaxHeld", func() bool { return wk.Held() == 2 })
 	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	if err := wk.Shutdown(sctx); err == nil || !strings.Contains(err.Error(), "2 windows still held") {
 		t.Fatalf("Shutdown: %v, want the 2 held windows (a minute from due) left pending", err)
-	}
-	// The count said before publishing is the one after the final read.
-	said := logs.FilterMessage("final read done; publishing held windows").All()
-	if len(said) != 1 || said[0].ContextMap()["held"] != int64(2) {
-		t.Fatalf("logs %v, want one line saying 2 windows held after the final read", logs.All())
 	}
 	stream := r.Keys().Stream(0)
 	pending, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: repo.Group, Start: "-", End: "+", Count: n}).Result()
