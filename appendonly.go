@@ -20,16 +20,17 @@ import (
 // copies its master again) but keeps none once a failover makes it the
 // master. README requires AOF; a platform's default (RDB only, or
 // nothing) is easy to miss. The embedded Redis keeps nothing on disk by
-// design and is not asked. A node that does not answer is named at debug
-// level only: the eviction check at start already warns of nodes it could
-// not read.
+// design and is not asked. A node not read is named in a warning of its
+// own: the eviction check's may have read it (a Sentinel that answered in
+// time for one check and not the other).
 func warnNotAppendOnly(ctx context.Context, cfg conf.Config, store *repo.Repo, log *zap.Logger) {
 	if cfg.Embedded() {
 		return
 	}
 	master, nodes, err := notAppendOnly(ctx, cfg, store)
 	if err != nil {
-		log.Debug("could not read every Redis node's aof_enabled", zap.Error(err))
+		log.Warn("could not read every Redis node's aof_enabled; each must keep an append-only file "+
+			"(appendonly yes, README: Redis settings)", zap.Error(err))
 	}
 	for _, node := range nodes {
 		msg := "Redis keeps no append-only file (appendonly no): restarted, it comes back from an older " +

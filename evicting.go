@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"maps"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,7 +32,7 @@ func warnEvictingFoundBySentinel(ctx context.Context, r conf.Redis, tlsConfig *t
 	master, policies, err := sentinelPolicies(ctx, r, tlsConfig)
 	if err != nil { // of some nodes: the others' policies are still named
 		log.Warn("could not read every Redis node's maxmemory-policy; it must be noeviction on each: "+
-			"a failover makes a replica the master with its own"+nodeRefusesUser, zap.Error(err))
+			"a failover makes a replica the master with its own"+refusingUser(err), zap.Error(err))
 	}
 	nodes := evictingOnly(policies)
 	for addr, policy := range nodes {
@@ -46,11 +47,18 @@ func warnEvictingFoundBySentinel(ctx context.Context, r conf.Redis, tlsConfig *t
 	return nodes
 }
 
-// nodeRefusesUser ends the warnings of a start check that could not read
-// some nodes: a replica made without the service's ACL user is found only
-// so, and it fails every command once a failover makes it the master.
-const nodeRefusesUser = "; a node that refuses this service's user (WRONGPASS, NOPERM) refuses every report " +
-	"once it is the master: make the user on every node, replicas included (README: Redis settings)"
+// refusingUser ends the warning of a start check that could not read
+// some nodes when one of them refused the service's login (WRONGPASS, or
+// NOAUTH): a replica made without the service's ACL user is found only
+// so, and it fails every command once a failover makes it the master. A
+// node that only denies INFO, or did not answer, gets nothing added.
+func refusingUser(err error) string {
+	if msg := err.Error(); !strings.Contains(msg, "WRONGPASS") && !strings.Contains(msg, "NOAUTH") {
+		return ""
+	}
+	return "; a node refuses this service's login, and once it is the master it refuses every report: " +
+		"make the user on every node, replicas included (README: Redis settings)"
+}
 
 // evictingOnly drops the nodes on noeviction from policies.
 func evictingOnly(policies map[string]string) map[string]string {

@@ -186,7 +186,12 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		log.Warn("could not load Lua scripts yet; will send them on first use", zap.Error(err))
 	}
 	evicting := warnEvicting(loadCtx, cfg, store, log)
-	warnNotAppendOnly(loadCtx, cfg, store, log)
+	// In time of its own: through Sentinels it asks them again, and with a
+	// hung one listed first the budget the checks above share ran out
+	// before a master without AOF was read.
+	aofCtx, cancelAOF := context.WithTimeout(ctx, 2*time.Second)
+	warnNotAppendOnly(aofCtx, cfg, store, log)
+	cancelAOF()
 	if cfg.Redis.Sentinel() {
 		if tlsConfig, err := cfg.Redis.TLSConfig(); err == nil { // read and checked by Validate already
 			checkSentinels(ctx, cfg.Redis, tlsConfig, log) // each within its own time
@@ -335,7 +340,7 @@ func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *z
 	}
 	nodes, err := store.Evicting(ctx)
 	if err != nil { // of some nodes: the others' policies are still named
-		log.Warn("could not read Redis's maxmemory-policy; it must be noeviction"+nodeRefusesUser, zap.Error(err))
+		log.Warn("could not read Redis's maxmemory-policy; it must be noeviction"+refusingUser(err), zap.Error(err))
 	}
 	for addr, policy := range nodes {
 		log.Warn("Redis may evict this service's keys: maxmemory-policy must be noeviction, "+

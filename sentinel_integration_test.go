@@ -210,6 +210,67 @@ func TestWarnsOfSentinelNodesWithoutAOF(t *testing.T) {
 	}
 }
 
+// With the first Sentinel listed hung, a master without AOF is still
+// warned of: the AOF check has time of its own. It shared the start's 2 s
+// with the scripts' load and the eviction check, which with redis.timeout
+// 800 ms left it none, and its failure was said at debug level.
+func TestAOFCheckOutlastsAHungSentinel(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	master := testredis.Start(t, testredis.Options{})
+	sentinels := testredis.StartSentinels(t, 2, sentinelMaster, master)
+	sentinels[0].Pause()
+	defer sentinels[0].Resume()
+	startService(t, options{redis: master, log: zap.New(core), mutate: func(c *conf.Config) {
+		c.Redis.Addr = ""
+		c.Redis.Timeout = 800 * time.Millisecond
+		c.Redis.SentinelAddrs, c.Redis.SentinelMaster = []string{sentinels[0].Addr, sentinels[1].Addr}, sentinelMaster
+	}})
+	if logs.FilterMessageSnippet("appendonly no").FilterField(zap.String("node", master.Addr)).Len() != 1 {
+		t.Fatalf("warnings %v, want the master %s without AOF named", logs.All(), master.Addr)
+	}
+}
+
+// A Sentinel replica made without the service's user (ACL SETUSER is not
+// replicated) is named at start as refusing the login, with what that
+// means once it is promoted; a user that is only denied INFO is not
+// said to be refused.
+func TestStartNamesAReplicaWithoutTheUser(t *testing.T) {
+	master := testredis.Start(t, testredis.Options{})
+	replica := testredis.StartReplica(t, master)
+	sentinel := testredis.StartSentinel(t, sentinelMaster, master)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		rules   []any
+		refused bool
+	}{
+		{[]any{"+@all", "~*", "&*"}, true},
+		{[]any{"+@all", "-info", "~*", "&*"}, false}, // on both nodes: INFO denied, the login taken
+	} {
+		for _, node := range []*testredis.Server{master, replica} {
+			if node == replica && tc.refused {
+				continue // the replica lacks the user
+			}
+			args := append([]any{"ACL", "SETUSER", "combo", "reset", "on", ">pw"}, tc.rules...)
+			if err := node.Client().Do(ctx, args...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		core, logs := observer.New(zap.WarnLevel)
+		s := startService(t, options{redis: master, log: zap.New(core), mutate: func(c *conf.Config) {
+			c.Redis.Addr = ""
+			c.Redis.SentinelAddrs, c.Redis.SentinelMaster = []string{sentinel.Addr}, sentinelMaster
+			c.Redis.Username, c.Redis.Password = "combo", "pw"
+		}})
+		said := logs.FilterMessageSnippet("refuses this service's login").Len()
+		if unread := logs.FilterMessageSnippet("could not read every Redis node's maxmemory-policy").Len(); unread != 1 || (said == 1) != tc.refused {
+			t.Errorf("rules %v: %d unread warnings, %d saying the login is refused (want %v): %v", tc.rules, unread, said, tc.refused, logs.All())
+		}
+		if err := s.stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // The eviction watch reads the nodes the start check reads: with Sentinel,
 // the master they name and the replicas they list, each by its address. A
 // replica found evicting at start is counted at once; one set to evict
