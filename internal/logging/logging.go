@@ -152,7 +152,8 @@ type RedisLogger struct{ s *zap.SugaredLogger }
 // Printf logs at warn what went wrong, which is most of what go-redis
 // logs, and at info the routine news of its Sentinel client: the master it
 // found at start, a new master after a failover (the service warns of the
-// failover itself, see sentinelWatch), a Sentinel learned of. At warn, a
+// failover itself, see sentinelWatch), a Sentinel learned of, another
+// master's failover (Sentinels watching several masters). At warn, a
 // healthy start printed two warnings an operator had nothing to do about.
 func (r RedisLogger) Printf(_ context.Context, format string, v ...any) {
 	for _, news := range redisNews {
@@ -166,4 +167,5 @@ func (r RedisLogger) Printf(_ context.Context, format string, v ...any) {
 
 // redisNews are the prefixes of go-redis's log formats that say what
 // happened, not what went wrong (go-redis v9's sentinel.go).
-var redisNews = []string{"sentinel: selected addr=", "sentinel: new master=", "sentinel: discovered new sentinel="}
+var redisNews = []string{"sentinel: selected addr=", "sentinel: new master=", "sentinel: discovered new sentinel=",
+	"sentinel: ignore addr for master="}

@@ -159,8 +159,9 @@ func TestRedisLoggerSaysSentinelNewsAtInfo(t *testing.T) {
 	r.Printf(ctx, "sentinel: selected addr=%s masterAddr=%s", "127.0.0.1:26379", "127.0.0.1:6379")
 	r.Printf(ctx, "sentinel: new master=%q addr=%q", "combo", "127.0.0.1:6380")
 	r.Printf(ctx, "sentinel: discovered new sentinel=%q for master=%q", "x", "combo")
+	r.Printf(ctx, "sentinel: ignore addr for master=%q", "other")
 	r.Printf(ctx, "sentinel: GetMasterAddrByName name=%q failed: %s", "combo", "i/o timeout")
-	want := []zapcore.Level{zapcore.InfoLevel, zapcore.InfoLevel, zapcore.InfoLevel, zapcore.WarnLevel}
+	want := []zapcore.Level{zapcore.InfoLevel, zapcore.InfoLevel, zapcore.InfoLevel, zapcore.InfoLevel, zapcore.WarnLevel}
 	all := logs.All()
 	if len(all) != len(want) {
 		t.Fatalf("%d lines, want %d: %v", len(all), len(want), all)
