@@ -88,8 +88,16 @@ func (w *evictionWatch) once(ctx context.Context) {
 		}
 	}
 	if err != nil {
-		// Those not read keep what they were last read as.
-		w.log.Debug("could not read every Redis node's maxmemory-policy", zap.Error(err))
+		// Those not read keep what they were last read as. A node down
+		// is no news here (the replica's other loops say so); one that
+		// refuses the login is: a node restarted without the service's
+		// ACL user rejoins as a replica silently, and fails every report
+		// of its shards once a failover makes it the master.
+		if refused := refusingUser(err); refused != "" {
+			w.log.Warn("could not read every Redis node's maxmemory-policy"+refused, zap.Error(err))
+		} else {
+			w.log.Debug("could not read every Redis node's maxmemory-policy", zap.Error(err))
+		}
 	} else {
 		for _, node := range slices.Sorted(maps.Keys(w.known)) {
 			if _, ok := read[node]; !ok {

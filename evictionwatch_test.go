@@ -97,3 +97,31 @@ func TestEvictionWatchKeepsWhatItCannotRead(t *testing.T) {
 		t.Fatalf("panics counted %v, want 1", n)
 	}
 }
+
+// A node that refuses the service's login (restarted without its ACL user,
+// it rejoins as a replica with no other sign) is warned of at each
+// reading; a node that does not answer is not, its loss being told by
+// the replica's other loops.
+func TestEvictionWatchWarnsOfANodeRefusingTheLogin(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	core, logs := observer.New(zap.WarnLevel)
+	errs := make(chan error, 1)
+	read := func(context.Context) (map[string]string, error) {
+		return map[string]string{"a:6379": "noeviction"}, <-errs
+	}
+	w := newEvictionWatch(read, time.Hour, time.Second, nil, zap.New(core), m)
+	for _, step := range []struct {
+		err  error
+		warn int
+	}{
+		{errors.New("b:6379: dial tcp: connection refused"), 0},
+		{errors.New("b:6379: repo.MaxmemoryPolicy: WRONGPASS invalid username-password pair or user is disabled."), 1},
+		{errors.New("b:6379: repo.MaxmemoryPolicy: NOAUTH Authentication required."), 2},
+	} {
+		errs <- step.err
+		w.once(context.Background())
+		if n := logs.FilterMessageSnippet("refuses this service's login").Len(); n != step.warn {
+			t.Fatalf("after %q: %d warnings of a refused login, want %d: %v", step.err, n, step.warn, logs.All())
+		}
+	}
+}
