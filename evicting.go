@@ -47,17 +47,41 @@ func warnEvictingFoundBySentinel(ctx context.Context, r conf.Redis, tlsConfig *t
 	return nodes
 }
 
-// refusingUser ends the warning of a start check that could not read
-// some nodes when one of them refused the service's login (WRONGPASS, or
+// refusingUser ends the warning of a start check (or the eviction watch)
+// that could not read some nodes when a login was refused (WRONGPASS, or
 // NOAUTH): a replica made without the service's ACL user is found only
-// so, and it fails every command once a failover makes it the master. A
-// node that only denies INFO, or did not answer, gets nothing added.
+// so, and it fails every command once a failover makes it the master; a
+// Sentinel that refuses redis.sentinel_username (one restarted before it
+// wrote the user to its configuration) leaves the service unable to find
+// the master. A node that only denies INFO, or did not answer, gets
+// nothing added. err is one error or a join of them (sentinelRead's,
+// where a Sentinel's is named "sentinel <addr>: ...").
 func refusingUser(err error) string {
-	if msg := err.Error(); !strings.Contains(msg, "WRONGPASS") && !strings.Contains(msg, "NOAUTH") {
-		return ""
+	parts := []error{err}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		parts = joined.Unwrap()
 	}
-	return "; a node refuses this service's login, and once it is the master it refuses every report: " +
-		"make the user on every node, replicas included (README: Redis settings)"
+	var node, sentinel bool
+	for _, e := range parts {
+		msg := e.Error()
+		switch {
+		case !strings.Contains(msg, "WRONGPASS") && !strings.Contains(msg, "NOAUTH"):
+		case strings.HasPrefix(msg, "sentinel "):
+			sentinel = true
+		default:
+			node = true
+		}
+	}
+	var said string
+	if node {
+		said += "; a node refuses this service's login, and once it is the master it refuses every report: " +
+			"make the user on every node, replicas included (README: Redis settings)"
+	}
+	if sentinel {
+		said += "; a Sentinel refuses redis.sentinel_username's login: make that user on every Sentinel, " +
+			"and keep it (README: Redis Sentinel)"
+	}
+	return said
 }
 
 // evictingOnly drops the nodes on noeviction from policies.

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -123,5 +125,52 @@ func TestEvictionWatchWarnsOfANodeRefusingTheLogin(t *testing.T) {
 		if n := logs.FilterMessageSnippet("refuses this service's login").Len(); n != step.warn {
 			t.Fatalf("after %q: %d warnings of a refused login, want %d: %v", step.err, n, step.warn, logs.All())
 		}
+	}
+}
+
+// refusingUser says which login was refused: a node's (the service's ACL
+// user) or a Sentinel's (redis.sentinel_username), each with its own fix,
+// and nothing for other failures.
+func TestRefusingUserNamesWhoseLogin(t *testing.T) {
+	wrongpass := "WRONGPASS invalid username-password pair or user is disabled."
+	for _, tc := range []struct {
+		err            error
+		node, sentinel bool
+	}{
+		{errors.New("10.0.0.2:6379: repo.MaxmemoryPolicy: " + wrongpass), true, false},
+		{errors.New("10.0.0.2:6379: repo.MaxmemoryPolicy: NOAUTH Authentication required."), true, false},
+		{errors.Join(errors.New("sentinel 10.0.0.9:26379: "+wrongpass), errors.New("sentinel 10.0.0.8:26379: "+wrongpass)), false, true},
+		{errors.Join(errors.New("10.0.0.2:6379: "+wrongpass), errors.New("sentinel 10.0.0.9:26379: i/o timeout")), true, false},
+		{errors.New("10.0.0.2:6379: NOPERM User combo has no permissions to run the 'info' command"), false, false},
+		{errors.New("10.0.0.2:6379: dial tcp: connection refused"), false, false},
+	} {
+		said := refusingUser(tc.err)
+		if node := strings.Contains(said, "a node refuses"); node != tc.node {
+			t.Errorf("%v: %q; want a node's refusal said: %v", tc.err, said, tc.node)
+		}
+		if sentinel := strings.Contains(said, "a Sentinel refuses"); sentinel != tc.sentinel {
+			t.Errorf("%v: %q; want a Sentinel's refusal said: %v", tc.err, said, tc.sentinel)
+		}
+	}
+}
+
+// On one Redis that refuses the service's login, both start checks warn
+// that they could not read it, the eviction check naming the refused login.
+func TestStartChecksWarnOfARefusedLogin(t *testing.T) {
+	rs := testredis.Start(t, testredis.Options{})
+	cfg := conf.Default()
+	cfg.Redis.Addr, cfg.Redis.Username, cfg.Redis.Password = rs.Addr, "nobody", "pw"
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, Username: "nobody", Password: "pw", MaxRetries: -1})
+	defer rdb.Close()
+	store := repo.New(rdb, repo.Settings{Shards: 1})
+	core, logs := observer.New(zap.WarnLevel)
+	ctx := context.Background()
+	warnEvicting(ctx, cfg, store, zap.New(core))
+	warnNotAppendOnly(ctx, cfg, store, zap.New(core))
+	if n := logs.FilterMessageSnippet("could not read Redis's maxmemory-policy").FilterMessageSnippet("a node refuses this service's login").Len(); n != 1 {
+		t.Errorf("warnings %v, want the unread policy said with the refused login", logs.All())
+	}
+	if n := logs.FilterMessageSnippet("could not read every Redis node's aof_enabled").Len(); n != 1 {
+		t.Errorf("warnings %v, want the unread aof_enabled said at warn", logs.All())
 	}
 }
