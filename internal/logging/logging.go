@@ -162,6 +162,12 @@ func (r RedisLogger) Printf(_ context.Context, format string, v ...any) {
 			return
 		}
 	}
+	// go-redis asks every Sentinel for the master at once and cancels the
+	// others when one answers; each canceled one says it "failed".
+	if strings.HasPrefix(format, "sentinel: GetMasterAddrByName ") && strings.HasSuffix(fmt.Sprintf(format, v...), context.Canceled.Error()) {
+		r.s.Infof(format, v...)
+		return
+	}
 	r.s.Warnf(format, v...)
 }
 

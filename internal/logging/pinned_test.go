@@ -160,8 +160,10 @@ func TestRedisLoggerSaysSentinelNewsAtInfo(t *testing.T) {
 	r.Printf(ctx, "sentinel: new master=%q addr=%q", "combo", "127.0.0.1:6380")
 	r.Printf(ctx, "sentinel: discovered new sentinel=%q for master=%q", "x", "combo")
 	r.Printf(ctx, "sentinel: ignore addr for master=%q", "other")
+	// Canceled because another Sentinel answered first: news too.
+	r.Printf(ctx, "sentinel: GetMasterAddrByName addr=%s, master=%q failed: %s", "127.0.0.1:26380", "combo", context.Canceled)
 	r.Printf(ctx, "sentinel: GetMasterAddrByName name=%q failed: %s", "combo", "i/o timeout")
-	want := []zapcore.Level{zapcore.InfoLevel, zapcore.InfoLevel, zapcore.InfoLevel, zapcore.InfoLevel, zapcore.WarnLevel}
+	want := []zapcore.Level{zapcore.InfoLevel, zapcore.InfoLevel, zapcore.InfoLevel, zapcore.InfoLevel, zapcore.InfoLevel, zapcore.WarnLevel}
 	all := logs.All()
 	if len(all) != len(want) {
 		t.Fatalf("%d lines, want %d: %v", len(all), len(want), all)
