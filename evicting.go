@@ -63,10 +63,9 @@ func refusingUser(err error) string {
 	}
 	var node, sentinel bool
 	for _, e := range parts {
-		msg := e.Error()
 		switch {
-		case !strings.Contains(msg, "WRONGPASS") && !strings.Contains(msg, "NOAUTH"):
-		case strings.HasPrefix(msg, "sentinel "):
+		case !loginRefused(e):
+		case strings.HasPrefix(e.Error(), "sentinel "):
 			sentinel = true
 		default:
 			node = true
@@ -74,14 +73,22 @@ func refusingUser(err error) string {
 	}
 	var said string
 	if node {
-		said += "; a node refuses this service's login, and once it is the master it refuses every report: " +
-			"make the user on every node, replicas included (README: Redis settings)"
+		said += "; a node refuses this service's login: as the master (a replica, once a failover promotes it) " +
+			"it refuses every report: make the user on every node, replicas included (README: Redis settings)"
 	}
 	if sentinel {
 		said += "; a Sentinel refuses redis.sentinel_username's login: make that user on every Sentinel, " +
 			"and keep it (README: Redis Sentinel)"
 	}
 	return said
+}
+
+// loginRefused reports whether err says Redis or a Sentinel refused the
+// login: the user or its password is not there (WRONGPASS), or no login
+// was sent where one is asked for (NOAUTH).
+func loginRefused(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH")
 }
 
 // evictingOnly drops the nodes on noeviction from policies.

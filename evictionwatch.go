@@ -92,9 +92,11 @@ func (w *evictionWatch) once(ctx context.Context) {
 		// is no news here (the replica's other loops say so); one that
 		// refuses the login is: a node restarted without the service's
 		// ACL user rejoins as a replica silently, and fails every report
-		// of its shards once a failover makes it the master.
+		// of its shards once a failover makes it the master; a Sentinel
+		// restarted without redis.sentinel_username's user is met by
+		// go-redis only when it needs it (sentinelRead).
 		if refused := refusingUser(err); refused != "" {
-			w.log.Warn("could not read every Redis node's maxmemory-policy"+refused, zap.Error(err))
+			w.log.Warn("a login was refused while reading the Redis nodes' maxmemory-policy"+refused, zap.Error(err))
 		} else {
 			w.log.Debug("could not read every Redis node's maxmemory-policy", zap.Error(err))
 		}

@@ -271,6 +271,35 @@ func TestStartNamesAReplicaWithoutTheUser(t *testing.T) {
 	}
 }
 
+// A Sentinel that refuses redis.sentinel_username's login (restarted
+// before it wrote the user to its configuration) is named in a reading's
+// error, whether it is asked before the one that answers or after it,
+// while the nodes are still read: the eviction watch, which reads so each
+// minute, then says so while the replica runs.
+func TestSentinelReadNamesASentinelRefusingTheLogin(t *testing.T) {
+	master := testredis.Start(t, testredis.Options{})
+	sentinels := testredis.StartSentinels(t, 2, sentinelMaster, master)
+	ctx := context.Background()
+	if err := sentinels[0].Client().Do(ctx, "ACL", "SETUSER", "combo-sentinel", "on", ">spw", "+@all", "&*").Err(); err != nil {
+		t.Fatal(err)
+	}
+	refusing := sentinels[1].Addr // it lacks the user
+	for _, addrs := range [][]string{{sentinels[0].Addr, refusing}, {refusing, sentinels[0].Addr}} {
+		r := conf.Default().Redis
+		r.SentinelAddrs, r.SentinelMaster = addrs, sentinelMaster
+		r.SentinelUsername, r.SentinelPassword = "combo-sentinel", "spw"
+		got, policies, err := sentinelPolicies(ctx, r, nil)
+		if got != master.Addr || policies[master.Addr] != "noeviction" {
+			t.Fatalf("Sentinels %v: master %q, policies %v, want %s read", addrs, got, policies, master.Addr)
+		}
+		if err == nil {
+			t.Errorf("Sentinels %v: no error, want the Sentinel %s named as refusing the login", addrs, refusing)
+		} else if !strings.Contains(err.Error(), "sentinel "+refusing+": WRONGPASS") || !strings.Contains(refusingUser(err), "a Sentinel refuses") {
+			t.Errorf("Sentinels %v: error %v (%q), want the Sentinel %s named as refusing the login", addrs, err, refusingUser(err), refusing)
+		}
+	}
+}
+
 // The eviction watch reads the nodes the start check reads: with Sentinel,
 // the master they name and the replicas they list, each by its address. A
 // replica found evicting at start is counted at once; one set to evict

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 
@@ -26,6 +27,12 @@ import (
 // asks anyway). The nodes are asked at once, after the Sentinels in turn
 // until one answers: the whole reading takes at most about twice
 // redis.timeout for each Sentinel asked (two commands), and one more.
+// Another Sentinel's failure is no news once one answers, except a login
+// it refused (WRONGPASS, NOAUTH: one restarted before it wrote
+// redis.sentinel_username's user to its configuration comes back
+// without it), which the go-redis client and the failover watch meet only
+// when they need it: those are kept in the error, and the Sentinels after
+// the one that answered are each logged in to (PING), with the nodes.
 func sentinelRead(ctx context.Context, r conf.Redis, tlsConfig *tls.Config,
 	read func(context.Context, *redis.Client) (string, error)) (master string, values map[string]string, err error) {
 	node := func(addr, username, password string) *redis.Options {
@@ -33,7 +40,8 @@ func sentinelRead(ctx context.Context, r conf.Redis, tlsConfig *tls.Config,
 	}
 	var replicas []map[string]string
 	var errs []error
-	for _, addr := range r.SentinelAddrs { // the first that answers
+	var unasked []string                   // the Sentinels after the one that answered
+	for i, addr := range r.SentinelAddrs { // the first that answers
 		sc := redis.NewSentinelClient(node(addr, r.SentinelUsername, r.SentinelPassword))
 		m, err := sc.GetMasterAddrByName(ctx, r.SentinelMaster).Result()
 		var rs []map[string]string
@@ -42,7 +50,9 @@ func sentinelRead(ctx context.Context, r conf.Redis, tlsConfig *tls.Config,
 		}
 		_ = sc.Close()
 		if err == nil && len(m) == 2 {
-			master, replicas, errs = net.JoinHostPort(m[0], m[1]), rs, nil
+			master, replicas = net.JoinHostPort(m[0], m[1]), rs
+			errs = slices.DeleteFunc(errs, func(err error) bool { return !loginRefused(err) })
+			unasked = r.SentinelAddrs[i+1:]
 			break
 		}
 		if err == nil {
@@ -64,6 +74,18 @@ func sentinelRead(ctx context.Context, r conf.Redis, tlsConfig *tls.Config,
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	for _, addr := range unasked {
+		wg.Go(func() {
+			sc := redis.NewSentinelClient(node(addr, r.SentinelUsername, r.SentinelPassword))
+			err := sc.Ping(ctx).Err()
+			_ = sc.Close()
+			if err != nil && loginRefused(err) {
+				mu.Lock()
+				defer mu.Unlock()
+				errs = append(errs, fmt.Errorf("sentinel %s: %w", addr, err))
+			}
+		})
+	}
 	values = map[string]string{}
 	for _, addr := range nodes {
 		wg.Go(func() {
