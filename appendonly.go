@@ -50,8 +50,9 @@ func warnNotAppendOnly(ctx context.Context, cfg conf.Config, store *repo.Repo, l
 func notAppendOnly(ctx context.Context, cfg conf.Config, store *repo.Repo) (master string, nodes []string, err error) {
 	if cfg.Redis.Sentinel() {
 		if tlsConfig, err := cfg.Redis.TLSConfig(); err == nil { // read and checked by Validate already
+			// A Sentinel refusing the login is said by the eviction check.
 			master, enabled, err := sentinelRead(ctx, cfg.Redis, tlsConfig, repo.AOFEnabled)
-			return master, repo.AppendOnlyOff(enabled), err
+			return master, repo.AppendOnlyOff(enabled), nodesUnread(err)
 		}
 	}
 	nodes, err = store.NotAppendOnly(ctx)

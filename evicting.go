@@ -77,8 +77,8 @@ func refusingUser(err error) string {
 			"it refuses every report: make the user on every node, replicas included (README: Redis settings)"
 	}
 	if sentinel {
-		said += "; a Sentinel refuses redis.sentinel_username's login: make that user on every Sentinel, " +
-			"and keep it (README: Redis Sentinel)"
+		said += "; a Sentinel refuses the login of redis.sentinel_username and redis.sentinel_password: " +
+			"make that user on every Sentinel, or set the password a Sentinel asks for, and keep it (README: Redis Sentinel)"
 	}
 	return said
 }

@@ -88,9 +88,8 @@ func (w *evictionWatch) once(ctx context.Context) {
 		}
 	}
 	if err != nil {
-		// Those not read keep what they were last read as. A node down
-		// is no news here (the replica's other loops say so); one that
-		// refuses the login is: a node restarted without the service's
+		// A node down is no news here (the replica's other loops say
+		// so); a login refused is: a node restarted without the service's
 		// ACL user rejoins as a replica silently, and fails every report
 		// of its shards once a failover makes it the master; a Sentinel
 		// restarted without redis.sentinel_username's user is met by
@@ -100,7 +99,11 @@ func (w *evictionWatch) once(ctx context.Context) {
 		} else {
 			w.log.Debug("could not read every Redis node's maxmemory-policy", zap.Error(err))
 		}
-	} else {
+	}
+	// Those not read keep what they were last read as; with every node
+	// read (a Sentinel's refusal beside them is no node unread), those no
+	// longer among them are forgotten.
+	if nodesUnread(err) == nil {
 		for _, node := range slices.Sorted(maps.Keys(w.known)) {
 			if _, ok := read[node]; !ok {
 				w.log.Info("Redis node found evicting is no longer among the nodes; forgotten", zap.String("node", node))

@@ -174,3 +174,23 @@ func TestStartChecksWarnOfARefusedLogin(t *testing.T) {
 		t.Errorf("warnings %v, want the unread aof_enabled said at warn", logs.All())
 	}
 }
+
+// A Sentinel refusing the login beside nodes all read is warned of, and
+// leaves no node unread: one no longer among them is still forgotten (the
+// gauge, and ComboRedisMayEvict, would otherwise keep a removed node).
+func TestEvictionWatchForgetsANodeBesideASentinelRefusal(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	core, logs := observer.New(zap.WarnLevel)
+	refused := errors.Join(sentinelRefused{errors.New("sentinel 10.0.0.9:26379: WRONGPASS invalid username-password pair")})
+	read := func(context.Context) (map[string]string, error) {
+		return map[string]string{"a:6379": "noeviction"}, refused
+	}
+	w := newEvictionWatch(read, time.Hour, time.Second, map[string]string{"gone:6379": "allkeys-lru"}, zap.New(core), m)
+	w.once(context.Background())
+	if got := testutil.ToFloat64(m.RedisNodesEvicting); got != 0 {
+		t.Fatalf("gauge %v, want the node no longer read forgotten", got)
+	}
+	if logs.FilterMessageSnippet("a Sentinel refuses").Len() != 1 {
+		t.Fatalf("logs %v, want the Sentinel's refusal warned of", logs.All())
+	}
+}

@@ -284,6 +284,16 @@ func TestSentinelReadNamesASentinelRefusingTheLogin(t *testing.T) {
 		t.Fatal(err)
 	}
 	refusing := sentinels[1].Addr // it lacks the user
+	dead := closedAddr(t)
+	// A Sentinel down is no news once another answers, before or after it.
+	for _, addrs := range [][]string{{dead, sentinels[0].Addr}, {sentinels[0].Addr, dead}} {
+		r := conf.Default().Redis
+		r.SentinelAddrs, r.SentinelMaster = addrs, sentinelMaster
+		r.SentinelUsername, r.SentinelPassword = "combo-sentinel", "spw"
+		if got, _, err := sentinelPolicies(ctx, r, nil); got != master.Addr || err != nil {
+			t.Errorf("Sentinels %v, the first or last down: master %q, error %v; want %s and no error", addrs, got, err, master.Addr)
+		}
+	}
 	for _, addrs := range [][]string{{sentinels[0].Addr, refusing}, {refusing, sentinels[0].Addr}} {
 		r := conf.Default().Redis
 		r.SentinelAddrs, r.SentinelMaster = addrs, sentinelMaster
@@ -296,6 +306,17 @@ func TestSentinelReadNamesASentinelRefusingTheLogin(t *testing.T) {
 			t.Errorf("Sentinels %v: no error, want the Sentinel %s named as refusing the login", addrs, refusing)
 		} else if !strings.Contains(err.Error(), "sentinel "+refusing+": WRONGPASS") || !strings.Contains(refusingUser(err), "a Sentinel refuses") {
 			t.Errorf("Sentinels %v: error %v (%q), want the Sentinel %s named as refusing the login", addrs, err, refusingUser(err), refusing)
+		} else if unread := nodesUnread(err); unread != nil {
+			t.Errorf("Sentinels %v: nodes unread %v, want none: every node was read", addrs, unread)
+		}
+		// Nor does the AOF check, which reads the same way, say so.
+		core, logs := observer.New(zap.WarnLevel)
+		cfg := conf.Default()
+		cfg.Redis = r
+		cfg.Redis.Addr = ""
+		warnNotAppendOnly(ctx, cfg, nil, zap.New(core))
+		if n := logs.FilterMessageSnippet("could not read").Len(); n != 0 {
+			t.Errorf("Sentinels %v: the AOF check warned %v, want nothing unread", addrs, logs.All())
 		}
 	}
 }
@@ -490,4 +511,16 @@ func TestSentinelCheckNamesWhatItCannotAsk(t *testing.T) {
 	for addr, w := range want {
 		t.Errorf("nothing logged of Sentinel %s saying %q; logged: %v", addr, w, logs.All())
 	}
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }

@@ -52,6 +52,9 @@ func sentinelRead(ctx context.Context, r conf.Redis, tlsConfig *tls.Config,
 		if err == nil && len(m) == 2 {
 			master, replicas = net.JoinHostPort(m[0], m[1]), rs
 			errs = slices.DeleteFunc(errs, func(err error) bool { return !loginRefused(err) })
+			for i, err := range errs {
+				errs[i] = sentinelRefused{err}
+			}
 			unasked = r.SentinelAddrs[i+1:]
 			break
 		}
@@ -82,7 +85,7 @@ func sentinelRead(ctx context.Context, r conf.Redis, tlsConfig *tls.Config,
 			if err != nil && loginRefused(err) {
 				mu.Lock()
 				defer mu.Unlock()
-				errs = append(errs, fmt.Errorf("sentinel %s: %w", addr, err))
+				errs = append(errs, sentinelRefused{fmt.Errorf("sentinel %s: %w", addr, err)})
 			}
 		})
 	}
@@ -103,4 +106,28 @@ func sentinelRead(ctx context.Context, r conf.Redis, tlsConfig *tls.Config,
 	}
 	wg.Wait()
 	return master, values, errors.Join(errs...)
+}
+
+// sentinelRefused is a Sentinel's refusal of the login that sentinelRead
+// keeps once another Sentinel has answered: news of the Sentinels, not a
+// node left unread (nodesUnread).
+type sentinelRefused struct{ error }
+
+func (e sentinelRefused) Unwrap() error { return e.error }
+
+// nodesUnread is err (a reading's, sentinelRead's or repo's) without the
+// Sentinels' refusals of the login kept beside nodes that were read: nil
+// when every node was read.
+func nodesUnread(err error) error {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	var left []error
+	for _, e := range joined.Unwrap() {
+		if _, refused := e.(sentinelRefused); !refused {
+			left = append(left, e)
+		}
+	}
+	return errors.Join(left...)
 }
