@@ -284,7 +284,7 @@ func TestSentinelReadNamesASentinelRefusingTheLogin(t *testing.T) {
 		t.Fatal(err)
 	}
 	refusing := sentinels[1].Addr // it lacks the user
-	dead := closedAddr(t)
+	dead := testredis.ClosedAddr(t)
 	// A Sentinel down is no news once another answers, before or after it.
 	for _, addrs := range [][]string{{dead, sentinels[0].Addr}, {sentinels[0].Addr, dead}} {
 		r := conf.Default().Redis
@@ -511,16 +511,4 @@ func TestSentinelCheckNamesWhatItCannotAsk(t *testing.T) {
 	for addr, w := range want {
 		t.Errorf("nothing logged of Sentinel %s saying %q; logged: %v", addr, w, logs.All())
 	}
-}
-
-// closedAddr is a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }

@@ -442,7 +442,7 @@ func TestBuiltBinariesAreStaticAndWork(t *testing.T) {
 		}
 	}
 	closed := exec.Command(svc, "-healthcheck", "/healthz")
-	closed.Env = append(os.Environ(), "COMBO_METRICS_ADDR="+closedAddr(t))
+	closed.Env = append(os.Environ(), "COMBO_METRICS_ADDR="+testredis.ClosedAddr(t))
 	if out, err := closed.CombinedOutput(); !exitedWith(err, 1) {
 		t.Errorf("healthcheck of a closed port: %v, want exit status 1 (a HEALTHCHECK knows 0 and 1)\n%s", err, out)
 	}
@@ -671,18 +671,6 @@ func port(t *testing.T, addr string) string {
 	return p
 }
 
-// closedAddr is an address nothing listens on (a port just freed).
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
-
 // The image's HEALTHCHECK asks whether the process is alive; it reads the
 // configuration for metrics.addr only. A redis.tls_* file caught half
 // rotated (README "TLS to Redis": the service goes on with the files last
@@ -737,14 +725,14 @@ func TestHealthcheckProbesOnlyMetricsAddr(t *testing.T) {
 	if ip := nonLoopbackIPv4(t); ip != "" {
 		onIP := startService(t, svc, "COMBO_METRICS_ADDR="+net.JoinHostPort(ip, "0"))
 		probe := exec.Command(svc, "-healthcheck", "/healthz")
-		probe.Env = append(os.Environ(), "COMBO_METRICS_ADDR="+onIP.metrics, "HTTP_PROXY=http://"+closedAddr(t), "NO_PROXY=")
+		probe.Env = append(os.Environ(), "COMBO_METRICS_ADDR="+onIP.metrics, "HTTP_PROXY=http://"+testredis.ClosedAddr(t), "NO_PROXY=")
 		if out, err := probe.CombinedOutput(); err != nil {
 			t.Errorf("healthcheck of %s with HTTP_PROXY set: %v\n%s", onIP.metrics, err, out)
 		}
 	}
 	// metrics.addr is still read, and a port nothing listens on still fails.
 	closed := exec.Command(svc, "-healthcheck", "/healthz")
-	closed.Env = append(os.Environ(), "COMBO_CONFIG="+edited, "COMBO_METRICS_ADDR="+closedAddr(t))
+	closed.Env = append(os.Environ(), "COMBO_CONFIG="+edited, "COMBO_METRICS_ADDR="+testredis.ClosedAddr(t))
 	if out, err := closed.CombinedOutput(); err == nil {
 		t.Errorf("healthcheck of a closed port succeeded:\n%s", out)
 	}

@@ -54,3 +54,16 @@ func ProxyTo(tb testing.TB, addr func() string, serve func(client, server net.Co
 	}()
 	return ln.Addr().String()
 }
+
+// ClosedAddr is a loopback address nothing listens on (a port just freed):
+// a dial of it is refused at once.
+func ClosedAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
