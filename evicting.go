@@ -84,12 +84,10 @@ func refusingUser(err error) string {
 }
 
 // loginRefused reports whether err says Redis or a Sentinel refused the
-// login: the user or its password is not there (WRONGPASS), or no login
-// was sent where one is asked for (NOAUTH).
-func loginRefused(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH")
-}
+// login: the user or its password is not there (WRONGPASS), no login was
+// sent where one is asked for (NOAUTH), or the password changed under a
+// connection (go-redis's own classification of its replies).
+func loginRefused(err error) bool { return redis.IsAuthError(err) }
 
 // evictingOnly drops the nodes on noeviction from policies.
 func evictingOnly(policies map[string]string) map[string]string {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,7 @@ func TestEvictionWatchKeepsWhatItCannotRead(t *testing.T) {
 // reading; a node that does not answer is not, its loss being told by
 // the replica's other loops.
 func TestEvictionWatchWarnsOfANodeRefusingTheLogin(t *testing.T) {
+	refusals := loginRefusals(t)
 	m := metrics.New(prometheus.NewRegistry())
 	core, logs := observer.New(zap.WarnLevel)
 	errs := make(chan error, 1)
@@ -117,8 +119,8 @@ func TestEvictionWatchWarnsOfANodeRefusingTheLogin(t *testing.T) {
 		warn int
 	}{
 		{errors.New("b:6379: dial tcp: connection refused"), 0},
-		{errors.New("b:6379: repo.MaxmemoryPolicy: WRONGPASS invalid username-password pair or user is disabled."), 1},
-		{errors.New("b:6379: repo.MaxmemoryPolicy: NOAUTH Authentication required."), 2},
+		{fmt.Errorf("b:6379: repo.MaxmemoryPolicy: %w", refusals.wrongpass), 1},
+		{fmt.Errorf("b:6379: repo.MaxmemoryPolicy: %w", refusals.noauth), 2},
 	} {
 		errs <- step.err
 		w.once(context.Background())
@@ -132,15 +134,18 @@ func TestEvictionWatchWarnsOfANodeRefusingTheLogin(t *testing.T) {
 // user) or a Sentinel's (redis.sentinel_username), each with its own fix,
 // and nothing for other failures.
 func TestRefusingUserNamesWhoseLogin(t *testing.T) {
-	wrongpass := "WRONGPASS invalid username-password pair or user is disabled."
+	refusals := loginRefusals(t)
+	wrongpass := refusals.wrongpass
 	for _, tc := range []struct {
 		err            error
 		node, sentinel bool
 	}{
-		{errors.New("10.0.0.2:6379: repo.MaxmemoryPolicy: " + wrongpass), true, false},
-		{errors.New("10.0.0.2:6379: repo.MaxmemoryPolicy: NOAUTH Authentication required."), true, false},
-		{errors.Join(errors.New("sentinel 10.0.0.9:26379: "+wrongpass), errors.New("sentinel 10.0.0.8:26379: "+wrongpass)), false, true},
-		{errors.Join(errors.New("10.0.0.2:6379: "+wrongpass), errors.New("sentinel 10.0.0.9:26379: i/o timeout")), true, false},
+		{fmt.Errorf("10.0.0.2:6379: repo.MaxmemoryPolicy: %w", wrongpass), true, false},
+		{fmt.Errorf("10.0.0.2:6379: repo.MaxmemoryPolicy: %w", refusals.noauth), true, false},
+		{errors.Join(fmt.Errorf("sentinel 10.0.0.9:26379: %w", wrongpass), fmt.Errorf("sentinel 10.0.0.8:26379: %w", wrongpass)), false, true},
+		{errors.Join(fmt.Errorf("10.0.0.2:6379: %w", wrongpass), errors.New("sentinel 10.0.0.9:26379: i/o timeout")), true, false},
+		// Only Redis's replies count: the words in another error do not.
+		{errors.New("10.0.0.2:6379: WRONGPASS in a message that is no reply"), false, false},
 		{errors.New("10.0.0.2:6379: NOPERM User combo has no permissions to run the 'info' command"), false, false},
 		{errors.New("10.0.0.2:6379: dial tcp: connection refused"), false, false},
 	} {
@@ -181,7 +186,7 @@ func TestStartChecksWarnOfARefusedLogin(t *testing.T) {
 func TestEvictionWatchForgetsANodeBesideASentinelRefusal(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	core, logs := observer.New(zap.WarnLevel)
-	refused := errors.Join(sentinelRefused{errors.New("sentinel 10.0.0.9:26379: WRONGPASS invalid username-password pair")})
+	refused := errors.Join(sentinelRefused{fmt.Errorf("sentinel 10.0.0.9:26379: %w", loginRefusals(t).wrongpass)})
 	read := func(context.Context) (map[string]string, error) {
 		return map[string]string{"a:6379": "noeviction"}, refused
 	}
@@ -193,4 +198,37 @@ func TestEvictionWatchForgetsANodeBesideASentinelRefusal(t *testing.T) {
 	if logs.FilterMessageSnippet("a Sentinel refuses").Len() != 1 {
 		t.Fatalf("logs %v, want the Sentinel's refusal warned of", logs.All())
 	}
+}
+
+// loginRefusals are a real redis-server's refusals of a login: WRONGPASS
+// (a user that is not there) and NOAUTH (no password where one is asked).
+func loginRefusals(t *testing.T) (r struct{ wrongpass, noauth error }) {
+	t.Helper()
+	srv := testredis.Start(t, testredis.Options{})
+	ctx := context.Background()
+	if err := srv.Client().ConfigSet(ctx, "requirepass", "pw").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { // the server's stop needs no password
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "pw"})
+		defer c.Close()
+		if err := c.ConfigSet(ctx, "requirepass", "").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	for _, o := range []struct {
+		err  *error
+		opts *redis.Options
+	}{
+		{&r.wrongpass, &redis.Options{Addr: srv.Addr, Username: "nobody", Password: "pw"}},
+		{&r.noauth, &redis.Options{Addr: srv.Addr}},
+	} {
+		c := redis.NewClient(o.opts)
+		*o.err = c.Ping(ctx).Err()
+		_ = c.Close()
+		if !redis.IsAuthError(*o.err) {
+			t.Fatalf("%v: want a refused login", *o.err)
+		}
+	}
+	return r
 }
