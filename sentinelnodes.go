@@ -52,8 +52,8 @@ func sentinelRead(ctx context.Context, r conf.Redis, tlsConfig *tls.Config,
 		if err == nil && len(m) == 2 {
 			master, replicas = net.JoinHostPort(m[0], m[1]), rs
 			errs = slices.DeleteFunc(errs, func(err error) bool { return !loginRefused(err) })
-			for i, err := range errs {
-				errs[i] = sentinelRefused{err}
+			for j, err := range errs {
+				errs[j] = sentinelRefused{err}
 			}
 			unasked = r.SentinelAddrs[i+1:]
 			break
