@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
 )
 
@@ -22,17 +25,20 @@ import (
 // nothing) is easy to miss. The embedded Redis keeps nothing on disk by
 // design and is not asked. A node not read is named in a warning of its
 // own: the eviction check's may have read it (a Sentinel that answered in
-// time for one check and not the other).
-func warnNotAppendOnly(ctx context.Context, cfg conf.Config, store *repo.Repo, log *zap.Logger) {
+// time for one check and not the other). It returns the nodes found
+// without AOF (node -> "0"), for appendOnlyWatch to go on from.
+func warnNotAppendOnly(ctx context.Context, cfg conf.Config, store *repo.Repo, log *zap.Logger) map[string]string {
 	if cfg.Embedded() {
-		return
+		return nil
 	}
 	master, nodes, err := notAppendOnly(ctx, cfg, store)
 	if err != nil {
 		log.Warn("could not read every Redis node's aof_enabled; each must keep an append-only file "+
 			"(appendonly yes, README: Redis settings)", zap.Error(err))
 	}
+	found := map[string]string{}
 	for _, node := range nodes {
+		found[node] = "0"
 		msg := "Redis keeps no append-only file (appendonly no): restarted, it comes back from an older " +
 			"snapshot or empty, and windows acknowledged since are lost or pushed twice; " +
 			"set appendonly yes (README: Redis settings)"
@@ -43,6 +49,7 @@ func warnNotAppendOnly(ctx context.Context, cfg conf.Config, store *repo.Repo, l
 		}
 		log.Warn(msg, zap.String("node", node), zap.String("aof_enabled", "0"))
 	}
+	return found
 }
 
 // notAppendOnly returns the nodes without AOF that warnNotAppendOnly
@@ -57,4 +64,39 @@ func notAppendOnly(ctx context.Context, cfg conf.Config, store *repo.Repo) (mast
 	}
 	nodes, err = store.NotAppendOnly(ctx)
 	return "", nodes, err
+}
+
+// appendOnlyRule is what appendOnlyWatch watches: a node's aof_enabled,
+// unsafe at "0".
+var appendOnlyRule = nodeRule{
+	setting: "aof_enabled",
+	field:   "aof_enabled",
+	unsafe:  func(enabled string) bool { return enabled == "0" },
+	warn: "Redis keeps no append-only file (appendonly no): restarted, it comes back from an older " +
+		"snapshot or empty, and windows acknowledged since are lost or pushed twice; " +
+		"set appendonly yes on every node (README: Redis settings)",
+	safe:      "Redis node keeps an append-only file now (appendonly yes)",
+	forgotten: "Redis node found without an append-only file is no longer among the nodes; forgotten",
+	gauge:     func(m *metrics.Metrics) prometheus.Gauge { return m.RedisNodesNotAppendOnly },
+	loop:      metrics.LoopAppendOnlyWatch,
+	// The eviction watch reads the same nodes and says a refused login.
+	sayRefused: false,
+}
+
+// newAppendOnlyWatch is the nodeWatch of every Redis node's aof_enabled
+// (read as the start check does: appendOnlyReader), exported in
+// combo_redis_nodes_not_appendonly, which the ComboRedisNotAppendOnly
+// alert reads. The check at start alone missed a node turned to
+// appendonly no later (CONFIG SET, a restart with another file), added to
+// a Cluster later, or found by Sentinel after the start. It starts from
+// the nodes the start check found (warnNotAppendOnly, already logged).
+func newAppendOnlyWatch(read func(context.Context) (map[string]string, error), every, timeout time.Duration,
+	known map[string]string, log *zap.Logger, m *metrics.Metrics) *nodeWatch {
+	return newNodeWatch(read, appendOnlyRule, every, timeout, known, log, m)
+}
+
+// appendOnlyReader is how appendOnlyWatch reads aof_enabled, as the start
+// check does (notAppendOnly), and the time a reading may take.
+func appendOnlyReader(cfg conf.Redis, store *repo.Repo) (func(context.Context) (map[string]string, error), time.Duration) {
+	return nodeReader(cfg, store.AppendOnly, repo.AOFEnabled)
 }

@@ -110,13 +110,5 @@ func nodeOptions(r conf.Redis, tlsConfig *tls.Config, addr, username, password s
 // every node store asks (one Redis; a Cluster's masters and replicas) or,
 // with Sentinel, sentinelPolicies.
 func policyReader(cfg conf.Redis, store *repo.Repo) (func(context.Context) (map[string]string, error), time.Duration) {
-	tlsConfig, err := cfg.TLSConfig() // read and checked by Validate already
-	if !cfg.Sentinel() || err != nil {
-		return store.Policies, cfg.Timeout
-	}
-	read := func(ctx context.Context) (map[string]string, error) {
-		_, policies, err := sentinelPolicies(ctx, cfg, tlsConfig)
-		return policies, err
-	}
-	return read, time.Duration(2*len(cfg.SentinelAddrs)+1) * cfg.Timeout
+	return nodeReader(cfg, store.Policies, repo.MaxmemoryPolicy)
 }

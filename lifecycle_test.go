@@ -195,7 +195,8 @@ func TestWarnsOfEvictingMastersWithOneDown(t *testing.T) {
 
 // A Redis that keeps no append-only file is named in a warning at start
 // (a restart from an older snapshot pushes windows again and loses those
-// acknowledged since, silently); one with AOF is not.
+// acknowledged since, silently) and counted in
+// combo_redis_nodes_not_appendonly; one with AOF is not.
 func TestWarnsOfARedisWithoutAOF(t *testing.T) {
 	for _, aof := range []bool{false, true} {
 		core, logs := observer.New(zap.WarnLevel)
@@ -204,6 +205,10 @@ func TestWarnsOfARedisWithoutAOF(t *testing.T) {
 		warned := logs.FilterMessageSnippet("appendonly no").FilterField(zap.String("node", rs.Addr))
 		if want := map[bool]int{false: 1, true: 0}[aof]; warned.Len() != want {
 			t.Errorf("AOF %v: %d warnings naming %s, want %d: %v", aof, warned.Len(), rs.Addr, want, logs.All())
+		}
+		// The append-only watch goes on from what the check found.
+		if want := map[bool]string{false: "1", true: "0"}[aof]; !strings.Contains(scrape(t, s), "\ncombo_redis_nodes_not_appendonly "+want+"\n") {
+			t.Errorf("AOF %v: combo_redis_nodes_not_appendonly is not %s after the start check", aof, want)
 		}
 		if err := s.stop(); err != nil {
 			t.Fatal(err)

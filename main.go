@@ -135,10 +135,10 @@ type started struct {
 //  2. the worker stops reading, then publishes every window it holds as it
 //     comes due (bounded by server.shutdown_timeout);
 //  3. the metrics server, the settings watch (which deletes this
-//     replica's settings), the eviction watch and the loop reading the
-//     Cluster's slot map stop; then closeRedis stops the Sentinel watch and
-//     closes the Redis clients, then the embedded Redis (its TTL ticker
-//     first).
+//     replica's settings), the append-only and eviction watches and the
+//     loop reading the Cluster's slot map stop; then closeRedis stops the
+//     Sentinel watch and closes the Redis clients, then the embedded Redis
+//     (its TTL ticker first).
 func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- started) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -190,7 +190,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	// hung one listed first the budget the checks above share ran out
 	// before a master without AOF was read.
 	aofCtx, cancelAOF := context.WithTimeout(ctx, 2*time.Second)
-	warnNotAppendOnly(aofCtx, cfg, store, log)
+	notAppendOnly := warnNotAppendOnly(aofCtx, cfg, store, log)
 	cancelAOF()
 	if cfg.Redis.Sentinel() {
 		if tlsConfig, err := cfg.Redis.TLSConfig(); err == nil { // read and checked by Validate already
@@ -200,10 +200,15 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	cancel()
 	if !cfg.Embedded() {
 		read, timeout := policyReader(cfg.Redis, store)
-		ew := newEvictionWatch(read, evictionWatchEvery, timeout, evicting,
+		ew := newEvictionWatch(read, nodeWatchEvery, timeout, evicting,
 			logging.Sampled(log.Named("eviction_watch"), m.LogSuppressed), m)
 		ew.Start()
 		defer ew.Stop() // before closeRedis, deferred earlier
+		read, timeout = appendOnlyReader(cfg.Redis, store)
+		aw := newAppendOnlyWatch(read, nodeWatchEvery, timeout, notAppendOnly,
+			logging.Sampled(log.Named("appendonly_watch"), m.LogSuppressed), m)
+		aw.Start()
+		defer aw.Stop() // before closeRedis, deferred earlier
 		self, mine := cfg.Worker.Consumer, replicaSettings(cfg)
 		sw := newSettingsWatch(
 			func(ctx context.Context) (map[string]string, error) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -195,7 +196,7 @@ func TestWarnsOfSentinelNodesWithoutAOF(t *testing.T) {
 	without := testredis.StartReplica(t, master, "--appendonly", "no")
 	with := testredis.StartReplica(t, master, "--appendonly", "yes")
 	sentinel := testredis.StartSentinel(t, sentinelMaster, master)
-	startService(t, options{redis: master, log: zap.New(core), mutate: func(c *conf.Config) {
+	s := startService(t, options{redis: master, log: zap.New(core), mutate: func(c *conf.Config) {
 		c.Redis.Addr = ""
 		c.Redis.SentinelAddrs, c.Redis.SentinelMaster = []string{sentinel.Addr}, sentinelMaster
 	}})
@@ -207,6 +208,20 @@ func TestWarnsOfSentinelNodesWithoutAOF(t *testing.T) {
 		!strings.HasPrefix(warned[without.Addr], "a Redis replica keeps no append-only file") {
 		t.Fatalf("warnings %v, want the master %s named as the master and the replica %s as a replica, not %s",
 			logs.All(), master.Addr, without.Addr, with.Addr)
+	}
+	if !strings.Contains(scrape(t, s), "\ncombo_redis_nodes_not_appendonly 2\n") {
+		t.Error("combo_redis_nodes_not_appendonly is not 2 (the master and a replica) after the start check")
+	}
+	// The append-only watch reads the nodes the check read, by address.
+	cfg := conf.Default()
+	cfg.Redis.Addr, cfg.Redis.SentinelAddrs, cfg.Redis.SentinelMaster = "", []string{sentinel.Addr}, sentinelMaster
+	read, budget := appendOnlyReader(cfg.Redis, nil)
+	if want := 3 * cfg.Redis.Timeout; budget != want {
+		t.Errorf("a reading's budget %v with one Sentinel, want %v", budget, want)
+	}
+	got, err := read(context.Background())
+	if want := map[string]string{master.Addr: "0", without.Addr: "0", with.Addr: "1"}; err != nil || !maps.Equal(got, want) {
+		t.Fatalf("the watch read %v %v, want %v", got, err, want)
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 // ask the replicas too: a failover makes one of them the master, with its
 // own configuration. A node not read (it did not answer, or the Sentinels
 // see it as down, when it is left unasked) is named in the error and
-// missing from the map, so that evictionWatch keeps what it was last read
+// missing from the map, so that a nodeWatch keeps what it was last read
 // as; so is a replica the Sentinels still list once it is gone for good,
 // until they are told to forget it (SENTINEL RESET, as removing a replica
 // asks anyway). The nodes are asked at once, after the Sentinels in turn

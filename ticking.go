@@ -6,7 +6,7 @@ import (
 )
 
 // ticking runs one goroutine that calls once each interval until stop:
-// the loop of main's background watches (shardNodeWatch, evictionWatch),
+// the loop of main's background watches (shardNodeWatch, nodeWatch),
 // which differ only in what once does.
 type ticking struct {
 	cancel context.CancelFunc

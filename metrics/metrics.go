@@ -52,9 +52,9 @@ const (
 
 // The background loops (label loop of combo_loop_panics_total): the
 // worker's, the one that reads which Redis Cluster node serves each
-// shard, the eviction watch, the Sentinel watch, the settings watch, the
-// RPC server's watch of unread bytes, and the report path's shared
-// pipelines.
+// shard, the eviction and append-only watches, the Sentinel watch, the
+// settings watch, the RPC server's watch of unread bytes, and the report
+// path's shared pipelines.
 const (
 	LoopRead         = "read"
 	LoopClaim        = "claim"
@@ -63,6 +63,9 @@ const (
 	LoopShardNodes   = "shard_nodes"
 	// LoopEvictionWatch is the loop reading Redis's maxmemory-policy.
 	LoopEvictionWatch = "eviction_watch"
+	// LoopAppendOnlyWatch is the loop reading whether Redis keeps an
+	// append-only file.
+	LoopAppendOnlyWatch = "appendonly_watch"
 	// LoopSentinelWatch is the loop acting on the Sentinels' failover
 	// announcements.
 	LoopSentinelWatch = "sentinel_watch"
@@ -85,7 +88,7 @@ var (
 	reportOutcomes  = []string{OutcomeOK, OutcomeDuplicate, OutcomeDegraded, OutcomeInvalid, OutcomeUnavailable, OutcomeInternal, OutcomeCanceled, OutcomeDraining}
 	flushedStatuses = []string{FlushedPublished, FlushedStale, FlushedGone, FlushedLost}
 	redisOps        = []string{OpPrepare, OpRead, OpDrop, OpRetire, OpClaim, OpFlush, OpFlushScript, OpFinalRead, OpTime, OpStreamStats, OpPruneConsumers}
-	loops           = []string{LoopRead, LoopClaim, LoopFlush, LoopHousekeeping, LoopShardNodes, LoopEvictionWatch, LoopSentinelWatch, LoopSettingsWatch, LoopUnreadWatch, LoopReportPipeline}
+	loops           = []string{LoopRead, LoopClaim, LoopFlush, LoopHousekeeping, LoopShardNodes, LoopEvictionWatch, LoopAppendOnlyWatch, LoopSentinelWatch, LoopSettingsWatch, LoopUnreadWatch, LoopReportPipeline}
 )
 
 // Metrics are the service's collectors.
@@ -120,6 +123,9 @@ type Metrics struct {
 	// RedisNodesEvicting is the number of Redis nodes last read with a
 	// maxmemory-policy other than noeviction (main's evictionWatch).
 	RedisNodesEvicting prometheus.Gauge
+	// RedisNodesNotAppendOnly is the number of Redis nodes last read
+	// keeping no append-only file (main's appendOnlyWatch).
+	RedisNodesNotAppendOnly prometheus.Gauge
 	// ReplicasSettingsDiffer is the number of other replicas, among those
 	// that keep their settings in Redis, last read with other redis.shards
 	// or window.* settings than this one's (main's settingsWatch).
@@ -182,6 +188,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "redis.stream_maxlen: at it, no window is opened and reports are published on their own (degraded)."}),
 		RedisNodesEvicting: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "redis_nodes_evicting",
 			Help: "Redis nodes last read with a maxmemory-policy other than noeviction, which may evict windows, dedupe ids and the stream (on a Cluster, masters and replicas; with Sentinel, the master and the replicas the Sentinels list, one they list as down kept as last read until SENTINEL RESET); read every minute (0 with the embedded Redis)."}),
+		RedisNodesNotAppendOnly: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "redis_nodes_not_appendonly",
+			Help: "Redis nodes last read keeping no append-only file (aof_enabled 0), which restarted come back from an older snapshot or empty, losing windows acknowledged since or pushing them twice (the same nodes as combo_redis_nodes_evicting); read every minute (0 with the embedded Redis)."}),
 		ReplicasSettingsDiffer: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "replicas_settings_differ",
 			Help: "Other replicas last read with redis.shards or window.* settings other than this one's, which count a combo key's reports twice or cut its windows by another rule; read every 30 s (0 with the embedded Redis)."}),
 		BuildInfo: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
@@ -196,7 +204,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}),
 		LogLinesSuppressed: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "log_lines_suppressed_total",
 			Help: "Log lines at info or above left out because the same message was logged at the same level less than a second before, " +
-				"by logger: worker, handler, shard_nodes, eviction_watch, sentinel_watch, settings_watch, repo (a report pipeline's panic), main (the Redis TLS dialer's and the embedded Redis's)."}, []string{"logger"}),
+				"by logger: worker, handler, shard_nodes, eviction_watch, appendonly_watch, sentinel_watch, settings_watch, repo (a report pipeline's panic), main (the Redis TLS dialer's and the embedded Redis's)."}, []string{"logger"}),
 	}
 	for _, o := range reportOutcomes {
 		m.Reports.WithLabelValues(o)

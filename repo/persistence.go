@@ -23,6 +23,14 @@ func (r *Repo) NotAppendOnly(ctx context.Context) ([]string, error) {
 	return AppendOnlyOff(read), err
 }
 
+// AppendOnly returns the aof_enabled of every node NotAppendOnly asks
+// that answered (address -> "0" or "1"), and an error naming each that
+// did not: a node missing from the map was not read, unlike one read as
+// "0".
+func (r *Repo) AppendOnly(ctx context.Context) (map[string]string, error) {
+	return r.eachNode(ctx, "repo.AppendOnly", AOFEnabled)
+}
+
 // AppendOnlyOff returns, sorted, the nodes of enabled (address ->
 // aof_enabled, as AOFEnabled reads it) that keep no append-only file.
 func AppendOnlyOff(enabled map[string]string) []string {

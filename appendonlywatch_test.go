@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/repo"
+)
+
+// aof_enabled is read again while the service runs: a node turned to
+// appendonly no after the start (CONFIG SET, a restart with another file;
+// the start check alone said nothing of it) is warned of and counted in
+// combo_redis_nodes_not_appendonly, and appendonly yes clears it.
+func TestAppendOnlyWatchFollowsTheNode(t *testing.T) {
+	rs := testredis.Start(t, testredis.Options{AppendOnly: true})
+	rdb := rs.Client()
+	store := repo.New(rdb, repo.Settings{Shards: 1})
+	m := metrics.New(prometheus.NewRegistry())
+	core, logs := observer.New(zap.InfoLevel)
+	cfg := conf.Default()
+	cfg.Redis.Addr = rs.Addr
+	read, budget := appendOnlyReader(cfg.Redis, store)
+	if budget != cfg.Redis.Timeout {
+		t.Fatalf("a reading's budget %v on one Redis, want redis.timeout %v", budget, cfg.Redis.Timeout)
+	}
+	w := newAppendOnlyWatch(read, 20*time.Millisecond, time.Second, nil, zap.New(core), m)
+	w.Start()
+	defer w.Stop()
+	without := func(want float64) func() bool {
+		return func() bool { return testutil.ToFloat64(m.RedisNodesNotAppendOnly) == want }
+	}
+	ctx := context.Background()
+	if err := rdb.ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the node counted without AOF", without(1))
+	warned := logs.FilterMessageSnippet("appendonly no").FilterField(zap.String("node", rs.Addr)).
+		FilterField(zap.String("aof_enabled", "0"))
+	if warned.Len() != 1 || warned.All()[0].Level != zap.WarnLevel {
+		t.Fatalf("logs %v, want one warning naming %s, once however many readings", logs.All(), rs.Addr)
+	}
+	if err := rdb.ConfigSet(ctx, "appendonly", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the node no longer counted", without(0))
+	if logs.FilterMessageSnippet("keeps an append-only file now").FilterField(zap.String("node", rs.Addr)).Len() != 1 {
+		t.Fatalf("logs %v, want the return to appendonly yes said once", logs.All())
+	}
+	if n := testutil.ToFloat64(m.RedisNodesEvicting); n != 0 {
+		t.Fatalf("combo_redis_nodes_evicting %v: the append-only watch set the eviction watch's gauge", n)
+	}
+}
+
+// The append-only watch starts from what the start check found, keeps a
+// node it cannot read as last read, forgets one no longer among the nodes,
+// counts its own panics, and leaves a refused login to the eviction
+// watch, which reads the same nodes and warns of it each minute: it would
+// otherwise be said twice.
+func TestAppendOnlyWatchKeepsWhatItCannotRead(t *testing.T) {
+	refusals := loginRefusals(t)
+	m := metrics.New(prometheus.NewRegistry())
+	core, logs := observer.New(zap.WarnLevel)
+	answers := make(chan func() (map[string]string, error), 1)
+	read := func(context.Context) (map[string]string, error) { return (<-answers)() }
+	w := newAppendOnlyWatch(read, time.Hour, time.Second, map[string]string{"a:6379": "0"}, zap.New(core), m)
+	if got := testutil.ToFloat64(m.RedisNodesNotAppendOnly); got != 1 {
+		t.Fatalf("gauge %v, want the start check's 1", got)
+	}
+	for _, step := range []struct {
+		answer func() (map[string]string, error)
+		want   float64
+	}{
+		{func() (map[string]string, error) { return nil, errors.New("connection refused") }, 1},
+		{func() (map[string]string, error) { panic("boom") }, 1},
+		{func() (map[string]string, error) {
+			return map[string]string{"b:6379": "0"}, fmt.Errorf("a:6379: repo.AOFEnabled: %w", refusals.wrongpass)
+		}, 2},
+		{func() (map[string]string, error) {
+			return map[string]string{"a:6379": "1", "b:6379": "0"}, errors.New("c:6379: timeout")
+		}, 1},
+		{func() (map[string]string, error) { return map[string]string{"c:6379": "1"}, nil }, 0},
+	} {
+		answers <- step.answer
+		w.once(context.Background())
+		if got := testutil.ToFloat64(m.RedisNodesNotAppendOnly); got != step.want {
+			t.Fatalf("gauge %v, want %v", got, step.want)
+		}
+	}
+	if n := testutil.ToFloat64(m.LoopPanics.WithLabelValues(metrics.LoopAppendOnlyWatch)); n != 1 {
+		t.Fatalf("panics counted %v under %s, want 1", n, metrics.LoopAppendOnlyWatch)
+	}
+	if n := logs.FilterMessageSnippet("refuse").Len(); n != 0 {
+		t.Fatalf("%d warnings of a refused login, want none (the eviction watch's): %v", n, logs.All())
+	}
+	if n := logs.FilterMessageSnippet("appendonly no").FilterField(zap.String("node", "b:6379")).Len(); n != 1 {
+		t.Fatalf("logs %v, want b:6379 warned of once", logs.All())
+	}
+}
