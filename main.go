@@ -209,14 +209,18 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 			logging.Sampled(log.Named("appendonly_watch"), m.LogSuppressed), m)
 		aw.Start()
 		defer aw.Stop() // before closeRedis, deferred earlier
-		self, mine := cfg.Worker.Consumer, replicaSettings(cfg)
+		self, mine, instance := cfg.Worker.Consumer, replicaSettings(cfg), processInstance()
 		sw := newSettingsWatch(
 			func(ctx context.Context) (map[string]string, error) {
 				return store.ShareSettings(ctx, self, mine, 3*settingsWatchEvery)
 			},
+			func(ctx context.Context) (string, error) {
+				return store.ClaimConsumer(ctx, self, instance, 3*settingsWatchEvery)
+			},
 			func(ctx context.Context) error { return store.ForgetSettings(ctx, self) },
 			mine, settingsWatchEvery, 2*cfg.Redis.Timeout,
-			logging.Sampled(log.Named("settings_watch"), m.LogSuppressed), m)
+			logging.Sampled(log.Named("settings_watch"), m.LogSuppressed).
+				With(zap.String("consumer", self), zap.String("this_process", instance)), m)
 		sw.Start()
 		defer sw.Stop() // before closeRedis, deferred earlier
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -29,7 +30,7 @@ func TestSettingsWatchCountsTheReplicasThatDiffer(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	answers := make(chan func() (map[string]string, error), 1)
 	share := func(context.Context) (map[string]string, error) { return (<-answers)() }
-	w := newSettingsWatch(share, func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
+	w := newSettingsWatch(share, noClaim, func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
 		zap.New(core), m)
 	named := func() []string { // the replicas each warning named, in order
 		var out []string
@@ -85,7 +86,7 @@ func TestSettingsWatchNamesEveryReplicaThroughTheSampledLog(t *testing.T) {
 	share := func(context.Context) (map[string]string, error) {
 		return map[string]string{"c": "other", "d": "third", "e": "mine"}, nil
 	}
-	w := newSettingsWatch(share, func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
+	w := newSettingsWatch(share, noClaim, func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
 		logging.Sampled(zap.New(core), m.LogSuppressed), m)
 	w.once(context.Background())
 	warned := logs.FilterMessageSnippet("other replicas run with other settings").All()
@@ -100,13 +101,67 @@ func TestSettingsWatchWarnsOnceThatItCannotCompare(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	core, logs := observer.New(zap.DebugLevel)
 	share := func(context.Context) (map[string]string, error) { return nil, errors.New("NOPERM smembers") }
-	w := newSettingsWatch(share, func(context.Context) error { return nil }, "mine", time.Hour, time.Second, zap.New(core), m)
+	w := newSettingsWatch(share, noClaim, func(context.Context) error { return nil }, "mine", time.Hour, time.Second, zap.New(core), m)
 	for range 3 {
 		w.once(context.Background())
 	}
 	failed := logs.FilterMessageSnippet("could not compare")
 	if warns, debugs := failed.FilterLevelExact(zap.WarnLevel).Len(), failed.FilterLevelExact(zap.DebugLevel).Len(); warns != 1 || debugs != 2 {
 		t.Fatalf("%d warnings and %d debug lines of 3 failed readings, want 1 and 2", warns, debugs)
+	}
+}
+
+// noClaim is a claim of the consumer that finds no other process.
+func noClaim(context.Context) (string, error) { return "", nil }
+
+// Another process claiming this replica's worker.consumer is warned of
+// once, naming it, until three readings in a row find none (two twins'
+// ticks can interleave so that one reading misses the other's claim),
+// and again if one comes back; the claim found at the first reading (a
+// predecessor's, before a crash) and a failed claim count nothing.
+func TestSettingsWatchWarnsOfAnotherProcessWithItsConsumer(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	core, logs := observer.New(zap.DebugLevel)
+	claims := make(chan func() (string, error), 1)
+	claim := func(context.Context) (string, error) { return (<-claims)() }
+	share := func(context.Context) (map[string]string, error) { return map[string]string{}, nil }
+	w := newSettingsWatch(share, claim, func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
+		zap.New(core), m)
+	said := func() (warned, gone []string) {
+		for _, e := range logs.FilterMessageSnippet("another process runs with this replica's worker.consumer").All() {
+			warned = append(warned, e.ContextMap()["other_process"].(string))
+		}
+		for _, e := range logs.FilterMessageSnippet("no other process has run").All() {
+			gone = append(gone, e.ContextMap()["other_process"].(string))
+		}
+		return warned, gone
+	}
+	found := func(other string) func() (string, error) { return func() (string, error) { return other, nil } }
+	for i, step := range []struct {
+		claim        func() (string, error)
+		warned, gone []string // every line so far
+	}{
+		{found("before a crash"), nil, nil},
+		{found(""), nil, nil},
+		{found("b"), []string{"b"}, nil},
+		{found("b"), []string{"b"}, nil},
+		{found(""), []string{"b"}, nil},
+		{func() (string, error) { return "", errors.New("NOPERM set") }, []string{"b"}, nil},
+		{found("b"), []string{"b"}, nil},
+		{found(""), []string{"b"}, nil},
+		{found(""), []string{"b"}, nil},
+		{found(""), []string{"b"}, []string{"b"}},
+		{found(""), []string{"b"}, []string{"b"}},
+		{found("c"), []string{"b", "c"}, []string{"b"}},
+	} {
+		claims <- step.claim
+		w.once(context.Background())
+		if warned, gone := said(); !slices.Equal(warned, step.warned) || !slices.Equal(gone, step.gone) {
+			t.Fatalf("reading %d: warned of %q, said gone %q; want %q and %q", i, warned, gone, step.warned, step.gone)
+		}
+	}
+	if n := logs.FilterMessageSnippet("could not claim").FilterLevelExact(zap.DebugLevel).Len(); n != 1 {
+		t.Fatalf("the failed claim said %d times at debug, want once: %v", n, logs.All())
 	}
 }
 
@@ -180,5 +235,18 @@ func TestAReplicaWithOtherSettingsIsNamed(t *testing.T) {
 	}
 	if first.rdb.SIsMember(ctx, keys.Replicas(), "second").Val() {
 		t.Fatal("the second replica, stopped cleanly, is still named among the replicas")
+	}
+	// Each replica claims its consumer for its process, named by host and
+	// pid, for as long as its settings; a clean stop deletes the claim.
+	host, _ := os.Hostname()
+	claimed := first.rdb.Get(ctx, keys.ConsumerInstance("first")).Val()
+	if want := fmt.Sprintf("%s pid %d ", host, os.Getpid()); !strings.HasPrefix(claimed, want) {
+		t.Fatalf("the first replica's consumer claimed by %q, want %q and random bytes", claimed, want)
+	}
+	if ttl := first.rdb.PTTL(ctx, keys.ConsumerInstance("first")).Val(); ttl < 60*time.Second || ttl > 90*time.Second {
+		t.Fatalf("the first replica's claim lives %s, want 90 s at most, and more than 60", ttl)
+	}
+	if n := first.rdb.Exists(ctx, keys.ConsumerInstance("second")).Val(); n != 0 {
+		t.Fatal("the second replica's claim of its consumer is still there after a clean stop")
 	}
 }

@@ -19,6 +19,7 @@ import (
 //	                                              the report script declares it (see report.lua)
 //	combo:{0}:r:<consumer>                STRING  a replica's shard and window settings (ShareSettings), with a TTL
 //	combo:{0}:replicas                    SET     the consumers of the replicas that share their settings
+//	combo:{0}:i:<consumer>                STRING  the process last running as consumer (ClaimConsumer), with a TTL
 //
 // A stream entry names its window by the part of its key after ":w:"
 // (EntryComboKey).
@@ -115,6 +116,10 @@ func (k Keys) Replicas() string { return k.tags[0] + "replicas" }
 // keeps its settings for the others to compare (ShareSettings). It is on
 // shard 0, which every replica has whatever its shard count.
 func (k Keys) ReplicaSettings(consumer string) string { return k.tags[0] + "r:" + consumer }
+
+// ConsumerInstance is the key naming the process that last claimed
+// consumer (ClaimConsumer), on shard 0 as ReplicaSettings.
+func (k Keys) ConsumerInstance(consumer string) string { return k.tags[0] + "i:" + consumer }
 
 // SeenPrefix is the prefix of shard's dedupe sets (the report script
 // appends the bucket number, from Redis's clock, and the id's sub-set).

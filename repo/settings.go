@@ -82,12 +82,35 @@ func (r *Repo) ShareSettings(ctx context.Context, self, settings string, ttl tim
 	return out, nil
 }
 
+// ClaimConsumer names instance (a string only this process writes) as the
+// process running as consumer self, for ttl, and returns the instance the
+// key named before, "" when none did or it was instance itself. Two
+// processes given one worker.consumer (README says each must have its
+// own) find each other so: each finds the other's name at its next claim.
+// They push each window once all the same (the flush script decides), but
+// share one consumer's pending entries and one settings key, so a
+// difference in their settings goes unseen. A process restarted after a
+// crash finds its predecessor's name at its first claim, which the caller
+// must discount.
+func (r *Repo) ClaimConsumer(ctx context.Context, self, instance string, ttl time.Duration) (string, error) {
+	was, err := r.rdb.SetArgs(ctx, r.keys.ConsumerInstance(self), instance, redis.SetArgs{Get: true, TTL: ttl}).Result()
+	switch {
+	case errors.Is(err, redis.Nil), err == nil && was == instance:
+		return "", nil
+	case err != nil:
+		return "", wrap("repo.ClaimConsumer", err)
+	}
+	return was, nil
+}
+
 // ForgetSettings deletes self's settings and takes it out of the set of
 // replicas: a replica stopped cleanly is not compared with those started
-// after it, with other settings, within its key's TTL.
+// after it, with other settings, within its key's TTL. It deletes self's
+// claim too (ClaimConsumer), so the process started next under that name
+// finds none.
 func (r *Repo) ForgetSettings(ctx context.Context, self string) error {
 	pipe := r.rdb.Pipeline()
-	pipe.Del(ctx, r.keys.ReplicaSettings(self))
+	pipe.Del(ctx, r.keys.ReplicaSettings(self), r.keys.ConsumerInstance(self))
 	pipe.SRem(ctx, r.keys.Replicas(), self)
 	_, err := pipe.Exec(ctx)
 	return wrap("repo.ForgetSettings", err)

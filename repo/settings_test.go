@@ -157,3 +157,41 @@ func TestShareSettingsDatesTheSetByRedisTime(t *testing.T) {
 		t.Fatalf("set TTL %v, want ~72h (dated by the TIME script's answer)", ttl)
 	}
 }
+
+// Two processes claiming one consumer find each other: each claim returns
+// the process that claimed before it, if another; a process's own claim
+// again, or none, returns ""; the claim expires, and ForgetSettings
+// deletes it, on one Redis and in a Cluster slot with the consumer's
+// settings (one DEL of both).
+func TestClaimConsumerFindsAnotherProcess(t *testing.T) {
+	ctx := context.Background()
+	for name, rdb := range map[string]redis.UniversalClient{
+		"one Redis": testredis.Start(t, testredis.Options{}).Client(),
+		"Cluster":   testredis.StartCluster(t, 3).Client(t),
+	} {
+		r := repo.New(rdb, repo.Settings{Shards: 1})
+		key := repo.NewKeys(1).ConsumerInstance("x")
+		for i, step := range []struct{ instance, want string }{
+			{"p1", ""}, {"p1", ""}, {"p2", "p1"}, {"p1", "p2"}, {"p1", ""},
+		} {
+			if got, err := r.ClaimConsumer(ctx, "x", step.instance, time.Minute); err != nil || got != step.want {
+				t.Fatalf("%s: claim %d by %s found %q %v, want %q", name, i, step.instance, got, err, step.want)
+			}
+		}
+		if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 || ttl > time.Minute {
+			t.Fatalf("%s: the claim has TTL %s, want up to the 1m given", name, ttl)
+		}
+		if got, err := r.ClaimConsumer(ctx, "y", "p2", time.Minute); err != nil || got != "" {
+			t.Fatalf("%s: another consumer's claim found %q %v, want nothing", name, got, err)
+		}
+		if err := r.ForgetSettings(ctx, "x"); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if n := rdb.Exists(ctx, key).Val(); n != 0 {
+			t.Fatalf("%s: the claim is still there after ForgetSettings", name)
+		}
+		if got, err := r.ClaimConsumer(ctx, "x", "p3", time.Minute); err != nil || got != "" {
+			t.Fatalf("%s: a claim after ForgetSettings found %q %v, want nothing", name, got, err)
+		}
+	}
+}
