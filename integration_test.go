@@ -306,10 +306,12 @@ func TestInvalidInputIsRefusedAndNothingWritten(t *testing.T) {
 	}
 	// The only keys allowed are the stream itself, which the worker creates
 	// with its group in the background (it may not exist yet), and the
-	// replica's settings and the set naming it, kept from its start.
+	// replica's settings, the set naming it and its claim of its consumer,
+	// kept from its start.
 	keys := repo.NewKeys(1)
 	for _, k := range s.rdb.Keys(ctx, "*").Val() {
-		if k != keys.Stream(0) && k != keys.ReplicaSettings(s.cfg.Worker.Consumer) && k != keys.Replicas() {
+		if k != keys.Stream(0) && k != keys.ReplicaSettings(s.cfg.Worker.Consumer) && k != keys.Replicas() &&
+			k != keys.ConsumerInstance(s.cfg.Worker.Consumer) {
 			t.Fatalf("redis holds key %q written by a refused report", k)
 		}
 	}
