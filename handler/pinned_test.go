@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -152,5 +153,49 @@ func TestMergeLatestLimitAtOrBelowZeroMeansAll(t *testing.T) {
 	resp, err := h.MergeLatest(context.Background(), &combo.MergeLatestRequest{ActivityId: 7, Records: rows, Limit: 2})
 	if err != nil || len(resp.Records) != 2 || resp.Records[0].Id != 3 || resp.Records[1].Id != 2 {
 		t.Fatalf("limit 2: %+v %v, want the newest two, ids 3 and 2", resp, err)
+	}
+}
+
+// Redis unavailable (repo.ErrUnavailable, wrapped as the repo does) is
+// UNAVAILABLE, which callers retry elsewhere, and counted so, on both
+// RPCs; pinned before only by the root package's Redis-down test.
+func TestAStoreUnavailableIsUnavailable(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	h := New(&scriptedStore{fail: fmt.Errorf("repo.Report: %w: dial tcp: connection refused", repo.ErrUnavailable)},
+		3*time.Second, m, zap.NewNop())
+	for name, call := range map[string]func() error{
+		"ReportContribution": func() error {
+			_, err := h.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: contributionWithID(1)})
+			return err
+		},
+		"ReportContributions": func() error {
+			_, err := h.ReportContributions(context.Background(), &combo.ReportContributionsRequest{
+				Contributions: []*combo.Contribution{contributionWithID(1), contributionWithID(2)}})
+			return err
+		},
+	} {
+		var ce *combo.ComboError
+		if err := call(); !errors.As(err, &ce) || ce.Code != CodeUnavailable {
+			t.Errorf("%s with Redis unavailable: %v, want a ComboError of code %d", name, err, CodeUnavailable)
+		}
+	}
+	if n := testutil.ToFloat64(m.Reports.WithLabelValues(metrics.OutcomeUnavailable)); n != 3 {
+		t.Fatalf("reports counted unavailable: %v, want 3", n)
+	}
+}
+
+// Each report RPC leaves the drain gate as it returns, failed or not: a call
+// that did not made Drain wait out its whole deadline at every stop.
+func TestDrainReturnsOnceTheCallsHaveReturned(t *testing.T) {
+	for name, fail := range map[string]error{"answered": nil, "failed": errors.New("boom")} {
+		h := New(&scriptedStore{fail: fail}, 3*time.Second, metrics.New(prometheus.NewRegistry()), zap.NewNop())
+		_, _ = h.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: contributionWithID(1)})
+		_, _ = h.ReportContributions(context.Background(), &combo.ReportContributionsRequest{
+			Contributions: []*combo.Contribution{contributionWithID(2)}})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := h.Drain(ctx); err != nil {
+			t.Errorf("%s calls: Drain = %v, want nil at once", name, err)
+		}
+		cancel()
 	}
 }
