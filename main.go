@@ -209,18 +209,17 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 			logging.Sampled(log.Named("appendonly_watch"), m.LogSuppressed), m)
 		aw.Start()
 		defer aw.Stop() // before closeRedis, deferred earlier
-		self, mine, instance := cfg.Worker.Consumer, replicaSettings(cfg), processInstance()
+		self, mine := cfg.Worker.Consumer, replicaSettings(cfg)
+		swLog := logging.Sampled(log.Named("settings_watch"), m.LogSuppressed)
 		sw := newSettingsWatch(
 			func(ctx context.Context) (map[string]string, error) {
 				return store.ShareSettings(ctx, self, mine, 3*settingsWatchEvery)
 			},
-			func(ctx context.Context) (string, error) {
+			newConsumerClaim(self, func(ctx context.Context, instance string) (string, error) {
 				return store.ClaimConsumer(ctx, self, instance, 3*settingsWatchEvery)
-			},
+			}, swLog),
 			func(ctx context.Context) error { return store.ForgetSettings(ctx, self) },
-			mine, settingsWatchEvery, 2*cfg.Redis.Timeout,
-			logging.Sampled(log.Named("settings_watch"), m.LogSuppressed).
-				With(zap.String("consumer", self), zap.String("this_process", instance)), m)
+			mine, settingsWatchEvery, 2*cfg.Redis.Timeout, swLog, m)
 		sw.Start()
 		defer sw.Stop() // before closeRedis, deferred earlier
 	}

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"time"
 
@@ -49,14 +47,9 @@ func replicaSettings(cfg conf.Config) string {
 // A reading that fails leaves what was last read. It is not started with
 // the embedded Redis, which no other replica shares.
 //
-// It also claims this replica's worker.consumer for this process
-// (repo.ClaimConsumer) and warns when another process claimed it since
-// its last reading: two processes given one name (a Deployment with
-// COMBO_WORKER_CONSUMER set for every pod, two on one host with the host
-// name as the default) push each window once all the same, but share one
-// settings key, so this watch cannot compare them, and README says each
-// must have its own. The claim found at the first reading is not counted:
-// it may be this replica's own before a crash.
+// At each reading it also claims this replica's worker.consumer for this
+// process (consumerClaim), since two processes given one name share one
+// settings key, and this watch cannot compare them.
 //
 // Shutdown order: it stops as run returns, after the worker's shutdown,
 // and deletes this replica's key (so one started next with other settings
@@ -64,7 +57,7 @@ func replicaSettings(cfg conf.Config) string {
 // deferred closeRedis, deferred before it).
 type settingsWatch struct {
 	share   func(context.Context) (map[string]string, error) // others' settings, by consumer
-	claim   func(context.Context) (string, error)            // another process found claiming this consumer, or ""
+	claim   *consumerClaim
 	forget  func(context.Context) error
 	mine    string
 	every   time.Duration
@@ -73,18 +66,10 @@ type settingsWatch struct {
 	m       *metrics.Metrics
 	differ  map[string]string // consumer -> settings, of replicas found differing
 	started bool              // a reading has been made
-	twin    string            // the other process last found claiming this consumer, while warned of
-	alone   int               // readings since one found it, while twin is set
 	loop    *ticking
 }
 
-// twinGoneAfter is how many readings in a row must find no other process
-// claiming this consumer before it is said to be gone: two twins claim
-// every settingsWatchEvery each, and a tick that lands just after the
-// other's can miss one claim.
-const twinGoneAfter = 3
-
-func newSettingsWatch(share func(context.Context) (map[string]string, error), claim func(context.Context) (string, error),
+func newSettingsWatch(share func(context.Context) (map[string]string, error), claim *consumerClaim,
 	forget func(context.Context) error, mine string, every, timeout time.Duration, log *zap.Logger, m *metrics.Metrics) *settingsWatch {
 	return &settingsWatch{share: share, claim: claim, forget: forget, mine: mine, every: every, timeout: timeout,
 		log: log, m: m, differ: map[string]string{}}
@@ -105,21 +90,22 @@ func (w *settingsWatch) once(ctx context.Context) {
 			w.log.Error("recovered panic in the settings watch loop", zap.Any("panic", p), zap.Stack("stack"))
 		}
 	}()
-	readCtx, cancel := context.WithTimeout(ctx, w.timeout)
-	defer cancel()
-	twin, claimErr := w.claim(readCtx)
-	others, err := w.share(readCtx)
+	// The claim has time of its own: the sharing may take four round
+	// trips.
+	claimCtx, cancelClaim := context.WithTimeout(ctx, w.timeout)
+	defer cancelClaim()
+	w.claim.check(claimCtx)
 	if ctx.Err() != nil {
 		return // a reading cut short by Stop is no news
 	}
+	readCtx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	others, err := w.share(readCtx)
+	if ctx.Err() != nil {
+		return
+	}
 	first := !w.started
 	w.started = true
-	switch {
-	case claimErr != nil:
-		w.log.Debug("could not claim this replica's worker.consumer", zap.Error(claimErr))
-	case !first:
-		w.sameConsumer(twin)
-	}
 	if err != nil {
 		// At start it is said once: a user denied a command, say, would
 		// otherwise leave the check off unseen.
@@ -157,37 +143,6 @@ func (w *settingsWatch) once(ctx context.Context) {
 		w.log.Info("replicas found with other settings now agree or are gone", zap.Strings("replicas", settled))
 	}
 	w.m.ReplicasSettingsDiffer.Set(float64(len(w.differ)))
-}
-
-// sameConsumer says when another process is found claiming this replica's
-// consumer, and when none has for twinGoneAfter readings.
-func (w *settingsWatch) sameConsumer(twin string) {
-	switch {
-	case twin != "":
-		if w.twin == "" {
-			w.log.Warn("another process runs with this replica's worker.consumer: each replica must have its own "+
-				"(README: Replicas); the two share one consumer's pending entries and one settings key, "+
-				"so a difference between their settings goes unseen",
-				zap.String("other_process", twin))
-		}
-		w.twin, w.alone = twin, 0
-	case w.twin != "":
-		if w.alone++; w.alone >= twinGoneAfter {
-			w.log.Info("no other process has run with this replica's worker.consumer since",
-				zap.String("other_process", w.twin))
-			w.twin, w.alone = "", 0
-		}
-	}
-}
-
-// processInstance names this process in its claim of its consumer (and in
-// the other's warning): the host and pid say where to look, and random
-// bytes tell apart two containers that share both (pid 1, host network).
-func processInstance() string {
-	host, _ := os.Hostname()
-	var b [4]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	return fmt.Sprintf("%s pid %d %x", host, os.Getpid(), b)
 }
 
 // Stop ends the loop, waits for it, and deletes this replica's settings.

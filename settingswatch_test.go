@@ -30,7 +30,7 @@ func TestSettingsWatchCountsTheReplicasThatDiffer(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	answers := make(chan func() (map[string]string, error), 1)
 	share := func(context.Context) (map[string]string, error) { return (<-answers)() }
-	w := newSettingsWatch(share, noClaim, func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
+	w := newSettingsWatch(share, noClaim(), func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
 		zap.New(core), m)
 	named := func() []string { // the replicas each warning named, in order
 		var out []string
@@ -86,7 +86,7 @@ func TestSettingsWatchNamesEveryReplicaThroughTheSampledLog(t *testing.T) {
 	share := func(context.Context) (map[string]string, error) {
 		return map[string]string{"c": "other", "d": "third", "e": "mine"}, nil
 	}
-	w := newSettingsWatch(share, noClaim, func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
+	w := newSettingsWatch(share, noClaim(), func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
 		logging.Sampled(zap.New(core), m.LogSuppressed), m)
 	w.once(context.Background())
 	warned := logs.FilterMessageSnippet("other replicas run with other settings").All()
@@ -101,7 +101,7 @@ func TestSettingsWatchWarnsOnceThatItCannotCompare(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	core, logs := observer.New(zap.DebugLevel)
 	share := func(context.Context) (map[string]string, error) { return nil, errors.New("NOPERM smembers") }
-	w := newSettingsWatch(share, noClaim, func(context.Context) error { return nil }, "mine", time.Hour, time.Second, zap.New(core), m)
+	w := newSettingsWatch(share, noClaim(), func(context.Context) error { return nil }, "mine", time.Hour, time.Second, zap.New(core), m)
 	for range 3 {
 		w.once(context.Background())
 	}
@@ -112,57 +112,8 @@ func TestSettingsWatchWarnsOnceThatItCannotCompare(t *testing.T) {
 }
 
 // noClaim is a claim of the consumer that finds no other process.
-func noClaim(context.Context) (string, error) { return "", nil }
-
-// Another process claiming this replica's worker.consumer is warned of
-// once, naming it, until three readings in a row find none (two twins'
-// ticks can interleave so that one reading misses the other's claim),
-// and again if one comes back; the claim found at the first reading (a
-// predecessor's, before a crash) and a failed claim count nothing.
-func TestSettingsWatchWarnsOfAnotherProcessWithItsConsumer(t *testing.T) {
-	m := metrics.New(prometheus.NewRegistry())
-	core, logs := observer.New(zap.DebugLevel)
-	claims := make(chan func() (string, error), 1)
-	claim := func(context.Context) (string, error) { return (<-claims)() }
-	share := func(context.Context) (map[string]string, error) { return map[string]string{}, nil }
-	w := newSettingsWatch(share, claim, func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
-		zap.New(core), m)
-	said := func() (warned, gone []string) {
-		for _, e := range logs.FilterMessageSnippet("another process runs with this replica's worker.consumer").All() {
-			warned = append(warned, e.ContextMap()["other_process"].(string))
-		}
-		for _, e := range logs.FilterMessageSnippet("no other process has run").All() {
-			gone = append(gone, e.ContextMap()["other_process"].(string))
-		}
-		return warned, gone
-	}
-	found := func(other string) func() (string, error) { return func() (string, error) { return other, nil } }
-	for i, step := range []struct {
-		claim        func() (string, error)
-		warned, gone []string // every line so far
-	}{
-		{found("before a crash"), nil, nil},
-		{found(""), nil, nil},
-		{found("b"), []string{"b"}, nil},
-		{found("b"), []string{"b"}, nil},
-		{found(""), []string{"b"}, nil},
-		{func() (string, error) { return "", errors.New("NOPERM set") }, []string{"b"}, nil},
-		{found("b"), []string{"b"}, nil},
-		{found(""), []string{"b"}, nil},
-		{found(""), []string{"b"}, nil},
-		{found(""), []string{"b"}, []string{"b"}},
-		{found(""), []string{"b"}, []string{"b"}},
-		{found("c"), []string{"b", "c"}, []string{"b"}},
-	} {
-		claims <- step.claim
-		w.once(context.Background())
-		if warned, gone := said(); !slices.Equal(warned, step.warned) || !slices.Equal(gone, step.gone) {
-			t.Fatalf("reading %d: warned of %q, said gone %q; want %q and %q", i, warned, gone, step.warned, step.gone)
-		}
-	}
-	if n := logs.FilterMessageSnippet("could not claim").FilterLevelExact(zap.DebugLevel).Len(); n != 1 {
-		t.Fatalf("the failed claim said %d times at debug, want once: %v", n, logs.All())
-	}
+func noClaim() *consumerClaim {
+	return newConsumerClaim("mine", func(context.Context, string) (string, error) { return "", nil }, zap.NewNop())
 }
 
 // The settings compared are redis.shards and window.*, whatever form the

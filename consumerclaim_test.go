@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/repo"
+)
+
+// twinLines are the processes the claim's warnings named, and those its
+// lines said gone, in order.
+func twinLines(logs *observer.ObservedLogs) (warned, gone []string) {
+	for _, e := range logs.FilterMessageSnippet("another process runs with this replica's worker.consumer").All() {
+		warned = append(warned, e.ContextMap()["other_process"].(string))
+	}
+	for _, e := range logs.FilterMessageSnippet("no other process has run").All() {
+		gone = append(gone, e.ContextMap()["other_process"].(string))
+	}
+	return warned, gone
+}
+
+// Another process claiming this replica's worker.consumer is warned of
+// once, naming it, until three claims in a row find none (two twins'
+// ticks can interleave so that one claim misses the other's), and again
+// if one comes back. The first claim that succeeds counts nothing (it may
+// find this replica's own from before a crash), even after failed ones (a
+// replica started before its Redis), and a failed claim counts nothing,
+// said at warn only before any claim succeeded.
+func TestConsumerClaimWarnsOfAnotherProcess(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	claims := make(chan func() (string, error), 1)
+	claim := newConsumerClaim("x", func(context.Context, string) (string, error) { return (<-claims)() }, zap.New(core))
+	found := func(other string) func() (string, error) { return func() (string, error) { return other, nil } }
+	failed := func() (string, error) { return "", errors.New("LOADING Redis is loading the dataset in memory") }
+	for i, step := range []struct {
+		claim        func() (string, error)
+		warned, gone []string // every line so far
+	}{
+		{failed, nil, nil},
+		{failed, nil, nil},
+		{found("before a crash"), nil, nil},
+		{found(""), nil, nil},
+		{found("b"), []string{"b"}, nil},
+		{found("b"), []string{"b"}, nil},
+		{found(""), []string{"b"}, nil},
+		{found(""), []string{"b"}, nil},
+		{failed, []string{"b"}, nil},
+		{found("b"), []string{"b"}, nil},
+		{found(""), []string{"b"}, nil},
+		{found(""), []string{"b"}, nil},
+		{failed, []string{"b"}, nil},
+		{found(""), []string{"b"}, []string{"b"}},
+		{found(""), []string{"b"}, []string{"b"}},
+		{found("c"), []string{"b", "c"}, []string{"b"}},
+	} {
+		claims <- step.claim
+		claim.check(context.Background())
+		if warned, gone := twinLines(logs); !slices.Equal(warned, step.warned) || !slices.Equal(gone, step.gone) {
+			t.Fatalf("claim %d: warned of %q, said gone %q; want %q and %q", i, warned, gone, step.warned, step.gone)
+		}
+	}
+	failures := logs.FilterMessageSnippet("could not claim")
+	if w, d := failures.FilterLevelExact(zap.WarnLevel).Len(), failures.FilterLevelExact(zap.DebugLevel).Len(); w != 1 || d != 3 {
+		t.Fatalf("failed claims said %d times at warn and %d at debug, want 1 and 3: %v", w, d, logs.All())
+	}
+	// Every line names the consumer and this process.
+	for _, e := range logs.All() {
+		if e.ContextMap()["consumer"] != "x" || e.ContextMap()["this_process"] != claim.instance {
+			t.Fatalf("line %q names consumer %v and process %v, want x and %s", e.Message, e.ContextMap()["consumer"],
+				e.ContextMap()["this_process"], claim.instance)
+		}
+	}
+	// A claim cut short by the watch's Stop is no news.
+	fresh := newConsumerClaim("x", func(context.Context, string) (string, error) { return "", context.Canceled }, zap.New(core))
+	fresh.check(context.Background())
+	if n := failures.Len(); n != 4 {
+		t.Fatalf("a claim cut short by Stop was said: %v", logs.All())
+	}
+}
+
+// On a real Redis a process claiming its consumer again and again finds
+// no other (itself included), and two processes given one consumer each
+// find the other from their second claim on, naming it by host and pid.
+func TestConsumerClaimsOnRedis(t *testing.T) {
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	store := repo.New(rdb, repo.Settings{Shards: 1})
+	core, logs := observer.New(zap.WarnLevel)
+	claimOf := func(consumer string) *consumerClaim {
+		return newConsumerClaim(consumer, func(ctx context.Context, instance string) (string, error) {
+			return store.ClaimConsumer(ctx, consumer, instance, settingsWatchEvery)
+		}, zap.New(core))
+	}
+	ctx := context.Background()
+	alone := claimOf("alone")
+	for range 4 {
+		alone.check(ctx)
+	}
+	if logs.Len() != 0 {
+		t.Fatalf("a process alone with its consumer warned: %v", logs.All())
+	}
+	a, b := claimOf("twin"), claimOf("twin")
+	for range 2 {
+		a.check(ctx)
+		b.check(ctx)
+	}
+	host, _ := os.Hostname()
+	warned, _ := twinLines(logs)
+	if len(warned) != 2 || warned[0] != b.instance || warned[1] != a.instance ||
+		!strings.HasPrefix(a.instance, fmt.Sprintf("%s pid %d ", host, os.Getpid())) || a.instance == b.instance {
+		t.Fatalf("twins warned of %q, want b's then a's (%q, %q), each named by host and pid", warned, b.instance, a.instance)
+	}
+}
