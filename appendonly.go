@@ -26,7 +26,7 @@ import (
 // design and is not asked. A node not read is named in a warning of its
 // own: the eviction check's may have read it (a Sentinel that answered in
 // time for one check and not the other). It returns the nodes found
-// without AOF (node -> "0"), for appendOnlyWatch to go on from.
+// without AOF (node -> "0"), for the append-only watch to go on from.
 func warnNotAppendOnly(ctx context.Context, cfg conf.Config, store *repo.Repo, log *zap.Logger) map[string]string {
 	if cfg.Embedded() {
 		return nil
@@ -66,15 +66,19 @@ func notAppendOnly(ctx context.Context, cfg conf.Config, store *repo.Repo) (mast
 	return "", nodes, err
 }
 
-// appendOnlyRule is what appendOnlyWatch watches: a node's aof_enabled,
+// appendOnlyRule is what the append-only watch watches: a node's aof_enabled,
 // unsafe at "0".
 var appendOnlyRule = nodeRule{
+	name:    "append-only watch",
 	setting: "aof_enabled",
 	field:   "aof_enabled",
 	unsafe:  func(enabled string) bool { return enabled == "0" },
-	warn: "Redis keeps no append-only file (appendonly no): restarted, it comes back from an older " +
-		"snapshot or empty, and windows acknowledged since are lost or pushed twice; " +
-		"set appendonly yes on every node (README: Redis settings)",
+	// A replica without AOF does no harm until a failover promotes it
+	// (restarted, it copies its master again); the watch does not tell
+	// replicas from masters, which a failover swaps.
+	warn: "a Redis node keeps no append-only file (appendonly no): restarted as the master (a replica once " +
+		"a failover promotes it), it comes back from an older snapshot or empty, and windows acknowledged " +
+		"since are lost or pushed twice; set appendonly yes on every node (README: Redis settings)",
 	safe:      "Redis node keeps an append-only file now (appendonly yes)",
 	forgotten: "Redis node found without an append-only file is no longer among the nodes; forgotten",
 	gauge:     func(m *metrics.Metrics) prometheus.Gauge { return m.RedisNodesNotAppendOnly },
@@ -95,7 +99,7 @@ func newAppendOnlyWatch(read func(context.Context) (map[string]string, error), e
 	return newNodeWatch(read, appendOnlyRule, every, timeout, known, log, m)
 }
 
-// appendOnlyReader is how appendOnlyWatch reads aof_enabled, as the start
+// appendOnlyReader is how the append-only watch reads aof_enabled, as the start
 // check does (notAppendOnly), and the time a reading may take.
 func appendOnlyReader(cfg conf.Redis, store *repo.Repo) (func(context.Context) (map[string]string, error), time.Duration) {
 	return nodeReader(cfg, store.AppendOnly, repo.AOFEnabled)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -105,5 +107,64 @@ func TestAppendOnlyWatchKeepsWhatItCannotRead(t *testing.T) {
 	}
 	if n := logs.FilterMessageSnippet("appendonly no").FilterField(zap.String("node", "b:6379")).Len(); n != 1 {
 		t.Fatalf("logs %v, want b:6379 warned of once", logs.All())
+	}
+}
+
+// The watches run starts read what each is for, each logging under its
+// own name (a sampled logger is thinned by name and message), and go on
+// from what the start checks found: the start check's nodes without AOF
+// are handed on as "0", so the first reading does not warn again.
+func TestStartNodeWatchesReadEachItsOwnSetting(t *testing.T) {
+	rs := testredis.Start(t, testredis.Options{AppendOnly: true})
+	rdb := rs.Client()
+	store := repo.New(rdb, repo.Settings{Shards: 1})
+	m := metrics.New(prometheus.NewRegistry())
+	core, logs := observer.New(zap.InfoLevel)
+	cfg := conf.Default()
+	cfg.Redis.Addr = rs.Addr
+	ctx := context.Background()
+	if err := rdb.ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
+		t.Fatal(err)
+	}
+	found := warnNotAppendOnly(ctx, cfg, store, zap.New(core))
+	if want := map[string]string{rs.Addr: "0"}; !maps.Equal(found, want) {
+		t.Fatalf("the start check found %v, want %v", found, want)
+	}
+	stop := startNodeWatches(cfg.Redis, store, 20*time.Millisecond, nil, found, zap.New(core), m)
+	defer stop()
+	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the node counted evicting", func() bool {
+		return testutil.ToFloat64(m.RedisNodesEvicting) == 1
+	})
+	if n := testutil.ToFloat64(m.RedisNodesNotAppendOnly); n != 1 {
+		t.Fatalf("combo_redis_nodes_not_appendonly %v, want 1", n)
+	}
+	// The append-only watch has read (and not warned again) once it
+	// finds AOF back.
+	if err := rdb.ConfigSet(ctx, "appendonly", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the node no longer counted without AOF", func() bool {
+		return testutil.ToFloat64(m.RedisNodesNotAppendOnly) == 0
+	})
+	if back := logs.FilterMessageSnippet("keeps an append-only file now").All(); len(back) != 1 || back[0].LoggerName != "appendonly_watch" {
+		t.Errorf("lines saying AOF is back: %v, want one logged by appendonly_watch", back)
+	}
+	for _, c := range []struct{ snippet, logger string }{
+		{"maxmemory-policy must be noeviction", "eviction_watch"},
+		{"appendonly no", "appendonly_watch"},
+	} {
+		var names []string
+		for _, e := range logs.FilterMessageSnippet(c.snippet).All() {
+			names = append(names, e.LoggerName)
+		}
+		// The start check's line (no logger name), then the watch's,
+		// once for the policy and none for AOF, handed on.
+		want := map[string][]string{"eviction_watch": {"eviction_watch"}, "appendonly_watch": {""}}[c.logger]
+		if !slices.Equal(names, want) {
+			t.Errorf("lines with %q logged by %q, want %q", c.snippet, names, want)
+		}
 	}
 }

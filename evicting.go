@@ -105,7 +105,7 @@ func nodeOptions(r conf.Redis, tlsConfig *tls.Config, addr, username, password s
 	}
 }
 
-// policyReader is how evictionWatch reads the policies, as the start check
+// policyReader is how the eviction watch reads the policies, as the start check
 // does (warnEvicting), and the time a reading may take: repo.Policies of
 // every node store asks (one Redis; a Cluster's masters and replicas) or,
 // with Sentinel, sentinelPolicies.

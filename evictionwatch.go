@@ -10,9 +10,10 @@ import (
 	"github.com/combo-service/combo-service/metrics"
 )
 
-// evictionRule is what evictionWatch watches: a node's maxmemory-policy,
+// evictionRule is what the eviction watch watches: a node's maxmemory-policy,
 // unsafe unless noeviction.
 var evictionRule = nodeRule{
+	name:    "eviction watch",
 	setting: "maxmemory-policy",
 	field:   "maxmemory_policy",
 	unsafe:  func(policy string) bool { return policy != "noeviction" },

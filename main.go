@@ -199,16 +199,8 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	}
 	cancel()
 	if !cfg.Embedded() {
-		read, timeout := policyReader(cfg.Redis, store)
-		ew := newEvictionWatch(read, nodeWatchEvery, timeout, evicting,
-			logging.Sampled(log.Named("eviction_watch"), m.LogSuppressed), m)
-		ew.Start()
-		defer ew.Stop() // before closeRedis, deferred earlier
-		read, timeout = appendOnlyReader(cfg.Redis, store)
-		aw := newAppendOnlyWatch(read, nodeWatchEvery, timeout, notAppendOnly,
-			logging.Sampled(log.Named("appendonly_watch"), m.LogSuppressed), m)
-		aw.Start()
-		defer aw.Stop() // before closeRedis, deferred earlier
+		stopNodeWatches := startNodeWatches(cfg.Redis, store, nodeWatchEvery, evicting, notAppendOnly, log, m)
+		defer stopNodeWatches() // before closeRedis, deferred earlier
 		self, mine := cfg.Worker.Consumer, replicaSettings(cfg)
 		swLog := logging.Sampled(log.Named("settings_watch"), m.LogSuppressed)
 		sw := newSettingsWatch(
@@ -335,7 +327,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 // platform's default is easy to miss. The embedded Redis has no policy.
 // Found through Sentinels, the master they name and the replicas they
 // list are asked, each by its address. It returns the nodes found evicting
-// (on a Cluster, replicas included), node by node, for evictionWatch to go
+// (on a Cluster, replicas included), node by node, for the eviction watch to go
 // on from: it reads the same nodes (policyReader).
 func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *zap.Logger) map[string]string {
 	if cfg.Embedded() {

@@ -11,7 +11,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/internal/logging"
 	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/repo"
 )
 
 // nodeWatchEvery is how often a nodeWatch reads its nodes again.
@@ -47,6 +49,7 @@ type nodeWatch struct {
 
 // nodeRule is what a nodeWatch watches for, and how it says so.
 type nodeRule struct {
+	name      string // the watch's, as logs name it ("eviction watch")
 	setting   string // as logs name it ("maxmemory-policy")
 	field     string // the log field of a node's value ("maxmemory_policy")
 	unsafe    func(value string) bool
@@ -84,7 +87,7 @@ func (w *nodeWatch) once(ctx context.Context) {
 	defer func() {
 		if p := recover(); p != nil {
 			w.m.LoopPanics.WithLabelValues(w.rule.loop).Inc()
-			w.log.Error("recovered panic in the "+w.rule.loop+" loop", zap.Any("panic", p), zap.Stack("stack"))
+			w.log.Error("recovered panic in the "+w.rule.name+" loop", zap.Any("panic", p), zap.Stack("stack"))
 		}
 	}()
 	readCtx, cancel := context.WithTimeout(ctx, w.timeout)
@@ -133,6 +136,24 @@ func (w *nodeWatch) once(ctx context.Context) {
 
 // Stop ends the loop and waits for it.
 func (w *nodeWatch) Stop() { w.loop.stop() }
+
+// startNodeWatches starts the eviction and append-only watches, every
+// apart, from what the start checks found (node -> value, already
+// logged), each logging under its own name, and returns what stops both.
+func startNodeWatches(cfg conf.Redis, store *repo.Repo, every time.Duration, evicting, notAppendOnly map[string]string,
+	log *zap.Logger, m *metrics.Metrics) (stop func()) {
+	read, timeout := policyReader(cfg, store)
+	ew := newEvictionWatch(read, every, timeout, evicting, logging.Sampled(log.Named("eviction_watch"), m.LogSuppressed), m)
+	read, timeout = appendOnlyReader(cfg, store)
+	aw := newAppendOnlyWatch(read, every, timeout, notAppendOnly,
+		logging.Sampled(log.Named("appendonly_watch"), m.LogSuppressed), m)
+	ew.Start()
+	aw.Start()
+	return func() {
+		aw.Stop()
+		ew.Stop()
+	}
+}
 
 // nodeReader is how a nodeWatch reads its nodes, as the start checks do,
 // and the time a reading may take: all, one setting of every node the

@@ -121,10 +121,10 @@ type Metrics struct {
 	StreamMaxLength prometheus.Gauge
 	ConsumersGone   prometheus.Counter
 	// RedisNodesEvicting is the number of Redis nodes last read with a
-	// maxmemory-policy other than noeviction (main's evictionWatch).
+	// maxmemory-policy other than noeviction (main's newEvictionWatch).
 	RedisNodesEvicting prometheus.Gauge
 	// RedisNodesNotAppendOnly is the number of Redis nodes last read
-	// keeping no append-only file (main's appendOnlyWatch).
+	// keeping no append-only file (main's newAppendOnlyWatch).
 	RedisNodesNotAppendOnly prometheus.Gauge
 	// ReplicasSettingsDiffer is the number of other replicas, among those
 	// that keep their settings in Redis, last read with other redis.shards
