@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -20,47 +22,74 @@ import (
 	"github.com/combo-service/combo-service/repo"
 )
 
-// aof_enabled is read again while the service runs: a node turned to
-// appendonly no after the start (CONFIG SET, a restart with another file;
-// the start check alone said nothing of it) is warned of and counted in
-// combo_redis_nodes_not_appendonly, and appendonly yes clears it.
-func TestAppendOnlyWatchFollowsTheNode(t *testing.T) {
-	rs := testredis.Start(t, testredis.Options{AppendOnly: true})
-	rdb := rs.Client()
-	store := repo.New(rdb, repo.Settings{Shards: 1})
-	m := metrics.New(prometheus.NewRegistry())
-	core, logs := observer.New(zap.InfoLevel)
-	cfg := conf.Default()
-	cfg.Redis.Addr = rs.Addr
-	read, budget := appendOnlyReader(cfg.Redis, store)
-	if budget != cfg.Redis.Timeout {
-		t.Fatalf("a reading's budget %v on one Redis, want redis.timeout %v", budget, cfg.Redis.Timeout)
-	}
-	w := newAppendOnlyWatch(read, 20*time.Millisecond, time.Second, nil, zap.New(core), m)
-	w.Start()
-	defer w.Stop()
-	without := func(want float64) func() bool {
-		return func() bool { return testutil.ToFloat64(m.RedisNodesNotAppendOnly) == want }
-	}
-	ctx := context.Background()
-	if err := rdb.ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, 10*time.Second, "the node counted without AOF", without(1))
-	warned := logs.FilterMessageSnippet("appendonly no").FilterField(zap.String("node", rs.Addr)).
-		FilterField(zap.String("aof_enabled", "0"))
-	if warned.Len() != 1 || warned.All()[0].Level != zap.WarnLevel {
-		t.Fatalf("logs %v, want one warning naming %s, once however many readings", logs.All(), rs.Addr)
-	}
-	if err := rdb.ConfigSet(ctx, "appendonly", "yes").Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, 10*time.Second, "the node no longer counted", without(0))
-	if logs.FilterMessageSnippet("keeps an append-only file now").FilterField(zap.String("node", rs.Addr)).Len() != 1 {
-		t.Fatalf("logs %v, want the return to appendonly yes said once", logs.All())
-	}
-	if n := testutil.ToFloat64(m.RedisNodesEvicting); n != 0 {
-		t.Fatalf("combo_redis_nodes_evicting %v: the append-only watch set the eviction watch's gauge", n)
+// Each node watch reads its setting again while the service runs: a
+// node turned unsafe after the start (a Redis restarted with another
+// policy, or turned to appendonly no; the start check alone said nothing
+// of it) is warned of once however many readings, counted in its gauge
+// only, and its return is said once and clears it. Each reads through
+// the reader main gives it on one Redis (not the Sentinels' reading,
+// which, with no Sentinel, reads no node and fails none).
+func TestNodeWatchesFollowTheirSetting(t *testing.T) {
+	for _, c := range []struct {
+		name                string
+		watch               func(func(context.Context) (map[string]string, error), time.Duration, time.Duration, map[string]string, *zap.Logger, *metrics.Metrics) *nodeWatch
+		reader              func(conf.Redis, *repo.Repo) (func(context.Context) (map[string]string, error), time.Duration)
+		param, unsafe, safe string // the CONFIG SET parameter, and its values
+		field, value        string // the warning's field naming the unsafe value
+		gauge, other        func(*metrics.Metrics) prometheus.Gauge
+		warned, back        string // snippets of the warning and of the line saying it is safe again
+	}{
+		{"eviction", newEvictionWatch, policyReader, "maxmemory-policy", "allkeys-lru", "noeviction",
+			"maxmemory_policy", "allkeys-lru",
+			func(m *metrics.Metrics) prometheus.Gauge { return m.RedisNodesEvicting },
+			func(m *metrics.Metrics) prometheus.Gauge { return m.RedisNodesNotAppendOnly },
+			"maxmemory-policy must be noeviction", "no longer evicts"},
+		{"append-only", newAppendOnlyWatch, appendOnlyReader, "appendonly", "no", "yes",
+			"aof_enabled", "0",
+			func(m *metrics.Metrics) prometheus.Gauge { return m.RedisNodesNotAppendOnly },
+			func(m *metrics.Metrics) prometheus.Gauge { return m.RedisNodesEvicting },
+			"appendonly no", "keeps an append-only file now"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rs := testredis.Start(t, testredis.Options{AppendOnly: true})
+			rdb := rs.Client()
+			store := repo.New(rdb, repo.Settings{Shards: 1})
+			m := metrics.New(prometheus.NewRegistry())
+			core, logs := observer.New(zap.InfoLevel)
+			cfg := conf.Default()
+			cfg.Redis.Addr = rs.Addr
+			read, budget := c.reader(cfg.Redis, store)
+			if budget != cfg.Redis.Timeout {
+				t.Fatalf("a reading's budget %v on one Redis, want redis.timeout %v", budget, cfg.Redis.Timeout)
+			}
+			w := c.watch(read, 20*time.Millisecond, time.Second, nil, zap.New(core), m)
+			w.Start()
+			defer w.Stop()
+			counted := func(want float64) func() bool {
+				return func() bool { return testutil.ToFloat64(c.gauge(m)) == want }
+			}
+			ctx := context.Background()
+			if err := rdb.ConfigSet(ctx, c.param, c.unsafe).Err(); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, 10*time.Second, "the node counted", counted(1))
+			warned := logs.FilterMessageSnippet(c.warned).FilterField(zap.String("node", rs.Addr)).
+				FilterField(zap.String(c.field, c.value))
+			if warned.Len() != 1 || warned.All()[0].Level != zap.WarnLevel {
+				t.Fatalf("logs %v, want one warning naming %s, once however many readings", logs.All(), rs.Addr)
+			}
+			if err := rdb.ConfigSet(ctx, c.param, c.safe).Err(); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, 10*time.Second, "the node no longer counted", counted(0))
+			if logs.FilterMessageSnippet(c.back).FilterField(zap.String("node", rs.Addr)).Len() != 1 {
+				t.Fatalf("logs %v, want the return said once", logs.All())
+			}
+			if n := testutil.ToFloat64(c.other(m)); n != 0 {
+				t.Fatalf("the other watch's gauge is %v: this watch set it", n)
+			}
+			aofRewritten(t, rdb)
+		})
 	}
 }
 
@@ -149,6 +178,7 @@ func TestStartNodeWatchesReadEachItsOwnSetting(t *testing.T) {
 	waitUntil(t, 10*time.Second, "the node no longer counted without AOF", func() bool {
 		return testutil.ToFloat64(m.RedisNodesNotAppendOnly) == 0
 	})
+	aofRewritten(t, rdb)
 	if back := logs.FilterMessageSnippet("keeps an append-only file now").All(); len(back) != 1 || back[0].LoggerName != "appendonly_watch" {
 		t.Errorf("lines saying AOF is back: %v, want one logged by appendonly_watch", back)
 	}
@@ -167,4 +197,14 @@ func TestStartNodeWatchesReadEachItsOwnSetting(t *testing.T) {
 			t.Errorf("lines with %q logged by %q, want %q", c.snippet, names, want)
 		}
 	}
+}
+
+// aofRewritten waits until rdb's node has no AOF rewrite under way: one
+// that appendonly yes started makes redis-server slow to stop (the
+// test's cleanup waited out its 10 s and killed it).
+func aofRewritten(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	waitUntil(t, 10*time.Second, "the AOF rewrite done", func() bool {
+		return strings.Contains(rdb.Info(context.Background(), "persistence").Val(), "aof_rewrite_in_progress:0")
+	})
 }

@@ -20,48 +20,6 @@ import (
 	"github.com/combo-service/combo-service/repo"
 )
 
-// The policy is read again while the service runs: a Redis set to evict
-// after the start (restarted with another policy, or started after the
-// replica, whose start check could not read it) is warned of and counted
-// in combo_redis_nodes_evicting, and a return to noeviction clears it.
-func TestEvictionWatchFollowsThePolicy(t *testing.T) {
-	rs := testredis.Start(t, testredis.Options{})
-	rdb := rs.Client()
-	store := repo.New(rdb, repo.Settings{Shards: 1})
-	m := metrics.New(prometheus.NewRegistry())
-	core, logs := observer.New(zap.InfoLevel)
-	// The reader main gives it on one Redis (not the Sentinels' reading,
-	// which, with no Sentinel, reads no node and fails none).
-	cfg := conf.Default()
-	cfg.Redis.Addr = rs.Addr
-	read, budget := policyReader(cfg.Redis, store)
-	if budget != cfg.Redis.Timeout {
-		t.Fatalf("a reading's budget %v on one Redis, want redis.timeout %v", budget, cfg.Redis.Timeout)
-	}
-	w := newEvictionWatch(read, 20*time.Millisecond, time.Second, nil, zap.New(core), m)
-	w.Start()
-	defer w.Stop()
-	evicting := func(want float64) func() bool {
-		return func() bool { return testutil.ToFloat64(m.RedisNodesEvicting) == want }
-	}
-	ctx := context.Background()
-	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, 10*time.Second, "the node counted evicting", evicting(1))
-	warned := logs.FilterMessageSnippet("maxmemory-policy must be noeviction").FilterField(zap.String("node", rs.Addr))
-	if warned.Len() != 1 {
-		t.Fatalf("warnings %v, want one naming %s, once however many readings", logs.All(), rs.Addr)
-	}
-	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, 10*time.Second, "the node no longer counted", evicting(0))
-	if logs.FilterMessageSnippet("no longer evicts").Len() != 1 {
-		t.Fatalf("logs %v, want the return to noeviction said once", logs.All())
-	}
-}
-
 // A node that is not read keeps what it was last read as (the gauge does
 // not drop to 0 while Redis is unreachable), while the nodes that are read
 // are followed, even when another is not (a Cluster replica down must not

@@ -75,7 +75,21 @@ func TestReportsGetTheCallersContext(t *testing.T) {
 func TestAnUnknownStoreErrorIsInternal(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	h := New(&scriptedStore{fail: errors.New("boom")}, 3*time.Second, m, zap.NewNop())
-	for name, call := range map[string]func() error{
+	for name, call := range reportCalls(h) {
+		var ce *combo.ComboError
+		if err := call(); !errors.As(err, &ce) || ce.Code != CodeInternal || !strings.Contains(ce.Message, "boom") {
+			t.Errorf("%s with a store failing \"boom\": %v, want a ComboError of code %d", name, err, CodeInternal)
+		}
+	}
+	if n := testutil.ToFloat64(m.Reports.WithLabelValues(metrics.OutcomeInternal)); n != 3 {
+		t.Fatalf("reports counted internal: %v, want 3", n)
+	}
+}
+
+// reportCalls are the two report RPCs on h, one contribution and a batch
+// of two, each returning its error.
+func reportCalls(h *Handler) map[string]func() error {
+	return map[string]func() error{
 		"ReportContribution": func() error {
 			_, err := h.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: contributionWithID(1)})
 			return err
@@ -85,14 +99,6 @@ func TestAnUnknownStoreErrorIsInternal(t *testing.T) {
 				Contributions: []*combo.Contribution{contributionWithID(1), contributionWithID(2)}})
 			return err
 		},
-	} {
-		var ce *combo.ComboError
-		if err := call(); !errors.As(err, &ce) || ce.Code != CodeInternal || !strings.Contains(ce.Message, "boom") {
-			t.Errorf("%s with a store failing \"boom\": %v, want a ComboError of code %d", name, err, CodeInternal)
-		}
-	}
-	if n := testutil.ToFloat64(m.Reports.WithLabelValues(metrics.OutcomeInternal)); n != 3 {
-		t.Fatalf("reports counted internal: %v, want 3", n)
 	}
 }
 
@@ -163,17 +169,7 @@ func TestAStoreUnavailableIsUnavailable(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	h := New(&scriptedStore{fail: fmt.Errorf("repo.Report: %w: dial tcp: connection refused", repo.ErrUnavailable)},
 		3*time.Second, m, zap.NewNop())
-	for name, call := range map[string]func() error{
-		"ReportContribution": func() error {
-			_, err := h.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: contributionWithID(1)})
-			return err
-		},
-		"ReportContributions": func() error {
-			_, err := h.ReportContributions(context.Background(), &combo.ReportContributionsRequest{
-				Contributions: []*combo.Contribution{contributionWithID(1), contributionWithID(2)}})
-			return err
-		},
-	} {
+	for name, call := range reportCalls(h) {
 		var ce *combo.ComboError
 		if err := call(); !errors.As(err, &ce) || ce.Code != CodeUnavailable {
 			t.Errorf("%s with Redis unavailable: %v, want a ComboError of code %d", name, err, CodeUnavailable)
