@@ -131,6 +131,9 @@ func TestAppendOnlyWatchKeepsWhatItCannotRead(t *testing.T) {
 	if n := testutil.ToFloat64(m.LoopPanics.WithLabelValues(metrics.LoopAppendOnlyWatch)); n != 1 {
 		t.Fatalf("panics counted %v under %s, want 1", n, metrics.LoopAppendOnlyWatch)
 	}
+	if n := logs.FilterMessage("recovered panic in the append-only watch loop").Len(); n != 1 {
+		t.Fatalf("logs %v, want the panic said naming the watch in words, as its siblings do", logs.All())
+	}
 	if n := logs.FilterMessageSnippet("refuse").Len(); n != 0 {
 		t.Fatalf("%d warnings of a refused login, want none (the eviction watch's): %v", n, logs.All())
 	}

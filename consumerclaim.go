@@ -29,19 +29,19 @@ const twinGoneAfter = 3
 type consumerClaim struct {
 	claim    func(ctx context.Context, instance string) (string, error) // the other process found, or ""
 	instance string                                                     // this process, as claims name it
-	log      *zap.Logger                                                // names the consumer and this process
+	log      *zap.Logger                                                // names this process (and the consumer: the watch's)
 	claimed  bool                                                       // a claim has succeeded
 	failed   bool                                                       // a failure before that was said
 	twin     string                                                     // the other process found, while warned of
 	alone    int                                                        // claims since one found it, while twin is set
 }
 
-// newConsumerClaim names this process (processInstance) in the claims of
-// consumer that claim makes.
-func newConsumerClaim(consumer string, claim func(ctx context.Context, instance string) (string, error), log *zap.Logger) *consumerClaim {
+// newConsumerClaim names this process (processInstance) in the claims
+// that claim makes, and in its lines on log, which names the consumer
+// (the settings watch's logger).
+func newConsumerClaim(claim func(ctx context.Context, instance string) (string, error), log *zap.Logger) *consumerClaim {
 	instance := processInstance()
-	return &consumerClaim{claim: claim, instance: instance,
-		log: log.With(zap.String("consumer", consumer), zap.String("this_process", instance))}
+	return &consumerClaim{claim: claim, instance: instance, log: log.With(zap.String("this_process", instance))}
 }
 
 // check claims once, and says when another process is found claiming

@@ -113,7 +113,39 @@ func TestSettingsWatchWarnsOnceThatItCannotCompare(t *testing.T) {
 
 // noClaim is a claim of the consumer that finds no other process.
 func noClaim() *consumerClaim {
-	return newConsumerClaim("mine", func(context.Context, string) (string, error) { return "", nil }, zap.NewNop())
+	return newConsumerClaim(func(context.Context, string) (string, error) { return "", nil }, zap.NewNop())
+}
+
+// The settings watch claims the consumer at every reading (the first
+// claim that succeeds is discounted, so a watch claiming only at start
+// would never warn), each claim in time of its own: the sharing after it
+// may take four round trips, and a slow claim must not leave it less.
+func TestSettingsWatchClaimsAtEveryReading(t *testing.T) {
+	var claimEnds, shareEnds []time.Time // each call's context's deadline
+	claim := newConsumerClaim(func(ctx context.Context, _ string) (string, error) {
+		end, _ := ctx.Deadline()
+		claimEnds = append(claimEnds, end)
+		time.Sleep(5 * time.Millisecond) // a claim that takes a while
+		return "", nil
+	}, zap.NewNop())
+	share := func(ctx context.Context) (map[string]string, error) {
+		end, _ := ctx.Deadline()
+		shareEnds = append(shareEnds, end)
+		return map[string]string{}, nil
+	}
+	w := newSettingsWatch(share, claim, func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
+		zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	for range 3 {
+		w.once(context.Background())
+	}
+	if len(claimEnds) != 3 || len(shareEnds) != 3 {
+		t.Fatalf("%d claims and %d sharings in 3 readings, want 3 of each", len(claimEnds), len(shareEnds))
+	}
+	for i := range 3 {
+		if got := shareEnds[i].Sub(claimEnds[i]); got < 5*time.Millisecond {
+			t.Fatalf("reading %d: the sharing's time ends %v after the claim's, want its own full second (at least the claim's 5ms later)", i, got)
+		}
+	}
 }
 
 // The settings compared are redis.shards and window.*, whatever form the
@@ -166,6 +198,9 @@ func TestAReplicaWithOtherSettingsIsNamed(t *testing.T) {
 		c.Window.Dedupe = time.Minute
 	}})
 	warned := logs.FilterMessageSnippet(warning).All()
+	if len(warned) == 1 && warned[0].ContextMap()["consumer"] != "second" {
+		t.Fatalf("the warning names consumer %v, want the replica's own, second", warned[0].ContextMap()["consumer"])
+	}
 	theirs := replicaSettings(first.cfg)
 	if len(warned) != 1 || fmt.Sprint(warned[0].ContextMap()["replicas"]) != fmt.Sprint(map[string]string{"first": theirs, "same": theirs}) ||
 		!strings.Contains(warned[0].ContextMap()["settings"].(string), "window.dedupe=1m0s") {

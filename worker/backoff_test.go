@@ -8,8 +8,7 @@ import (
 
 // The backoff of a failing Redis call starts at 50 ms and doubles to 2 s,
 // no more: a loop backed off further after an outage pushed every window
-// opened meanwhile that much later once Redis was back. Each wait is
-// jittered within the upper half of its step.
+// opened meanwhile that much later once Redis was back.
 func TestBackoffDoublesTo2s(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // each wait returns at once

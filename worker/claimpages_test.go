@@ -109,8 +109,8 @@ func TestABlockLongerThanOpTimeoutIsNoError(t *testing.T) {
 	r, _ := prepare(t, rdb, w, 1)
 	m := metrics.New(prometheus.NewRegistry())
 	store := &returnedBlockingReads{Repo: r}
-	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 400 * time.Millisecond,
-		OpTimeout: 150 * time.Millisecond}, zaptest.NewLogger(t), m)
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 600 * time.Millisecond,
+		OpTimeout: 300 * time.Millisecond}, zaptest.NewLogger(t), m)
 	wk.Start()
 	defer wk.Shutdown(context.Background())
 	waitFor(t, "three blocked reads of the idle shard returned", func() bool { return store.n.Load() >= 3 })
