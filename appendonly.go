@@ -42,7 +42,10 @@ func warnNotAppendOnly(ctx context.Context, cfg conf.Config, store *repo.Repo, l
 		msg := "Redis keeps no append-only file (appendonly no): restarted, it comes back from an older " +
 			"snapshot or empty, and windows acknowledged since are lost or pushed twice; " +
 			"set appendonly yes (README: Redis settings)"
-		if master != "" && node != master {
+		switch {
+		case len(cfg.Redis.Addrs) > 0: // a Cluster node, master or replica: a failover swaps them
+			msg = appendOnlyRule.warn
+		case master != "" && node != master:
 			msg = "a Redis replica keeps no append-only file (appendonly no): once a failover makes it the master, " +
 				"a restart brings it back from an older snapshot or empty, and windows acknowledged since " +
 				"are lost or pushed twice; set appendonly yes on every node (README: Redis settings)"

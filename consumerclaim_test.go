@@ -8,11 +8,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
 )
 
@@ -124,5 +128,40 @@ func TestConsumerClaimsOnRedis(t *testing.T) {
 	if len(warned) != 2 || warned[0] != b.instance || warned[1] != a.instance ||
 		!strings.HasPrefix(a.instance, fmt.Sprintf("%s pid %d ", host, os.Getpid())) || a.instance == b.instance {
 		t.Fatalf("twins warned of %q, want b's then a's (%q, %q), each named by host and pid", warned, b.instance, a.instance)
+	}
+}
+
+// The settings watch run starts names, in each claim line, the consumer
+// (once) and both processes, under the settings_watch logger.
+func TestReplicaSettingsWatchNamesTheConsumerInClaimLines(t *testing.T) {
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	store := repo.New(rdb, repo.Settings{Shards: 1})
+	core, logs := observer.New(zap.WarnLevel)
+	cfg := conf.Default()
+	cfg.Worker.Consumer = "c1"
+	w := newReplicaSettingsWatch(cfg, store, zap.New(core), metrics.New(prometheus.NewRegistry()))
+	ctx := context.Background()
+	key := repo.NewKeys(1).ConsumerInstance("c1")
+	for range 2 { // the first claim's find is discounted
+		if err := rdb.Set(ctx, key, "elsewhere", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		w.once(ctx)
+	}
+	warned := logs.FilterMessageSnippet("another process runs with this replica's worker.consumer").All()
+	if len(warned) != 1 {
+		t.Fatalf("logs %v, want one twin warning", logs.All())
+	}
+	e := warned[0]
+	consumers := 0
+	for _, f := range e.Context {
+		if f.Key == "consumer" {
+			consumers++
+		}
+	}
+	if e.LoggerName != "settings_watch" || consumers != 1 || e.ContextMap()["consumer"] != "c1" ||
+		e.ContextMap()["other_process"] != "elsewhere" || e.ContextMap()["this_process"] != w.claim.instance {
+		t.Fatalf("twin warning %q by %q with %v (consumer %d times), want settings_watch naming c1 once, elsewhere and this process",
+			e.Message, e.LoggerName, e.ContextMap(), consumers)
 	}
 }

@@ -191,6 +191,19 @@ func TestWarnsOfEvictingMastersWithOneDown(t *testing.T) {
 	if len(named) != 2 || !named[c.Addrs[1]] || !named[c.Addrs[2]] {
 		t.Fatalf("warnings %v, want the live masters %v named", logs.All(), c.Addrs[1:])
 	}
+	// The AOF check names a Cluster node in words true of a replica too
+	// (a failover swaps them), not as one that comes back empty whatever
+	// its role.
+	core, logs = observer.New(zap.WarnLevel)
+	warnNotAppendOnly(ctx, cfg, repo.New(cc, repo.Settings{Shards: 1}), zap.New(core))
+	for _, e := range logs.FilterMessageSnippet("appendonly no").All() {
+		if e.Message != appendOnlyRule.warn {
+			t.Fatalf("a Cluster node without AOF warned of as %q, want the watch's words %q", e.Message, appendOnlyRule.warn)
+		}
+	}
+	if n := logs.FilterMessageSnippet("appendonly no").Len(); n != 2 {
+		t.Fatalf("warnings %v, want the 2 live masters without AOF named", logs.All())
+	}
 }
 
 // A Redis that keeps no append-only file is named in a warning at start

@@ -201,17 +201,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	if !cfg.Embedded() {
 		stopNodeWatches := startNodeWatches(cfg.Redis, store, nodeWatchEvery, evicting, notAppendOnly, log, m)
 		defer stopNodeWatches() // before closeRedis, deferred earlier
-		self, mine := cfg.Worker.Consumer, replicaSettings(cfg)
-		swLog := logging.Sampled(log.Named("settings_watch"), m.LogSuppressed).With(zap.String("consumer", self))
-		sw := newSettingsWatch(
-			func(ctx context.Context) (map[string]string, error) {
-				return store.ShareSettings(ctx, self, mine, 3*settingsWatchEvery)
-			},
-			newConsumerClaim(func(ctx context.Context, instance string) (string, error) {
-				return store.ClaimConsumer(ctx, self, instance, 3*settingsWatchEvery)
-			}, swLog),
-			func(ctx context.Context) error { return store.ForgetSettings(ctx, self) },
-			mine, settingsWatchEvery, 2*cfg.Redis.Timeout, swLog, m)
+		sw := newReplicaSettingsWatch(cfg, store, log, m)
 		sw.Start()
 		defer sw.Stop() // before closeRedis, deferred earlier
 	}

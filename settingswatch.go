@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/internal/logging"
 	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
 )
@@ -73,6 +74,24 @@ func newSettingsWatch(share func(context.Context) (map[string]string, error), cl
 	forget func(context.Context) error, mine string, every, timeout time.Duration, log *zap.Logger, m *metrics.Metrics) *settingsWatch {
 	return &settingsWatch{share: share, claim: claim, forget: forget, mine: mine, every: every, timeout: timeout,
 		log: log, m: m, differ: map[string]string{}}
+}
+
+// newReplicaSettingsWatch is the settings watch run starts: it keeps
+// cfg's replicaSettings under worker.consumer in store, for three of its
+// intervals, claims that consumer for this process as long, and logs as
+// settings_watch, each line naming the consumer.
+func newReplicaSettingsWatch(cfg conf.Config, store *repo.Repo, log *zap.Logger, m *metrics.Metrics) *settingsWatch {
+	self, mine := cfg.Worker.Consumer, replicaSettings(cfg)
+	log = logging.Sampled(log.Named("settings_watch"), m.LogSuppressed).With(zap.String("consumer", self))
+	return newSettingsWatch(
+		func(ctx context.Context) (map[string]string, error) {
+			return store.ShareSettings(ctx, self, mine, 3*settingsWatchEvery)
+		},
+		newConsumerClaim(func(ctx context.Context, instance string) (string, error) {
+			return store.ClaimConsumer(ctx, self, instance, 3*settingsWatchEvery)
+		}, log),
+		func(ctx context.Context) error { return store.ForgetSettings(ctx, self) },
+		mine, settingsWatchEvery, 2*cfg.Redis.Timeout, log, m)
 }
 
 // Start reads once, then runs the loop until Stop.

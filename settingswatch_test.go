@@ -122,14 +122,21 @@ func noClaim() *consumerClaim {
 // may take four round trips, and a slow claim must not leave it less.
 func TestSettingsWatchClaimsAtEveryReading(t *testing.T) {
 	var claimEnds, shareEnds []time.Time // each call's context's deadline
+	start := time.Now()
 	claim := newConsumerClaim(func(ctx context.Context, _ string) (string, error) {
-		end, _ := ctx.Deadline()
+		end, ok := ctx.Deadline()
+		if !ok || end.Sub(start) > 2*time.Second {
+			t.Errorf("a claim given deadline %v (set: %v), want within the watch's one second", end, ok)
+		}
 		claimEnds = append(claimEnds, end)
 		time.Sleep(5 * time.Millisecond) // a claim that takes a while
 		return "", nil
 	}, zap.NewNop())
 	share := func(ctx context.Context) (map[string]string, error) {
-		end, _ := ctx.Deadline()
+		end, ok := ctx.Deadline()
+		if !ok {
+			t.Error("a sharing given no deadline")
+		}
 		shareEnds = append(shareEnds, end)
 		return map[string]string{}, nil
 	}
