@@ -14,8 +14,12 @@ func newBackoff() *backoff { return &backoff{next: 50 * time.Millisecond} }
 
 func (b *backoff) reset() { b.next = 50 * time.Millisecond }
 
-func (b *backoff) wait(ctx context.Context) {
+func (b *backoff) wait(ctx context.Context) { sleep(ctx, b.step()) }
+
+// step is the next wait, somewhere in the upper half of the current step,
+// and doubles the step up to 2 s.
+func (b *backoff) step() time.Duration {
 	d := b.next/2 + rand.N(b.next/2+1)
 	b.next = min(b.next*2, 2*time.Second)
-	sleep(ctx, d)
+	return d
 }

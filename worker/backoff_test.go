@@ -26,3 +26,22 @@ func TestBackoffDoublesTo2s(t *testing.T) {
 		t.Fatalf("after reset the step is %v, want 50ms", b.next)
 	}
 }
+
+// Each wait is drawn from the upper half of its step, so replicas cut off
+// by one outage do not retry in step when it ends.
+func TestBackoffWaitsAreJittered(t *testing.T) {
+	seen := map[time.Duration]bool{}
+	for range 50 {
+		b := newBackoff()
+		b.step()
+		b.step() // the third step is 200 ms
+		d := b.step()
+		if d < 100*time.Millisecond || d > 200*time.Millisecond {
+			t.Fatalf("a wait of %v at the 200 ms step, want 100ms..200ms", d)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 10 {
+		t.Fatalf("50 waits at the 200 ms step took %d values, want them spread", len(seen))
+	}
+}
