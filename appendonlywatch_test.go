@@ -162,8 +162,17 @@ func TestStartNodeWatchesReadEachItsOwnSetting(t *testing.T) {
 	if want := map[string]string{rs.Addr: "0"}; !maps.Equal(found, want) {
 		t.Fatalf("the start check found %v, want %v", found, want)
 	}
+	loops := tickingLoops()
 	stop := startNodeWatches(cfg.Redis, store, 20*time.Millisecond, nil, found, zap.New(core), m)
-	defer stop()
+	stopped := false
+	defer func() {
+		if !stopped {
+			stop()
+		}
+	}()
+	if n := tickingLoops(); n != loops+2 {
+		t.Fatalf("%d loops running after the start, want %d: one per watch", n, loops+2)
+	}
 	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -200,6 +209,17 @@ func TestStartNodeWatchesReadEachItsOwnSetting(t *testing.T) {
 			t.Errorf("lines with %q logged by %q, want %q", c.snippet, names, want)
 		}
 	}
+	// What it returns stops both watches (run calls it once, at its end).
+	stop()
+	stopped = true
+	if n := tickingLoops(); n != loops {
+		t.Errorf("%d loops running after the stop, want %d: both watches' ended", n, loops)
+	}
+}
+
+// tickingLoops is how many startTicking loops run now.
+func tickingLoops() int {
+	return strings.Count(string(goroutines()), "combo-service.startTicking.func")
 }
 
 // aofRewritten waits until rdb's node has no AOF rewrite under way: one
