@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -15,10 +16,12 @@ import (
 // failover makes one the master, with its own configuration) and returns
 // what each that answered gave (address -> value), and an error, named by
 // op, naming each that did not: one node down must not hide the others.
+// A Cluster node marked failed is named too, as not asked (failedUnasked).
 func (r *Repo) eachNode(ctx context.Context, op string,
 	read func(context.Context, *redis.Client) (string, error)) (map[string]string, error) {
 	var mu sync.Mutex // ForEachShard asks the nodes at once
 	out := map[string]string{}
+	asked := map[string]bool{}
 	var errs []error // of every node, where ForEachShard returns one
 	ask := func(ctx context.Context, c *redis.Client) error {
 		value, err := read(ctx, c)
@@ -28,6 +31,7 @@ func (r *Repo) eachNode(ctx context.Context, op string,
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		asked[node] = true
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", node, err))
 		} else {
@@ -41,12 +45,43 @@ func (r *Repo) eachNode(ctx context.Context, op string,
 		if err := c.ForEachShard(ctx, ask); err != nil {
 			errs = append(errs, err)
 		}
+		errs = append(errs, failedUnasked(ctx, c, asked)...)
 	case *redis.Client:
 		_ = ask(ctx, c)
 	default:
 		return nil, fmt.Errorf("%s: a %T cannot be asked node by node", op, r.rdb)
 	}
 	return out, wrap(op, errors.Join(errs...))
+}
+
+// failedUnasked names each node the Cluster marks failed that asked
+// (node -> true) does not hold. Such a node is in no slot map, so
+// ForEachShard does not ask it, and left out it would look removed: the
+// node watches forget a node no longer among those read, and a node
+// without AOF or evicting that crashed (the moment its setting costs
+// windows) was forgotten, its gauge and alert cleared. Named as not
+// read, it keeps what it was last read as until it is back or removed
+// from the Cluster (CLUSTER FORGET, redis-cli --cluster del-node). A node
+// only suspected (fail?) is still in the slot map and asked. If CLUSTER
+// NODES cannot be read, that is the error: which nodes went unasked is
+// not known.
+func failedUnasked(ctx context.Context, c *redis.ClusterClient, asked map[string]bool) []error {
+	nodes, err := c.ClusterNodes(ctx).Result()
+	if err != nil {
+		return []error{fmt.Errorf("CLUSTER NODES: %w", err)}
+	}
+	var errs []error
+	for line := range strings.SplitSeq(nodes, "\n") {
+		// id, address (ip:port@cport[,hostname]), flags, ...
+		f := strings.Fields(line)
+		if len(f) < 3 || !slices.Contains(strings.Split(f[2], ","), "fail") {
+			continue
+		}
+		if node, _, _ := strings.Cut(f[1], "@"); !asked[node] {
+			errs = append(errs, fmt.Errorf("%s: not asked, marked failed by the Cluster (flags %s)", node, f[2]))
+		}
+	}
+	return errs
 }
 
 // infoField reads one field of one section of c's node's INFO (which

@@ -3,7 +3,9 @@ package repo_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -47,5 +49,55 @@ func TestNotAppendOnlyReadsEveryClusterNode(t *testing.T) {
 	want := slices.Sorted(slices.Values(c.Addrs[1:]))
 	if err != nil || !slices.Equal(got, want) {
 		t.Fatalf("NotAppendOnly = %v %v, want %v (the masters without AOF)", got, err, want)
+	}
+}
+
+// A Cluster node marked failed is in no slot map, so nothing asks it: it
+// is named as not read, not left out as if removed (main's node watches
+// forget a node left out, and cleared the gauge of a crashed node without
+// AOF). Once the Cluster forgets it, it is left out.
+func TestAClusterNodeMarkedFailedIsNamedUnread(t *testing.T) {
+	c := testredis.StartCluster(t, 3)
+	ctx := context.Background()
+	replica := c.AddReplica(t, c.Addrs[0])
+	rc := replica.Client()
+	id, err := rc.ClusterMyID(ctx).Result()
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica.Kill()
+	var masters []*redis.Client
+	for _, a := range c.Addrs {
+		m := redis.NewClient(&redis.Options{Addr: a})
+		t.Cleanup(func() { _ = m.Close() })
+		masters = append(masters, m)
+	}
+	deadline := time.Now().Add(30 * time.Second) // a few cluster-node-timeouts (2 s)
+	for {
+		nodes := masters[1].ClusterNodes(ctx).Val()
+		if strings.Contains(nodes, replica.Addr) && strings.Contains(nodes, ",fail ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not marked failed within 30 s:\n%s", replica.Addr, nodes)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r := repo.New(c.Client(t), settings())
+	read, err := r.AppendOnly(ctx)
+	if want := "not asked, marked failed by the Cluster"; err == nil || !strings.Contains(err.Error(), replica.Addr+": "+want) {
+		t.Fatalf("AppendOnly error %v, want %s named: %s", err, replica.Addr, want)
+	}
+	if len(read) != 3 {
+		t.Errorf("read %v, want the three masters", read)
+	}
+	for _, m := range masters {
+		if err := m.ClusterForget(ctx, id).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if read, err := r.AppendOnly(ctx); err != nil || len(read) != 3 {
+		t.Fatalf("once forgotten by the Cluster: %v %v, want the three masters and no error", read, err)
 	}
 }
