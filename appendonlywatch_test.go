@@ -231,3 +231,65 @@ func aofRewritten(t *testing.T, rdb *redis.Client) {
 		return strings.Contains(rdb.Info(context.Background(), "persistence").Val(), "aof_rewrite_in_progress:0")
 	})
 }
+
+// Every node that turns unsafe (or safe again) in one reading is named:
+// their lines share a message, and a logger sampled by message wrote the
+// first node's alone, so the others went unnamed for good (the gauge
+// counting them all), as it did on a Cluster two nodes changed on within
+// a minute.
+func TestNodeWatchesNameEveryNodeOfOneReading(t *testing.T) {
+	c := testredis.StartCluster(t, 3)
+	ctx := context.Background()
+	cc := c.Client(t)
+	store := repo.New(cc, repo.Settings{Shards: 1})
+	m := metrics.New(prometheus.NewRegistry())
+	core, logs := observer.New(zap.InfoLevel)
+	cfg := conf.Default()
+	cfg.Redis.Addrs = c.Addrs
+	unsafe := c.Addrs[:2]
+	set := func(param, value string, nodes ...string) {
+		for _, a := range nodes {
+			n := redis.NewClient(&redis.Options{Addr: a})
+			err := n.ConfigSet(ctx, param, value).Err()
+			n.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	set("appendonly", "yes", c.Addrs[2]) // the nodes start without AOF
+	set("maxmemory-policy", "allkeys-lru", unsafe...)
+	stop := startNodeWatches(cfg.Redis, store, 20*time.Millisecond, nil, nil, zap.New(core), m)
+	defer stop()
+	named := func(snippet string) []string {
+		var nodes []string
+		for _, e := range logs.FilterMessageSnippet(snippet).All() {
+			nodes = append(nodes, e.ContextMap()["node"].(string))
+		}
+		return slices.Sorted(slices.Values(nodes))
+	}
+	want := slices.Sorted(slices.Values(unsafe))
+	waitUntil(t, 10*time.Second, "both nodes counted by both watches", func() bool {
+		return testutil.ToFloat64(m.RedisNodesEvicting) == 2 && testutil.ToFloat64(m.RedisNodesNotAppendOnly) == 2
+	})
+	for _, snippet := range []string{"maxmemory-policy must be noeviction", "appendonly no"} {
+		if got := named(snippet); !slices.Equal(got, want) {
+			t.Errorf("nodes named by lines with %q: %v, want %v", snippet, got, want)
+		}
+	}
+	set("maxmemory-policy", "noeviction", unsafe...)
+	set("appendonly", "yes", unsafe...)
+	waitUntil(t, 10*time.Second, "both nodes no longer counted", func() bool {
+		return testutil.ToFloat64(m.RedisNodesEvicting) == 0 && testutil.ToFloat64(m.RedisNodesNotAppendOnly) == 0
+	})
+	for _, snippet := range []string{"no longer evicts", "keeps an append-only file now"} {
+		if got := named(snippet); !slices.Equal(got, want) {
+			t.Errorf("nodes named by lines with %q: %v, want %v", snippet, got, want)
+		}
+	}
+	for _, a := range c.Addrs {
+		n := redis.NewClient(&redis.Options{Addr: a})
+		aofRewritten(t, n)
+		n.Close()
+	}
+}

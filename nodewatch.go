@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/combo-service/combo-service/conf"
-	"github.com/combo-service/combo-service/internal/logging"
 	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
 )
@@ -142,11 +141,15 @@ func (w *nodeWatch) Stop() { w.loop.stop() }
 // logged), each logging under its own name, and returns what stops both.
 func startNodeWatches(cfg conf.Redis, store *repo.Repo, every time.Duration, evicting, notAppendOnly map[string]string,
 	log *zap.Logger, m *metrics.Metrics) (stop func()) {
+	// Their loggers are not sampled: the lines of one reading share a
+	// message, one per node, and a logger sampled by message wrote the
+	// first node's alone, the others never named (each node's line comes
+	// once, when it changes). A reading comes each minute, so no line
+	// repeats faster than that.
 	read, timeout := policyReader(cfg, store)
-	ew := newEvictionWatch(read, every, timeout, evicting, logging.Sampled(log.Named("eviction_watch"), m.LogSuppressed), m)
+	ew := newEvictionWatch(read, every, timeout, evicting, log.Named("eviction_watch"), m)
 	read, timeout = appendOnlyReader(cfg, store)
-	aw := newAppendOnlyWatch(read, every, timeout, notAppendOnly,
-		logging.Sampled(log.Named("appendonly_watch"), m.LogSuppressed), m)
+	aw := newAppendOnlyWatch(read, every, timeout, notAppendOnly, log.Named("appendonly_watch"), m)
 	ew.Start()
 	aw.Start()
 	return func() {
