@@ -78,7 +78,8 @@ func (c *consumerClaim) check(ctx context.Context) {
 		c.twin, c.alone = twin, 0
 	case c.twin != "":
 		if c.alone++; c.alone >= twinGoneAfter {
-			c.log.Info("no other process has run with this replica's worker.consumer since",
+			c.log.Info("no other process has run with this replica's worker.consumer for three claims: the one "+
+				"warned of is gone",
 				zap.String("other_process", c.twin))
 			c.twin, c.alone = "", 0
 		}

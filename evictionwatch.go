@@ -10,15 +10,22 @@ import (
 	"github.com/combo-service/combo-service/metrics"
 )
 
+// nodeMayEvict warns of a node read evicting, where its role is not known
+// (one Redis, a Cluster's node, any node the watch reads): a replica
+// evicts nothing of its own (replica-ignore-maxmemory) until a failover
+// promotes it, with its own policy.
+const nodeMayEvict = "a Redis node may evict this service's keys (as the master, or a replica once a failover " +
+	"promotes it): maxmemory-policy must be noeviction, or windows, dedupe ids and the stream can be lost " +
+	"under memory pressure"
+
 // evictionRule is what the eviction watch watches: a node's maxmemory-policy,
 // unsafe unless noeviction.
 var evictionRule = nodeRule{
-	name:    "eviction watch",
-	setting: "maxmemory-policy",
-	field:   "maxmemory_policy",
-	unsafe:  func(policy string) bool { return policy != "noeviction" },
-	warn: "Redis may evict this service's keys: maxmemory-policy must be noeviction, " +
-		"or windows, dedupe ids and the stream can be lost under memory pressure",
+	name:       "eviction watch",
+	setting:    "maxmemory-policy",
+	field:      "maxmemory_policy",
+	unsafe:     func(policy string) bool { return policy != "noeviction" },
+	warn:       nodeMayEvict,
 	safe:       "Redis node no longer evicts: its maxmemory-policy is noeviction",
 	forgotten:  "Redis node found evicting is no longer among the nodes; forgotten",
 	gauge:      func(m *metrics.Metrics) prometheus.Gauge { return m.RedisNodesEvicting },

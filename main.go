@@ -333,9 +333,7 @@ func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *z
 		log.Warn("could not read Redis's maxmemory-policy; it must be noeviction"+refusingUser(err), zap.Error(err))
 	}
 	for addr, policy := range nodes {
-		log.Warn("Redis may evict this service's keys: maxmemory-policy must be noeviction, "+
-			"or windows, dedupe ids and the stream can be lost under memory pressure",
-			zap.String("node", addr), zap.String("maxmemory_policy", policy))
+		log.Warn(nodeMayEvict, zap.String("node", addr), zap.String("maxmemory_policy", policy))
 	}
 	return nodes
 }
