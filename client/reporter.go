@@ -31,7 +31,8 @@ var (
 	// error.
 	ErrClosed = errors.New("combo client: reporter is closed")
 	// ErrRetriesExhausted is wrapped, with the last attempt's error, by
-	// the error OnDrop gets for a batch that failed MaxRetries+1 times.
+	// the error OnDrop gets for a batch whose every attempt failed (1 +
+	// MaxRetries of them; one with MaxRetries negative).
 	ErrRetriesExhausted = errors.New("combo client: retries exhausted")
 	// ErrBadResponse is the (retryable) error of an attempt whose reply was
 	// not one result per contribution; it reaches OnDrop if retries run out.

@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/validate"
 )
 
 // Tests pinning what a mutation sweep of the Reporter found loose: each
@@ -150,5 +153,61 @@ func TestRefusedItemCountsInDroppedMetric(t *testing.T) {
 	m := gather(t, reg)
 	if m["combo_reporter_reports_total{outcome=dropped}"] != 1 || m["combo_reporter_reports_total{outcome=sent}"] != 2 {
 		t.Fatalf("metrics %v, want dropped 1 and sent 2", m)
+	}
+}
+
+// Linger runs from the oldest sendable report, not from the dispatcher's
+// last wake-up: a resolve that unblocks a key (and signals) half-way
+// through a Linger must not restart it. contribution(id) has key
+// (7, 1000+id%10, rose).
+func TestLingerNotRestartedByAWakeUp(t *testing.T) {
+	const linger = time.Second // margins of 300 ms either side
+	release := make(chan struct{})
+	f := newFake(func(ctx context.Context, attempt int, _ []*combo.Contribution) error {
+		if attempt == 1 {
+			<-release
+		}
+		return nil
+	})
+	r := newTestReporter(t, f, ReporterOptions{BatchSize: 3, Linger: linger, RPCTimeout: time.Hour})
+	mustReport(t, r, 1, 2, 3) // BatchSize: sent at once, held until released
+	f.recv(t)
+	start := time.Now()
+	mustReport(t, r, 11) // key of 1: blocked
+	mustReport(t, r, 4)  // another key: sendable, Linger starts now
+	time.Sleep(linger * 5 / 8)
+	close(release) // [1 2 3] resolves: 11 unblocked, dispatcher woken
+	got := f.recv(t)
+	el := time.Since(start)
+	if len(got) != 2 {
+		t.Fatalf("second batch %v, want [11 4]", got)
+	}
+	if el > linger*13/10 {
+		t.Fatalf("second batch sent %v after its reports, want about Linger %v: the wake-up restarted Linger", el, linger)
+	}
+}
+
+// The drop error counts the attempts made: 1 + MaxRetries.
+func TestRetriesExhaustedNamesTheAttempts(t *testing.T) {
+	f := newFake(func(context.Context, int, []*combo.Contribution) error { return errTransport })
+	drops := newDropLog()
+	r := newTestReporter(t, f, ReporterOptions{BatchSize: 2, Linger: time.Hour, MaxRetries: 2,
+		InitialBackoff: time.Millisecond, OnDrop: drops.onDrop})
+	mustReport(t, r, 1, 2)
+	drops.recv(t)
+	_, errs := drops.snapshot()
+	if want := "batch of 2 failed after 3 attempts"; !strings.Contains(errs[0].Error(), want) {
+		t.Fatalf("drop error %q, want it to say %q", errs[0], want)
+	}
+}
+
+// The package doc promises a *validate.Error naming the field, not only
+// its text.
+func TestReportRefusalIsAValidateError(t *testing.T) {
+	r := newTestReporter(t, newFake(nil), ReporterOptions{})
+	err := r.Report(context.Background(), contribution(0))
+	var ve *validate.Error
+	if !errors.As(err, &ve) || ve.Field != "contribution.id" {
+		t.Fatalf("Report = %#v, want a *validate.Error with Field contribution.id", err)
 	}
 }
