@@ -68,7 +68,8 @@ func (r *Repo) eachNode(ctx context.Context, op string,
 func failedUnasked(ctx context.Context, c *redis.ClusterClient, asked map[string]bool) []error {
 	nodes, err := c.ClusterNodes(ctx).Result()
 	if err != nil {
-		return []error{fmt.Errorf("CLUSTER NODES: %w", err)}
+		return []error{fmt.Errorf("CLUSTER NODES, which tells a failed node from one removed (README's ACL user "+
+			"has +cluster|nodes): %w", err)}
 	}
 	var errs []error
 	for line := range strings.SplitSeq(nodes, "\n") {
