@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
 
@@ -30,6 +31,7 @@ type consumerClaim struct {
 	claim    func(ctx context.Context, instance string) (string, error) // the other process found, or ""
 	instance string                                                     // this process, as claims name it
 	log      *zap.Logger                                                // names this process (and the consumer: the watch's)
+	shared   prometheus.Gauge                                           // 1 while twin is set, for an alert
 	claimed  bool                                                       // a claim has succeeded
 	failed   bool                                                       // a failure before that was said
 	twin     string                                                     // the other process found, while warned of
@@ -38,10 +40,14 @@ type consumerClaim struct {
 
 // newConsumerClaim names this process (processInstance) in the claims
 // that claim makes, and in its lines on log, which names the consumer
-// (the settings watch's logger).
-func newConsumerClaim(claim func(ctx context.Context, instance string) (string, error), log *zap.Logger) *consumerClaim {
+// (the settings watch's logger), and sets shared to 1 while it finds
+// another process (a log line alone reaches no one who watches alerts).
+func newConsumerClaim(claim func(ctx context.Context, instance string) (string, error), log *zap.Logger,
+	shared prometheus.Gauge) *consumerClaim {
 	instance := processInstance()
-	return &consumerClaim{claim: claim, instance: instance, log: log.With(zap.String("this_process", instance))}
+	shared.Set(0)
+	return &consumerClaim{claim: claim, instance: instance, log: log.With(zap.String("this_process", instance)),
+		shared: shared}
 }
 
 // check claims once, and says when another process is found claiming
@@ -76,12 +82,14 @@ func (c *consumerClaim) check(ctx context.Context) {
 				zap.String("other_process", twin))
 		}
 		c.twin, c.alone = twin, 0
+		c.shared.Set(1)
 	case c.twin != "":
 		if c.alone++; c.alone >= twinGoneAfter {
 			c.log.Info("no other process has run with this replica's worker.consumer for three claims: the one "+
 				"warned of is gone",
 				zap.String("other_process", c.twin))
 			c.twin, c.alone = "", 0
+			c.shared.Set(0)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -38,38 +39,44 @@ func twinLines(logs *observer.ObservedLogs) (warned, gone []string) {
 // if one comes back. The first claim that succeeds counts nothing (it may
 // find this replica's own from before a crash), even after failed ones (a
 // replica started before its Redis), and a failed claim counts nothing,
-// said at warn only before any claim succeeded.
+// said at warn only before any claim succeeded. Its gauge is 1 from the
+// warning until the line saying the other gone.
 func TestConsumerClaimWarnsOfAnotherProcess(t *testing.T) {
 	core, logs := observer.New(zap.DebugLevel)
 	claims := make(chan func() (string, error), 1)
-	claim := newConsumerClaim(func(context.Context, string) (string, error) { return (<-claims)() }, zap.New(core))
+	shared := testGauge()
+	claim := newConsumerClaim(func(context.Context, string) (string, error) { return (<-claims)() }, zap.New(core), shared)
 	found := func(other string) func() (string, error) { return func() (string, error) { return other, nil } }
 	failed := func() (string, error) { return "", errors.New("LOADING Redis is loading the dataset in memory") }
 	for i, step := range []struct {
 		claim        func() (string, error)
 		warned, gone []string // every line so far
+		shared       float64  // the gauge after it
 	}{
-		{failed, nil, nil},
-		{failed, nil, nil},
-		{found("before a crash"), nil, nil},
-		{found(""), nil, nil},
-		{found("b"), []string{"b"}, nil},
-		{found("b"), []string{"b"}, nil},
-		{found(""), []string{"b"}, nil},
-		{found(""), []string{"b"}, nil},
-		{failed, []string{"b"}, nil},
-		{found("b"), []string{"b"}, nil},
-		{found(""), []string{"b"}, nil},
-		{found(""), []string{"b"}, nil},
-		{failed, []string{"b"}, nil},
-		{found(""), []string{"b"}, []string{"b"}},
-		{found(""), []string{"b"}, []string{"b"}},
-		{found("c"), []string{"b", "c"}, []string{"b"}},
+		{failed, nil, nil, 0},
+		{failed, nil, nil, 0},
+		{found("before a crash"), nil, nil, 0},
+		{found(""), nil, nil, 0},
+		{found("b"), []string{"b"}, nil, 1},
+		{found("b"), []string{"b"}, nil, 1},
+		{found(""), []string{"b"}, nil, 1},
+		{found(""), []string{"b"}, nil, 1},
+		{failed, []string{"b"}, nil, 1},
+		{found("b"), []string{"b"}, nil, 1},
+		{found(""), []string{"b"}, nil, 1},
+		{found(""), []string{"b"}, nil, 1},
+		{failed, []string{"b"}, nil, 1},
+		{found(""), []string{"b"}, []string{"b"}, 0},
+		{found(""), []string{"b"}, []string{"b"}, 0},
+		{found("c"), []string{"b", "c"}, []string{"b"}, 1},
 	} {
 		claims <- step.claim
 		claim.check(context.Background())
 		if warned, gone := twinLines(logs); !slices.Equal(warned, step.warned) || !slices.Equal(gone, step.gone) {
 			t.Fatalf("claim %d: warned of %q, said gone %q; want %q and %q", i, warned, gone, step.warned, step.gone)
+		}
+		if got := testutil.ToFloat64(shared); got != step.shared {
+			t.Fatalf("claim %d: combo_worker_consumer_shared %v, want %v", i, got, step.shared)
 		}
 	}
 	failures := logs.FilterMessageSnippet("could not claim")
@@ -86,7 +93,7 @@ func TestConsumerClaimWarnsOfAnotherProcess(t *testing.T) {
 	// after a claim succeeded is said at debug only (Redis down is said
 	// by the replica's other loops).
 	calls := make(chan error, 2)
-	fresh := newConsumerClaim(func(context.Context, string) (string, error) { return "", <-calls }, zap.New(core))
+	fresh := newConsumerClaim(func(context.Context, string) (string, error) { return "", <-calls }, zap.New(core), testGauge())
 	for _, err := range []error{context.Canceled, nil, errors.New("connection refused")} {
 		calls <- err
 		fresh.check(context.Background())
@@ -108,7 +115,7 @@ func TestConsumerClaimsOnRedis(t *testing.T) {
 	claimOf := func(consumer string) *consumerClaim {
 		return newConsumerClaim(func(ctx context.Context, instance string) (string, error) {
 			return store.ClaimConsumer(ctx, consumer, instance, settingsWatchEvery)
-		}, zap.New(core))
+		}, zap.New(core), testGauge())
 	}
 	ctx := context.Background()
 	alone := claimOf("alone")
@@ -139,7 +146,8 @@ func TestReplicaSettingsWatchNamesTheConsumerInClaimLines(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	cfg := conf.Default()
 	cfg.Worker.Consumer = "c1"
-	w := newReplicaSettingsWatch(cfg, store, zap.New(core), metrics.New(prometheus.NewRegistry()))
+	m := metrics.New(prometheus.NewRegistry())
+	w := newReplicaSettingsWatch(cfg, store, zap.New(core), m)
 	ctx := context.Background()
 	key := repo.NewKeys(1).ConsumerInstance("c1")
 	for range 2 { // the first claim's find is discounted
@@ -164,4 +172,10 @@ func TestReplicaSettingsWatchNamesTheConsumerInClaimLines(t *testing.T) {
 		t.Fatalf("twin warning %q by %q with %v (consumer %d times), want settings_watch naming c1 once, elsewhere and this process",
 			e.Message, e.LoggerName, e.ContextMap(), consumers)
 	}
+	if got := testutil.ToFloat64(m.ConsumerShared); got != 1 {
+		t.Fatalf("combo_worker_consumer_shared %v, want 1", got)
+	}
 }
+
+// testGauge is a gauge registered nowhere.
+func testGauge() prometheus.Gauge { return prometheus.NewGauge(prometheus.GaugeOpts{Name: "test"}) }

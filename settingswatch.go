@@ -89,7 +89,7 @@ func newReplicaSettingsWatch(cfg conf.Config, store *repo.Repo, log *zap.Logger,
 		},
 		newConsumerClaim(func(ctx context.Context, instance string) (string, error) {
 			return store.ClaimConsumer(ctx, self, instance, 3*settingsWatchEvery)
-		}, log),
+		}, log, m.ConsumerShared),
 		func(ctx context.Context) error { return store.ForgetSettings(ctx, self) },
 		mine, settingsWatchEvery, 2*cfg.Redis.Timeout, log, m)
 }

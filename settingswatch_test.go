@@ -113,7 +113,7 @@ func TestSettingsWatchWarnsOnceThatItCannotCompare(t *testing.T) {
 
 // noClaim is a claim of the consumer that finds no other process.
 func noClaim() *consumerClaim {
-	return newConsumerClaim(func(context.Context, string) (string, error) { return "", nil }, zap.NewNop())
+	return newConsumerClaim(func(context.Context, string) (string, error) { return "", nil }, zap.NewNop(), testGauge())
 }
 
 // The settings watch claims the consumer at every reading (the first
@@ -131,7 +131,7 @@ func TestSettingsWatchClaimsAtEveryReading(t *testing.T) {
 		claimEnds = append(claimEnds, end)
 		time.Sleep(5 * time.Millisecond) // a claim that takes a while
 		return "", nil
-	}, zap.NewNop())
+	}, zap.NewNop(), testGauge())
 	share := func(ctx context.Context) (map[string]string, error) {
 		end, ok := ctx.Deadline()
 		if !ok {

@@ -130,6 +130,9 @@ type Metrics struct {
 	// that keep their settings in Redis, last read with other redis.shards
 	// or window.* settings than this one's (main's settingsWatch).
 	ReplicasSettingsDiffer prometheus.Gauge
+	// ConsumerShared is 1 while another process is found claiming this
+	// replica's worker.consumer (main's consumerClaim).
+	ConsumerShared prometheus.Gauge
 	// BuildInfo is 1, labelled with the running build's version and
 	// revision (the start log's), so a scrape tells which code each
 	// replica runs: go_build_info has no revision in the container image.
@@ -192,6 +195,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Redis nodes last read keeping no append-only file (aof_enabled 0), which, restarted as the master (a replica once a failover promotes it), come back from an older snapshot or empty, losing windows acknowledged since or pushing them twice (the same nodes as combo_redis_nodes_evicting); read every minute (0 with the embedded Redis)."}),
 		ReplicasSettingsDiffer: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "replicas_settings_differ",
 			Help: "Other replicas last read with redis.shards or window.* settings other than this one's, which count a combo key's reports twice or cut its windows by another rule; read every 30 s (0 with the embedded Redis)."}),
+		ConsumerShared: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "worker_consumer_shared",
+			Help: "1 while another process is found claiming this replica's worker.consumer (from this process's second claim on, every 30 s), 0 once none has for three claims: the two share one consumer's pending entries and one settings key (0 with the embedded Redis)."}),
 		BuildInfo: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
 			Help: "1, labelled with the running build's version and VCS revision."}, []string{"version", "revision"}),
 		ConsumersGone: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "consumers_removed_total",
