@@ -190,7 +190,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		StreamMaxLength: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_max_length",
 			Help: "redis.stream_maxlen: at it, no window is opened and reports are published on their own (degraded)."}),
 		RedisNodesEvicting: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "redis_nodes_evicting",
-			Help: "Redis nodes last read with a maxmemory-policy other than noeviction, which may evict windows, dedupe ids and the stream (on a Cluster, masters and replicas; with Sentinel, the master and the replicas the Sentinels list, one they list as down kept as last read until SENTINEL RESET); read every minute (0 with the embedded Redis)."}),
+			Help: "Redis nodes last read with a maxmemory-policy other than noeviction, which may evict windows, dedupe ids and the stream (on a Cluster, masters and replicas; with Sentinel, the master and the replicas the Sentinels list, one they list as down kept as last read until SENTINEL RESET, as is a Cluster node marked failed until the Cluster forgets it); read every minute (0 with the embedded Redis)."}),
 		RedisNodesNotAppendOnly: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "redis_nodes_not_appendonly",
 			Help: "Redis nodes last read keeping no append-only file (aof_enabled 0), which, restarted as the master (a replica once a failover promotes it), come back from an older snapshot or empty, losing windows acknowledged since or pushing them twice (the same nodes as combo_redis_nodes_evicting); read every minute (0 with the embedded Redis)."}),
 		ReplicasSettingsDiffer: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "replicas_settings_differ",
