@@ -120,6 +120,7 @@ func TestAppendOnlyWatchKeepsWhatItCannotRead(t *testing.T) {
 		{func() (map[string]string, error) {
 			return map[string]string{"a:6379": "1", "b:6379": "0"}, errors.New("c:6379: timeout")
 		}, 1},
+		{func() (map[string]string, error) { return map[string]string{"c:6379": "1"}, nil }, 1},
 		{func() (map[string]string, error) { return map[string]string{"c:6379": "1"}, nil }, 0},
 	} {
 		answers <- step.answer

@@ -46,6 +46,9 @@ func TestEvictionWatchKeepsWhatItCannotRead(t *testing.T) {
 		{func() (map[string]string, error) {
 			return map[string]string{"a:6379": "noeviction", "b:6379": "volatile-lru"}, errors.New("c:6379: timeout")
 		}, 1},
+		// b:6379 left out of a complete reading: kept for one, forgotten
+		// at the second in a row (nodeForgetAfter).
+		{func() (map[string]string, error) { return map[string]string{"c:6379": "noeviction"}, nil }, 1},
 		{func() (map[string]string, error) { return map[string]string{"c:6379": "noeviction"}, nil }, 0},
 	} {
 		answers <- step.answer
@@ -139,8 +142,9 @@ func TestStartChecksWarnOfARefusedLogin(t *testing.T) {
 }
 
 // A Sentinel refusing the login beside nodes all read is warned of, and
-// leaves no node unread: one no longer among them is still forgotten (the
-// gauge, and ComboRedisMayEvict, would otherwise keep a removed node).
+// leaves no node unread: one no longer among them is still forgotten, at
+// the second such reading (the gauge, and ComboRedisMayEvict, would
+// otherwise keep a removed node).
 func TestEvictionWatchForgetsANodeBesideASentinelRefusal(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	core, logs := observer.New(zap.WarnLevel)
@@ -150,11 +154,12 @@ func TestEvictionWatchForgetsANodeBesideASentinelRefusal(t *testing.T) {
 	}
 	w := newEvictionWatch(read, time.Hour, time.Second, map[string]string{"gone:6379": "allkeys-lru"}, zap.New(core), m)
 	w.once(context.Background())
+	w.once(context.Background())
 	if got := testutil.ToFloat64(m.RedisNodesEvicting); got != 0 {
 		t.Fatalf("gauge %v, want the node no longer read forgotten", got)
 	}
-	if logs.FilterMessageSnippet("a Sentinel refuses").Len() != 1 {
-		t.Fatalf("logs %v, want the Sentinel's refusal warned of", logs.All())
+	if logs.FilterMessageSnippet("a Sentinel refuses").Len() != 2 {
+		t.Fatalf("logs %v, want the Sentinel's refusal warned of at each reading", logs.All())
 	}
 }
 
@@ -189,4 +194,37 @@ func loginRefusals(t *testing.T) (r struct{ wrongpass, noauth error }) {
 		}
 	}
 	return r
+}
+
+// A node left out of one complete reading and back in the next is not
+// forgotten, nor warned of again: a Sentinel just reset (SENTINEL RESET)
+// lists no replica for seconds, and a reading then forgot every live
+// replica found unsafe, its gauge and alert dropping for a minute. Only
+// readings in a row count.
+func TestNodeWatchKeepsANodeLeftOutOfOneReading(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	core, logs := observer.New(zap.InfoLevel)
+	answers := make(chan map[string]string, 1)
+	read := func(context.Context) (map[string]string, error) { return <-answers, nil }
+	w := newEvictionWatch(read, time.Hour, time.Second, map[string]string{"replica:6379": "allkeys-lru"}, zap.New(core), m)
+	master := map[string]string{"master:6379": "noeviction"}
+	both := map[string]string{"master:6379": "noeviction", "replica:6379": "allkeys-lru"}
+	for i, answer := range []map[string]string{master, both, master, both, master} {
+		answers <- answer
+		w.once(context.Background())
+		if got := testutil.ToFloat64(m.RedisNodesEvicting); got != 1 {
+			t.Fatalf("reading %d: gauge %v, want the replica still counted", i, got)
+		}
+	}
+	if logs.Len() != 0 {
+		t.Fatalf("logs %v, want nothing forgotten or warned again", logs.All())
+	}
+	answers <- master
+	w.once(context.Background())
+	if got := testutil.ToFloat64(m.RedisNodesEvicting); got != 0 {
+		t.Fatalf("gauge %v after two readings in a row without the replica, want it forgotten", got)
+	}
+	if n := logs.FilterMessageSnippet("no longer among the nodes").FilterField(zap.String("node", "replica:6379")).Len(); n != 1 {
+		t.Fatalf("logs %v, want the replica said forgotten once", logs.All())
+	}
 }

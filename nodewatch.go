@@ -18,6 +18,14 @@ import (
 // nodeWatchEvery is how often a nodeWatch reads its nodes again.
 const nodeWatchEvery = time.Minute
 
+// nodeForgetAfter is how many complete readings in a row a node found
+// unsafe must be missing from before it is forgotten: a Sentinel just
+// reset (SENTINEL RESET, which README gives to forget a removed replica)
+// lists no replica at all for seconds (8.4 s measured), and one reading
+// in that gap forgot every live replica, the gauge and its alert dropping
+// for a minute.
+const nodeForgetAfter = 2
+
 // nodeWatch reads one setting of every Redis node the start checks ask
 // (one Redis; with Sentinel, the master and the replicas the Sentinels
 // list; on a Cluster, masters and replicas: a failover makes a replica
@@ -29,7 +37,7 @@ const nodeWatchEvery = time.Minute
 // again), a Redis restarted later with another configuration, and a node
 // added or promoted later. A node that is not read keeps what it was last
 // read as; one no longer among the nodes (removed from a Cluster) is
-// forgotten. The watches (newEvictionWatch, newAppendOnlyWatch) differ only in
+// forgotten once nodeForgetAfter complete readings leave it out. The watches (newEvictionWatch, newAppendOnlyWatch) differ only in
 // their nodeRule. None is started with the embedded Redis.
 //
 // Shutdown order: it stops as run returns, after the worker's shutdown,
@@ -43,6 +51,7 @@ type nodeWatch struct {
 	log     *zap.Logger
 	m       *metrics.Metrics
 	known   map[string]string // node -> value, of nodes found unsafe
+	missed  map[string]int    // node -> complete readings in a row without it, of known
 	loop    *ticking
 }
 
@@ -67,7 +76,7 @@ type nodeRule struct {
 func newNodeWatch(read func(context.Context) (map[string]string, error), rule nodeRule, every, timeout time.Duration,
 	known map[string]string, log *zap.Logger, m *metrics.Metrics) *nodeWatch {
 	w := &nodeWatch{read: read, rule: rule, every: every, timeout: timeout, log: log, m: m,
-		known: maps.Clone(known)}
+		known: maps.Clone(known), missed: map[string]int{}}
 	if w.known == nil {
 		w.known = map[string]string{}
 	}
@@ -97,6 +106,7 @@ func (w *nodeWatch) once(ctx context.Context) {
 	}
 	for _, node := range slices.Sorted(maps.Keys(read)) {
 		value, was := read[node], w.known[node]
+		delete(w.missed, node)
 		switch {
 		case !w.rule.unsafe(value) && was != "":
 			w.log.Info(w.rule.safe, zap.String("node", node), zap.String(w.rule.field, value))
@@ -121,12 +131,16 @@ func (w *nodeWatch) once(ctx context.Context) {
 	}
 	// Those not read keep what they were last read as; with every node
 	// read (a Sentinel's refusal beside them is no node unread), those no
-	// longer among them are forgotten.
+	// longer among them for nodeForgetAfter readings are forgotten.
 	if nodesUnread(err) == nil {
 		for _, node := range slices.Sorted(maps.Keys(w.known)) {
-			if _, ok := read[node]; !ok {
+			if _, ok := read[node]; ok {
+				continue
+			}
+			if w.missed[node]++; w.missed[node] >= nodeForgetAfter {
 				w.log.Info(w.rule.forgotten, zap.String("node", node))
 				delete(w.known, node)
+				delete(w.missed, node)
 			}
 		}
 	}
