@@ -178,3 +178,22 @@ func TestRepoKnowsTheEmbeddedRedisExpiresEarly(t *testing.T) {
 		t.Fatalf("a Redis server: ExpiresEarly %v, want 0", got)
 	}
 }
+
+// EVALSHA of the service's own script is taken whatever the hash's case,
+// as Redis takes it (mutant: compared case-sensitively, refused as
+// another script).
+func TestEmbeddedRedisTakesItsScriptsHashInUpperCase(t *testing.T) {
+	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0", zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	for sha := range repo.ScriptHashes() {
+		err := rdb.EvalSha(context.Background(), strings.ToUpper(sha), nil).Err()
+		if err != nil && strings.Contains(err.Error(), "runs only the service's own scripts") {
+			t.Fatalf("EVALSHA %s: %v", strings.ToUpper(sha), err)
+		}
+	}
+}

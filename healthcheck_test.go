@@ -4,6 +4,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -82,5 +84,77 @@ func TestHealthcheckFailsOnA503(t *testing.T) {
 	defer srv.Close()
 	if err := healthcheck(strings.TrimPrefix(srv.URL, "http://"), "/readyz", 5*time.Second); err == nil {
 		t.Fatal("healthcheck of a 503 succeeded")
+	}
+}
+
+// Only a 2xx is healthy: a 404 (a mistyped -healthcheck path) is not, or
+// the probe would pass whatever the service says.
+func TestHealthcheckFailsOnA404(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	if err := healthcheck(strings.TrimPrefix(srv.URL, "http://"), "/healthx", 5*time.Second); err == nil {
+		t.Fatal("healthcheck of a 404 succeeded")
+	}
+}
+
+// The probe's timeout bounds a server that never answers: the container
+// HEALTHCHECK would otherwise hang to its own timeout.
+func TestHealthcheckTimesOut(t *testing.T) {
+	hang := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-hang }))
+	defer srv.Close()
+	defer close(hang) // before Close, which waits for the handler
+	done := make(chan error, 1)
+	go func() { done <- healthcheck(strings.TrimPrefix(srv.URL, "http://"), "/healthz", 200*time.Millisecond) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("healthcheck of a hung server succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("healthcheck of a hung server did not return within 10 s (timeout 200 ms)")
+	}
+}
+
+// The probe goes straight to metrics.addr, never through HTTP_PROXY
+// (a container's environment may set one for the caller's traffic).
+// net/http reads the proxy variables once per process, so the probe runs
+// in a child process of this test binary with HTTP_PROXY set, against a
+// listener on a non-loopback address (loopback is never proxied).
+func TestHealthcheckIgnoresHTTPProxy(t *testing.T) {
+	if target := os.Getenv("COMBO_TEST_HEALTHCHECK_TARGET"); target != "" {
+		if err := healthcheck(target, "/healthz", 5*time.Second); err != nil {
+			t.Fatalf("healthcheck of %s with HTTP_PROXY=%s: %v", target, os.Getenv("HTTP_PROXY"), err)
+		}
+		return
+	}
+	var host string
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil && !ip.IP.IsLoopback() {
+			host = ip.IP.String()
+			break
+		}
+	}
+	if host == "" {
+		t.Skip("no non-loopback IPv4 address")
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Skipf("listen on %s: %v", host, err)
+	}
+	target := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	target.Listener.Close()
+	target.Listener = ln
+	target.Start()
+	defer target.Close()
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "via the proxy", http.StatusBadGateway)
+	}))
+	defer proxy.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHealthcheckIgnoresHTTPProxy$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "COMBO_TEST_HEALTHCHECK_TARGET="+ln.Addr().String(), "HTTP_PROXY="+proxy.URL, "NO_PROXY=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
 	}
 }

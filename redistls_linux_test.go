@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"net"
 	"syscall"
 	"testing"
@@ -78,4 +79,33 @@ func TestPeerClosedWithBytesWaiting(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A peer that closed with nothing waiting reads as closed (io.EOF): the
+// clean end of a connection, beside the one with bytes waiting above.
+func TestPeerClosedWithNothingWaiting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	server.Close()
+	raw, err := client.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got error
+	waitUntil(t, 5*time.Second, "the peer's FIN read as io.EOF", func() bool {
+		_ = raw.Control(func(fd uintptr) { got = peerClosed(int(fd)) })
+		return got == io.EOF
+	})
 }

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// The embedded Redis goes on accepting after running out of file
+// descriptors (EMFILE), as net/http does, instead of ending its accept
+// loop for good (mutant: return on an accept error). It runs in a child
+// process of this test binary: it lowers the process's descriptor limit.
+func TestEmbeddedRedisAcceptsAgainAfterEMFILE(t *testing.T) {
+	if os.Getenv("COMBO_TEST_EMFILE") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestEmbeddedRedisAcceptsAgainAfterEMFILE$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), "COMBO_TEST_EMFILE=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		return
+	}
+	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0", zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Skip(err)
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip(err)
+	}
+	low := old
+	low.Cur = uint64(len(fds)) // ReadDir's own descriptor is closed now: room for one more
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Skip(err)
+	}
+	c, err := net.Dial("tcp", addr) // takes the last descriptor: the accept meets EMFILE
+	if err != nil {
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
+		t.Skipf("dial under the low limit: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond) // the accept loop meets EMFILE meanwhile (no event to wait for)
+	c.Close()
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after EMFILE: %v", err)
+	}
+}
