@@ -27,21 +27,7 @@ func TestPeerClosedWithBytesWaiting(t *testing.T) {
 		{"FIN then reset", func(c *net.TCPConn) { c.CloseWrite(); c.SetLinger(0); c.Close() }, unix.BPF_TCP_CLOSE, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			client, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer client.Close()
-			server, err := ln.Accept()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer server.Close()
+			client, server := tcpPair(t)
 			if _, err := server.Write([]byte{0x15}); err != nil { // an alert record's first byte
 				t.Fatal(err)
 			}
@@ -84,20 +70,7 @@ func TestPeerClosedWithBytesWaiting(t *testing.T) {
 // A peer that closed with nothing waiting reads as closed (io.EOF): the
 // clean end of a connection, beside the one with bytes waiting above.
 func TestPeerClosedWithNothingWaiting(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, server := tcpPair(t)
 	server.Close()
 	raw, err := client.(syscall.Conn).SyscallConn()
 	if err != nil {
@@ -108,4 +81,26 @@ func TestPeerClosedWithNothingWaiting(t *testing.T) {
 		_ = raw.Control(func(fd uintptr) { got = peerClosed(int(fd)) })
 		return got == io.EOF
 	})
+}
+
+// tcpPair is both ends of one loopback TCP connection, closed when the
+// test ends.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close() })
+	return client, server
 }
