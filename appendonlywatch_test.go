@@ -128,6 +128,9 @@ func TestAppendOnlyWatchKeepsWhatItCannotRead(t *testing.T) {
 		if got := testutil.ToFloat64(m.RedisNodesNotAppendOnly); got != step.want {
 			t.Fatalf("gauge %v, want %v", got, step.want)
 		}
+		if n := testutil.ToFloat64(m.RedisLoginsRefused.WithLabelValues("node")); n != 0 {
+			t.Fatalf("combo_redis_logins_refused %v, want 0: the eviction watch counts refusals", n)
+		}
 	}
 	if n := testutil.ToFloat64(m.LoopPanics.WithLabelValues(metrics.LoopAppendOnlyWatch)); n != 1 {
 		t.Fatalf("panics counted %v under %s, want 1", n, metrics.LoopAppendOnlyWatch)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"maps"
 	"strings"
 	"time"
@@ -57,30 +58,42 @@ func warnEvictingFoundBySentinel(ctx context.Context, r conf.Redis, tlsConfig *t
 // nothing added. err is one error or a join of them (sentinelRead's,
 // where a Sentinel's is named "sentinel <addr>: ...").
 func refusingUser(err error) string {
-	parts := []error{err}
-	if joined, ok := err.(interface{ Unwrap() []error }); ok {
-		parts = joined.Unwrap()
-	}
-	var node, sentinel bool
-	for _, e := range parts {
-		switch {
-		case !loginRefused(e):
-		case strings.HasPrefix(e.Error(), "sentinel "):
-			sentinel = true
-		default:
-			node = true
-		}
-	}
+	nodes, sentinels := refusedLogins(err)
 	var said string
-	if node {
+	if nodes > 0 {
 		said += "; a node refuses this service's login: as the master (a replica, once a failover promotes it) " +
 			"it refuses every report: make the user on every node, replicas included (README: Redis settings)"
 	}
-	if sentinel {
+	if sentinels > 0 {
 		said += "; a Sentinel refuses the login of redis.sentinel_username and redis.sentinel_password: " +
 			"make that user on every Sentinel, or set the password a Sentinel asks for, and keep it (README: Redis Sentinel)"
 	}
 	return said
+}
+
+// refusedLogins counts the nodes and the Sentinels whose refusal of the
+// login err holds: err is one error or a join of them, each perhaps
+// wrapped by its operation (repo's eachNode joins one per node under its
+// op; sentinelRead joins the Sentinels', named "sentinel <addr>: ...",
+// and the nodes'). Each error below the last join counts once.
+func refusedLogins(err error) (nodes, sentinels int) {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if joined, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, part := range joined.Unwrap() {
+				n, s := refusedLogins(part)
+				nodes, sentinels = nodes+n, sentinels+s
+			}
+			return nodes, sentinels
+		}
+	}
+	switch {
+	case err == nil || !loginRefused(err):
+	case strings.HasPrefix(err.Error(), "sentinel "):
+		sentinels = 1
+	default:
+		nodes = 1
+	}
+	return nodes, sentinels
 }
 
 // loginRefused reports whether err says Redis or a Sentinel refused the

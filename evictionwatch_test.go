@@ -64,8 +64,9 @@ func TestEvictionWatchKeepsWhatItCannotRead(t *testing.T) {
 
 // A node that refuses the service's login (restarted without its ACL user,
 // it rejoins as a replica with no other sign) is warned of at each
-// reading; a node that does not answer is not, its loss being told by
-// the replica's other loops.
+// reading, and counted in combo_redis_logins_refused (an alert reads it);
+// a node that does not answer is not, its loss being told by the
+// replica's other loops.
 func TestEvictionWatchWarnsOfANodeRefusingTheLogin(t *testing.T) {
 	refusals := loginRefusals(t)
 	m := metrics.New(prometheus.NewRegistry())
@@ -76,17 +77,27 @@ func TestEvictionWatchWarnsOfANodeRefusingTheLogin(t *testing.T) {
 	}
 	w := newEvictionWatch(read, time.Hour, time.Second, nil, zap.New(core), m)
 	for _, step := range []struct {
-		err  error
-		warn int
+		err              error
+		warn             int
+		nodes, sentinels float64 // the gauge's, after it
 	}{
-		{errors.New("b:6379: dial tcp: connection refused"), 0},
-		{fmt.Errorf("b:6379: repo.MaxmemoryPolicy: %w", refusals.wrongpass), 1},
-		{fmt.Errorf("b:6379: repo.MaxmemoryPolicy: %w", refusals.noauth), 2},
+		{errors.New("b:6379: dial tcp: connection refused"), 0, 0, 0},
+		{fmt.Errorf("b:6379: repo.MaxmemoryPolicy: %w", refusals.wrongpass), 1, 1, 0},
+		{fmt.Errorf("repo.Policies: %w", errors.Join(fmt.Errorf("b:6379: %w", refusals.noauth),
+			fmt.Errorf("c:6379: %w", refusals.wrongpass), errors.New("d:6379: i/o timeout"))), 2, 2, 0},
+		{errors.Join(sentinelRefused{fmt.Errorf("sentinel s:26379: %w", refusals.wrongpass)}), 2, 0, 1},
+		{nil, 2, 0, 0},
 	} {
 		errs <- step.err
 		w.once(context.Background())
 		if n := logs.FilterMessageSnippet("refuses this service's login").Len(); n != step.warn {
 			t.Fatalf("after %q: %d warnings of a refused login, want %d: %v", step.err, n, step.warn, logs.All())
+		}
+		nodes, sentinels := testutil.ToFloat64(m.RedisLoginsRefused.WithLabelValues("node")),
+			testutil.ToFloat64(m.RedisLoginsRefused.WithLabelValues("sentinel"))
+		if nodes != step.nodes || sentinels != step.sentinels {
+			t.Fatalf("after %q: combo_redis_logins_refused node %v, sentinel %v; want %v and %v",
+				step.err, nodes, sentinels, step.nodes, step.sentinels)
 		}
 	}
 }

@@ -66,8 +66,9 @@ type nodeRule struct {
 	forgotten string // logged of a node found unsafe, no longer among the nodes
 	gauge     func(*metrics.Metrics) prometheus.Gauge
 	loop      string // its label in combo_loop_panics_total
-	// sayRefused warns of a login refused at each reading. One watch
-	// does, so a refusal is not said twice a minute.
+	// sayRefused warns of a login refused at each reading, and counts
+	// the refusals in combo_redis_logins_refused. One watch does, so a
+	// refusal is not said twice a minute.
 	sayRefused bool
 }
 
@@ -115,6 +116,11 @@ func (w *nodeWatch) once(ctx context.Context) {
 			w.log.Warn(w.rule.warn, zap.String("node", node), zap.String(w.rule.field, value))
 			w.known[node] = value
 		}
+	}
+	if w.rule.sayRefused {
+		nodes, sentinels := refusedLogins(err)
+		w.m.RedisLoginsRefused.WithLabelValues("node").Set(float64(nodes))
+		w.m.RedisLoginsRefused.WithLabelValues("sentinel").Set(float64(sentinels))
 	}
 	if err != nil {
 		// A node down is no news here (the replica's other loops say

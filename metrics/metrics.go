@@ -130,6 +130,9 @@ type Metrics struct {
 	// that keep their settings in Redis, last read with other redis.shards
 	// or window.* settings than this one's (main's settingsWatch).
 	ReplicasSettingsDiffer prometheus.Gauge
+	// RedisLoginsRefused is, by "node" and "sentinel", how many refused
+	// this service's login at the eviction watch's last reading.
+	RedisLoginsRefused *prometheus.GaugeVec
 	// ConsumerShared is 1 while another process is found claiming this
 	// replica's worker.consumer (main's consumerClaim).
 	ConsumerShared prometheus.Gauge
@@ -195,6 +198,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Redis nodes last read keeping no append-only file (aof_enabled 0), which, restarted as the master (a replica once a failover promotes it), come back from an older snapshot or empty, losing windows acknowledged since or pushing them twice (the same nodes as combo_redis_nodes_evicting); read every minute (0 with the embedded Redis)."}),
 		ReplicasSettingsDiffer: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "replicas_settings_differ",
 			Help: "Other replicas last read with redis.shards or window.* settings other than this one's, which count a combo key's reports twice or cut its windows by another rule; read every 30 s (0 with the embedded Redis)."}),
+		RedisLoginsRefused: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "redis_logins_refused",
+			Help: "Redis nodes (by=\"node\") and Sentinels (by=\"sentinel\") that refused this service's login at the eviction watch's last reading, every minute: a node without the service's ACL user fails every report of its shards once it is the master (0 with the embedded Redis)."}, []string{"by"}),
 		ConsumerShared: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "worker_consumer_shared",
 			Help: "1 while another process is found claiming this replica's worker.consumer (from this process's second claim on, every 30 s), 0 once none has for three claims: the two share one consumer's pending entries and one settings key (0 with the embedded Redis)."}),
 		BuildInfo: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
@@ -222,6 +227,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	for _, l := range loops {
 		m.LoopPanics.WithLabelValues(l)
+	}
+	for _, by := range []string{"node", "sentinel"} {
+		m.RedisLoginsRefused.WithLabelValues(by)
 	}
 	return m
 }
