@@ -37,8 +37,9 @@ const nodeForgetAfter = 2
 // again), a Redis restarted later with another configuration, and a node
 // added or promoted later. A node that is not read keeps what it was last
 // read as; one no longer among the nodes (removed from a Cluster) is
-// forgotten once nodeForgetAfter complete readings leave it out. The watches (newEvictionWatch, newAppendOnlyWatch) differ only in
-// their nodeRule. None is started with the embedded Redis.
+// forgotten once nodeForgetAfter complete readings leave it out. The
+// watches (newEvictionWatch, newAppendOnlyWatch) differ only in their
+// nodeRule. None is started with the embedded Redis.
 //
 // Shutdown order: it stops as run returns, after the worker's shutdown,
 // and before the Redis client it reads through closes (run's deferred
