@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"maps"
 	"strings"
 	"time"
@@ -77,21 +76,14 @@ func refusingUser(err error) string {
 // op; sentinelRead joins the Sentinels', named "sentinel <addr>: ...",
 // and the nodes'). Each error below the last join counts once.
 func refusedLogins(err error) (nodes, sentinels int) {
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if joined, ok := e.(interface{ Unwrap() []error }); ok {
-			for _, part := range joined.Unwrap() {
-				n, s := refusedLogins(part)
-				nodes, sentinels = nodes+n, sentinels+s
-			}
-			return nodes, sentinels
+	for _, e := range errorLeaves(err) {
+		switch {
+		case !loginRefused(e):
+		case strings.HasPrefix(e.Error(), "sentinel "):
+			sentinels++
+		default:
+			nodes++
 		}
-	}
-	switch {
-	case err == nil || !loginRefused(err):
-	case strings.HasPrefix(err.Error(), "sentinel "):
-		sentinels = 1
-	default:
-		nodes = 1
 	}
 	return nodes, sentinels
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -237,5 +238,28 @@ func TestNodeWatchKeepsANodeLeftOutOfOneReading(t *testing.T) {
 	}
 	if n := logs.FilterMessageSnippet("no longer among the nodes").FilterField(zap.String("node", "replica:6379")).Len(); n != 1 {
 		t.Fatalf("logs %v, want the replica said forgotten once", logs.All())
+	}
+}
+
+// A Cluster node marked failed (not asked: it is in no slot map) keeps
+// what it was last read as, and only itself: one left in CLUSTER NODES
+// for good (Redis never drops it) does not keep a node removed from the
+// Cluster counted too, as it did when it made the reading incomplete.
+func TestNodeWatchKeepsAFailedClusterNodeAlone(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	failed := fmt.Errorf("repo.Policies: %w", errors.Join(repo.FailedNode{Addr: "failed:6379", ID: "abc", Flags: "slave,fail"}))
+	read := func(context.Context) (map[string]string, error) {
+		return map[string]string{"master:6379": "noeviction"}, failed
+	}
+	w := newEvictionWatch(read, time.Hour, time.Second,
+		map[string]string{"failed:6379": "allkeys-lru", "removed:6379": "allkeys-lru"}, zap.NewNop(), m)
+	for range nodeForgetAfter {
+		w.once(context.Background())
+	}
+	if !maps.Equal(w.known, map[string]string{"failed:6379": "allkeys-lru"}) {
+		t.Fatalf("known %v, want the failed node kept and the removed one forgotten", w.known)
+	}
+	if got := testutil.ToFloat64(m.RedisNodesEvicting); got != 1 {
+		t.Fatalf("gauge %v, want 1", got)
 	}
 }

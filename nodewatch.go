@@ -137,11 +137,13 @@ func (w *nodeWatch) once(ctx context.Context) {
 		}
 	}
 	// Those not read keep what they were last read as; with every node
-	// read (a Sentinel's refusal beside them is no node unread), those no
-	// longer among them for nodeForgetAfter readings are forgotten.
+	// read (a Sentinel's refusal beside them is no node unread, and a
+	// Cluster's failed node keeps itself alone), those no longer among
+	// them for nodeForgetAfter such readings are forgotten.
 	if nodesUnread(err) == nil {
+		failed := failedNodes(err)
 		for _, node := range slices.Sorted(maps.Keys(w.known)) {
-			if _, ok := read[node]; ok {
+			if _, ok := read[node]; ok || failed[node] {
 				continue
 			}
 			if w.missed[node]++; w.missed[node] >= nodeForgetAfter {

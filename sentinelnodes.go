@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/repo"
 )
 
 // sentinelRead runs read on the master the Sentinels name for r's master
@@ -116,18 +117,49 @@ type sentinelRefused struct{ error }
 func (e sentinelRefused) Unwrap() error { return e.error }
 
 // nodesUnread is err (a reading's, sentinelRead's or repo's) without the
-// Sentinels' refusals of the login kept beside nodes that were read: nil
-// when every node was read.
+// Sentinels' refusals of the login kept beside nodes that were read and
+// without the Cluster's failed nodes (kept by name: failedNodes): nil
+// when every other node was read.
 func nodesUnread(err error) error {
-	joined, ok := err.(interface{ Unwrap() []error })
-	if !ok {
-		return err
-	}
 	var left []error
-	for _, e := range joined.Unwrap() {
-		if _, refused := e.(sentinelRefused); !refused {
+	for _, e := range errorLeaves(err) {
+		var refused sentinelRefused
+		var failed repo.FailedNode
+		if !errors.As(e, &refused) && !errors.As(e, &failed) {
 			left = append(left, e)
 		}
 	}
 	return errors.Join(left...)
+}
+
+// failedNodes are the addresses of the Cluster's failed nodes err names
+// (repo.FailedNode): not read, and kept as last read.
+func failedNodes(err error) map[string]bool {
+	nodes := map[string]bool{}
+	for _, e := range errorLeaves(err) {
+		if failed, ok := errors.AsType[repo.FailedNode](e); ok {
+			nodes[failed.Addr] = true
+		}
+	}
+	return nodes
+}
+
+// errorLeaves are the errors err joins, each as joined (its own wrapping
+// kept), below every join and every operation wrapping one: repo's
+// eachNode joins one per node under its op, sentinelRead the Sentinels'
+// and the nodes'. An error that joins nothing is its own one leaf.
+func errorLeaves(err error) []error {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if joined, ok := e.(interface{ Unwrap() []error }); ok {
+			var leaves []error
+			for _, part := range joined.Unwrap() {
+				leaves = append(leaves, errorLeaves(part)...)
+			}
+			return leaves
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }

@@ -54,22 +54,35 @@ func (r *Repo) eachNode(ctx context.Context, op string,
 	return out, wrap(op, errors.Join(errs...))
 }
 
+// FailedNode is a Cluster node marked failed, which eachNode did not ask:
+// it is in no slot map, so ForEachShard does not ask it. Left out, it
+// would look removed: the node watches forget a node no longer among
+// those read, and a node without AOF or evicting that crashed (the moment
+// its setting costs windows) was forgotten, its gauge and alert cleared.
+// Named so, it keeps what it was last read as, and only it: a failed node
+// left in CLUSTER NODES for good (Redis never drops one by itself) does
+// not keep others that were removed.
+type FailedNode struct {
+	Addr, ID, Flags string
+}
+
+func (e FailedNode) Error() string {
+	return fmt.Sprintf("%s: not asked, marked failed by the Cluster (flags %s; once it is gone for good, "+
+		"CLUSTER FORGET %s on every node)", e.Addr, e.Flags, e.ID)
+}
+
 // failedUnasked names each node the Cluster marks failed that asked
-// (node -> true) does not hold. Such a node is in no slot map, so
-// ForEachShard does not ask it, and left out it would look removed: the
-// node watches forget a node no longer among those read, and a node
-// without AOF or evicting that crashed (the moment its setting costs
-// windows) was forgotten, its gauge and alert cleared. Named as not
-// read, it keeps what it was last read as until it is back or removed
-// from the Cluster (CLUSTER FORGET, redis-cli --cluster del-node). A node
-// only suspected (fail?) is still in the slot map and asked. If CLUSTER
-// NODES cannot be read, that is the error: which nodes went unasked is
-// not known.
+// (node -> true) does not hold, as a FailedNode. A node only suspected
+// (fail?) is still in the slot map and asked. If CLUSTER NODES cannot be
+// read, that is the error: which nodes went unasked is not known.
 func failedUnasked(ctx context.Context, c *redis.ClusterClient, asked map[string]bool) []error {
 	nodes, err := c.ClusterNodes(ctx).Result()
-	if err != nil {
+	if redis.IsPermissionError(err) {
 		return []error{fmt.Errorf("CLUSTER NODES, which tells a failed node from one removed (README's ACL user "+
 			"has +cluster|nodes): %w", err)}
+	}
+	if err != nil {
+		return []error{fmt.Errorf("CLUSTER NODES: %w", err)}
 	}
 	var errs []error
 	for line := range strings.SplitSeq(nodes, "\n") {
@@ -79,7 +92,7 @@ func failedUnasked(ctx context.Context, c *redis.ClusterClient, asked map[string
 			continue
 		}
 		if node, _, _ := strings.Cut(f[1], "@"); !asked[node] {
-			errs = append(errs, fmt.Errorf("%s: not asked, marked failed by the Cluster (flags %s)", node, f[2]))
+			errs = append(errs, FailedNode{Addr: node, ID: f[0], Flags: f[2]})
 		}
 	}
 	return errs

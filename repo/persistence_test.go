@@ -2,6 +2,7 @@ package repo_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -74,20 +75,26 @@ func TestAClusterNodeMarkedFailedIsNamedUnread(t *testing.T) {
 		masters = append(masters, m)
 	}
 	deadline := time.Now().Add(30 * time.Second) // a few cluster-node-timeouts (2 s)
-	for {
-		nodes := masters[1].ClusterNodes(ctx).Val()
-		if strings.Contains(nodes, replica.Addr) && strings.Contains(nodes, ",fail ") {
-			break
+	// Marked failed on every master, so no slot map read lists it.
+	for _, m := range masters {
+		for {
+			nodes := m.ClusterNodes(ctx).Val()
+			if markedFailed(nodes, id) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not marked failed within 30 s:\n%s", replica.Addr, nodes)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not marked failed within 30 s:\n%s", replica.Addr, nodes)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	r := repo.New(c.Client(t), settings())
 	read, err := r.AppendOnly(ctx)
-	if want := "not asked, marked failed by the Cluster"; err == nil || !strings.Contains(err.Error(), replica.Addr+": "+want) {
-		t.Fatalf("AppendOnly error %v, want %s named: %s", err, replica.Addr, want)
+	failed, ok := errors.AsType[repo.FailedNode](err)
+	if !ok || failed.Addr != replica.Addr || failed.ID != id ||
+		!strings.Contains(err.Error(), replica.Addr+": not asked, marked failed by the Cluster") ||
+		!strings.Contains(err.Error(), "CLUSTER FORGET "+id) {
+		t.Fatalf("AppendOnly error %v, want %s (node %s) named as failed, with the CLUSTER FORGET to run", err, replica.Addr, id)
 	}
 	if len(read) != 3 {
 		t.Errorf("read %v, want the three masters", read)
@@ -99,5 +106,38 @@ func TestAClusterNodeMarkedFailedIsNamedUnread(t *testing.T) {
 	}
 	if read, err := r.AppendOnly(ctx); err != nil || len(read) != 3 {
 		t.Fatalf("once forgotten by the Cluster: %v %v, want the three masters and no error", read, err)
+	}
+}
+
+// markedFailed says whether CLUSTER NODES's nodes flags the node id fail.
+func markedFailed(nodes, id string) bool {
+	for line := range strings.SplitSeq(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[0] == id && slices.Contains(strings.Split(f[2], ","), "fail") {
+			return true
+		}
+	}
+	return false
+}
+
+// A user denied CLUSTER NODES reads every node all the same, and the
+// error says what the reading could not tell and the grant it needs.
+func TestAClusterUserDeniedClusterNodesIsTold(t *testing.T) {
+	c := testredis.StartCluster(t, 3)
+	ctx := context.Background()
+	for _, a := range c.Addrs {
+		n := redis.NewClient(&redis.Options{Addr: a})
+		err := n.Do(ctx, "ACL", "SETUSER", "nonodes", "on", ">pw", "~*", "&*", "+@all", "-cluster|nodes").Err()
+		n.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Username: "nonodes", Password: "pw"})
+	t.Cleanup(func() { _ = cc.Close() })
+	read, err := repo.New(cc, settings()).AppendOnly(ctx)
+	if len(read) != 3 || err == nil || !strings.Contains(err.Error(), "CLUSTER NODES, which tells a failed node from one removed") ||
+		!strings.Contains(err.Error(), "+cluster|nodes") || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("AppendOnly = %v, %v; want the three masters read and the denied CLUSTER NODES named with its grant", read, err)
 	}
 }
