@@ -20,7 +20,8 @@ import (
 // process of this test binary: it lowers the process's descriptor limit.
 func TestEmbeddedRedisAcceptsAgainAfterEMFILE(t *testing.T) {
 	if os.Getenv("COMBO_TEST_EMFILE") == "" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestEmbeddedRedisAcceptsAgainAfterEMFILE$", "-test.count=1", "-test.v")
+		cmd := exec.Command(os.Args[0], "-test.run=^TestEmbeddedRedisAcceptsAgainAfterEMFILE$", "-test.count=1", "-test.v",
+			"-test.timeout=1m")
 		cmd.Env = append(os.Environ(), "COMBO_TEST_EMFILE=1")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("child: %v\n%s", err, out)

@@ -39,7 +39,10 @@ func TestMain(m *testing.M) {
 	nextID.Store(time.Now().UnixNano() / 1000)
 	klog.SetLevel(klog.LevelWarn) // Kitex's start/stop lines would drown test output
 	code := m.Run()
-	if left := serviceGoroutinesLeft(10 * time.Second); code == 0 && left != "" {
+	if code != 0 {
+		os.Exit(code) // a failed run is told already; what it left running is no news
+	}
+	if left := serviceGoroutinesLeft(10 * time.Second); left != "" {
 		// Every loop run starts ends before it returns (each test's
 		// service is stopped by then): one left running after its Redis
 		// client closed would log errors for ever.

@@ -152,8 +152,9 @@ func TestHealthcheckIgnoresHTTPProxy(t *testing.T) {
 		http.Error(w, "via the proxy", http.StatusBadGateway)
 	}))
 	defer proxy.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHealthcheckIgnoresHTTPProxy$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "COMBO_TEST_HEALTHCHECK_TARGET="+ln.Addr().String(), "HTTP_PROXY="+proxy.URL, "NO_PROXY=")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHealthcheckIgnoresHTTPProxy$", "-test.count=1", "-test.timeout=1m")
+	cmd.Env = append(os.Environ(), "COMBO_TEST_HEALTHCHECK_TARGET="+ln.Addr().String(), "HTTP_PROXY="+proxy.URL,
+		"http_proxy="+proxy.URL, "NO_PROXY=", "no_proxy=")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
