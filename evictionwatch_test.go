@@ -247,7 +247,7 @@ func TestNodeWatchKeepsANodeLeftOutOfOneReading(t *testing.T) {
 // Cluster counted too, as it did when it made the reading incomplete.
 func TestNodeWatchKeepsAFailedClusterNodeAlone(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
-	failed := fmt.Errorf("repo.Policies: %w", errors.Join(repo.FailedNode{Addr: "failed:6379", ID: "abc", Flags: "slave,fail"}))
+	failed := errors.Join(repo.FailedNode{Addr: "failed:6379", ID: "abc", Flags: "slave,fail"}) // as repo's eachNode gives it
 	read := func(context.Context) (map[string]string, error) {
 		return map[string]string{"master:6379": "noeviction"}, failed
 	}
@@ -261,5 +261,73 @@ func TestNodeWatchKeepsAFailedClusterNodeAlone(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.RedisNodesEvicting); got != 1 {
 		t.Fatalf("gauge %v, want 1", got)
+	}
+}
+
+// The same on a real Cluster, through the reading main gives the watch: a
+// replica killed and marked failed by every master keeps its reading, and
+// a node removed beside it is forgotten (repo's error for a failed node
+// alone must not read as a node unavailable, which made every reading
+// incomplete).
+func TestNodeWatchKeepsAFailedNodeAloneOnACluster(t *testing.T) {
+	c := testredis.StartCluster(t, 3)
+	ctx := context.Background()
+	replica := c.AddReplica(t, c.Addrs[0])
+	rc := replica.Client()
+	id, err := rc.ClusterMyID(ctx).Result()
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica.Kill()
+	for _, a := range c.Addrs {
+		n := redis.NewClient(&redis.Options{Addr: a})
+		waitUntil(t, 30*time.Second, a+" marking the replica failed", func() bool {
+			for line := range strings.SplitSeq(n.ClusterNodes(ctx).Val(), "\n") {
+				if f := strings.Fields(line); len(f) >= 3 && f[0] == id && strings.Contains(","+f[2]+",", ",fail,") {
+					return true
+				}
+			}
+			return false
+		})
+		n.Close()
+	}
+	cfg := conf.Default()
+	cfg.Redis.Addrs = c.Addrs
+	read, timeout := policyReader(cfg.Redis, repo.New(c.Client(t), repo.Settings{Shards: 1}))
+	m := metrics.New(prometheus.NewRegistry())
+	w := newEvictionWatch(read, time.Hour, timeout,
+		map[string]string{replica.Addr: "allkeys-lru", "removed:6379": "allkeys-lru"}, zap.NewNop(), m)
+	for range nodeForgetAfter {
+		w.once(ctx)
+	}
+	if !maps.Equal(w.known, map[string]string{replica.Addr: "allkeys-lru"}) {
+		_, err := read(ctx)
+		t.Fatalf("known %v, want the failed replica kept and the removed node forgotten (reading's error: %v)", w.known, err)
+	}
+}
+
+// On a Cluster where one master refuses the service's login, each reading
+// counts one node refusing: CLUSTER NODES, sent to some node, is refused
+// by that one too, and counted it twice when it went there.
+func TestARefusingClusterNodeIsCountedOnce(t *testing.T) {
+	c := testredis.StartCluster(t, 3)
+	ctx := context.Background()
+	for _, a := range c.Addrs[:2] {
+		n := redis.NewClient(&redis.Options{Addr: a})
+		err := n.Do(ctx, "ACL", "SETUSER", "svc", "on", ">pw", "~*", "&*", "+@all").Err()
+		n.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs[:2], Username: "svc", Password: "pw", MaxRetries: -1})
+	defer cc.Close()
+	store := repo.New(cc, repo.Settings{Shards: 1})
+	for i := range 12 { // CLUSTER NODES goes to a node at random
+		_, err := store.Policies(ctx)
+		if nodes, sentinels := refusedLogins(err); nodes != 1 || sentinels != 0 {
+			t.Fatalf("reading %d: %d nodes and %d Sentinels counted refusing, want 1 node: %v", i, nodes, sentinels, err)
+		}
 	}
 }

@@ -144,6 +144,7 @@ func (w *nodeWatch) once(ctx context.Context) {
 		failed := failedNodes(err)
 		for _, node := range slices.Sorted(maps.Keys(w.known)) {
 			if _, ok := read[node]; ok || failed[node] {
+				delete(w.missed, node) // a failed node is there, if not read
 				continue
 			}
 			if w.missed[node]++; w.missed[node] >= nodeForgetAfter {

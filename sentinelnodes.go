@@ -139,6 +139,9 @@ func failedNodes(err error) map[string]bool {
 	for _, e := range errorLeaves(err) {
 		if failed, ok := errors.AsType[repo.FailedNode](e); ok {
 			nodes[failed.Addr] = true
+			if failed.HostAddr != "" {
+				nodes[failed.HostAddr] = true
+			}
 		}
 	}
 	return nodes

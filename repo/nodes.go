@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -39,19 +40,29 @@ func (r *Repo) eachNode(ctx context.Context, op string,
 		}
 		return nil
 	}
+	var failed []error // FailedNode: beside op's error, not in it, which would call them unavailable
 	switch c := r.rdb.(type) {
 	case *redis.ClusterClient:
 		// An error here is the cluster's state, before any node was asked.
 		if err := c.ForEachShard(ctx, ask); err != nil {
 			errs = append(errs, err)
 		}
-		errs = append(errs, failedUnasked(ctx, c, asked)...)
+		for _, err := range failedUnasked(ctx, c, asked) {
+			if _, ok := err.(FailedNode); ok {
+				failed = append(failed, err)
+			} else {
+				errs = append(errs, err)
+			}
+		}
 	case *redis.Client:
 		_ = ask(ctx, c)
 	default:
 		return nil, fmt.Errorf("%s: a %T cannot be asked node by node", op, r.rdb)
 	}
-	return out, wrap(op, errors.Join(errs...))
+	if len(failed) == 0 {
+		return out, wrap(op, errors.Join(errs...))
+	}
+	return out, errors.Join(append([]error{wrap(op, errors.Join(errs...))}, failed...)...)
 }
 
 // FailedNode is a Cluster node marked failed, which eachNode did not ask:
@@ -64,6 +75,10 @@ func (r *Repo) eachNode(ctx context.Context, op string,
 // not keep others that were removed.
 type FailedNode struct {
 	Addr, ID, Flags string
+	// HostAddr is its address by the hostname it announces (host:port),
+	// as go-redis names the nodes it asks under
+	// cluster-preferred-endpoint-type hostname; "" if it announces none.
+	HostAddr string
 }
 
 func (e FailedNode) Error() string {
@@ -77,11 +92,15 @@ func (e FailedNode) Error() string {
 // read, that is the error: which nodes went unasked is not known.
 func failedUnasked(ctx context.Context, c *redis.ClusterClient, asked map[string]bool) []error {
 	nodes, err := c.ClusterNodes(ctx).Result()
-	if redis.IsPermissionError(err) {
+	switch {
+	case redis.IsPermissionError(err):
 		return []error{fmt.Errorf("CLUSTER NODES, which tells a failed node from one removed (README's ACL user "+
 			"has +cluster|nodes): %w", err)}
-	}
-	if err != nil {
+	case redis.IsAuthError(err):
+		// Not wrapped: the node that refused it is named refusing already
+		// (ForEachShard asked it too), and counted once, not twice.
+		return []error{fmt.Errorf("CLUSTER NODES: %v", err)}
+	case err != nil:
 		return []error{fmt.Errorf("CLUSTER NODES: %w", err)}
 	}
 	var errs []error
@@ -91,8 +110,15 @@ func failedUnasked(ctx context.Context, c *redis.ClusterClient, asked map[string
 		if len(f) < 3 || !slices.Contains(strings.Split(f[2], ","), "fail") {
 			continue
 		}
-		if node, _, _ := strings.Cut(f[1], "@"); !asked[node] {
-			errs = append(errs, FailedNode{Addr: node, ID: f[0], Flags: f[2]})
+		node, ports, _ := strings.Cut(f[1], "@")
+		failed := FailedNode{Addr: node, ID: f[0], Flags: f[2]}
+		if _, host, ok := strings.Cut(ports, ","); ok && host != "" {
+			if _, port, err := net.SplitHostPort(node); err == nil {
+				failed.HostAddr = net.JoinHostPort(host, port)
+			}
+		}
+		if !asked[failed.Addr] && (failed.HostAddr == "" || !asked[failed.HostAddr]) {
+			errs = append(errs, failed)
 		}
 	}
 	return errs
