@@ -76,3 +76,6 @@ func DegradeHash() string { return degradeScript.Hash() }
 func PruneOne(ctx context.Context, r *Repo, shard int, name string, idle time.Duration) (int, error) {
 	return r.pruneOne(ctx, r.keys.Stream(shard), name, idle)
 }
+
+// FailedNodeOf is failedNodeOf, for the tests of repo_test.
+var FailedNodeOf = failedNodeOf

@@ -105,23 +105,39 @@ func failedUnasked(ctx context.Context, c *redis.ClusterClient, asked map[string
 	}
 	var errs []error
 	for line := range strings.SplitSeq(nodes, "\n") {
-		// id, address (ip:port@cport[,hostname]), flags, ...
-		f := strings.Fields(line)
-		if len(f) < 3 || !slices.Contains(strings.Split(f[2], ","), "fail") {
-			continue
-		}
-		node, ports, _ := strings.Cut(f[1], "@")
-		failed := FailedNode{Addr: node, ID: f[0], Flags: f[2]}
-		if _, host, ok := strings.Cut(ports, ","); ok && host != "" {
-			if _, port, err := net.SplitHostPort(node); err == nil {
-				failed.HostAddr = net.JoinHostPort(host, port)
-			}
-		}
-		if !asked[failed.Addr] && (failed.HostAddr == "" || !asked[failed.HostAddr]) {
+		failed, ok := failedNodeOf(line)
+		if ok && !asked[failed.Addr] && (failed.HostAddr == "" || !asked[failed.HostAddr]) {
 			errs = append(errs, failed)
 		}
 	}
 	return errs
+}
+
+// failedNodeOf reads one line of CLUSTER NODES (id, ip:port@cport with
+// ",hostname" when one is announced, flags, ...) and says whether it is a
+// node flagged fail. Its addresses are written as go-redis writes those
+// of the nodes it asks (net.JoinHostPort of CLUSTER SLOTS's ip, or
+// hostname, and port): Redis writes an IPv6 address unbracketed
+// ("::1:6379"), go-redis "[::1]:6379".
+func failedNodeOf(line string) (FailedNode, bool) {
+	f := strings.Fields(line)
+	if len(f) < 3 || !slices.Contains(strings.Split(f[2], ","), "fail") {
+		return FailedNode{}, false
+	}
+	addr, ports, _ := strings.Cut(f[1], "@")
+	failed := FailedNode{Addr: addr, ID: f[0], Flags: f[2]}
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 {
+		return failed, true
+	}
+	ip, port := addr[:i], addr[i+1:]
+	failed.Addr = net.JoinHostPort(ip, port)
+	if _, extra, ok := strings.Cut(ports, ","); ok {
+		if host, _, _ := strings.Cut(extra, ","); host != "" {
+			failed.HostAddr = net.JoinHostPort(host, port)
+		}
+	}
+	return failed, true
 }
 
 // infoField reads one field of one section of c's node's INFO (which

@@ -141,3 +141,25 @@ func TestAClusterUserDeniedClusterNodesIsTold(t *testing.T) {
 		t.Fatalf("AppendOnly = %v, %v; want the three masters read and the denied CLUSTER NODES named with its grant", read, err)
 	}
 }
+
+// A CLUSTER NODES line flagged fail names its node as go-redis names the
+// nodes it asks: IPv6 bracketed, and by its announced hostname too.
+func TestFailedNodeOfReadsEachAddressForm(t *testing.T) {
+	for _, c := range []struct {
+		line           string
+		failed         bool
+		addr, hostAddr string
+	}{
+		{"e7d1 127.0.0.1:30004@40004 slave,fail 5c2a 0 1 4 connected", true, "127.0.0.1:30004", ""},
+		{"e7d1 ::1:30004@40004,redis-4 slave,fail 5c2a 0 1 4 connected", true, "[::1]:30004", "redis-4:30004"},
+		{"e7d1 10.0.0.4:30004@40004,redis-4.svc,shard-id=ab master,fail - 0 1 4 connected", true, "10.0.0.4:30004", "redis-4.svc:30004"},
+		{"e7d1 127.0.0.1:30004@40004 slave,fail? 5c2a 0 1 4 connected", false, "", ""},
+		{"e7d1 127.0.0.1:30004@40004 myself,master - 0 1 4 connected 0-5460", false, "", ""},
+		{"", false, "", ""},
+	} {
+		got, failed := repo.FailedNodeOf(c.line)
+		if failed != c.failed || (failed && (got.Addr != c.addr || got.HostAddr != c.hostAddr || got.ID != "e7d1")) {
+			t.Errorf("%q: %+v %v; want failed %v at %q, by hostname %q", c.line, got, failed, c.failed, c.addr, c.hostAddr)
+		}
+	}
+}
