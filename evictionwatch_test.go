@@ -272,36 +272,17 @@ func TestNodeWatchKeepsAFailedClusterNodeAlone(t *testing.T) {
 func TestNodeWatchKeepsAFailedNodeAloneOnACluster(t *testing.T) {
 	c := testredis.StartCluster(t, 3)
 	ctx := context.Background()
-	replica := c.AddReplica(t, c.Addrs[0])
-	rc := replica.Client()
-	id, err := rc.ClusterMyID(ctx).Result()
-	rc.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	replica.Kill()
-	for _, a := range c.Addrs {
-		n := redis.NewClient(&redis.Options{Addr: a})
-		waitUntil(t, 30*time.Second, a+" marking the replica failed", func() bool {
-			for line := range strings.SplitSeq(n.ClusterNodes(ctx).Val(), "\n") {
-				if f := strings.Fields(line); len(f) >= 3 && f[0] == id && strings.Contains(","+f[2]+",", ",fail,") {
-					return true
-				}
-			}
-			return false
-		})
-		n.Close()
-	}
+	replica, _ := c.FailedReplica(t, c.Addrs[0])
 	cfg := conf.Default()
 	cfg.Redis.Addrs = c.Addrs
 	read, timeout := policyReader(cfg.Redis, repo.New(c.Client(t), repo.Settings{Shards: 1}))
 	m := metrics.New(prometheus.NewRegistry())
 	w := newEvictionWatch(read, time.Hour, timeout,
-		map[string]string{replica.Addr: "allkeys-lru", "removed:6379": "allkeys-lru"}, zap.NewNop(), m)
+		map[string]string{replica: "allkeys-lru", "removed:6379": "allkeys-lru"}, zap.NewNop(), m)
 	for range nodeForgetAfter {
 		w.once(ctx)
 	}
-	if !maps.Equal(w.known, map[string]string{replica.Addr: "allkeys-lru"}) {
+	if !maps.Equal(w.known, map[string]string{replica: "allkeys-lru"}) {
 		_, err := read(ctx)
 		t.Fatalf("known %v, want the failed replica kept and the removed node forgotten (reading's error: %v)", w.known, err)
 	}

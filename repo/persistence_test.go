@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -60,41 +59,20 @@ func TestNotAppendOnlyReadsEveryClusterNode(t *testing.T) {
 func TestAClusterNodeMarkedFailedIsNamedUnread(t *testing.T) {
 	c := testredis.StartCluster(t, 3)
 	ctx := context.Background()
-	replica := c.AddReplica(t, c.Addrs[0])
-	rc := replica.Client()
-	id, err := rc.ClusterMyID(ctx).Result()
-	rc.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	replica.Kill()
+	replica, id := c.FailedReplica(t, c.Addrs[0])
 	var masters []*redis.Client
 	for _, a := range c.Addrs {
 		m := redis.NewClient(&redis.Options{Addr: a})
 		t.Cleanup(func() { _ = m.Close() })
 		masters = append(masters, m)
 	}
-	deadline := time.Now().Add(30 * time.Second) // a few cluster-node-timeouts (2 s)
-	// Marked failed on every master, so no slot map read lists it.
-	for _, m := range masters {
-		for {
-			nodes := m.ClusterNodes(ctx).Val()
-			if markedFailed(nodes, id) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not marked failed within 30 s:\n%s", replica.Addr, nodes)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
 	r := repo.New(c.Client(t), settings())
 	read, err := r.AppendOnly(ctx)
 	failed, ok := errors.AsType[repo.FailedNode](err)
-	if !ok || failed.Addr != replica.Addr || failed.ID != id ||
-		!strings.Contains(err.Error(), replica.Addr+": not asked, marked failed by the Cluster") ||
+	if !ok || failed.Addr != replica || failed.ID != id ||
+		!strings.Contains(err.Error(), replica+": not asked, marked failed by the Cluster") ||
 		!strings.Contains(err.Error(), "CLUSTER FORGET "+id) {
-		t.Fatalf("AppendOnly error %v, want %s (node %s) named as failed, with the CLUSTER FORGET to run", err, replica.Addr, id)
+		t.Fatalf("AppendOnly error %v, want %s (node %s) named as failed, with the CLUSTER FORGET to run", err, replica, id)
 	}
 	if len(read) != 3 {
 		t.Errorf("read %v, want the three masters", read)
@@ -107,17 +85,6 @@ func TestAClusterNodeMarkedFailedIsNamedUnread(t *testing.T) {
 	if read, err := r.AppendOnly(ctx); err != nil || len(read) != 3 {
 		t.Fatalf("once forgotten by the Cluster: %v %v, want the three masters and no error", read, err)
 	}
-}
-
-// markedFailed says whether CLUSTER NODES's nodes flags the node id fail.
-func markedFailed(nodes, id string) bool {
-	for line := range strings.SplitSeq(nodes, "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 3 && f[0] == id && slices.Contains(strings.Split(f[2], ","), "fail") {
-			return true
-		}
-	}
-	return false
 }
 
 // A user denied CLUSTER NODES reads every node all the same, and the

@@ -439,3 +439,44 @@ func isMaster(cl *redis.Client) bool {
 	r, _ := cl.Do(context.Background(), "ROLE").Slice()
 	return len(r) > 0 && r[0] == "master"
 }
+
+// FailedReplica adds a replica of the master at master (AddReplica),
+// kills it, and waits until every node of Nodes flags it fail in CLUSTER
+// NODES, so that no slot map read from them lists it. It returns the
+// replica's address and node id.
+func (c *Cluster) FailedReplica(tb testing.TB, master string) (addr, id string) {
+	tb.Helper()
+	ctx := context.Background()
+	replica := c.AddReplica(tb, master)
+	rc := replica.Client()
+	id, err := rc.ClusterMyID(ctx).Result()
+	rc.Close()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	replica.Kill()
+	deadline := time.Now().Add(30 * time.Second) // a few cluster-node-timeouts (2 s)
+	for _, n := range c.Nodes {
+		cl := n.Client()
+		for !flaggedFailed(cl.ClusterNodes(ctx).Val(), id) {
+			if time.Now().After(deadline) {
+				cl.Close()
+				tb.Fatalf("testredis: %s does not flag replica %s failed 30 s after its kill", n.Addr, replica.Addr)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		cl.Close()
+	}
+	return replica.Addr, id
+}
+
+// flaggedFailed says whether CLUSTER NODES's nodes flags the node id fail.
+func flaggedFailed(nodes, id string) bool {
+	for line := range strings.SplitSeq(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[0] == id && slices.Contains(strings.Split(f[2], ","), "fail") {
+			return true
+		}
+	}
+	return false
+}
