@@ -147,7 +147,7 @@ func TestAppendOnlyWatchKeepsWhatItCannotRead(t *testing.T) {
 }
 
 // The watches run starts read what each is for, each logging under its
-// own name (a sampled logger is thinned by name and message), and go on
+// own name (as logs and combo_loop_panics_total tell them apart), and go on
 // from what the start checks found: the start check's nodes without AOF
 // are handed on as "0", so the first reading does not warn again.
 func TestStartNodeWatchesReadEachItsOwnSetting(t *testing.T) {
