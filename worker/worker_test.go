@@ -1090,10 +1090,23 @@ func TestBadEntriesAreLoggedWithTheirReasons(t *testing.T) {
 		zap.New(core), m)
 	wk.Start()
 	defer wk.Shutdown(context.Background())
-	waitFor(t, "the entries dropped", func() bool { return testutil.ToFloat64(m.BadEntries) == 4 })
+	// The count goes up just before the line is written, so this waits
+	// for the lines too: all four entries' ids logged.
+	dropLines := func() []observer.LoggedEntry {
+		return logs.FilterMessage("dropping stream entries that cannot be flushed").All()
+	}
+	waitFor(t, "the entries dropped and logged", func() bool {
+		logged := 0
+		for _, e := range dropLines() {
+			if ids, ok := e.ContextMap()["ids"].([]any); ok {
+				logged += len(ids)
+			}
+		}
+		return testutil.ToFloat64(m.BadEntries) == 4 && logged == 4
+	})
 
 	var reasons []string
-	for _, e := range logs.FilterMessage("dropping stream entries that cannot be flushed").All() {
+	for _, e := range dropLines() {
 		for _, f := range e.Context {
 			if f.Key == "reasons" {
 				reasons = append(reasons, fmt.Sprint(f.Interface))
