@@ -178,7 +178,14 @@ func TestReporterServiceDown(t *testing.T) {
 	if st.Sent != 0 || st.Retried != 2*5 {
 		t.Fatalf("stats %+v, want 5 dropped after 2 retries each", st)
 	}
-	ids, errs := d.snapshot()
+	// A drop is counted before its batch is handed to OnDrop: wait for
+	// that too.
+	var ids map[int64]int
+	var errs []error
+	waitUntil(t, 5*time.Second, "the 5 dropped reports handed to OnDrop", func() bool {
+		ids, errs = d.snapshot()
+		return len(ids) >= len(reported)
+	})
 	for _, id := range reported {
 		if ids[id] != 1 {
 			t.Fatalf("OnDrop got %v, want each of %v once", ids, reported)
