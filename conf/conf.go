@@ -672,6 +672,9 @@ func read(path string) (Config, error) {
 			if keys := unknownAliasKeys(path, err); keys != "" {
 				return Config{}, fmt.Errorf("conf.Load: read %s: %s: a YAML alias to an unknown anchor (an unquoted value that starts with '*'): quote the value", path, keys)
 			}
+			if keys := unquotedFlowKeys(path); keys != "" {
+				return Config{}, fmt.Errorf("conf.Load: read %s: %s: an unquoted value that starts with '[' or '{' (YAML's start of a list or a map) and is neither: quote the value", path, keys)
+			}
 			return Config{}, fmt.Errorf("conf.Load: read %s: %s", path, withoutYAMLValues(err))
 		}
 		raw, err := os.ReadFile(path)

@@ -631,6 +631,32 @@ func TestLoadDoesNotRepeatAMapWrittenForAPassword(t *testing.T) {
 	}
 }
 
+// An IPv6 address written unquoted (addr: [::1]:6379) starts a YAML flow
+// list that the rest of the value breaks: the YAML reader's error named
+// neither key nor value, and the line before the one at fault. It is
+// refused naming the key (a list item by its list's key), as README says
+// of an unquoted value that starts with '[' or '{'.
+func TestLoadNamesTheKeyOfAnUnquotedBracketThatIsNoYAML(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	const head = "server:\n  addr: \"127.0.0.1:8888\"\nredis:\n  db: 0\n"
+	for yaml, want := range map[string]string{
+		head + "  addr: [::1]:6379\n":                                        "redis.addr",
+		head + "  addrs: [[::1]:7000, [::1]:7001]\n":                         "redis.addrs",
+		head + "  addrs:\n    - \"[::1]:7000\"\n    - [::1]:7001\n":          "redis.addrs",
+		head + "  password: {s3cret}x\n":                                     "redis.password",
+		"metrics:\n  addr: [::1]:9100 # the metrics port\nredis:\n  db: 0\n": "metrics.addr",
+	} {
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path)
+		if err == nil || !strings.Contains(err.Error(), want+": ") || !strings.Contains(err.Error(), "quote the value") ||
+			strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "::1") {
+			t.Errorf("Load(%q): %v; want a refusal naming %s and saying to quote it, without the value", yaml, err, want)
+		}
+	}
+}
+
 // The environment wins over the file, a key the file leaves without a
 // value too: a template that says "password:" and gets the secret from
 // COMBO_REDIS_PASSWORD loads, as it did before nulls were refused. Without

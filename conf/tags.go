@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -132,6 +133,48 @@ func unknownAliasKeys(path string, err error) string {
 	}
 	return strings.Join(keys, ", ")
 }
+
+// unquotedFlowKeys names the keys (section.key, comma separated) of the
+// YAML file at path whose unquoted value starts with '[' or '{' and is no
+// YAML of its own, for when the YAML reader refused the file. The usual
+// one is an IPv6 address (addr: [::1]:6379): a flow list that the rest of
+// the value breaks, where the reader's error names neither key nor value,
+// and the line before the one at fault. A list item (- [::1]:7001) is
+// named by its list's key.
+func unquotedFlowKeys(path string) string {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var keys []string
+	section, listKey := "", ""
+	for _, line := range strings.Split(string(raw), "\n") {
+		var key, value string
+		if m := blockKey.FindStringSubmatch(line); m != nil {
+			if m[1] == "" {
+				section, key = m[2], m[2]
+			} else {
+				key = section + "." + m[2]
+			}
+			listKey, value = key, m[3]
+		} else if m := blockListItem.FindStringSubmatch(line); m != nil {
+			key, value = listKey, m[1]
+		} else {
+			continue
+		}
+		if !strings.HasPrefix(value, "[") && !strings.HasPrefix(value, "{") {
+			continue
+		}
+		var v any
+		if yaml.Unmarshal([]byte("v: "+value), &v) != nil && !slices.Contains(keys, key) {
+			keys = append(keys, key)
+		}
+	}
+	return strings.Join(keys, ", ")
+}
+
+// blockListItem is a line "- value" of a block list: its value.
+var blockListItem = regexp.MustCompile(`^\s*-\s+(.*)$`)
 
 // blockKey is a line "key: value" of a block mapping: its indentation, its
 // key and its value.
