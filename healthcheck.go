@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -41,7 +42,10 @@ func healthcheck(metricsAddr, path string, timeout time.Duration) error {
 		}
 		path = "/" + path
 	}
-	target := "http://" + net.JoinHostPort(host, port) + path
+	// Built as a url.URL, not joined as a string: a link-local
+	// metrics.addr's zone ([fe80::1%eth0]) is escaped in a URL's host.
+	p, query, _ := strings.Cut(path, "?")
+	target := (&url.URL{Scheme: "http", Host: net.JoinHostPort(host, port), Path: p, RawQuery: query}).String()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)

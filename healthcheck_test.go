@@ -159,3 +159,42 @@ func TestHealthcheckIgnoresHTTPProxy(t *testing.T) {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
 }
+
+// A link-local metrics.addr carries its zone ([fe80::1%eth0]:9100), which
+// conf takes and the service listens on: the probe wrote the zone's '%'
+// into the URL unescaped and failed ("invalid URL escape") whatever the
+// service said, so the container was never healthy.
+func TestHealthcheckProbesAnAddressWithAZone(t *testing.T) {
+	zone := ""
+	if ifs, err := net.Interfaces(); err == nil {
+		for _, i := range ifs {
+			if i.Flags&net.FlagLoopback != 0 {
+				zone = i.Name
+			}
+		}
+	}
+	ln, err := net.Listen("tcp", "[::1%"+zone+"]:0")
+	if zone == "" || err != nil {
+		t.Skipf("no IPv6 loopback with a zone here (%q, %v)", zone, err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/readyz" && r.URL.RawQuery == "",
+			r.URL.Path == "/verbose" && r.URL.RawQuery == "level=1":
+			w.Write([]byte("ok"))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	srv.Listener = ln
+	srv.Start()
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	if err := healthcheck("[::1%"+zone+"]:"+port, "/readyz", 5*time.Second); err != nil {
+		t.Fatalf("healthcheck of [::1%%%s]:%s: %v, want it healthy", zone, port, err)
+	}
+	// A query stays a query, as it was when the URL was a string.
+	if err := healthcheck("[::1%"+zone+"]:"+port, "/verbose?level=1", 5*time.Second); err != nil {
+		t.Fatalf("healthcheck of /verbose?level=1: %v, want it healthy", err)
+	}
+}
