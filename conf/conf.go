@@ -524,7 +524,13 @@ func checkHostPort(addr, passwordKey string) string {
 		return "got a space or a control character in it" + hidden
 	}
 	host, port, err := net.SplitHostPort(addr)
-	if err != nil || host == "" {
+	switch {
+	case err != nil && strings.Count(addr, ":") > 1 && !strings.HasPrefix(addr, "["):
+		// ::1:6379: net.SplitHostPort says "too many colons".
+		return "got more than one ':' outside brackets: an IPv6 address goes in brackets, [::1]:6379" + hidden
+	case err != nil && strings.HasPrefix(addr, "[") && strings.HasSuffix(addr, "]"):
+		return "got no port after the brackets ([::1]:6379)" + hidden
+	case err != nil || host == "":
 		return "got no host:port" + hidden
 	}
 	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {

@@ -657,6 +657,37 @@ func TestLoadNamesTheKeyOfAnUnquotedBracketThatIsNoYAML(t *testing.T) {
 	}
 }
 
+// An IPv6 Redis address written without its brackets, or with no port
+// after them, is refused saying so: "got no host:port" left the operator
+// to guess which. The value is not repeated (it may hold a password).
+func TestValidateSaysHowAnIPv6AddressIsWritten(t *testing.T) {
+	for addr, want := range map[string]string{
+		"::1:6379":         "got more than one ':' outside brackets: an IPv6 address goes in brackets, [::1]:6379",
+		"fe80::1:6379":     "got more than one ':' outside brackets: an IPv6 address goes in brackets, [::1]:6379",
+		"[::1]":            "got no port after the brackets",
+		"[fe80::1%eth0]":   "got no port after the brackets",
+		"redis.internal:":  "got a port that is no number 1..65535",
+		"[::1]:6379:6379":  "got no host:port",
+		"redis.internal":   "got no host:port",
+		"[::1]:0":          "got a port that is no number 1..65535",
+		"[::1]:6379":       "",
+		"[fe80::1%eth0]:1": "",
+	} {
+		c := Default()
+		c.Redis.Addr = addr
+		err := c.Validate()
+		if want == "" {
+			if err != nil {
+				t.Errorf("redis.addr %q: %v, want it valid", addr, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "redis.addr: must be host:port or empty (embedded Redis), "+want) {
+			t.Errorf("redis.addr %q: %v, want %q", addr, err, want)
+		}
+	}
+}
+
 // The environment wins over the file, a key the file leaves without a
 // value too: a template that says "password:" and gets the secret from
 // COMBO_REDIS_PASSWORD loads, as it did before nulls were refused. Without
