@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,6 +36,11 @@ func TestRedisCluster(t *testing.T) {
 		// the test RPC client's 3 s.
 		c.Redis.Timeout = 2 * time.Second
 	}})
+	// The start line names the seeds as written, comma separated: with
+	// fmt.Sprint's brackets, an IPv6 cluster read "[[::1]:7000 [::1]:7001]".
+	if want := strings.Join(cluster.Addrs, ","); s.addrs.RedisAddr != want {
+		t.Errorf("the start line's redis %q, want %q", s.addrs.RedisAddr, want)
+	}
 
 	t.Run("same item 3 times: one push, quantity 3, first id", func(t *testing.T) {
 		var first *combo.Contribution

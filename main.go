@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -430,9 +431,11 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, m *m
 	addr := cfg.Redis.Addr
 	switch {
 	case len(cfg.Redis.Addrs) > 0:
-		addr = fmt.Sprint(cfg.Redis.Addrs)
+		// Comma separated, as COMBO_REDIS_ADDRS takes them: fmt.Sprint's
+		// brackets made an IPv6 list read "[[::1]:7000 [::1]:7001]".
+		addr = strings.Join(cfg.Redis.Addrs, ",")
 	case cfg.Redis.Sentinel():
-		addr = fmt.Sprintf("%s via sentinels %v", cfg.Redis.SentinelMaster, cfg.Redis.SentinelAddrs)
+		addr = cfg.Redis.SentinelMaster + " via sentinels " + strings.Join(cfg.Redis.SentinelAddrs, ",")
 	case addr == "":
 		mr := miniredis.NewMiniRedis()
 		// --raw: in a terminal redis-cli otherwise quotes each payload and
