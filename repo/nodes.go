@@ -82,8 +82,14 @@ type FailedNode struct {
 }
 
 func (e FailedNode) Error() string {
+	// By its hostname first, where it announces one: every other line
+	// (go-redis's, the start checks', the watches') calls it so.
+	name := e.Addr
+	if e.HostAddr != "" {
+		name = e.HostAddr + " (" + e.Addr + ")"
+	}
 	return fmt.Sprintf("%s: not asked, marked failed by the Cluster (flags %s; once it is gone for good, "+
-		"CLUSTER FORGET %s on every node)", e.Addr, e.Flags, e.ID)
+		"CLUSTER FORGET %s on every node)", name, e.Flags, e.ID)
 }
 
 // failedUnasked names each node the Cluster marks failed that asked

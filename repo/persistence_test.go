@@ -128,5 +128,11 @@ func TestFailedNodeOfReadsEachAddressForm(t *testing.T) {
 		if failed != c.failed || (failed && (got.Addr != c.addr || got.HostAddr != c.hostAddr || got.ID != "e7d1")) {
 			t.Errorf("%q: %+v %v; want failed %v at %q, by hostname %q", c.line, got, failed, c.failed, c.addr, c.hostAddr)
 		}
+		// Its message names it as every other line does (go-redis, the
+		// start checks and the watches call it by its hostname), and by
+		// the address CLUSTER NODES gives.
+		if msg := got.Error(); failed && c.hostAddr != "" && !strings.HasPrefix(msg, c.hostAddr+" ("+c.addr+"): not asked") {
+			t.Errorf("%q: the message %q, want it to name %s first, then %s", c.line, msg, c.hostAddr, c.addr)
+		}
 	}
 }
