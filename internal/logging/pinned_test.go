@@ -2,6 +2,8 @@ package logging
 
 import (
 	"context"
+	"encoding/json"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -190,5 +192,74 @@ func TestNetpollWriterCountsOneSuppressedLine(t *testing.T) {
 	got := logs.All()[1].ContextMap()
 	if since, _ := got["suppressed_since"].(time.Time); got["suppressed_since_last"] != int64(1) || !since.Equal(first) {
 		t.Fatalf("%v, want 1 suppressed since %v", got, first)
+	}
+}
+
+// A sampled logger's With fields reach its info-and-above lines, not only
+// its debug ones (settingswatch's "consumer" is added this way), and the
+// lines of a With logger share the parent's one-a-second budget.
+func TestSampledWithFieldsReachSampledLevels(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	parent := Sampled(zap.New(core), nil)
+	l := parent.With(zap.String("consumer", "replica-a"))
+	l.Warn("settings differ")
+	l.Error("settings unreadable")
+	parent.Warn("settings differ") // same message, within the second: thinned
+	if logs.Len() != 2 {
+		t.Fatalf("%d lines written, want 2: %v", logs.Len(), logs.All())
+	}
+	for _, e := range logs.All() {
+		if got := e.ContextMap()["consumer"]; got != "replica-a" {
+			t.Errorf("%s line %q: consumer %v, want replica-a (fields %v)", e.Level, e.Message, got, e.ContextMap())
+		}
+	}
+}
+
+// JSON logs carry "ts" as an ISO 8601 string (README's example line), not
+// zap's epoch-seconds float.
+func TestJSONTimeIsISO8601(t *testing.T) {
+	out := captureStderr(t, func() {
+		l := mustNew(t, "info", "json")
+		l.Info("started")
+		_ = l.Sync()
+	})
+	var line map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &line); err != nil {
+		t.Fatalf("log line %q: %v", out, err)
+	}
+	ts, ok := line["ts"].(string)
+	if !ok || !regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(Z|[+-]\d{4})$`).MatchString(ts) {
+		t.Fatalf("ts %#v in %s, want an ISO 8601 string", line["ts"], out)
+	}
+}
+
+// File descriptors with a 0 in them are left out of a netpoll line's key
+// like any other digits.
+func TestNetpollKeyLeavesOutEveryDigit(t *testing.T) {
+	a, b := netpollKey("NETPOLL: netFD[10] close error: x"), netpollKey("NETPOLL: netFD[7] close error: y")
+	if a != b {
+		t.Errorf("keys %q and %q, want one", a, b)
+	}
+}
+
+// Only log.LstdFlags's date is trimmed: a line that does not start with
+// one is kept whole.
+func TestTrimLogDateKeepsWhatIsNotADate(t *testing.T) {
+	for _, s := range []string{
+		"2024/01/02 15:04:05 NETPOLL: x",
+	} {
+		if got := string(trimLogDate([]byte(s))); got != "NETPOLL: x" {
+			t.Errorf("trimLogDate(%q) = %q, want %q", s, got, "NETPOLL: x")
+		}
+	}
+	for _, s := range []string{
+		"NETPOLL: accept conn failed: x",
+		"abcd/ef/gh ij:kl:mn NETPOLL: x",
+		"2024-01-02T15:04:05 NETPOLL: x",
+		"2024/01/02 15:04:0",
+	} {
+		if got := string(trimLogDate([]byte(s))); got != s {
+			t.Errorf("trimLogDate(%q) = %q, want it whole", s, got)
+		}
 	}
 }

@@ -375,3 +375,79 @@ func waitClosed(t *testing.T, conns []bufferedConn, n int) {
 		}
 	}
 }
+
+// One goroutine watches every connection's unread bytes, however many are
+// open: a goroutine per connection would walk all of them each interval,
+// N times over (10,000 connections: 10^8 looks a second at 50 ms).
+func TestOneUnreadWatcherForManyConnections(t *testing.T) {
+	before := watcherIDs()
+	u := watchedUnreadCloser(t, 100, 1<<30)
+	conns := make([]bufferedConn, 8)
+	for i := range conns {
+		conns[i] = holding(10)
+	}
+	activate(t, u, conns...)
+	var started int
+	for id := range watcherIDs() {
+		if !before[id] {
+			started++
+		}
+	}
+	if started != 1 {
+		t.Fatalf("%d goroutines started to watch 8 connections' unread bytes, want 1", started)
+	}
+}
+
+// watcherIDs is the goroutine ids of the unread watches running now, so a
+// test counts those it started and not another test's, still ending.
+func watcherIDs() map[string]bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	ids := map[string]bool{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "(*unreadCloser).watch(") {
+			id, _, _ := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
+			ids[id] = true
+		}
+	}
+	return ids
+}
+
+// A newer client's field the IDL does not have, a list of doubles, is
+// walked by its wire type and let through, as the generated code skips it.
+func TestNewerClientsListOfDoubles(t *testing.T) {
+	b := thrift.Binary.AppendMessageBegin(nil, "MergeLatest", thrift.CALL, 1)
+	b = append(b, byte(thrift.LIST), 0, 99, byte(thrift.DOUBLE))
+	b = binary.BigEndian.AppendUint32(b, 2)
+	b = binary.BigEndian.AppendUint64(b, 0x3ff0000000000000) // 1.0
+	b = binary.BigEndian.AppendUint64(b, 0x4000000000000000) // 2.0
+	b = append(b, byte(thrift.STOP))
+	if err := CheckRequest(b); err != nil {
+		t.Fatalf("a list<double> field 99: refused: %v", err)
+	}
+	_, _, _, l, _ := thrift.Binary.ReadMessageBegin(b)
+	if _, err := argsOf()["MergeLatest"].FastRead(b[l:]); err != nil {
+		t.Fatalf("the generated code does not read it: %v", err)
+	}
+}
+
+// A closed connection's idle timer is stopped, not only forgotten: left
+// running it would hold the connection for MaxConnIdle (two minutes of
+// every connection that came and went) and then close it again. (The
+// sleep is how long a timer that was not stopped takes to fire, five
+// times over: what is checked is that nothing happens.)
+func TestIdleCloserStopsTheTimerOfAClosedConnection(t *testing.T) {
+	c := newIdleCloser(20 * time.Millisecond)
+	ctx := context.Background()
+	conn := holding(0)
+	if _, err := c.OnActive(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	c.OnInactive(ctx, conn)
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-conn.closed:
+		t.Fatal("the idle timer of a connection already gone fired and closed it")
+	default:
+	}
+}
