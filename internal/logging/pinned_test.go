@@ -200,7 +200,8 @@ func TestNetpollWriterCountsOneSuppressedLine(t *testing.T) {
 // lines of a With logger share the parent's one-a-second budget.
 func TestSampledWithFieldsReachSampledLevels(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
-	parent := Sampled(zap.New(core), nil)
+	at := time.Unix(1_700_000_000, 0) // one second for every line: no stall lets a third through
+	parent := sampled(zap.New(core), nil, func() time.Time { return at })
 	l := parent.With(zap.String("consumer", "replica-a"))
 	l.Warn("settings differ")
 	l.Error("settings unreadable")
