@@ -655,6 +655,38 @@ func TestLoadNamesTheKeyOfAnUnquotedBracketThatIsNoYAML(t *testing.T) {
 			t.Errorf("Load(%q): %v; want a refusal naming %s and saying to quote it, without the value", yaml, err, want)
 		}
 	}
+	// A flow list over several lines, a list of aliases, or a block
+	// scalar's text is no value to quote: when the file's fault is
+	// elsewhere, the YAML reader's own words (and line) are kept, and no
+	// key is blamed, nor any text of a block scalar named as one.
+	for _, yaml := range []string{
+		"redis:\n  addrs: [\"10.0.0.1:7000\",\n    \"10.0.0.2:7001\"]\n  db: 0\n timeout: 1s\n",
+		"redis:\n  addrs: [\n    \"10.0.0.1:7000\",\n  ]\n  password: \"a\n",
+		"redis:\n  addr: &a \"10.0.0.1:7000\"\n  addrs: [*a]\n timeout: 1s\n",
+		"redis:\n  password: |\n    s3cret: [x\n  db: 0\n timeout: 1s\n",
+	} {
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path)
+		if err == nil || strings.Contains(err.Error(), "quote the value") || !strings.Contains(err.Error(), "yaml: line") ||
+			strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Load(%q): %v; want the YAML reader's refusal, naming no key to quote", yaml, err)
+		}
+	}
+	// Two bad items of one list name it once; a bad value beside a block
+	// scalar is still named.
+	for yaml, want := range map[string]string{
+		head + "  addrs:\n    - [::1]:7000\n    - [::1]:7001\n":       "read " + path + ": redis.addrs: an unquoted",
+		"redis:\n  password: |\n    s3cret: [x\n  addr: [::1]:6379\n": "read " + path + ": redis.addr: an unquoted",
+	} {
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(path); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Load(%q): %v; want %q", yaml, err, want)
+		}
+	}
 }
 
 // An IPv6 Redis address written without its brackets, or with no port

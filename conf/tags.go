@@ -136,19 +136,30 @@ func unknownAliasKeys(path string, err error) string {
 
 // unquotedFlowKeys names the keys (section.key, comma separated) of the
 // YAML file at path whose unquoted value starts with '[' or '{' and is no
-// YAML of its own, for when the YAML reader refused the file. The usual
-// one is an IPv6 address (addr: [::1]:6379): a flow list that the rest of
-// the value breaks, where the reader's error names neither key nor value,
-// and the line before the one at fault. A list item (- [::1]:7001) is
-// named by its list's key.
+// YAML, for when the YAML reader refused the file. The usual one is an
+// IPv6 address (addr: [::1]:6379): a flow list that the rest of the value
+// breaks, where the reader's error names neither key nor value, and the
+// line before the one at fault. A list item (- [::1]:7001) is named by
+// its list's key.
+//
+// A value is blamed only if the file parses with every such value
+// quoted and does not with that one left as written. So a flow list
+// written over several lines, a list of aliases, or a block scalar's
+// text that looks like a key is never blamed for a fault elsewhere, whose
+// reader's error (and line) the caller gives instead.
 func unquotedFlowKeys(path string) string {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}
-	var keys []string
+	lines := strings.Split(string(raw), "\n")
+	type flowValue struct {
+		line        int
+		key, before string // before: the line up to the value
+	}
+	var values []flowValue
 	section, listKey := "", ""
-	for _, line := range strings.Split(string(raw), "\n") {
+	for i, line := range lines {
 		var key, value string
 		if m := blockKey.FindStringSubmatch(line); m != nil {
 			if m[1] == "" {
@@ -162,12 +173,29 @@ func unquotedFlowKeys(path string) string {
 		} else {
 			continue
 		}
-		if !strings.HasPrefix(value, "[") && !strings.HasPrefix(value, "{") {
-			continue
+		if strings.HasPrefix(value, "[") || strings.HasPrefix(value, "{") {
+			values = append(values, flowValue{i, key, line[:len(line)-len(value)]})
 		}
-		var v any
-		if yaml.Unmarshal([]byte("v: "+value), &v) != nil && !slices.Contains(keys, key) {
-			keys = append(keys, key)
+	}
+	// parsesQuoting says whether the file parses with every value but
+	// values[kept] quoted (every one, for kept -1).
+	parsesQuoting := func(kept int) bool {
+		quoted := slices.Clone(lines)
+		for j, v := range values {
+			if j != kept {
+				quoted[v.line] = v.before + `""`
+			}
+		}
+		var doc yaml.Node
+		return yaml.Unmarshal([]byte(strings.Join(quoted, "\n")), &doc) == nil
+	}
+	if len(values) == 0 || !parsesQuoting(-1) {
+		return ""
+	}
+	var keys []string
+	for j, v := range values {
+		if !parsesQuoting(j) && !slices.Contains(keys, v.key) {
+			keys = append(keys, v.key)
 		}
 	}
 	return strings.Join(keys, ", ")
