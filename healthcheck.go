@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -42,10 +41,10 @@ func healthcheck(metricsAddr, path string, timeout time.Duration) error {
 		}
 		path = "/" + path
 	}
-	// Built as a url.URL, not joined as a string: a link-local
-	// metrics.addr's zone ([fe80::1%eth0]) is escaped in a URL's host.
-	p, query, _ := strings.Cut(path, "?")
-	target := (&url.URL{Scheme: "http", Host: net.JoinHostPort(host, port), Path: p, RawQuery: query}).String()
+	// A link-local metrics.addr's zone ([fe80::1%eth0]) is written %25 in
+	// a URL: a bare '%' failed "invalid URL escape". The path goes as
+	// written, its own escapes (/a%2Fb) not escaped again.
+	target := "http://" + strings.Replace(net.JoinHostPort(host, port), "%", "%25", 1) + path
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)

@@ -180,7 +180,8 @@ func TestHealthcheckProbesAnAddressWithAZone(t *testing.T) {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == "/readyz" && r.URL.RawQuery == "",
-			r.URL.Path == "/verbose" && r.URL.RawQuery == "level=1":
+			r.URL.Path == "/verbose" && r.URL.RawQuery == "level=1",
+			r.RequestURI == "/a%2Fb":
 			w.Write([]byte("ok"))
 		default:
 			http.NotFound(w, r)
@@ -196,5 +197,9 @@ func TestHealthcheckProbesAnAddressWithAZone(t *testing.T) {
 	// A query stays a query, as it was when the URL was a string.
 	if err := healthcheck("[::1%"+zone+"]:"+port, "/verbose?level=1", 5*time.Second); err != nil {
 		t.Fatalf("healthcheck of /verbose?level=1: %v, want it healthy", err)
+	}
+	// A path's own escapes go as written, not escaped again.
+	if err := healthcheck("[::1%"+zone+"]:"+port, "/a%2Fb", 5*time.Second); err != nil {
+		t.Fatalf("healthcheck of /a%%2Fb: %v, want it healthy", err)
 	}
 }
