@@ -525,10 +525,10 @@ func checkHostPort(addr, passwordKey string) string {
 	}
 	host, port, err := net.SplitHostPort(addr)
 	switch {
-	case err != nil && strings.Count(addr, ":") > 1 && !strings.HasPrefix(addr, "["):
+	case err != nil && unbracketedIPv6(addr):
 		// ::1:6379: net.SplitHostPort says "too many colons".
 		return "got more than one ':' outside brackets: an IPv6 address goes in brackets, [::1]:6379" + hidden
-	case err != nil && strings.HasPrefix(addr, "[") && strings.HasSuffix(addr, "]"):
+	case err != nil && strings.HasPrefix(addr, "[") && strings.Index(addr, "]") == len(addr)-1:
 		return "got no port after the brackets ([::1]:6379)" + hidden
 	case err != nil || host == "":
 		return "got no host:port" + hidden
@@ -537,6 +537,17 @@ func checkHostPort(addr, passwordKey string) string {
 		return "got a port that is no number 1..65535" + hidden
 	}
 	return ""
+}
+
+// unbracketedIPv6 says whether addr is an IPv6 address written without its
+// brackets, with a port after it (::1:6379) or none (::1); not a host with
+// more than one ':' (redis.internal:6379:0), which is no IPv6 address.
+func unbracketedIPv6(addr string) bool {
+	if ip := net.ParseIP(addr); ip != nil && strings.Contains(addr, ":") {
+		return true
+	}
+	i := strings.LastIndex(addr, ":")
+	return i > 0 && strings.Contains(addr[:i], ":") && net.ParseIP(addr[:i]) != nil
 }
 
 // maxRetention bounds window.dedupe and window.stale: 30 days.

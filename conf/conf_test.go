@@ -694,16 +694,20 @@ func TestLoadNamesTheKeyOfAnUnquotedBracketThatIsNoYAML(t *testing.T) {
 // to guess which. The value is not repeated (it may hold a password).
 func TestValidateSaysHowAnIPv6AddressIsWritten(t *testing.T) {
 	for addr, want := range map[string]string{
-		"::1:6379":         "got more than one ':' outside brackets: an IPv6 address goes in brackets, [::1]:6379",
-		"fe80::1:6379":     "got more than one ':' outside brackets: an IPv6 address goes in brackets, [::1]:6379",
-		"[::1]":            "got no port after the brackets",
-		"[fe80::1%eth0]":   "got no port after the brackets",
-		"redis.internal:":  "got a port that is no number 1..65535",
-		"[::1]:6379:6379":  "got no host:port",
-		"redis.internal":   "got no host:port",
-		"[::1]:0":          "got a port that is no number 1..65535",
-		"[::1]:6379":       "",
-		"[fe80::1%eth0]:1": "",
+		"::1:6379":              "got more than one ':' outside brackets: an IPv6 address goes in brackets, [::1]:6379",
+		"fe80::1:6379":          "got more than one ':' outside brackets: an IPv6 address goes in brackets, [::1]:6379",
+		"[::1]":                 "got no port after the brackets",
+		"[fe80::1%eth0]":        "got no port after the brackets",
+		"redis.internal:":       "got a port that is no number 1..65535",
+		"[::1]:6379:6379":       "got no host:port",
+		"::1":                   "got more than one ':' outside brackets: an IPv6 address goes in brackets, [::1]:6379",
+		"redis.internal:6379:0": "got no host:port",
+		"10.0.0.1:6379:":        "got no host:port",
+		"[::1]:6379]":           "got no host:port",
+		"redis.internal":        "got no host:port",
+		"[::1]:0":               "got a port that is no number 1..65535",
+		"[::1]:6379":            "",
+		"[fe80::1%eth0]:1":      "",
 	} {
 		c := Default()
 		c.Redis.Addr = addr
