@@ -235,11 +235,16 @@ func TestAOFCheckOutlastsAHungSentinel(t *testing.T) {
 	sentinels := testredis.StartSentinels(t, 2, sentinelMaster, master)
 	sentinels[0].Pause()
 	defer sentinels[0].Resume()
-	startService(t, options{redis: master, log: zap.New(core), mutate: func(c *conf.Config) {
+	s := startService(t, options{redis: master, log: zap.New(core), mutate: func(c *conf.Config) {
 		c.Redis.Addr = ""
 		c.Redis.Timeout = 800 * time.Millisecond
 		c.Redis.SentinelAddrs, c.Redis.SentinelMaster = []string{sentinels[0].Addr, sentinels[1].Addr}, sentinelMaster
 	}})
+	// The start line names the Sentinels comma separated, as
+	// COMBO_REDIS_SENTINEL_ADDRS takes them.
+	if want := sentinelMaster + " via sentinels " + sentinels[0].Addr + "," + sentinels[1].Addr; s.addrs.RedisAddr != want {
+		t.Errorf("the start line's redis %q, want %q", s.addrs.RedisAddr, want)
+	}
 	if logs.FilterMessageSnippet("appendonly no").FilterField(zap.String("node", master.Addr)).Len() != 1 {
 		t.Fatalf("warnings %v, want the master %s without AOF named", logs.All(), master.Addr)
 	}
