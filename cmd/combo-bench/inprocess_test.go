@@ -68,3 +68,25 @@ func inProcessBench(t *testing.T, cfg config) *bench {
 	t.Cleanup(col.close)
 	return &bench{cfg: cfg, rdb: rdb, col: col, cli: repoClient{r}, cpu: newCPUSampler(0, redisPID(ctx, rdb, 0))}
 }
+
+// Each ratio of a compare run is its own mode's throughput over naive's
+// (the runs go naive, single, batch, reporter, floor: an index off by one
+// would publish one mode's figure under another's name).
+func TestCompareRatiosNameTheirRuns(t *testing.T) {
+	b := inProcessBench(t, config{Concurrency: 2, Reports: 200, Keys: 8, Batch: 50, ReporterConcurrency: 1,
+		ReporterLinger: 5 * time.Millisecond, Window: 10 * time.Millisecond, Settle: 50 * time.Millisecond})
+	out, err := b.compare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := out.(comparison)
+	by := map[string]float64{}
+	for _, r := range c.Runs {
+		by[r.Mode] = r.Throughput
+	}
+	for name, mode := range map[string]string{"single_vs_naive": "single", "batch50_vs_naive": "batch", "reporter_vs_naive": "reporter"} {
+		if want := by[mode] / by["naive"]; by[mode] == 0 || c.Ratios[name] != want {
+			t.Errorf("%s = %v, want %s/naive = %v", name, c.Ratios[name], mode, want)
+		}
+	}
+}
