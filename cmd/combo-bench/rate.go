@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -82,5 +83,16 @@ func runRate(cfg config, cli comboservice.Client, wl *workload) load {
 	sd := summarize(all)
 	l := load{rec: mergeAll(recs), start: start, end: end, elapsed: end.Sub(start)}
 	l.sendDelay = &sd
+	// The push lag is timed from each report's send, so it looks as good
+	// at a load the callers could not offer: say so when the rate sent
+	// fell short of the rate asked for.
+	if sent := float64(l.rec.sent) / l.elapsed.Seconds(); sent < rateReached*cfg.Rate {
+		l.notes = append(l.notes, fmt.Sprintf("offered %.0f new windows/s, sent %.0f/s: the callers (-c %d) or the service "+
+			"did not keep up, so these figures are for a lower load than asked (see send delay)", cfg.Rate, sent, cfg.Concurrency))
+	}
 	return l
 }
+
+// rateReached is the share of the offered rate a rate run must send for
+// its figures to stand for that rate.
+const rateReached = 0.98

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,5 +76,58 @@ func TestRateLatencyCountsAHeldUpPacer(t *testing.T) {
 	if lat.P50 < l.sendDelay.P50/2 || lat.P99 < l.sendDelay.P99/2 {
 		t.Fatalf("latency p50 %.1f p99 %.1f ms, send delay p50 %.1f p99 %.1f ms: the pacer's hold-up is left out",
 			lat.P50, lat.P99, l.sendDelay.P50, l.sendDelay.P99)
+	}
+}
+
+// keyingClient answers every report at once, as opening its window, and
+// counts the reports of each combo key; each call takes perCall.
+type keyingClient struct {
+	perCall time.Duration
+	mu      sync.Mutex
+	keys    map[comboKey]int
+}
+
+func (c *keyingClient) ReportContribution(_ context.Context, req *combo.ReportContributionRequest, _ ...callopt.Option) (*combo.ReportContributionResponse, error) {
+	time.Sleep(c.perCall)
+	c.mu.Lock()
+	c.keys[keyOf(req.Contribution)]++
+	c.mu.Unlock()
+	return &combo.ReportContributionResponse{WindowId: req.Contribution.Id, WindowQuantity: req.Contribution.Quantity}, nil
+}
+
+func (c *keyingClient) ReportContributions(context.Context, *combo.ReportContributionsRequest, ...callopt.Option) (*combo.ReportContributionsResponse, error) {
+	return nil, errors.New("not used")
+}
+
+func (c *keyingClient) MergeLatest(context.Context, *combo.MergeLatestRequest, ...callopt.Option) (*combo.MergeLatestResponse, error) {
+	return nil, errors.New("not used")
+}
+
+// Rate mode offers -rate NEW windows a second: rate × d reports, each on a
+// key of its own, paced over d (not sent at once, nor at another rate).
+func TestRateOffersNewWindowsAtTheRate(t *testing.T) {
+	cli := &keyingClient{keys: map[comboKey]int{}}
+	l := runRate(config{Rate: 400, Duration: time.Second, Concurrency: 4}, cli, newWorkload())
+	if l.rec.sent != 400 || l.rec.opened != 400 || len(cli.keys) != 400 {
+		t.Fatalf("sent %d, opened %d, distinct keys %d; want 400 each", l.rec.sent, l.rec.opened, len(cli.keys))
+	}
+	// The last report is due at 399/400 s; 800 ms of slack for a busy
+	// host (half the rate would take 2 s).
+	if l.elapsed < 990*time.Millisecond || l.elapsed > 1800*time.Millisecond {
+		t.Fatalf("400 reports at 400/s took %v, want about 1 s", l.elapsed)
+	}
+	if len(l.notes) != 0 {
+		t.Fatalf("notes %q, want none: the rate was reached", l.notes)
+	}
+}
+
+// A rate the callers cannot offer (one caller, 5 ms a call: 200/s at
+// most, against 400/s asked) is noted: the push lag, timed from each
+// send, would otherwise stand for a load that was never sent.
+func TestRateNotesARateNotReached(t *testing.T) {
+	cli := &keyingClient{perCall: 5 * time.Millisecond, keys: map[comboKey]int{}}
+	l := runRate(config{Rate: 400, Duration: 500 * time.Millisecond, Concurrency: 1}, cli, newWorkload())
+	if len(l.notes) != 1 || !strings.Contains(l.notes[0], "offered 400 new windows/s, sent ") {
+		t.Fatalf("notes %q, want one saying 400/s was not sent", l.notes)
 	}
 }
