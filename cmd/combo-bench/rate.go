@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,6 +30,7 @@ func runRate(cfg config, cli comboservice.Client, wl *workload) load {
 	jobs := make(chan job, max(int(cfg.Rate), 1))
 	recs := make([]*recorder, cfg.Concurrency)
 	delays := make([][]time.Duration, cfg.Concurrency)
+	lastSends := make([]time.Time, cfg.Concurrency) // each caller's last take of a report
 	var wg sync.WaitGroup
 	for g := range recs {
 		recs[g] = newRecorder()
@@ -37,6 +39,7 @@ func runRate(cfg config, cli comboservice.Client, wl *workload) load {
 			defer wg.Done()
 			rec := recs[g]
 			for j := range jobs {
+				lastSends[g] = time.Now()
 				delays[g] = append(delays[g], time.Since(j.due))
 				sendOneFrom(cli, wl.contribution(wl.key(j.n)), rec, j.released)
 			}
@@ -83,12 +86,8 @@ func runRate(cfg config, cli comboservice.Client, wl *workload) load {
 	sd := summarize(all)
 	l := load{rec: mergeAll(recs), start: start, end: end, elapsed: end.Sub(start)}
 	l.sendDelay = &sd
-	// The push lag is timed from each report's send, so it looks as good
-	// at a load the callers could not offer: say so when the rate sent
-	// fell short of the rate asked for.
-	if sent := float64(l.rec.sent) / l.elapsed.Seconds(); sent < rateReached*cfg.Rate {
-		l.notes = append(l.notes, fmt.Sprintf("offered %.0f new windows/s, sent %.0f/s: the callers (-c %d) or the service "+
-			"did not keep up, so these figures are for a lower load than asked (see send delay)", cfg.Rate, sent, cfg.Concurrency))
+	if note := rateNotReached(cfg, l.rec.sent, start, slices.MaxFunc(lastSends, time.Time.Compare), interval); note != "" {
+		l.notes = append(l.notes, note)
 	}
 	return l
 }
@@ -96,3 +95,24 @@ func runRate(cfg config, cli comboservice.Client, wl *workload) load {
 // rateReached is the share of the offered rate a rate run must send for
 // its figures to stand for that rate.
 const rateReached = 0.98
+
+// rateNotReached says so when a rate run sent its reports at under
+// rateReached of the offered rate, or returns "". The push lag is timed
+// from each report's send, so it looks as good at a load the callers (or
+// a service holding the pacer up) could not offer. The rate sent is
+// taken over the span from start to the last report's take by a caller,
+// plus one interval (n reports at the rate span n intervals), less one
+// pacer tick (a report leaves up to a tick after its due time): not to
+// the last answer, whose latency says nothing of the rate.
+func rateNotReached(cfg config, sent int64, start, lastSend time.Time, interval time.Duration) string {
+	if sent == 0 || lastSend.IsZero() {
+		return ""
+	}
+	span := max(lastSend.Sub(start)+interval-time.Millisecond, interval)
+	rate := float64(sent) / span.Seconds()
+	if rate >= rateReached*cfg.Rate {
+		return ""
+	}
+	return fmt.Sprintf("offered %.0f new windows/s, sent %.0f/s: the callers (-c %d) or the service did not keep up, "+
+		"so these figures are for a lower load than asked (see send delay)", cfg.Rate, rate, cfg.Concurrency)
+}

@@ -112,12 +112,40 @@ func TestRateOffersNewWindowsAtTheRate(t *testing.T) {
 		t.Fatalf("sent %d, opened %d, distinct keys %d; want 400 each", l.rec.sent, l.rec.opened, len(cli.keys))
 	}
 	// The last report is due at 399/400 s; 800 ms of slack for a busy
-	// host (half the rate would take 2 s).
+	// host (half the rate would take 2 s). Whether a run reached its rate
+	// is TestRateNotReachedIsJudgedOverTheSendingSpan's, without a clock.
 	if l.elapsed < 990*time.Millisecond || l.elapsed > 1800*time.Millisecond {
 		t.Fatalf("400 reports at 400/s took %v, want about 1 s", l.elapsed)
 	}
-	if len(l.notes) != 0 {
-		t.Fatalf("notes %q, want none: the rate was reached", l.notes)
+}
+
+// The shortfall is judged over the sending span, not to the last answer:
+// a slow last answer is no slow rate. And at rateReached, not below it.
+func TestRateNotReachedIsJudgedOverTheSendingSpan(t *testing.T) {
+	cfg := config{Rate: 400, Concurrency: 64}
+	start := time.Unix(1_700_000_000, 0)
+	interval := time.Second / 400
+	for _, c := range []struct {
+		sent     int64
+		lastSend time.Duration // after start
+		note     bool
+	}{
+		{400, 997500 * time.Microsecond, false}, // on time
+		{400, 998500 * time.Microsecond, false}, // a tick late
+		{400, 1018 * time.Millisecond, false},   // 98.1% of the rate
+		{400, 1025 * time.Millisecond, true},    // 97.4%
+		{400, 2 * time.Second, true},            // half the rate
+		{10, 22500 * time.Microsecond, false},   // -n 10, on time
+		{0, 0, false},                           // nothing sent
+	} {
+		last := start.Add(c.lastSend)
+		if c.sent == 0 {
+			last = time.Time{}
+		}
+		note := rateNotReached(cfg, c.sent, start, last, interval)
+		if (note != "") != c.note {
+			t.Errorf("%d sent, the last %v after the start: note %q, want one: %v", c.sent, c.lastSend, note, c.note)
+		}
 	}
 }
 
