@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/netip"
 	"os"
 	"reflect"
 	"regexp"
@@ -543,11 +544,14 @@ func checkHostPort(addr, passwordKey string) string {
 // brackets, with a port after it (::1:6379) or none (::1); not a host with
 // more than one ':' (redis.internal:6379:0), which is no IPv6 address.
 func unbracketedIPv6(addr string) bool {
-	if ip := net.ParseIP(addr); ip != nil && strings.Contains(addr, ":") {
+	// netip, not net.ParseIP: a link-local address carries its zone
+	// (fe80::1%eth0:6379).
+	isIPv6 := func(s string) bool { a, err := netip.ParseAddr(s); return err == nil && a.Is6() }
+	if isIPv6(addr) {
 		return true
 	}
 	i := strings.LastIndex(addr, ":")
-	return i > 0 && strings.Contains(addr[:i], ":") && net.ParseIP(addr[:i]) != nil
+	return i > 0 && isIPv6(addr[:i])
 }
 
 // maxRetention bounds window.dedupe and window.stale: 30 days.

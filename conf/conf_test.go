@@ -679,12 +679,19 @@ func TestLoadNamesTheKeyOfAnUnquotedBracketThatIsNoYAML(t *testing.T) {
 	for yaml, want := range map[string]string{
 		head + "  addrs:\n    - [::1]:7000\n    - [::1]:7001\n":       "read " + path + ": redis.addrs: an unquoted",
 		"redis:\n  password: |\n    s3cret: [x\n  addr: [::1]:6379\n": "read " + path + ": redis.addr: an unquoted",
+		// A valid flow list over several lines does not hide one beside it.
+		"redis:\n  addrs: [\n    \"10.0.0.1:7000\",\n  ]\n  addr: [::1]:6379\n": "read " + path + ": redis.addr: an unquoted",
+		// A key twice in a flow map fails only as viper reads the file
+		// (into a map), with the key quoted in the reader's error.
+		"redis:\n  password: {s3cret, s3cret}\n":       "read " + path + ": redis.password: an unquoted",
+		"redis:\n  password: {s3cret: 1, s3cret: 2}\n": "read " + path + ": redis.password: an unquoted",
+		"redis:\n  password: {[s3cret]}\n":             "read " + path + ": redis.password: an unquoted",
 	} {
 		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Load(path); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("Load(%q): %v; want %q", yaml, err, want)
+		if _, err := Load(path); err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Load(%q): %v; want %q, without the value", yaml, err, want)
 		}
 	}
 }
@@ -701,6 +708,8 @@ func TestValidateSaysHowAnIPv6AddressIsWritten(t *testing.T) {
 		"redis.internal:":       "got a port that is no number 1..65535",
 		"[::1]:6379:6379":       "got no host:port",
 		"::1":                   "got more than one ':' outside brackets: an IPv6 address goes in brackets, [::1]:6379",
+		"fe80::1%eth0:6379":     "got more than one ':' outside brackets: an IPv6 address goes in brackets, [::1]:6379",
+		"fe80::1%eth0":          "got more than one ':' outside brackets: an IPv6 address goes in brackets, [::1]:6379",
 		"redis.internal:6379:0": "got no host:port",
 		"10.0.0.1:6379:":        "got no host:port",
 		"[::1]:6379]":           "got no host:port",

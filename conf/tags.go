@@ -173,7 +173,10 @@ func unquotedFlowKeys(path string) string {
 		} else {
 			continue
 		}
-		if strings.HasPrefix(value, "[") || strings.HasPrefix(value, "{") {
+		// A flow value left open on its line goes on over the next ones
+		// (addrs: [ ... ]): quoting its first line would break the file,
+		// so it is left as written.
+		if (strings.HasPrefix(value, "[") || strings.HasPrefix(value, "{")) && flowClosed(value) {
 			values = append(values, flowValue{i, key, line[:len(line)-len(value)]})
 		}
 	}
@@ -186,7 +189,11 @@ func unquotedFlowKeys(path string) string {
 				quoted[v.line] = v.before + `""`
 			}
 		}
-		var doc yaml.Node
+		// Read as viper reads it, into a map: a key twice in one flow
+		// map ({s3cret, s3cret}) fails only there, and the reader's
+		// error quotes that key in double quotes, which the caller's
+		// elision does not hide.
+		var doc map[string]any
 		return yaml.Unmarshal([]byte(strings.Join(quoted, "\n")), &doc) == nil
 	}
 	if len(values) == 0 || !parsesQuoting(-1) {
@@ -199,6 +206,28 @@ func unquotedFlowKeys(path string) string {
 		}
 	}
 	return strings.Join(keys, ", ")
+}
+
+// flowClosed says whether every '[' and '{' of value is closed on it,
+// outside quotes: whether a flow value ends on its line.
+func flowClosed(value string) bool {
+	depth := 0
+	var quote rune
+	for _, r := range value {
+		switch {
+		case quote != 0:
+			if r == quote {
+				quote = 0
+			}
+		case r == '"' || r == '\'':
+			quote = r
+		case r == '[' || r == '{':
+			depth++
+		case r == ']' || r == '}':
+			depth--
+		}
+	}
+	return depth <= 0
 }
 
 // blockListItem is a line "- value" of a block list: its value.
