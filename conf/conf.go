@@ -756,15 +756,39 @@ func read(path string) (Config, error) {
 }
 
 // yamlQuoted is what the YAML reader quotes of the file in its errors: an
-// alias's name ("unknown anchor 'x' referenced") and values ("cannot
-// unmarshal !!str `x` into ...").
-var yamlQuoted = regexp.MustCompile("'[^'\n]*'|`[^`\n]*`")
+// alias's name ("unknown anchor 'x' referenced"), values ("cannot
+// unmarshal !!str `x` into ...") and keys, which in a flow map written
+// for a password are the password ("mapping key \"x\" already defined",
+// "invalid map key: []interface {}{\"x\"}").
+var yamlQuoted = regexp.MustCompile("'[^'\n]*'|`[^`\n]*`|\"[^\"\n]*\"")
 
 // withoutYAMLValues is err's message with what it quotes of the file
 // elided: the value may be a password (password: *s3cret, unquoted, is an
 // alias), and a refusal is printed. Line numbers and key names stay.
 func withoutYAMLValues(err error) string {
-	return yamlQuoted.ReplaceAllString(err.Error(), "'…'")
+	names := keyNames()
+	return yamlQuoted.ReplaceAllStringFunc(err.Error(), func(q string) string {
+		// A section's or key's own name stays: "mapping key \"db\"
+		// already defined" says which key was written twice.
+		if q[0] == '"' && names[q[1:len(q)-1]] {
+			return q
+		}
+		return "'…'"
+	})
+}
+
+// keyNames is every section's and key's name (redis, db, ...).
+func keyNames() map[string]bool {
+	var defaults map[string]any
+	names := map[string]bool{}
+	if err := mapstructure.Decode(Default(), &defaults); err != nil {
+		return names
+	}
+	for key := range flatten("", defaults) {
+		section, name, _ := strings.Cut(key, ".")
+		names[section], names[name] = true, true
+	}
+	return names
 }
 
 var durationType = reflect.TypeOf(time.Duration(0))

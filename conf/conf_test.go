@@ -1,6 +1,7 @@
 package conf
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -674,6 +675,26 @@ func TestLoadNamesTheKeyOfAnUnquotedBracketThatIsNoYAML(t *testing.T) {
 			t.Errorf("Load(%q): %v; want the YAML reader's refusal, naming no key to quote", yaml, err)
 		}
 	}
+	// A key twice in a flow map beside a fault elsewhere: the reader's
+	// error, which quotes the key (here the password), is given elided.
+	for _, yaml := range []string{
+		"redis:\n  password: {s3cret, s3cret}\n timeout: 1s\n",
+		"redis:\n  password: {[s3cret]}\n timeout: 1s\n",
+	} {
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(path); err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Load(%q): %v; want a refusal without the value", yaml, err)
+		}
+	}
+	// A key written twice is still named: it is no value.
+	if err := os.WriteFile(path, []byte("redis:\n  password: {s3cret, s3cret}\n  db: 0\n  db: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), `mapping key "db" already defined`) {
+		t.Errorf("Load of db written twice: %v; want the key named", err)
+	}
 	// Two bad items of one list name it once; a bad value beside a block
 	// scalar is still named.
 	for yaml, want := range map[string]string{
@@ -1121,5 +1142,23 @@ func TestFractionalWindowIsNamedAlone(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "claim_idle") {
 		t.Fatalf("Load = %v, names worker.claim_idle, which was not set", err)
+	}
+}
+
+// The YAML reader's errors are given with what they quote of the file
+// elided, double-quoted text too (a flow map's key, which in one written
+// for a password is the password), but a section's or key's own name.
+func TestWithoutYAMLValuesKeepsOnlyKeyNames(t *testing.T) {
+	for in, want := range map[string]string{
+		`line 3: mapping key "s3cret" already defined at line 3`: `line 3: mapping key '…' already defined at line 3`,
+		`invalid map key: []interface {}{"s3cret"}`:              `invalid map key: []interface {}{'…'}`,
+		"unknown anchor 's3cret' referenced":                     "unknown anchor '…' referenced",
+		"cannot unmarshal !!str `s3cret` into int":               "cannot unmarshal !!str '…' into int",
+		`line 4: mapping key "db" already defined at line 3`:     `line 4: mapping key "db" already defined at line 3`,
+		`line 4: mapping key "redis" already defined at line 1`:  `line 4: mapping key "redis" already defined at line 1`,
+	} {
+		if got := withoutYAMLValues(errors.New(in)); got != want {
+			t.Errorf("withoutYAMLValues(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
