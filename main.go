@@ -475,9 +475,12 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, m *m
 		var c redis.UniversalClient
 		if o.IsClusterMode && o.MasterName == "" {
 			// As NewUniversalClient would, but with the slot map reloaded
-			// every clusterStateReload (UniversalOptions has no field for it).
+			// every clusterStateReload (UniversalOptions has no field for
+			// it), and no empty slot map taken from a node in no cluster
+			// (newClusterNode).
 			co := o.Cluster()
 			co.ClusterStateReloadInterval = clusterStateReload
+			co.NewClient = newClusterNode
 			c = redis.NewClusterClient(co)
 		} else {
 			c = redis.NewUniversalClient(&o)

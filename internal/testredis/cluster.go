@@ -480,3 +480,14 @@ func flaggedFailed(nodes, id string) bool {
 	}
 	return false
 }
+
+// StartClusterNode starts a cluster-enabled redis-server in no cluster,
+// as `redis-cli --cluster del-node` leaves a removed node that is still
+// running (its CLUSTER RESET SOFT): it answers CLUSTER SLOTS with no slot.
+func StartClusterNode(tb testing.TB) *Server {
+	tb.Helper()
+	require(tb, "redis-server")
+	s := &Server{Dir: tb.TempDir(), tb: tb, opts: Options{Args: []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"}}}
+	s.launch(clusterPort)
+	return s
+}
