@@ -866,9 +866,15 @@ func (w *Worker) retireIfDone(win repo.Window) {
 // older than window.stale, found by a flush or a retire.
 func (w *Worker) stale(win repo.Window, r repo.FlushResult, lvl zapcore.Level, msg string) {
 	w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedStale).Inc()
+	// A window holds 1 or more; flush.lua answers 0 when its data had
+	// expired first, which is no quantity: say so rather than log 0.
+	held := zap.Int64("quantity", r.Quantity)
+	if r.Quantity == 0 {
+		held = zap.String("quantity_unknown", "its data had expired: it waited past window.stale + window.size + window.grace + 10s")
+	}
 	w.log.Log(lvl, msg, zap.Int("shard", win.Shard), zap.String("window", win.ID), zap.Int64("activity", win.ActivityID),
 		zap.Int64("user", win.UserID), zap.String("item_type", win.ItemType),
-		zap.Duration("age", r.Age), zap.Int64("quantity", r.Quantity))
+		zap.Duration("age", r.Age), held)
 }
 
 // lost counts and logs a window whose data vanished before it could be
