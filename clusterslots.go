@@ -3,19 +3,23 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// errNoSlotMap is a CLUSTER SLOTS answer with no slot, refused.
-var errNoSlotMap = errors.New("CLUSTER SLOTS answered no slot: this node is in no cluster " +
-	"(one removed with del-node and still running?); its answer is not taken as the slot map")
+// errNoSlotMap is a CLUSTER SLOTS answer with no slot, refused. It is
+// seen only when no node answers a slot map (go-redis keeps the first
+// error and asks the next node): a cluster not created yet, or every node
+// reset.
+var errNoSlotMap = errors.New("serves no slot (CLUSTER SLOTS answered none): the cluster is not created yet, " +
+	"or this node was removed from it (del-node) and still runs; its answer is not taken as the slot map")
 
 // newClusterNode is the Cluster client's client of one node, under
 // noEmptySlotMap.
 func newClusterNode(o *redis.Options) *redis.Client {
 	c := redis.NewClient(o)
-	c.AddHook(noEmptySlotMap{})
+	c.AddHook(noEmptySlotMap{addr: o.Addr})
 	return c
 }
 
@@ -28,7 +32,7 @@ func newClusterNode(o *redis.Options) *redis.Client {
 // that never moved. A node of a cluster always serves some slot map, so
 // an empty one is never the cluster's; refused, go-redis asks the next
 // node (Jedis and ered do the same).
-type noEmptySlotMap struct{}
+type noEmptySlotMap struct{ addr string }
 
 func (noEmptySlotMap) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -36,12 +40,12 @@ func (noEmptySlotMap) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	return next
 }
 
-func (noEmptySlotMap) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h noEmptySlotMap) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		if slots, ok := cmd.(*redis.ClusterSlotsCmd); ok && err == nil && len(slots.Val()) == 0 {
-			slots.SetErr(errNoSlotMap)
-			return errNoSlotMap
+			// The client sets it as the command's error too.
+			return fmt.Errorf("%s %w", h.addr, errNoSlotMap)
 		}
 		return err
 	}

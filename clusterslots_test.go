@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,5 +44,23 @@ func TestClusterClientAsksAnotherNodeThanOneInNoCluster(t *testing.T) {
 				t.Fatalf("client %d, key %d: %v; want every key written through the masters", i, k, err)
 			}
 		}
+	}
+}
+
+// While no node answers a slot map (here the only one is in no cluster:
+// a cluster not created yet), a command fails naming the node and what
+// its answer may mean, not the first such cause a reader would guess.
+func TestClusterClientNamesANodeThatServesNoSlot(t *testing.T) {
+	lone := testredis.StartClusterNode(t)
+	cfg := conf.Default()
+	cfg.Redis.Addrs = []string{lone.Addr}
+	_, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), metrics.New(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
+	err = newClient(1).Set(context.Background(), "combo-test:k", 1, time.Minute).Err()
+	if err == nil || !strings.Contains(err.Error(), lone.Addr+" serves no slot (CLUSTER SLOTS answered none): the cluster is not created yet") {
+		t.Fatalf("SET = %v, want it to name %s as serving no slot", err, lone.Addr)
 	}
 }

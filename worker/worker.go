@@ -870,7 +870,7 @@ func (w *Worker) stale(win repo.Window, r repo.FlushResult, lvl zapcore.Level, m
 	// expired first, which is no quantity: say so rather than log 0.
 	held := zap.Int64("quantity", r.Quantity)
 	if r.Quantity == 0 {
-		held = zap.String("quantity_unknown", "its data had expired: it waited past window.stale + window.size + window.grace + 10s")
+		held = zap.String("quantity_unknown", "its data had expired: the window waited past its keys' time to live")
 	}
 	w.log.Log(lvl, msg, zap.Int("shard", win.Shard), zap.String("window", win.ID), zap.Int64("activity", win.ActivityID),
 		zap.Int64("user", win.UserID), zap.String("item_type", win.ItemType),
