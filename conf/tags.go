@@ -190,9 +190,7 @@ func unquotedFlowKeys(path string) string {
 			}
 		}
 		// Read as viper reads it, into a map: a key twice in one flow
-		// map ({s3cret, s3cret}) fails only there, and the reader's
-		// error quotes that key in double quotes, which the caller's
-		// elision does not hide.
+		// map ({s3cret, s3cret}, a password) fails only there.
 		var doc map[string]any
 		return yaml.Unmarshal([]byte(strings.Join(quoted, "\n")), &doc) == nil
 	}
