@@ -760,7 +760,7 @@ func read(path string) (Config, error) {
 // unmarshal !!str `x` into ...") and keys, which in a flow map written
 // for a password are the password ("mapping key \"x\" already defined",
 // "invalid map key: []interface {}{\"x\"}").
-var yamlQuoted = regexp.MustCompile("'[^'\n]*'|`[^`\n]*`|\"[^\"\n]*\"")
+var yamlQuoted = regexp.MustCompile("'[^'\n]*'|`[^`\n]*`|\"(?:[^\"\\\\\n]|\\\\.)*\"")
 
 // withoutYAMLValues is err's message with what it quotes of the file
 // elided: the value may be a password (password: *s3cret, unquoted, is an

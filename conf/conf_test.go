@@ -646,6 +646,7 @@ func TestLoadNamesTheKeyOfAnUnquotedBracketThatIsNoYAML(t *testing.T) {
 		head + "  addrs:\n    - \"[::1]:7000\"\n    - [::1]:7001\n":          "redis.addrs",
 		head + "  password: {s3cret}x\n":                                     "redis.password",
 		"metrics:\n  addr: [::1]:9100 # the metrics port\nredis:\n  db: 0\n": "metrics.addr",
+		"metrics:\n  addr: [::1]:9100 # see [docs\nredis:\n  db: 0\n":        "metrics.addr",
 	} {
 		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
@@ -1150,12 +1151,13 @@ func TestFractionalWindowIsNamedAlone(t *testing.T) {
 // for a password is the password), but a section's or key's own name.
 func TestWithoutYAMLValuesKeepsOnlyKeyNames(t *testing.T) {
 	for in, want := range map[string]string{
-		`line 3: mapping key "s3cret" already defined at line 3`: `line 3: mapping key '…' already defined at line 3`,
-		`invalid map key: []interface {}{"s3cret"}`:              `invalid map key: []interface {}{'…'}`,
-		"unknown anchor 's3cret' referenced":                     "unknown anchor '…' referenced",
-		"cannot unmarshal !!str `s3cret` into int":               "cannot unmarshal !!str '…' into int",
-		`line 4: mapping key "db" already defined at line 3`:     `line 4: mapping key "db" already defined at line 3`,
-		`line 4: mapping key "redis" already defined at line 1`:  `line 4: mapping key "redis" already defined at line 1`,
+		`line 3: mapping key "s3cret" already defined at line 3`:   `line 3: mapping key '…' already defined at line 3`,
+		`invalid map key: []interface {}{"s3cret"}`:                `invalid map key: []interface {}{'…'}`,
+		"unknown anchor 's3cret' referenced":                       "unknown anchor '…' referenced",
+		"cannot unmarshal !!str `s3cret` into int":                 "cannot unmarshal !!str '…' into int",
+		`line 4: mapping key "db" already defined at line 3`:       `line 4: mapping key "db" already defined at line 3`,
+		`line 2: mapping key "s3c\"ret" already defined at line 2`: `line 2: mapping key '…' already defined at line 2`,
+		`line 4: mapping key "redis" already defined at line 1`:    `line 4: mapping key "redis" already defined at line 1`,
 	} {
 		if got := withoutYAMLValues(errors.New(in)); got != want {
 			t.Errorf("withoutYAMLValues(%q) = %q, want %q", in, got, want)

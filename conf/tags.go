@@ -207,16 +207,19 @@ func unquotedFlowKeys(path string) string {
 }
 
 // flowClosed says whether every '[' and '{' of value is closed on it,
-// outside quotes: whether a flow value ends on its line.
+// outside quotes and before a comment: whether a flow value ends on its
+// line.
 func flowClosed(value string) bool {
 	depth := 0
-	var quote rune
+	var quote, last rune
 	for _, r := range value {
 		switch {
 		case quote != 0:
 			if r == quote {
 				quote = 0
 			}
+		case r == '#' && (last == ' ' || last == '\t'):
+			return depth <= 0
 		case r == '"' || r == '\'':
 			quote = r
 		case r == '[' || r == '{':
@@ -224,6 +227,7 @@ func flowClosed(value string) bool {
 		case r == ']' || r == '}':
 			depth--
 		}
+		last = r
 	}
 	return depth <= 0
 }
