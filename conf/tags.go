@@ -114,24 +114,48 @@ func unknownAliasKeys(path string, err error) string {
 		return ""
 	}
 	var keys []string
-	section := ""
-	for _, line := range strings.Split(string(raw), "\n") {
-		m := blockKey.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		if m[1] == "" {
-			section = m[2]
-		}
-		if strings.HasPrefix(m[3], "*") {
-			if m[1] == "" {
-				keys = append(keys, m[2])
-			} else {
-				keys = append(keys, section+"."+m[2])
-			}
+	for _, v := range blockValues(strings.Split(string(raw), "\n")) {
+		if !v.item && strings.HasPrefix(v.value, "*") {
+			keys = append(keys, v.key)
 		}
 	}
 	return strings.Join(keys, ", ")
+}
+
+// blockValue is one value written in a YAML file's block style: a key's
+// (named section.key, or section for a top-level key), or a list item's
+// (- value), named by its list's key.
+type blockValue struct {
+	line       int
+	key, value string
+	before     string // the line up to the value
+	item       bool   // a list item
+}
+
+// blockValues is each value of lines (a YAML file's) in block style,
+// read line by line: what names a value the YAML reader refused without
+// naming it.
+func blockValues(lines []string) []blockValue {
+	var out []blockValue
+	section, listKey := "", ""
+	for i, line := range lines {
+		v := blockValue{line: i}
+		if m := blockKey.FindStringSubmatch(line); m != nil {
+			if m[1] == "" {
+				section, v.key = m[2], m[2]
+			} else {
+				v.key = section + "." + m[2]
+			}
+			listKey, v.value = v.key, m[3]
+		} else if m := blockListItem.FindStringSubmatch(line); m != nil {
+			v.key, v.value, v.item = listKey, m[1], true
+		} else {
+			continue
+		}
+		v.before = line[:len(line)-len(v.value)]
+		out = append(out, v)
+	}
+	return out
 }
 
 // unquotedFlowKeys names the keys (section.key, comma separated) of the
@@ -153,31 +177,13 @@ func unquotedFlowKeys(path string) string {
 		return ""
 	}
 	lines := strings.Split(string(raw), "\n")
-	type flowValue struct {
-		line        int
-		key, before string // before: the line up to the value
-	}
-	var values []flowValue
-	section, listKey := "", ""
-	for i, line := range lines {
-		var key, value string
-		if m := blockKey.FindStringSubmatch(line); m != nil {
-			if m[1] == "" {
-				section, key = m[2], m[2]
-			} else {
-				key = section + "." + m[2]
-			}
-			listKey, value = key, m[3]
-		} else if m := blockListItem.FindStringSubmatch(line); m != nil {
-			key, value = listKey, m[1]
-		} else {
-			continue
-		}
+	var values []blockValue
+	for _, v := range blockValues(lines) {
 		// A flow value left open on its line goes on over the next ones
 		// (addrs: [ ... ]): quoting its first line would break the file,
 		// so it is left as written.
-		if (strings.HasPrefix(value, "[") || strings.HasPrefix(value, "{")) && flowClosed(value) {
-			values = append(values, flowValue{i, key, line[:len(line)-len(value)]})
+		if (strings.HasPrefix(v.value, "[") || strings.HasPrefix(v.value, "{")) && flowClosed(v.value) {
+			values = append(values, v)
 		}
 	}
 	// parsesQuoting says whether the file parses with every value but
