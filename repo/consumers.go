@@ -54,17 +54,41 @@ func (r *Repo) pruneOne(ctx context.Context, stream, name string, idle time.Dura
 	return pruneScript.Run(ctx, r.rdb, []string{stream}, Group, name, strconv.FormatInt(idle.Milliseconds(), 10)).Int()
 }
 
-// StreamStats is shard's stream length and pending-entries count.
-func (r *Repo) StreamStats(ctx context.Context, shard int) (length, pending int64, err error) {
+// StreamStats is a sample of one shard's stream, for the metrics.
+type StreamStats struct {
+	Length  int64 // entries: windows not yet flushed
+	Pending int64 // entries read by a consumer and not yet flushed
+	// OldestDue is when the stream's first entry comes due (Redis ms), 0
+	// when the stream is empty. A flush deletes its window's entry, so the
+	// first entry is the window that has waited longest, whoever holds it
+	// or none: how far Redis's clock is past it tells a shard whose
+	// windows stopped being published (a slot stuck half-moved, no replica
+	// reading it) before they are dropped stale, where push lag, observed
+	// only on a publish, tells nothing.
+	OldestDue int64
+}
+
+// StreamStats samples shard's stream: its length, its pending entries
+// and when its oldest window comes due, in one round trip.
+func (r *Repo) StreamStats(ctx context.Context, shard int) (StreamStats, error) {
 	stream := r.keys.Stream(shard)
 	pipe := r.rdb.Pipeline()
 	l := pipe.XLen(ctx, stream)
 	p := pipe.XPending(ctx, stream, Group)
+	first := pipe.XRangeN(ctx, stream, "-", "+", 1)
 	if _, err := pipe.Exec(ctx); err != nil && !redis.HasErrorPrefix(err, "NOGROUP") {
-		return 0, 0, wrap("repo.StreamStats", err)
+		return StreamStats{}, wrap("repo.StreamStats", err)
 	}
+	st := StreamStats{Length: l.Val()}
 	if p.Err() == nil {
-		pending = p.Val().Count
+		st.Pending = p.Val().Count
 	}
-	return l.Val(), pending, nil
+	if msgs := first.Val(); len(msgs) > 0 {
+		opened, err := openedAt(msgs[0].ID)
+		if err != nil {
+			return StreamStats{}, wrap("repo.StreamStats", err)
+		}
+		st.OldestDue = opened + r.delay.Milliseconds()
+	}
+	return st, nil
 }

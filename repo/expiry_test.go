@@ -79,8 +79,8 @@ func TestFlushAcknowledgesWhatItRetires(t *testing.T) {
 		if _, err := sub.ReceiveMessage(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if length, pending, err := r.StreamStats(ctx, 0); err != nil || length != 0 || pending != 0 {
-			t.Fatalf("after the publish the stream holds %d entries, %d pending (%v), want none", length, pending, err)
+		if st, err := r.StreamStats(ctx, 0); err != nil || st.Length != 0 || st.Pending != 0 {
+			t.Fatalf("after the publish the stream holds %d entries, %d pending (%v), want none", st.Length, st.Pending, err)
 		}
 	})
 }

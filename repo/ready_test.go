@@ -310,7 +310,7 @@ func runEveryFlow(t *testing.T, rdb redis.UniversalClient, r *repo.Repo) {
 	must("Drop", r.Drop(ctx, 0, []string{ws[2].ID}))
 	_, err = r.LastID(ctx, 0)
 	must("LastID", err)
-	_, _, err = r.StreamStats(ctx, 0)
+	_, err = r.StreamStats(ctx, 0)
 	must("StreamStats", err)
 	full := settings()
 	full.StreamMaxLen = 1 // it holds ws[1], kept by the retire

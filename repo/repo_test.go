@@ -224,9 +224,9 @@ func TestPruneConsumersKeepsPending(t *testing.T) {
 	if len(removed) != 1 || removed[0] != "idle" {
 		t.Fatalf("removed %v, want [idle]", removed)
 	}
-	length, pending, err := r.StreamStats(ctx, 0)
-	if err != nil || length != 1 || pending != 1 {
-		t.Fatalf("stats %d %d %v", length, pending, err)
+	st, err := r.StreamStats(ctx, 0)
+	if err != nil || st.Length != 1 || st.Pending != 1 {
+		t.Fatalf("stats %d %d %v", st.Length, st.Pending, err)
 	}
 }
 
@@ -253,8 +253,8 @@ func TestPruneScriptChecksAgain(t *testing.T) {
 			t.Errorf("prune script on %q (idle bound %s): %d %v, want %d", c.name, c.idle, n, err, c.want)
 		}
 	}
-	if _, pending, err := r.StreamStats(ctx, 0); err != nil || pending != 1 {
-		t.Fatalf("pending %d %v, want busy's entry still pending", pending, err)
+	if st, err := r.StreamStats(ctx, 0); err != nil || st.Pending != 1 {
+		t.Fatalf("pending %d %v, want busy's entry still pending", st.Pending, err)
 	}
 }
 

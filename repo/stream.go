@@ -271,11 +271,21 @@ func (r *Repo) parseEntry(shard int, m redis.XMessage) (Window, error) {
 	if w.ActivityID, w.UserID, w.ItemType, err = ParseEntryComboKey(k); err != nil {
 		return Window{}, fmt.Errorf("entry %s: %w", m.ID, err)
 	}
-	msPart, _, _ := strings.Cut(m.ID, "-")
-	opened, err := strconv.ParseInt(msPart, 10, 64)
+	opened, err := openedAt(m.ID)
 	if err != nil {
-		return Window{}, fmt.Errorf("entry %s: id: %w", m.ID, err)
+		return Window{}, fmt.Errorf("entry %s: %w", m.ID, err)
 	}
 	w.Due = opened + r.delay.Milliseconds()
 	return w, nil
+}
+
+// openedAt is when a window's entry was added, by Redis's clock (ms): its
+// id's ms part.
+func openedAt(id string) (int64, error) {
+	msPart, _, _ := strings.Cut(id, "-")
+	opened, err := strconv.ParseInt(msPart, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("id: %w", err)
+	}
+	return opened, nil
 }

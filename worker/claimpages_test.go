@@ -122,7 +122,7 @@ func TestABlockLongerThanOpTimeoutIsNoError(t *testing.T) {
 // stats panics in every sample of the streams.
 type statsPanic struct{ *repo.Repo }
 
-func (statsPanic) StreamStats(context.Context, int) (int64, int64, error) { panic("stats") }
+func (statsPanic) StreamStats(context.Context, int) (repo.StreamStats, error) { panic("stats") }
 
 // A panic in the housekeeper's round (a stream sample) is counted and
 // the loop goes on: it ended the process.

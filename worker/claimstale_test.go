@@ -136,10 +136,10 @@ func (s unansweringShard0) Read(ctx context.Context, shard int, consumer, start 
 	return s.Repo.Read(ctx, shard, consumer, start, count, block)
 }
 
-func (s unansweringShard0) StreamStats(ctx context.Context, shard int) (int64, int64, error) {
+func (s unansweringShard0) StreamStats(ctx context.Context, shard int) (repo.StreamStats, error) {
 	if shard == 0 {
 		<-ctx.Done()
-		return 0, 0, ctx.Err()
+		return repo.StreamStats{}, ctx.Err()
 	}
 	return s.Repo.StreamStats(ctx, shard)
 }

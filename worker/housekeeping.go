@@ -93,10 +93,11 @@ func (w *Worker) housekeep(ctx context.Context, st *housekeeping) {
 	for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
 		label := strconv.Itoa(shard)
 		err := w.op(ctx, func(ctx context.Context) error {
-			length, pending, err := w.store.StreamStats(ctx, shard)
+			st, err := w.store.StreamStats(ctx, shard)
 			if err == nil {
-				w.metrics.StreamLength.WithLabelValues(label).Set(float64(length))
-				w.metrics.StreamPending.WithLabelValues(label).Set(float64(pending))
+				w.metrics.StreamLength.WithLabelValues(label).Set(float64(st.Length))
+				w.metrics.StreamPending.WithLabelValues(label).Set(float64(st.Pending))
+				w.sampleOverdue(shard, label, st.OldestDue)
 			}
 			return err
 		})
@@ -108,6 +109,7 @@ func (w *Worker) housekeep(ctx context.Context, st *housekeeping) {
 			if st.sampleFailures[shard]++; st.sampleFailures[shard] >= gaugeFailures {
 				w.metrics.StreamLength.DeleteLabelValues(label)
 				w.metrics.StreamPending.DeleteLabelValues(label)
+				w.metrics.StreamOverdue.DeleteLabelValues(label)
 			}
 		}
 	}
@@ -130,5 +132,22 @@ func (w *Worker) housekeep(ctx context.Context, st *housekeeping) {
 		if err != nil && ctx.Err() == nil {
 			w.redisError(metrics.OpPruneConsumers, fmt.Errorf("shard %d: %w", shard, err))
 		}
+	}
+}
+
+// sampleOverdue sets shard's overdue gauge from when its oldest window
+// comes due (Redis ms, 0 for none), by this replica's estimate of the
+// node's clock. Without an estimate (its reading failed just now) the last
+// sample stands, as when a sample fails: a series missing at a scrape
+// restarts the alert's for: countdown. A window due ahead of the estimate
+// (an id ahead of the node's clock after it jumped back) is not overdue.
+func (w *Worker) sampleOverdue(shard int, label string, oldestDue int64) {
+	q := w.qs[shard]
+	switch {
+	case oldestDue == 0:
+		w.metrics.StreamOverdue.WithLabelValues(label).Set(0)
+	case q.clock.known():
+		overdue := max(q.clock.now()-oldestDue, 0)
+		w.metrics.StreamOverdue.WithLabelValues(label).Set(float64(overdue) / 1000)
 	}
 }

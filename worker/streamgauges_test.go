@@ -10,6 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/push"
 	"github.com/combo-service/combo-service/repo"
 	"github.com/combo-service/combo-service/worker"
 )
@@ -27,14 +30,14 @@ type statsFailing struct {
 	fourthDone atomic.Bool
 }
 
-func (s *statsFailing) StreamStats(ctx context.Context, shard int) (int64, int64, error) {
+func (s *statsFailing) StreamStats(ctx context.Context, shard int) (repo.StreamStats, error) {
 	n := s.calls.Add(1)
 	if s.down.Load() && s.downCalls.Add(1) == 4 && s.atFourth != nil {
 		s.atFourth()
 		s.fourthDone.Store(true)
 	}
 	if s.down.Load() || s.flaky.Load() && n%3 != 0 {
-		return 0, 0, errors.New("i/o timeout")
+		return repo.StreamStats{}, errors.New("i/o timeout")
 	}
 	s.ok.Add(1)
 	return s.Repo.StreamStats(ctx, shard)
@@ -50,13 +53,18 @@ func TestStreamGaugesGoWhenSamplingFails(t *testing.T) {
 	r, _, _, m := setup(t)
 	store := &statsFailing{Repo: r}
 	exported := func() bool {
-		return testutil.CollectAndCount(m.StreamLength) == 1 && testutil.CollectAndCount(m.StreamPending) == 1
+		return testutil.CollectAndCount(m.StreamLength) == 1 && testutil.CollectAndCount(m.StreamPending) == 1 &&
+			testutil.CollectAndCount(m.StreamOverdue) == 1
+	}
+	gone := func() bool {
+		return testutil.CollectAndCount(m.StreamLength) == 0 && testutil.CollectAndCount(m.StreamPending) == 0 &&
+			testutil.CollectAndCount(m.StreamOverdue) == 0
 	}
 	// The third failure in a row takes them away: by the fourth sample
 	// they are gone.
 	var goneByFourth atomic.Bool
 	store.atFourth = func() {
-		goneByFourth.Store(testutil.CollectAndCount(m.StreamLength) == 0 && testutil.CollectAndCount(m.StreamPending) == 0)
+		goneByFourth.Store(gone())
 	}
 	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		SampleEvery: 20 * time.Millisecond}, zaptest.NewLogger(t), m)
@@ -78,13 +86,66 @@ func TestStreamGaugesGoWhenSamplingFails(t *testing.T) {
 	waitFor(t, "a sample after the flaky ones", func() bool { return store.ok.Load() > oks })
 
 	store.down.Store(true)
-	waitFor(t, "the gauges to go once every sample fails", func() bool {
-		return testutil.CollectAndCount(m.StreamLength) == 0 && testutil.CollectAndCount(m.StreamPending) == 0
-	})
+	waitFor(t, "the gauges to go once every sample fails", gone)
 	waitFor(t, "a fourth sample while every sample fails", store.fourthDone.Load)
 	if !goneByFourth.Load() {
 		t.Fatal("the gauges were still there at the fourth failed sample in a row, want gone after the third")
 	}
 	store.down.Store(false)
 	waitFor(t, "a sample again", exported)
+}
+
+// flushRefused is the real store whose flushes Redis refuses while refuse
+// is set, as it refuses the scripts of a slot stuck half-moved (TRYAGAIN).
+type flushRefused struct {
+	*repo.Repo
+	refuse atomic.Bool
+}
+
+func (s *flushRefused) Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error) {
+	if s.refuse.Load() {
+		return nil, errors.New("TRYAGAIN Multiple keys request during rehashing of slot")
+	}
+	return s.Repo.Flush(ctx, ws)
+}
+
+// A shard whose windows are not published shows it in
+// combo_stream_oldest_overdue_seconds, growing from the oldest window's
+// due time, before any window is dropped stale: push lag is observed only
+// on a publish, so a slot stuck half-moved paged only once its windows
+// were dropped. Once they are published it is 0 again.
+func TestOverdueGaugeTellsWindowsNotPublished(t *testing.T) {
+	r, _, sub, m := setup(t)
+	store := &flushRefused{Repo: r}
+	store.refuse.Store(true)
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		SampleEvery: 20 * time.Millisecond}, zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	defer store.refuse.Store(false) // first: Shutdown waits for the held window's publish
+	overdue := func() float64 { return testutil.ToFloat64(m.StreamOverdue.WithLabelValues("0")) }
+	waitFor(t, "a first sample", func() bool { return testutil.CollectAndCount(m.StreamOverdue) == 1 })
+	if got := overdue(); got != 0 {
+		t.Fatalf("overdue %v s with no window, want 0", got)
+	}
+
+	opened := time.Now()
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	// Due W + grace after it opened, refused every flush since: the gauge
+	// grows past 300 ms, and by no more than the time since it came due.
+	waitFor(t, "the gauge past 300 ms", func() bool { return overdue() >= 0.3 })
+	if got, most := overdue(), time.Since(opened)-w; got > most.Seconds() {
+		t.Fatalf("overdue %v s, more than the %v since the window came due", got, most)
+	}
+	if n := testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(metrics.FlushedPublished)); n != 0 {
+		t.Fatalf("%v windows published while every flush was refused", n)
+	}
+
+	store.refuse.Store(false)
+	if p, err := push.Decode([]byte(nextPush(t, sub).Payload)); err != nil || p.ActivityID != 5 {
+		t.Fatalf("pushed %+v (%v), want activity 5's window", p, err)
+	}
+	waitFor(t, "the gauge back to 0 once the window is published", func() bool { return overdue() == 0 })
 }

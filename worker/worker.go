@@ -65,7 +65,7 @@ type Store interface {
 	Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error)
 	Retire(ctx context.Context, w repo.Window) (repo.FlushResult, error)
 	Time(ctx context.Context, shard int) (time.Time, error)
-	StreamStats(ctx context.Context, shard int) (length, pending int64, err error)
+	StreamStats(ctx context.Context, shard int) (repo.StreamStats, error)
 	PruneConsumers(ctx context.Context, shard int, self string, idle time.Duration) ([]string, error)
 }
 

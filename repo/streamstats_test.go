@@ -1,0 +1,76 @@
+package repo_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/repo"
+)
+
+// StreamStats says when the oldest window still in the stream comes due:
+// the first entry's, whoever holds it, until its entry goes; none on an
+// empty stream. The worker's overdue gauge, and the alert that tells a
+// shard whose windows stopped being published, rest on it.
+func TestStreamStatsOldestDue(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r, _ := subscribedRepo(t, rdb)
+		stats := func() repo.StreamStats {
+			t.Helper()
+			st, err := r.StreamStats(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		}
+		if st := stats(); st != (repo.StreamStats{}) {
+			t.Fatalf("empty stream: %+v, want all 0", st)
+		}
+		open := func(id int64, item string) {
+			t.Helper()
+			if _, err := r.Report(ctx, []*combo.Contribution{contribution(id, item, base)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		open(1, "a")
+		time.Sleep(5 * time.Millisecond) // the second entry's id in a later ms
+		open(2, "b")
+		ws, _, _, err := r.Read(ctx, 0, "c1", ">", 1, 100*time.Millisecond) // the first read, the second not
+		if err != nil || len(ws) != 1 {
+			t.Fatalf("read: %v %v", ws, err)
+		}
+		rest, err := rdb.XRange(ctx, r.Keys().Stream(0), "("+ws[0].ID, "+").Result()
+		if err != nil || len(rest) != 1 {
+			t.Fatalf("the second entry: %v %v", rest, err)
+		}
+		delay := (settings().Window + settings().Grace + time.Millisecond).Milliseconds()
+		if st := stats(); st.Length != 2 || st.Pending != 1 || st.OldestDue != ws[0].Due {
+			t.Fatalf("two windows, the first read: %+v, want length 2, pending 1, oldest due %d", st, ws[0].Due)
+		}
+		if err := r.Drop(ctx, 0, []string{ws[0].ID}); err != nil {
+			t.Fatal(err)
+		}
+		// The one left was never read: it counts all the same.
+		secondDue := openedMs(t, rest[0].ID) + delay
+		if st := stats(); st.Length != 1 || st.Pending != 0 || st.OldestDue != secondDue {
+			t.Fatalf("the first gone: %+v, want length 1, pending 0, oldest due %d (its id %s)", st, secondDue, rest[0].ID)
+		}
+	})
+}
+
+// openedMs is an entry id's ms part.
+func openedMs(t *testing.T, id string) int64 {
+	t.Helper()
+	ms, _, _ := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
