@@ -401,6 +401,20 @@ func TestMissingRedisPasswordNamesTheFlag(t *testing.T) {
 	}
 }
 
+// A Redis that answers and a service that does not: the error names -addr,
+// as the Redis one names -redis (netpoll's own words, "connection has been
+// closed by peer", said nothing of where to look).
+func TestUnreachableServiceNamesTheFlag(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	o := options{addr: "127.0.0.1:1", redisAddr: srv.Addr, window: 3 * time.Second, grace: 200 * time.Millisecond,
+		scenario: "script", activity: 1001, color: "never"}
+	code, err := run(context.Background(), o)
+	if code != 2 || err == nil || !strings.Contains(err.Error(), "cannot reach combo-service at 127.0.0.1:1") ||
+		!strings.Contains(err.Error(), "-addr must be the service's RPC address") {
+		t.Fatalf("run = %d, %v; want 2, naming the address and -addr", code, err)
+	}
+}
+
 // The poll check compares every field a push carries with the merged
 // record's: a push differing from it in any one of them fails the check.
 // Before, four of the twelve (avatar_url, star_id, item_id, item_icon)

@@ -277,7 +277,7 @@ func run(ctx context.Context, o options) (int, error) {
 	}
 	// MergeLatest is pure (no Redis): an empty one only proves the service answers.
 	if _, err := cli.MergeLatest(pingCtx, &combo.MergeLatestRequest{ActivityId: a1}); err != nil {
-		return unreached(fmt.Errorf("cannot reach combo-service at %s: %w", o.addr, err))
+		return unreached(fmt.Errorf("cannot reach combo-service at %s: %w\n  -addr must be the service's RPC address (its server.addr, COMBO_SERVER_ADDR, :8888 by default)", o.addr, err))
 	}
 
 	b := &board{out: os.Stdout, st: style{on: colour}, left: leftWidth(script)}
@@ -321,7 +321,7 @@ func run(ctx context.Context, o options) (int, error) {
 	deadline := st.lastOpen().Add(max(o.window+max(o.window, 2*time.Second), st.tm.lateBound()+500*time.Millisecond))
 	interrupted := ctx.Err() != nil
 	if !interrupted {
-		b.note(time.Now(), fmt.Sprintf("all taps sent; waiting for the last windows (up to %.1fs)", time.Until(deadline).Seconds()))
+		b.note(time.Now(), sentNote(time.Until(deadline)))
 	}
 	for !interrupted && !st.complete() && time.Now().Before(deadline) {
 		select {
@@ -451,6 +451,16 @@ func (st *state) send(ctx context.Context, cli comboservice.Client, b *board, k 
 	st.taps = append(st.taps, t)
 	st.mu.Unlock()
 	b.click(t.at, feedText(c.ActivityId, c.Nickname, c.ItemName, int64(c.Quantity)), note)
+}
+
+// sentNote is the line once every tap is sent, wait before the last
+// window's deadline: none is left to wait for when the last taps failed
+// (their windows never opened), and "up to -4.4s" said nothing.
+func sentNote(wait time.Duration) string {
+	if wait <= 0 {
+		return "all taps sent"
+	}
+	return fmt.Sprintf("all taps sent; waiting for the last windows (up to %.1fs)", wait.Seconds())
 }
 
 // receive prints and records every push until the subscription closes.
@@ -707,7 +717,9 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 			"each was published on its own, so they are left out of the timing and poll checks", degraded)))
 	}
 	if failed > 0 {
-		b.plain("  %s", b.st.red("some taps failed: the service answered with an error (see the left column)"))
+		// Not "the service answered with an error": a tap sent to a
+		// service that stopped, or never reached it, failed too.
+		b.plain("  %s", b.st.red("some taps failed and were not counted (the left column says why)"))
 	}
 	if items == 0 && counted > 0 && !interrupted {
 		b.plain("  %s", b.st.red(fmt.Sprintf("no push at all: is %s the Redis the service publishes on? "+
