@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -74,6 +75,16 @@ func TestScriptedMergesAsNarrated(t *testing.T) {
 		if len(s) != 27 || len(merged) != 12 || sum != taps {
 			t.Errorf("W=%s: %d taps (quantity %d) merged into %d records (quantity %d), want 27 into 12",
 				w, len(s), taps, len(merged), sum)
+		}
+		// Each window by its first tap (1-based) and quantity, newest
+		// first: tap 12, at 3.1 s of 3, opens a window of its own as its
+		// note says (at 2.9 s it joined tap 1's, still 12 windows in all).
+		var got []string
+		for _, m := range merged {
+			got = append(got, fmt.Sprintf("%d×%d", m.ID, m.Quantity))
+		}
+		if want := "25×2 24×3 23×5 20×1 18×4 14×3 12×2 10×1 9×3 6×1 3×12 1×4"; strings.Join(got, " ") != want {
+			t.Errorf("W=%s: windows (first tap×quantity) %s, want %s", w, strings.Join(got, " "), want)
 		}
 		if last := s[len(s)-1].At; last > 4*w {
 			t.Errorf("W=%s: the script lasts %s, want at most 4 W", w, last)
