@@ -60,7 +60,8 @@ func refuseMisreadYAML(raw []byte) error {
 		if n.Kind == yaml.AliasNode {
 			used[n.Alias] = true
 		}
-		if n.Kind == yaml.ScalarNode && n.Style == 0 && n.ShortTag() == "!!int" && !plainDecimal.MatchString(n.Value) {
+		// Tagged too: "db: !!int 010" read as 8 with no word.
+		if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" && !plainDecimal.MatchString(n.Value) {
 			errs = append(errs, fmt.Errorf("%s: an integer YAML reads in another base (a leading 0 is octal, 0x hex): want it in decimal, or quoted if it is text", name))
 			return
 		}
@@ -99,12 +100,17 @@ func refuseMisreadYAML(raw []byte) error {
 var plainDecimal = regexp.MustCompile(`^[-+]?(0|[1-9][0-9]*(_[0-9]+)*)$`)
 
 // unknownAliasKeys names the keys (section.key, comma separated) of the
-// YAML file at path whose unquoted value starts with '*', when err is the
-// YAML reader's refusal of an alias to no anchor: that refusal names
-// neither key nor line, and quotes the alias, which may be a password
-// ("password: *s3cret"). The file's keys sit at section.key, in block
-// style; a value in flow style ({password: *x}) is not found, and the
-// caller falls back to the reader's own words.
+// YAML file at path whose unquoted value is an alias to no anchor ('*'
+// and a name no '&' before it defined), when err is the YAML reader's
+// refusal of such an alias: that refusal names neither key nor line, and
+// quotes the alias, which may be a password ("password: *s3cret"). A list
+// item (- *x) is named by its list's key. An alias is blamed only if the
+// file, with every other block value starting with '*' quoted, still
+// fails for an unknown anchor, so a valid alias beside it (password: &pw
+// "x" then sentinel_password: *pw) is not. If the file fails so with all
+// of them quoted, the alias at fault is written in flow style
+// ({password: *x}) and none is named: the caller falls back to the
+// reader's own words.
 func unknownAliasKeys(path string, err error) string {
 	if !strings.Contains(err.Error(), "unknown anchor") {
 		return ""
@@ -113,13 +119,41 @@ func unknownAliasKeys(path string, err error) string {
 	if rerr != nil {
 		return ""
 	}
+	lines := strings.Split(string(raw), "\n")
+	var aliases []blockValue
+	for _, v := range blockValues(lines) {
+		if strings.HasPrefix(v.value, "*") {
+			aliases = append(aliases, v)
+		}
+	}
+	unknown := func(kept int) bool {
+		err := parseQuoting(lines, aliases, kept)
+		return err != nil && strings.Contains(err.Error(), "unknown anchor")
+	}
+	if len(aliases) == 0 || unknown(-1) {
+		return ""
+	}
 	var keys []string
-	for _, v := range blockValues(strings.Split(string(raw), "\n")) {
-		if !v.item && strings.HasPrefix(v.value, "*") {
+	for j, v := range aliases {
+		if unknown(j) && !slices.Contains(keys, v.key) {
 			keys = append(keys, v.key)
 		}
 	}
 	return strings.Join(keys, ", ")
+}
+
+// parseQuoting reads lines (a YAML file's) as viper reads them, into a
+// map, with every value of values but values[kept] (every one, for kept
+// -1) replaced by "": whether the file's fault is in the value kept.
+func parseQuoting(lines []string, values []blockValue, kept int) error {
+	quoted := slices.Clone(lines)
+	for j, v := range values {
+		if j != kept {
+			quoted[v.line] = v.before + `""`
+		}
+	}
+	var doc map[string]any
+	return yaml.Unmarshal([]byte(strings.Join(quoted, "\n")), &doc)
 }
 
 // blockValue is one value written in a YAML file's block style: a key's
@@ -187,19 +221,10 @@ func unquotedFlowKeys(path string) string {
 		}
 	}
 	// parsesQuoting says whether the file parses with every value but
-	// values[kept] quoted (every one, for kept -1).
-	parsesQuoting := func(kept int) bool {
-		quoted := slices.Clone(lines)
-		for j, v := range values {
-			if j != kept {
-				quoted[v.line] = v.before + `""`
-			}
-		}
-		// Read as viper reads it, into a map: a key twice in one flow
-		// map ({s3cret, s3cret}, a password) fails only there.
-		var doc map[string]any
-		return yaml.Unmarshal([]byte(strings.Join(quoted, "\n")), &doc) == nil
-	}
+	// values[kept] quoted (every one, for kept -1). Read as viper reads
+	// it, into a map: a key twice in one flow map ({s3cret, s3cret}, a
+	// password) fails only there.
+	parsesQuoting := func(kept int) bool { return parseQuoting(lines, values, kept) == nil }
 	if len(values) == 0 || !parsesQuoting(-1) {
 		return ""
 	}

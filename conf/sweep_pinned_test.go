@@ -1,0 +1,171 @@
+package conf
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeConf writes body as a YAML file in a temporary directory.
+func writeConf(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// The YAML reader's own words are elided on every path that prints them:
+// a second document the reader refuses (viper reads only the first), an
+// unknown alias in a list item (unknownAliasKeys names block keys only),
+// and the -healthcheck probe's read of the file.
+func TestYAMLErrorsNeverRepeatAnAliasName(t *testing.T) {
+	for name, body := range map[string]string{
+		"second document":    "redis:\n  addr: \"h:6379\"\n---\nredis:\n  password: *s3cret\n",
+		"alias in list item": "redis:\n  addrs:\n    - \"h:7000\"\n    - *s3cret\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Load(writeConf(t, body))
+			if err == nil || strings.Contains(err.Error(), "s3cret") {
+				t.Fatalf("Load: %v; want a refusal without the value", err)
+			}
+		})
+	}
+	t.Run("MetricsAddr", func(t *testing.T) {
+		_, err := MetricsAddr(writeConf(t, "metrics:\n  addr: \":9100\"\nredis:\n  password: *s3cret\n"))
+		if err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Fatalf("MetricsAddr: %v; want a refusal without the value", err)
+		}
+	})
+}
+
+// README: a Sentinel username needs the Sentinel password; with both
+// set the configuration is valid.
+func TestSentinelUserWithPasswordIsValid(t *testing.T) {
+	c := Default()
+	c.Redis.SentinelAddrs, c.Redis.SentinelMaster = []string{"s1:26379"}, "combo"
+	c.Redis.SentinelUsername, c.Redis.SentinelPassword = "watcher", "pw"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate() = %v, want nil", err)
+	}
+	// A Sentinel user alone, with no Sentinels, is set for nothing.
+	c = Default()
+	c.Redis.Addr, c.Redis.SentinelUsername = "redis.internal:6379", "watcher"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "redis.sentinel_addrs:") {
+		t.Fatalf("Validate() = %v, want an error naming redis.sentinel_addrs", err)
+	}
+}
+
+// Two listeners on the same port of one host, or one on "::" (every
+// address) and one on an IPv4 address, cannot both start.
+func TestListenersOnOneHostPortAreRefused(t *testing.T) {
+	for _, tc := range []struct{ server, metrics string }{
+		{"127.0.0.1:8888", "127.0.0.1:8888"},
+		{"[::]:8888", "127.0.0.1:8888"},
+		{"127.0.0.1:9100", "[::]:9100"},
+	} {
+		c := Default()
+		c.Server.Addr, c.Metrics.Addr = tc.server, tc.metrics
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "metrics.addr: must not listen on server.addr's port") {
+			t.Errorf("server.addr %q, metrics.addr %q: Validate() = %v", tc.server, tc.metrics, err)
+		}
+	}
+}
+
+// The upper edges README gives are valid; one past them is not.
+func TestValidateAcceptsREADMEUpperEdges(t *testing.T) {
+	for name, mutate := range map[string]func(c *Config){
+		"dedupe 720h":     func(c *Config) { c.Window.Dedupe = 720 * time.Hour },
+		"stale 720h":      func(c *Config) { c.Window.Stale = 720 * time.Hour },
+		"grace 24h":       func(c *Config) { c.Window.Grace, c.Window.Stale, c.Worker.ClaimIdle, c.Worker.ConsumerIdleDelete = 24*time.Hour, 48*time.Hour, 30*time.Hour, 30*time.Hour },
+		"read_count 10000": func(c *Config) { c.Worker.ReadCount = 10_000 },
+		"batch_size 4096":  func(c *Config) { c.Worker.BatchSize = 4096 },
+		"block 30s":        func(c *Config) { c.Worker.Block = 30 * time.Second },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := Default()
+			mutate(&c)
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	c := Default()
+	c.Window.Grace, c.Window.Stale, c.Worker.ClaimIdle, c.Worker.ConsumerIdleDelete = 24*time.Hour+time.Millisecond, 48*time.Hour, 30*time.Hour, 30*time.Hour
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "window.grace:") {
+		t.Fatalf("grace 24h1ms: Validate() = %v, want an error naming window.grace", err)
+	}
+}
+
+// redis.addr's refusals say where a password goes (redis.password, not the
+// Sentinels'), and each of ',' '=' and a control character alone is refused.
+func TestRedisAddrRefusalsAlone(t *testing.T) {
+	for _, a := range []string{"s3cret,redis.internal:6379", "password=s3cret:6379", "redis.internal\x01:6379"} {
+		c := Default()
+		c.Redis.Addr = a
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), "redis.addr: ") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("redis.addr %q: Validate() = %v", a, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), "which goes in redis.password)") {
+			t.Errorf("redis.addr %q: the hint does not name redis.password: %v", a, err)
+		}
+	}
+}
+
+// A refusal of refuseMisreadYAML names the key as section.key, at the
+// start of its line, whatever the case the file writes it in.
+func TestMisreadYAMLNamesSectionDotKey(t *testing.T) {
+	_, err := Load(writeConf(t, "redis:\n  addr: \"h:6379\"\n  db: 010\n"))
+	if err == nil || !strings.Contains("\n"+err.Error(), "\nredis.db: an integer YAML reads in another base") {
+		t.Fatalf("Load: %v; want a line starting \"redis.db: \"", err)
+	}
+	_, err = Load(writeConf(t, "Redis:\n  Addr: [::1]:6379\n"))
+	if err == nil || !strings.Contains(err.Error(), "Redis.Addr: an unquoted value that starts with '['") {
+		t.Fatalf("Load: %v; want the '[' refusal naming Redis.Addr", err)
+	}
+}
+
+// An anchor and its alias are YAML meant as YAML: when the file fails for
+// another reason, the alias's key is not blamed as an unknown anchor.
+func TestKnownAliasIsNotBlamedForAnotherFault(t *testing.T) {
+	_, err := Load(writeConf(t, "redis:\n  password: &pw \"x\"\n  sentinel_password: *pw\n\taddr: \"h:6379\"\n"))
+	if err == nil || strings.Contains(err.Error(), "unknown anchor") && strings.Contains(err.Error(), "sentinel_password") {
+		t.Fatalf("Load: %v; want the reader's own error, not an unknown alias", err)
+	}
+}
+
+// Of the file's aliases only the one to no anchor is named: every value
+// starting with '*' was, sending the operator to a key that is fine. An
+// unknown alias in a list item is named by its list's key; one in flow
+// style names none (the reader's words, elided, stand).
+func TestUnknownAliasNamesOnlyTheBrokenAlias(t *testing.T) {
+	_, err := Load(writeConf(t, "redis:\n  password: &pw \"x\"\n  sentinel_password: *pw\n  addr: *nope\n"))
+	if err == nil || !strings.Contains(err.Error(), "redis.addr") || strings.Contains(err.Error(), "redis.sentinel_password") {
+		t.Fatalf("Load: %v; want redis.addr named alone", err)
+	}
+	_, err = Load(writeConf(t, "redis:\n  password: &pw \"x\"\n  addrs:\n    - *pw\n    - *nope\n"))
+	if err == nil || !strings.Contains(err.Error(), "redis.addrs: a YAML alias to an unknown anchor") {
+		t.Fatalf("Load: %v; want redis.addrs named", err)
+	}
+	_, err = Load(writeConf(t, "redis:\n  password: &pw \"x\"\n  sentinel_password: *pw\n  tls: {ca_file: *nope}\n"))
+	if err == nil || strings.Contains(err.Error(), "sentinel_password") || strings.Contains(err.Error(), "nope") {
+		t.Fatalf("Load: %v; want the reader's words, elided, naming no key", err)
+	}
+}
+
+// README: integers are written in base 10; db: 010, which YAML reads as
+// octal 8, is refused. With an explicit !!int tag it was read as 8 (and
+// 0x10 as 16) without a word.
+func TestTaggedIntegerInAnotherBaseIsRefused(t *testing.T) {
+	for _, v := range []string{"!!int 010", "!!int 0x10"} {
+		c, err := Load(writeConf(t, "redis:\n  addr: \"h:6379\"\n  db: "+v+"\n"))
+		if err == nil || !strings.Contains(err.Error(), "redis.db") {
+			t.Errorf("db: %s: Load gave db %d, err %v; want a refusal naming redis.db", v, c.Redis.DB, err)
+		}
+	}
+}
