@@ -78,9 +78,11 @@ func TestListenersOnOneHostPortAreRefused(t *testing.T) {
 // The upper edges README gives are valid; one past them is not.
 func TestValidateAcceptsREADMEUpperEdges(t *testing.T) {
 	for name, mutate := range map[string]func(c *Config){
-		"dedupe 720h":     func(c *Config) { c.Window.Dedupe = 720 * time.Hour },
-		"stale 720h":      func(c *Config) { c.Window.Stale = 720 * time.Hour },
-		"grace 24h":       func(c *Config) { c.Window.Grace, c.Window.Stale, c.Worker.ClaimIdle, c.Worker.ConsumerIdleDelete = 24*time.Hour, 48*time.Hour, 30*time.Hour, 30*time.Hour },
+		"dedupe 720h": func(c *Config) { c.Window.Dedupe = 720 * time.Hour },
+		"stale 720h":  func(c *Config) { c.Window.Stale = 720 * time.Hour },
+		"grace 24h": func(c *Config) {
+			c.Window.Grace, c.Window.Stale, c.Worker.ClaimIdle, c.Worker.ConsumerIdleDelete = 24*time.Hour, 48*time.Hour, 30*time.Hour, 30*time.Hour
+		},
 		"read_count 10000": func(c *Config) { c.Worker.ReadCount = 10_000 },
 		"batch_size 4096":  func(c *Config) { c.Worker.BatchSize = 4096 },
 		"block 30s":        func(c *Config) { c.Worker.Block = 30 * time.Second },
