@@ -171,3 +171,39 @@ func TestTaggedIntegerInAnotherBaseIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// Each warning is of a value below its bound: at the bound itself (README
+// gives the bounds as "below" or "shorter than") none is logged.
+func TestWarningsAtTheirBoundsAreNone(t *testing.T) {
+	for name, mutate := range map[string]func(c *Config){
+		"shutdown_timeout = W + grace + block + timeout": func(c *Config) {
+			c.Server.ShutdownTimeout = c.Window.Size + c.Window.Grace + c.Worker.Block + c.Redis.Timeout
+		},
+		"stale = W + grace + 1s": func(c *Config) {
+			c.Window.Stale = c.Window.Size + c.Window.Grace + minStaleMargin
+			c.Worker.ClaimIdle = DefaultClaimIdle(c.Window)
+		},
+		"timeout = 10ms":         func(c *Config) { c.Redis.Timeout = minSensibleTimeout },
+		"dedupe = retry horizon": func(c *Config) { c.Window.Dedupe = ReporterRetryHorizon },
+		"shutdown_timeout = W + grace + 1ms block + 10ms timeout": func(c *Config) {
+			c.Worker.Block, c.Redis.Timeout = time.Millisecond, minSensibleTimeout
+			c.Server.ShutdownTimeout = c.Window.Size + c.Window.Grace + c.Worker.Block + c.Redis.Timeout
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := Default()
+			mutate(&c)
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if ws := c.Warnings(); len(ws) != 0 {
+				t.Fatalf("warnings %q, want none", ws)
+			}
+		})
+	}
+	c := Default()
+	c.Window.Dedupe = c.Window.Size + c.Window.Grace // not shorter than W + grace: the retry horizon's warning only
+	if ws := c.Warnings(); len(ws) != 1 || !strings.Contains(ws[0], "covers client.Reporter's default retries") {
+		t.Fatalf("dedupe = W + grace: warnings %q, want the retry horizon's alone", ws)
+	}
+}
