@@ -193,7 +193,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Entries read by some consumer and not yet flushed, sampled."}, []string{"shard"}),
 		StreamOverdue: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_oldest_overdue_seconds",
 			Help: "How long past its due time (W + grace after its first report) the oldest window still in the shard's stream is, by Redis's clock, sampled; 0 when none is overdue. " +
-				"Flushing removes a window's entry, so this grows while a shard's windows are not published (its slot stuck half-moved, no replica reading it, flushes failing) and goes back to 0 once they are, or are dropped stale at window.stale."}, []string{"shard"}),
+				"Flushing removes a window's entry, so this grows while a shard's windows are not published (its slot stuck half-moved, flushes refused while reads work, no replica reading it), past window.stale while the fault lasts, and goes back to 0 once they are flushed (published, or dropped stale)."}, []string{"shard"}),
 		StreamMaxLength: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_max_length",
 			Help: "redis.stream_maxlen: at it, no window is opened and reports are published on their own (degraded)."}),
 		RedisNodesEvicting: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "redis_nodes_evicting",

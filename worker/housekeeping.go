@@ -137,10 +137,11 @@ func (w *Worker) housekeep(ctx context.Context, st *housekeeping) {
 
 // sampleOverdue sets shard's overdue gauge from when its oldest window
 // comes due (Redis ms, 0 for none), by this replica's estimate of the
-// node's clock. Without an estimate (its reading failed just now) the last
-// sample stands, as when a sample fails: a series missing at a scrape
-// restarts the alert's for: countdown. A window due ahead of the estimate
-// (an id ahead of the node's clock after it jumped back) is not overdue.
+// node's clock. Before the estimate's first reading (every one so far
+// failed) the gauge is left as it is, unset or the last sample: this
+// host's clock may be off the node's by any amount. A window due ahead of
+// the estimate (an id ahead of the node's clock after it jumped back) is
+// not overdue.
 func (w *Worker) sampleOverdue(shard int, label string, oldestDue int64) {
 	q := w.qs[shard]
 	switch {

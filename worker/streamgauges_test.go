@@ -149,3 +149,75 @@ func TestOverdueGaugeTellsWindowsNotPublished(t *testing.T) {
 	}
 	waitFor(t, "the gauge back to 0 once the window is published", func() bool { return overdue() == 0 })
 }
+
+// skewedStats is the real store whose stream samples say the oldest
+// window comes due shift from what Redis says, and whose clock readings
+// fail while noClock is set; samples counts the samples.
+type skewedStats struct {
+	*repo.Repo
+	shift   time.Duration
+	noClock atomic.Bool
+	samples atomic.Int64
+}
+
+func (s *skewedStats) StreamStats(ctx context.Context, shard int) (repo.StreamStats, error) {
+	st, err := s.Repo.StreamStats(ctx, shard)
+	if st.OldestDue != 0 {
+		st.OldestDue += s.shift.Milliseconds()
+	}
+	s.samples.Add(1)
+	return st, err
+}
+
+func (s *skewedStats) Time(ctx context.Context, shard int) (time.Time, error) {
+	if s.noClock.Load() {
+		return time.Time{}, errors.New("i/o timeout")
+	}
+	return s.Repo.Time(ctx, shard)
+}
+
+// A window due ahead of the node's clock (its id ahead of the clock after
+// the clock jumped back) is not overdue: the gauge says 0, not a negative
+// time.
+func TestOverdueGaugeOfAWindowDueAheadIsZero(t *testing.T) {
+	r, _, _, m := setup(t)
+	store := &skewedStats{Repo: r, shift: time.Hour}
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		SampleEvery: 20 * time.Millisecond}, zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	from := store.samples.Load()
+	waitFor(t, "three samples with the window in the stream", func() bool { return store.samples.Load() >= from+3 })
+	if got := testutil.ToFloat64(m.StreamOverdue.WithLabelValues("0")); got != 0 {
+		t.Fatalf("overdue %v s for a window due an hour ahead, want 0", got)
+	}
+}
+
+// Before a first reading of the node's clock the gauge is not set from
+// this host's clock, which may be off the node's by any amount: a replica
+// whose every reading failed exports no overdue time for a window in the
+// stream.
+func TestOverdueGaugeWaitsForTheNodesClock(t *testing.T) {
+	r, _, _, m := setup(t)
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	store := &skewedStats{Repo: r, shift: -time.Hour} // an hour overdue by any clock
+	store.noClock.Store(true)
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		SampleEvery: 20 * time.Millisecond}, zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	defer store.noClock.Store(false) // first: Shutdown waits for the window's publish
+	waitFor(t, "three samples", func() bool { return store.samples.Load() >= 3 })
+	if n := testutil.CollectAndCount(m.StreamOverdue); n != 0 {
+		t.Fatalf("overdue exported (%v s) with no reading of the node's clock", testutil.ToFloat64(m.StreamOverdue.WithLabelValues("0")))
+	}
+	store.noClock.Store(false)
+	// Read, the clock lets the window be flushed too: the gauge then says
+	// an hour, or 0 once it is gone, but is exported.
+	waitFor(t, "the gauge once the clock is read", func() bool { return testutil.CollectAndCount(m.StreamOverdue) == 1 })
+}
