@@ -691,10 +691,14 @@ func read(path string) (Config, error) {
 		v.SetConfigType("yaml")
 		if err := v.ReadInConfig(); err != nil {
 			if keys := unknownAliasKeys(path, err); keys != "" {
-				return Config{}, fmt.Errorf("conf.Load: read %s: %s: a YAML alias to an unknown anchor (an unquoted value that starts with '*'): quote the value", path, keys)
+				return Config{}, fmt.Errorf("conf.Load: read %s: %s: a YAML alias to an unknown anchor (an unquoted value, or an item of a '[' or '{' value, that starts with '*'): quote it", path, keys)
 			}
-			if keys := unquotedFlowKeys(path); keys != "" {
-				return Config{}, fmt.Errorf("conf.Load: read %s: %s: an unquoted value that starts with '[' or '{' (YAML's start of a list or a map) and is neither: quote the value", path, keys)
+			// A '[' or '{' value holding an unknown alias is a list or a
+			// map all the same: not what the next check names.
+			if !strings.Contains(err.Error(), "unknown anchor") {
+				if keys := unquotedFlowKeys(path); keys != "" {
+					return Config{}, fmt.Errorf("conf.Load: read %s: %s: an unquoted value that starts with '[' or '{' (YAML's start of a list or a map) and is neither: quote the value", path, keys)
+				}
 			}
 			return Config{}, fmt.Errorf("conf.Load: read %s: %s", path, withoutYAMLValues(err))
 		}

@@ -154,9 +154,38 @@ func TestUnknownAliasNamesOnlyTheBrokenAlias(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "redis.addrs: a YAML alias to an unknown anchor") {
 		t.Fatalf("Load: %v; want redis.addrs named", err)
 	}
+	// In a '[' or '{' value closed on its line, the value's key is named,
+	// as an alias, not as a value that is no list or map.
 	_, err = Load(writeConf(t, "redis:\n  password: &pw \"x\"\n  sentinel_password: *pw\n  tls: {ca_file: *nope}\n"))
-	if err == nil || strings.Contains(err.Error(), "sentinel_password") || strings.Contains(err.Error(), "nope") {
-		t.Fatalf("Load: %v; want the reader's words, elided, naming no key", err)
+	if err == nil || !strings.Contains(err.Error(), "redis.tls: a YAML alias to an unknown anchor") ||
+		strings.Contains(err.Error(), "sentinel_password") || strings.Contains(err.Error(), "nope") {
+		t.Fatalf("Load: %v; want redis.tls named as an unknown alias, alone", err)
+	}
+}
+
+// Where quoting the file's aliases does not make it clean, none is named
+// and the reader's words, elided, stand: a flow map over several lines
+// (quoting a line cut its trailing ',' and blamed the valid alias kept), a
+// quoted password over several lines, one of whose lines reads like a key
+// (it was named, a piece of the password).
+func TestUnknownAliasNamesNoneWhereQuotingBreaksTheFile(t *testing.T) {
+	for name, body := range map[string]string{
+		"flow map over lines": "redis: {\n  sentinel_master: &pw \"m\",\n  sentinel_password: *pw,\n  tls_ca_file: {a: *nope}\n}\n",
+		"flow map, one line":  "redis: {sentinel_password: &pw \"x\",\n  password: *pw, addr: *nope}\n",
+		"password over lines": "redis:\n  password: \"p\n    hunter2s3cret: *x\"\n  tls_ca_file: {a: *nope}\n",
+		"password, single '":  "redis:\n  password: 'p\n    hunter2s3cret: *x'\n  tls_ca_file: {a: *nope}\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Load(writeConf(t, body))
+			if err == nil {
+				t.Fatal("Load took the file")
+			}
+			for _, leak := range []string{"hunter2s3cret", "nope", "sentinel_password", "redis.password", "a YAML alias"} {
+				if strings.Contains(err.Error(), leak) {
+					t.Errorf("Load: %v; names %q", err, leak)
+				}
+			}
+		})
 	}
 }
 
@@ -164,7 +193,7 @@ func TestUnknownAliasNamesOnlyTheBrokenAlias(t *testing.T) {
 // octal 8, is refused. With an explicit !!int tag it was read as 8 (and
 // 0x10 as 16) without a word.
 func TestTaggedIntegerInAnotherBaseIsRefused(t *testing.T) {
-	for _, v := range []string{"!!int 010", "!!int 0x10"} {
+	for _, v := range []string{"!!int 010", "!!int 0x10", "!!float 010", "!!float 0x10", "!!float 0o10", "!!float 0b11"} {
 		c, err := Load(writeConf(t, "redis:\n  addr: \"h:6379\"\n  db: "+v+"\n"))
 		if err == nil || !strings.Contains(err.Error(), "redis.db") {
 			t.Errorf("db: %s: Load gave db %d, err %v; want a refusal naming redis.db", v, c.Redis.DB, err)
@@ -205,5 +234,16 @@ func TestWarningsAtTheirBoundsAreNone(t *testing.T) {
 	c.Window.Dedupe = c.Window.Size + c.Window.Grace // not shorter than W + grace: the retry horizon's warning only
 	if ws := c.Warnings(); len(ws) != 1 || !strings.Contains(ws[0], "covers client.Reporter's default retries") {
 		t.Fatalf("dedupe = W + grace: warnings %q, want the retry horizon's alone", ws)
+	}
+}
+
+// A tagged number in base 10 is its value: the base check refuses only
+// what YAML reads in another base.
+func TestTaggedDecimalIsTaken(t *testing.T) {
+	for v, want := range map[string]int{"!!int 10": 10, "!!float 10": 10, "!!int +3": 3, "!!float 0": 0} {
+		c, err := Load(writeConf(t, "redis:\n  addr: \"h:6379\"\n  db: "+v+"\n"))
+		if err != nil || c.Redis.DB != want {
+			t.Errorf("db: %s: Load gave db %d, err %v; want %d", v, c.Redis.DB, err, want)
+		}
 	}
 }

@@ -60,8 +60,10 @@ func refuseMisreadYAML(raw []byte) error {
 		if n.Kind == yaml.AliasNode {
 			used[n.Alias] = true
 		}
-		// Tagged too: "db: !!int 010" read as 8 with no word.
-		if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" && !plainDecimal.MatchString(n.Value) {
+		// Tagged too: "db: !!int 010" and "db: !!float 010" read as 8
+		// with no word.
+		if n.Kind == yaml.ScalarNode && (n.ShortTag() == "!!int" && !plainDecimal.MatchString(n.Value) ||
+			n.ShortTag() == "!!float" && otherBase.MatchString(n.Value)) {
 			errs = append(errs, fmt.Errorf("%s: an integer YAML reads in another base (a leading 0 is octal, 0x hex): want it in decimal, or quoted if it is text", name))
 			return
 		}
@@ -99,18 +101,24 @@ func refuseMisreadYAML(raw []byte) error {
 // no base prefix and no leading 0.
 var plainDecimal = regexp.MustCompile(`^[-+]?(0|[1-9][0-9]*(_[0-9]+)*)$`)
 
+// otherBase is a number YAML reads in a base other than 10: a leading 0
+// before a digit (octal), or 0x, 0o, 0b (a float's leading "0." is not).
+var otherBase = regexp.MustCompile(`^[-+]?0[0-9_xXoObB]`)
+
 // unknownAliasKeys names the keys (section.key, comma separated) of the
 // YAML file at path whose unquoted value is an alias to no anchor ('*'
-// and a name no '&' before it defined), when err is the YAML reader's
-// refusal of such an alias: that refusal names neither key nor line, and
-// quotes the alias, which may be a password ("password: *s3cret"). A list
-// item (- *x) is named by its list's key. An alias is blamed only if the
-// file, with every other block value starting with '*' quoted, still
-// fails for an unknown anchor, so a valid alias beside it (password: &pw
-// "x" then sentinel_password: *pw) is not. If the file fails so with all
-// of them quoted, the alias at fault is written in flow style
-// ({password: *x}) and none is named: the caller falls back to the
-// reader's own words.
+// and a name no '&' before it defined), or holds one in a '[' or '{'
+// value closed on its line (tls: {ca_file: *x}), when err is the YAML
+// reader's refusal of such an alias: that refusal names neither key nor
+// line, and quotes the alias, which may be a password ("password:
+// *s3cret"). A list item (- *x) is named by its list's key. A value is
+// blamed only if the file parses with every such value quoted, and fails
+// for an unknown anchor with that one left as written: so a valid alias
+// beside it (password: &pw "x" then sentinel_password: *pw) is not, nor
+// is any when quoting does not make the file clean (an alias in a flow
+// map written over several lines, a quoted text over several lines whose
+// line reads like a key: a password's), and the caller gives the
+// reader's own words instead.
 func unknownAliasKeys(path string, err error) string {
 	if !strings.Contains(err.Error(), "unknown anchor") {
 		return ""
@@ -122,24 +130,29 @@ func unknownAliasKeys(path string, err error) string {
 	lines := strings.Split(string(raw), "\n")
 	var aliases []blockValue
 	for _, v := range blockValues(lines) {
-		if strings.HasPrefix(v.value, "*") {
+		if strings.HasPrefix(v.value, "*") || closedFlow(v.value) && strings.Contains(v.value, "*") {
 			aliases = append(aliases, v)
 		}
 	}
-	unknown := func(kept int) bool {
-		err := parseQuoting(lines, aliases, kept)
-		return err != nil && strings.Contains(err.Error(), "unknown anchor")
-	}
-	if len(aliases) == 0 || unknown(-1) {
+	if len(aliases) == 0 || parseQuoting(lines, aliases, -1) != nil {
 		return ""
 	}
 	var keys []string
 	for j, v := range aliases {
-		if unknown(j) && !slices.Contains(keys, v.key) {
+		err := parseQuoting(lines, aliases, j)
+		if err != nil && strings.Contains(err.Error(), "unknown anchor") && !slices.Contains(keys, v.key) {
 			keys = append(keys, v.key)
 		}
 	}
 	return strings.Join(keys, ", ")
+}
+
+// closedFlow says whether value starts a '[' list or '{' map and closes
+// it on its line: a value that can be quoted whole. One left open goes on
+// over the next lines (addrs: [ ... ]), and quoting its first line would
+// break the file.
+func closedFlow(value string) bool {
+	return (strings.HasPrefix(value, "[") || strings.HasPrefix(value, "{")) && flowClosed(value)
 }
 
 // parseQuoting reads lines (a YAML file's) as viper reads them, into a
@@ -213,10 +226,7 @@ func unquotedFlowKeys(path string) string {
 	lines := strings.Split(string(raw), "\n")
 	var values []blockValue
 	for _, v := range blockValues(lines) {
-		// A flow value left open on its line goes on over the next ones
-		// (addrs: [ ... ]): quoting its first line would break the file,
-		// so it is left as written.
-		if (strings.HasPrefix(v.value, "[") || strings.HasPrefix(v.value, "{")) && flowClosed(v.value) {
+		if closedFlow(v.value) {
 			values = append(values, v)
 		}
 	}
