@@ -426,7 +426,8 @@ func (st *state) send(ctx context.Context, cli comboservice.Client, b *board, k 
 	switch {
 	case err != nil:
 		t.err = err
-		note = "NOT COUNTED: " + err.Error()
+		// Not "not counted": a tap whose answer timed out may have been.
+		note = "FAILED: " + err.Error()
 	case resp.Duplicate:
 		t.dup = true
 		note = "duplicate id: not counted"
@@ -718,8 +719,9 @@ func (st *state) summary(ctx context.Context, cli comboservice.Client, b *board,
 	}
 	if failed > 0 {
 		// Not "the service answered with an error": a tap sent to a
-		// service that stopped, or never reached it, failed too.
-		b.plain("  %s", b.st.red("some taps failed and were not counted (the left column says why)"))
+		// service that stopped, or never reached it, failed too; nor "not
+		// counted": one whose answer timed out may have been.
+		b.plain("  %s", b.st.red("some taps failed: the service refused them or did not answer (the left column says why)"))
 	}
 	if items == 0 && counted > 0 && !interrupted {
 		b.plain("  %s", b.st.red(fmt.Sprintf("no push at all: is %s the Redis the service publishes on? "+
