@@ -73,8 +73,14 @@ func (r Redis) tlsConfig(read func(path string) ([]byte, error)) (cfg *tls.Confi
 			return nil, "redis.tls_key_file", err
 		}
 		cert, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err != nil {
-			return nil, "redis.tls_cert_file", fmt.Errorf("with redis.tls_key_file: %w", err)
+		switch {
+		case err != nil && strings.Contains(err.Error(), "does not match"):
+			return nil, "redis.tls_cert_file", fmt.Errorf("%s with redis.tls_key_file %s: %w", r.TLSCertFile, r.TLSKeyFile, err)
+		case err != nil:
+			// The certificate parsed above: the key file is what holds no
+			// key, or a broken one (an operator sent to the certificate's
+			// file first looked in the wrong place).
+			return nil, "redis.tls_key_file", fmt.Errorf("%s %w", r.TLSKeyFile, err)
 		}
 		if cert.Leaf == nil { // GODEBUG=x509keypairleaf=0: the expiry metric and logs read it
 			if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {

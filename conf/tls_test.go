@@ -108,7 +108,11 @@ func TestTLSSettingsAreChecked(t *testing.T) {
 		{"a key file that is missing", func(r *Redis) { r.TLSKeyFile = missing },
 			[]string{"redis.tls_key_file: open " + missing}},
 		{"a key of another certificate", func(r *Redis) { r.TLSKeyFile = other.ClientKey },
-			[]string{"redis.tls_cert_file: with redis.tls_key_file: ", "private key does not match public key"}},
+			[]string{"redis.tls_cert_file: " + pki.ClientCert + " with redis.tls_key_file " + other.ClientKey + ": ", "private key does not match public key"}},
+		{"a key file that holds no key", func(r *Redis) { r.TLSKeyFile = notPEM },
+			[]string{"redis.tls_key_file: " + notPEM + " tls: "}},
+		{"a key file that holds a certificate", func(r *Redis) { r.TLSKeyFile = pki.ClientCert },
+			[]string{"redis.tls_key_file: " + pki.ClientCert + " tls: "}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()
