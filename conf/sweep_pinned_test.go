@@ -163,6 +163,29 @@ func TestUnknownAliasNamesOnlyTheBrokenAlias(t *testing.T) {
 	}
 }
 
+// An anchor defined in a '[' or '{' value that also holds a '*' (in a
+// quote or a comment) stays: quoting that value out blamed the valid
+// aliases to it beside the one at fault.
+func TestUnknownAliasBesideAFlowValueDefiningAnAnchor(t *testing.T) {
+	for name, c := range map[string]struct{ body, want string }{
+		"a '*' in the comment": {"redis:\n  sentinel_addrs: [&s1 \"10.0.0.1:26379\", \"10.0.0.2:26379\"] # * = primary site\n" +
+			"  sentinel_master: combo\n  sentinel_username: [*s1]\n  password: *S3CRETpw\n", "redis.password: "},
+		"a list item": {"redis:\n  addrs:\n    - [&n1 \"10.0.0.1:7000\"] # *\n    - *n1\n  password: *S3CRETpw\n", "redis.password: "},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Load(writeConf(t, c.body))
+			if err == nil || !strings.Contains(err.Error(), c.want+"a YAML alias to an unknown anchor") || strings.Contains(err.Error(), "S3CRET") {
+				t.Fatalf("Load: %v; want %q alone named", err, c.want)
+			}
+			for _, valid := range []string{"sentinel_username", "redis.addrs"} {
+				if strings.Contains(err.Error(), valid) {
+					t.Fatalf("Load: %v; names the valid %s", err, valid)
+				}
+			}
+		})
+	}
+}
+
 // Where quoting the file's aliases does not make it clean, none is named
 // and the reader's words, elided, stand: a flow map over several lines
 // (quoting a line cut its trailing ',' and blamed the valid alias kept), a
@@ -245,5 +268,21 @@ func TestTaggedDecimalIsTaken(t *testing.T) {
 		if err != nil || c.Redis.DB != want {
 			t.Errorf("db: %s: Load gave db %d, err %v; want %d", v, c.Redis.DB, err, want)
 		}
+	}
+}
+
+// A value that starts with a tag YAML does not define is refused like a
+// local tag, naming the key: "!!s3cret x" and "!<s3cret> x" loaded as "x",
+// a password nobody wrote. YAML's own tags still read.
+func TestUnknownYAMLTagsAreRefused(t *testing.T) {
+	for _, v := range []string{"!!S3CRET x", "!<S3CRET> x", "!S3CRET x"} {
+		_, err := Load(writeConf(t, "redis:\n  addr: \"h:6379\"\n  password: "+v+"\n"))
+		if err == nil || !strings.Contains(err.Error(), "redis.password: a YAML tag") || strings.Contains(err.Error(), "S3CRET") {
+			t.Errorf("password: %s: Load: %v; want redis.password named as a tag, the value not repeated", v, err)
+		}
+	}
+	c, err := Load(writeConf(t, "redis:\n  addr: !!str \"h:6379\"\n  password: !<tag:yaml.org,2002:str> x\n"))
+	if err != nil || c.Redis.Addr != "h:6379" || c.Redis.Password != "x" {
+		t.Fatalf("YAML's own tags: %+v, %v", c.Redis, err)
 	}
 }

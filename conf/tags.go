@@ -50,7 +50,9 @@ func refuseMisreadYAML(raw []byte) error {
 		if name == "" {
 			name = "the file"
 		}
-		if n.Style&yaml.TaggedStyle != 0 && strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!") {
+		// Any tag but YAML's own: "!!s3cret x" and "!<s3cret> x" loaded
+		// as "x" too.
+		if n.Style&yaml.TaggedStyle != 0 && !yamlTags[n.ShortTag()] {
 			errs = append(errs, fmt.Errorf("%s: a YAML tag (an unquoted value that starts with '!'): quote the value", name))
 			return
 		}
@@ -97,6 +99,11 @@ func refuseMisreadYAML(raw []byte) error {
 	return errors.Join(errs...)
 }
 
+// yamlTags are the tags YAML itself defines: written on a value, each
+// still reads a value of its kind.
+var yamlTags = map[string]bool{"!!str": true, "!!int": true, "!!float": true, "!!bool": true, "!!null": true,
+	"!!map": true, "!!seq": true, "!!binary": true, "!!timestamp": true, "!!merge": true}
+
 // plainDecimal is an integer as a person writes it (10_000_000 too), with
 // no base prefix and no leading 0.
 var plainDecimal = regexp.MustCompile(`^[-+]?(0|[1-9][0-9]*(_[0-9]+)*)$`)
@@ -108,7 +115,8 @@ var otherBase = regexp.MustCompile(`^[-+]?0[0-9_xXoObB]`)
 // unknownAliasKeys names the keys (section.key, comma separated) of the
 // YAML file at path whose unquoted value is an alias to no anchor ('*'
 // and a name no '&' before it defined), or holds one in a '[' or '{'
-// value closed on its line (tls: {ca_file: *x}), when err is the YAML
+// value closed on its line and defining no anchor (tls: {ca_file: *x}),
+// when err is the YAML
 // reader's refusal of such an alias: that refusal names neither key nor
 // line, and quotes the alias, which may be a password ("password:
 // *s3cret"). A list item (- *x) is named by its list's key. A value is
@@ -130,7 +138,11 @@ func unknownAliasKeys(path string, err error) string {
 	lines := strings.Split(string(raw), "\n")
 	var aliases []blockValue
 	for _, v := range blockValues(lines) {
-		if strings.HasPrefix(v.value, "*") || closedFlow(v.value) && strings.Contains(v.value, "*") {
+		// A flow value's alias is outside its quotes and comment; one that
+		// defines an anchor is not quoted out, or a valid alias to it
+		// elsewhere would be blamed.
+		if strings.HasPrefix(v.value, "*") ||
+			closedFlow(v.value) && strings.Contains(bare(v.value), "*") && !strings.Contains(bare(v.value), "&") {
 			aliases = append(aliases, v)
 		}
 	}
@@ -251,7 +263,14 @@ func unquotedFlowKeys(path string) string {
 // outside quotes and before a comment: whether a flow value ends on its
 // line.
 func flowClosed(value string) bool {
-	depth := 0
+	b := bare(value)
+	return strings.Count(b, "[")+strings.Count(b, "{") <= strings.Count(b, "]")+strings.Count(b, "}")
+}
+
+// bare is value's text outside quotes, up to a comment: what YAML reads
+// as syntax in it.
+func bare(value string) string {
+	var b strings.Builder
 	var quote, last rune
 	for _, r := range value {
 		switch {
@@ -260,17 +279,15 @@ func flowClosed(value string) bool {
 				quote = 0
 			}
 		case r == '#' && (last == ' ' || last == '\t'):
-			return depth <= 0
+			return b.String()
 		case r == '"' || r == '\'':
 			quote = r
-		case r == '[' || r == '{':
-			depth++
-		case r == ']' || r == '}':
-			depth--
+		default:
+			b.WriteRune(r)
 		}
 		last = r
 	}
-	return depth <= 0
+	return b.String()
 }
 
 // blockListItem is a line "- value" of a block list: its value.

@@ -76,11 +76,18 @@ func (r Redis) tlsConfig(read func(path string) ([]byte, error)) (cfg *tls.Confi
 		switch {
 		case err != nil && strings.Contains(err.Error(), "does not match"):
 			return nil, "redis.tls_cert_file", fmt.Errorf("%s with redis.tls_key_file %s: %w", r.TLSCertFile, r.TLSKeyFile, err)
+		case err != nil && keyFault(err):
+			// The key file holds no key, or a broken one: naming the
+			// certificate's file sent the operator to the wrong place.
+			hint := ""
+			if bytes.Contains(keyPEM, []byte("ENCRYPTED")) {
+				hint = " (an encrypted key: the service takes it unencrypted)"
+			}
+			return nil, "redis.tls_key_file", fmt.Errorf("%s %w%s", r.TLSKeyFile, err, hint)
 		case err != nil:
-			// The certificate parsed above: the key file is what holds no
-			// key, or a broken one (an operator sent to the certificate's
-			// file first looked in the wrong place).
-			return nil, "redis.tls_key_file", fmt.Errorf("%s %w", r.TLSKeyFile, err)
+			// The leaf: wholePEMCertificates passes over a block it cannot
+			// parse, X509KeyPair takes the first as the leaf.
+			return nil, "redis.tls_cert_file", fmt.Errorf("%s %w", r.TLSCertFile, err)
 		}
 		if cert.Leaf == nil { // GODEBUG=x509keypairleaf=0: the expiry metric and logs read it
 			if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
@@ -90,6 +97,13 @@ func (r Redis) tlsConfig(read func(path string) ([]byte, error)) (cfg *tls.Confi
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	return cfg, "", nil
+}
+
+// keyFault says whether X509KeyPair's err is about the key's PEM alone.
+func keyFault(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "key input") || strings.Contains(msg, "rather than a key") ||
+		strings.Contains(msg, "parse private key")
 }
 
 // wholePEMCertificates parses the PEM certificates of data, as

@@ -78,6 +78,20 @@ func TestTLSSettingsAreChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	missing := filepath.Join(t.TempDir(), "missing.crt")
+	encrypted := filepath.Join(t.TempDir(), "enc.key")
+	if err := os.WriteFile(encrypted, []byte("-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIBAA==\n-----END ENCRYPTED PRIVATE KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A first block that does not parse, then the good certificate: the
+	// leaf X509KeyPair takes is the broken one, and the key is fine.
+	good, err := os.ReadFile(pki.ClientCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokenFirst := filepath.Join(t.TempDir(), "broken-first.crt")
+	if err := os.WriteFile(brokenFirst, append([]byte("-----BEGIN CERTIFICATE-----\nMIIBAA==\n-----END CERTIFICATE-----\n"), good...), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name   string
 		mutate func(r *Redis)
@@ -113,6 +127,10 @@ func TestTLSSettingsAreChecked(t *testing.T) {
 			[]string{"redis.tls_key_file: " + notPEM + " tls: "}},
 		{"a key file that holds a certificate", func(r *Redis) { r.TLSKeyFile = pki.ClientCert },
 			[]string{"redis.tls_key_file: " + pki.ClientCert + " tls: "}},
+		{"an encrypted key", func(r *Redis) { r.TLSKeyFile = encrypted },
+			[]string{"redis.tls_key_file: " + encrypted + " tls: ", "(an encrypted key: the service takes it unencrypted)"}},
+		{"a certificate file whose first block is broken", func(r *Redis) { r.TLSCertFile = brokenFirst },
+			[]string{"redis.tls_cert_file: " + brokenFirst + " x509: "}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()
