@@ -91,6 +91,13 @@ func refuseMisreadYAML(raw []byte) error {
 		}
 	}
 	walk("", &doc)
+	// The non-specific tag ("! s3cret", "!<!> s3cret") leaves no trace in
+	// the node (read as a plain string): it is found in the line.
+	for _, v := range blockValues(strings.Split(string(raw), "\n")) {
+		if v.value == "!" || strings.HasPrefix(v.value, "! ") || strings.HasPrefix(v.value, "!\t") || strings.HasPrefix(v.value, "!<!>") {
+			errs = append(errs, fmt.Errorf("%s: a YAML tag (an unquoted value that starts with '!'): quote the value", v.key))
+		}
+	}
 	for _, a := range anchors {
 		if !used[a.node] {
 			errs = append(errs, fmt.Errorf("%s: a YAML anchor that nothing refers to (an unquoted value that starts with '&'): quote the value", a.key))
@@ -142,7 +149,7 @@ func unknownAliasKeys(path string, err error) string {
 		// defines an anchor is not quoted out, or a valid alias to it
 		// elsewhere would be blamed.
 		if strings.HasPrefix(v.value, "*") ||
-			closedFlow(v.value) && strings.Contains(bare(v.value), "*") && !strings.Contains(bare(v.value), "&") {
+			closedFlow(v.value) && strings.Contains(bare(v.value), "*") && !flowAnchor.MatchString(bare(v.value)) {
 			aliases = append(aliases, v)
 		}
 	}
@@ -158,6 +165,11 @@ func unknownAliasKeys(path string, err error) string {
 	}
 	return strings.Join(keys, ", ")
 }
+
+// flowAnchor finds an anchor in a flow value's bare text: '&' where a node
+// starts (after '[', '{', ',' or a key's ': '), not inside a plain word
+// (a&b).
+var flowAnchor = regexp.MustCompile(`(^|[\[{,]|:\s)\s*&`)
 
 // closedFlow says whether value starts a '[' list or '{' map and closes
 // it on its line: a value that can be quoted whole. One left open goes on

@@ -80,7 +80,7 @@ func (r Redis) tlsConfig(read func(path string) ([]byte, error)) (cfg *tls.Confi
 			// The key file holds no key, or a broken one: naming the
 			// certificate's file sent the operator to the wrong place.
 			hint := ""
-			if bytes.Contains(keyPEM, []byte("ENCRYPTED")) {
+			if bytes.Contains(keyPEM, []byte("-----BEGIN ENCRYPTED")) || bytes.Contains(keyPEM, []byte("Proc-Type: 4,ENCRYPTED")) {
 				hint = " (an encrypted key: the service takes it unencrypted)"
 			}
 			return nil, "redis.tls_key_file", fmt.Errorf("%s %w%s", r.TLSKeyFile, err, hint)
@@ -103,7 +103,7 @@ func (r Redis) tlsConfig(read func(path string) ([]byte, error)) (cfg *tls.Confi
 func keyFault(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "key input") || strings.Contains(msg, "rather than a key") ||
-		strings.Contains(msg, "parse private key")
+		strings.Contains(msg, "parse private key") || strings.Contains(msg, "unknown private key type")
 }
 
 // wholePEMCertificates parses the PEM certificates of data, as

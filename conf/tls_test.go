@@ -1,6 +1,8 @@
 package conf
 
 import (
+	"crypto/ecdh"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -92,6 +94,19 @@ func TestTLSSettingsAreChecked(t *testing.T) {
 	if err := os.WriteFile(brokenFirst, append([]byte("-----BEGIN CERTIFICATE-----\nMIIBAA==\n-----END CERTIFICATE-----\n"), good...), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// X25519, which x509 parses and TLS cannot use: the key's fault.
+	x, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x25519 := filepath.Join(t.TempDir(), "x25519.key")
+	if err := os.WriteFile(x25519, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name   string
 		mutate func(r *Redis)
@@ -129,6 +144,8 @@ func TestTLSSettingsAreChecked(t *testing.T) {
 			[]string{"redis.tls_key_file: " + pki.ClientCert + " tls: "}},
 		{"an encrypted key", func(r *Redis) { r.TLSKeyFile = encrypted },
 			[]string{"redis.tls_key_file: " + encrypted + " tls: ", "(an encrypted key: the service takes it unencrypted)"}},
+		{"an X25519 key", func(r *Redis) { r.TLSKeyFile = x25519 },
+			[]string{"redis.tls_key_file: " + x25519 + " tls: "}},
 		{"a certificate file whose first block is broken", func(r *Redis) { r.TLSCertFile = brokenFirst },
 			[]string{"redis.tls_cert_file: " + brokenFirst + " x509: "}},
 	} {
@@ -272,5 +289,23 @@ func TestClientCertificateCutShortIsRefused(t *testing.T) {
 	_, err = Redis{TLS: true, TLSCertFile: path, TLSKeyFile: pki.ClientKey}.TLSConfig()
 	if err == nil || !strings.Contains(err.Error(), "redis.tls_cert_file") {
 		t.Fatalf("want an error naming redis.tls_cert_file, got %v", err)
+	}
+}
+
+// A broken key below a comment that says ENCRYPTED is no encrypted key:
+// the hint goes by the PEM's own header only.
+func TestBrokenKeyIsNotCalledEncrypted(t *testing.T) {
+	pki := testredis.NewTLSFiles(t, t.TempDir())
+	says := filepath.Join(t.TempDir(), "says.key")
+	if err := os.WriteFile(says, []byte("# not ENCRYPTED\n-----BEGIN PRIVATE KEY-----\nMIIBAA==\n-----END PRIVATE KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := Default()
+	c.Redis.Addr, c.Redis.TLS = "10.0.0.1:6380", true
+	c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile = pki.CA, pki.ClientCert, says
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "redis.tls_key_file: "+says+" tls: failed to parse private key") ||
+		strings.Contains(err.Error(), "encrypted") {
+		t.Fatalf("Validate() = %v; want the key file named, not called encrypted", err)
 	}
 }
