@@ -76,7 +76,7 @@ func TestTLSFilesReadGaugeFollowsTheFiles(t *testing.T) {
 func TestTLSPooledConnectionIsReused(t *testing.T) {
 	r := testredis.Start(t, testredis.Options{TLS: true})
 	cfg := conf.Redis{TLS: true, TLSCAFile: r.TLS.CA, TLSCertFile: r.TLS.ClientCert, TLSKeyFile: r.TLS.ClientKey}
-	d, err := newRedisTLSDialer(cfg.TLSConfigFrom, cfg.TLSFiles(), time.Second, zap.NewNop(), nil)
+	d, err := newRedisTLSDialer(cfg.TLSConfigFrom, cfg.TLSFiles(), 10*time.Second, zap.NewNop(), nil) // a slow CI host's handshake
 	if err != nil {
 		t.Fatal(err)
 	}
