@@ -14,17 +14,19 @@ import (
 // refuseMisreadYAML names each key of the YAML file raw whose value YAML's own
 // syntax would silently cut short, and which no key of the contract
 // needs:
-//   - a local tag. Unquoted, a value starting with '!' is a tag, not text:
-//     "password: !s3cret" loads as "" and "!s3cret rest" as "rest", so the
+//   - a tag YAML does not define. Unquoted, a value starting with '!' is
+//     a tag, not text: "password: !s3cret" loads as "" and "!s3cret rest"
+//     (or "!!s3cret rest", "!<s3cret> rest", "! rest") as "rest", so the
 //     service logged in with a password nobody wrote and Redis answered
-//     NOAUTH or WRONGPASS without a word of why.
+//     NOAUTH or WRONGPASS without a word of why. YAML's own (!!str,
+//     !!int, ...) read a value of their kind, and pass.
 //   - an anchor that no alias refers to. Unquoted, a value starting with
 //     '&' names an anchor: "password: &x s3cret" loads as "s3cret". An
 //     anchor that an alias uses (password: &pw …, then
 //     sentinel_password: *pw) is YAML meant as YAML, and passes.
 //   - an integer written in another base: YAML reads "db: 010" as octal 8
-//     (and 0x10 as 16), where COMBO_REDIS_DB=010 is 10, so the service
-//     wrote into a db nobody wrote.
+//     (and 0x10 as 16; !!int and !!float tags too), where COMBO_REDIS_DB=010
+//     is 10, so the service wrote into a db nobody wrote.
 //   - one key written twice in two cases ("addr" and "Addr"): viper reads
 //     keys in lower case and keeps one of the two, whichever it likes.
 //
@@ -123,10 +125,10 @@ var otherBase = regexp.MustCompile(`^[-+]?0[0-9_xXoObB]`)
 // YAML file at path whose unquoted value is an alias to no anchor ('*'
 // and a name no '&' before it defined), or holds one in a '[' or '{'
 // value closed on its line and defining no anchor (tls: {ca_file: *x}),
-// when err is the YAML
-// reader's refusal of such an alias: that refusal names neither key nor
-// line, and quotes the alias, which may be a password ("password:
-// *s3cret"). A list item (- *x) is named by its list's key. A value is
+// when err is the YAML reader's refusal of such an alias: that refusal
+// names neither key nor line, and quotes the alias, which may be a
+// password ("password: *s3cret"). A list item (- *x) is named by its
+// list's key. A value is
 // blamed only if the file parses with every such value quoted, and fails
 // for an unknown anchor with that one left as written: so a valid alias
 // beside it (password: &pw "x" then sentinel_password: *pw) is not, nor
