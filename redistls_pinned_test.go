@@ -10,14 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/internal/testredis"
-	"github.com/combo-service/combo-service/metrics"
 )
 
 // The gauge openRedis exports (what ComboRedisTLSFilesUnreadable
@@ -26,28 +24,14 @@ import (
 // export only while the files are whole.
 func TestTLSFilesReadGaugeFollowsTheFiles(t *testing.T) {
 	pki := testredis.NewTLSFiles(t, t.TempDir())
-	reg := prometheus.NewRegistry()
-	c := conf.Default()
-	c.Redis.Addr = "127.0.0.1:1" // not dialed
-	c.Redis.TLS, c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile = true, pki.CA, pki.ClientCert, pki.ClientKey
-	_, _, closeAll, err := openRedis(c, zap.NewNop(), reg, metrics.New(prometheus.NewRegistry()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeAll()
+	scrape := openTLSGauges(t, conf.Redis{TLSCAFile: pki.CA, TLSCertFile: pki.ClientCert, TLSKeyFile: pki.ClientKey})
 	gauge := func(name string) float64 {
 		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
+		v, ok := scrape()[name]
+		if !ok {
+			t.Fatalf("%s not exported", name)
 		}
-		for _, mf := range mfs {
-			if mf.GetName() == name {
-				return mf.GetMetric()[0].GetGauge().GetValue()
-			}
-		}
-		t.Fatalf("%s not exported", name)
-		return 0
+		return v
 	}
 	whole, err := os.ReadFile(pki.ClientCert)
 	if err != nil {

@@ -237,23 +237,7 @@ func TestRedisTLSDialerFilesReadInEachState(t *testing.T) {
 			check("back", 1, false)
 		}
 
-		reg := prometheus.NewRegistry()
-		c := conf.Default()
-		c.Redis.Addr = "127.0.0.1:1" // not dialed
-		c.Redis.TLS, c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile = true, cfg.TLSCAFile, cfg.TLSCertFile, cfg.TLSKeyFile
-		_, _, closeAll, err := openRedis(c, zap.NewNop(), reg, metrics.New(prometheus.NewRegistry()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		closeAll()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		exported := map[string]float64{}
-		for _, mf := range mfs {
-			exported[mf.GetName()] = mf.GetMetric()[0].GetGauge().GetValue()
-		}
+		exported := openTLSGauges(t, cfg)()
 		if got, ok := exported["combo_redis_tls_files_read"]; !ok || got != 1 {
 			t.Fatalf("openRedis with %d redis.tls_* files exports %v, want combo_redis_tls_files_read 1", len(cfg.TLSFiles()), exported)
 		}
@@ -393,5 +377,33 @@ func TestRedisTLSDialerRefusesAHalfWrittenCABundle(t *testing.T) {
 	}
 	if got := d.filesRead(); got != 1 {
 		t.Fatalf("combo_redis_tls_files_read %v with the bundle whole, want 1", got)
+	}
+}
+
+// openTLSGauges opens the service's Redis client with cfg's redis.tls_*
+// files (to an address never dialed) and returns a scrape of the gauges
+// it exports, by name; the client is closed at the test's end.
+func openTLSGauges(t *testing.T, cfg conf.Redis) func() map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	c := conf.Default()
+	c.Redis.Addr = "127.0.0.1:1" // not dialed
+	c.Redis.TLS, c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile = true, cfg.TLSCAFile, cfg.TLSCertFile, cfg.TLSKeyFile
+	_, _, closeAll, err := openRedis(c, zap.NewNop(), reg, metrics.New(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeAll)
+	return func() map[string]float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		exported := map[string]float64{}
+		for _, mf := range mfs {
+			exported[mf.GetName()] = mf.GetMetric()[0].GetGauge().GetValue()
+		}
+		return exported
 	}
 }
