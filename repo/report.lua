@@ -141,21 +141,26 @@ local function run(first, out, seen, seen1, bucket, bucketSec)
           call('SET', cur, table.concat({qs, a, i, c, s, f}, '\31'), 'KEEPTTL')
           status, wid, qty = 0, i, total; break
         end
-        -- Past W for this row (or its total would overflow int32) but not
-        -- flushed yet: park the open window under its own id so its stream
-        -- entry still finds it, and open a new one.
-        local v = call('GET', cur)
-        call('RENAME', cur, ARGV[2] .. match(v, '^[^\31]*\31[^\31]*\31[^\31]*\31[^\31]*\31([^\31]*)\31'))
       end
       -- Open a new window and enqueue it. A stream that holds maxlen
       -- windows takes no more: trimming it (XADD MAXLEN) would drop entries
       -- no worker has read, windows already acknowledged that would then
       -- be neither published nor counted. The report fails instead, and Go
-      -- publishes it on its own (degraded). A window parked just before
-      -- stays findable by its own entry.
+      -- publishes it on its own (degraded). Checked before the open window
+      -- is parked: Redis does not undo a script's writes when it then
+      -- fails, and a window parked for a refused report left its key with
+      -- none open, so the key's next report dated within it opened one of
+      -- its own instead of joining it (a second feed item for one combo).
       maxLen = maxLen or tonumber(ARGV[3])
       if call('XLEN', KEYS[1]) >= maxLen then
         error({err = 'STREAMFULL the stream holds redis.stream_maxlen (' .. ARGV[3] .. ') windows waiting to close'})
+      end
+      if head ~= '' then
+        -- Past W for this row (or its total would overflow int32) but not
+        -- flushed yet: park the open window under its own id so its stream
+        -- entry still finds it, and open a new one.
+        local v = call('GET', cur)
+        call('RENAME', cur, ARGV[2] .. match(v, '^[^\31]*\31[^\31]*\31[^\31]*\31[^\31]*\31([^\31]*)\31'))
       end
       local sid = call('XADD', KEYS[1], '*', 'k', match(cur, ':w:(.*)$'))
       call('SET', cur, table.concat({format('%04d', quantity), created, id, '', sid, frag}, '\31'),

@@ -286,3 +286,36 @@ func TestDropAcknowledgesAndDeletesEveryEntry(t *testing.T) {
 		}
 	})
 }
+
+// A report refused at a full stream leaves its key's open window where it
+// was: a script's commands are not undone when it then fails, and the
+// window was once parked (renamed aside) before the stream's length was
+// read, so the key's next report, dated within that window, opened one of
+// its own (refused too: published alone, a second feed item for one
+// combo) instead of joining it.
+func TestReportRefusedAtAFullStreamLeavesItsKeysWindowOpen(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r, sub := boundedRepo(t, rdb, 1)
+		if res, err := r.Report(ctx, []*combo.Contribution{contribution(1, "k0", base)}); err != nil || res[0].Outcome != repo.Opened {
+			t.Fatalf("filling the stream: %+v %v", res, err)
+		}
+		w := settings().Window.Milliseconds()
+		// Dated past the open window's W: it would open the key's next
+		// window, and the stream has no room for it.
+		if res, err := r.Report(ctx, []*combo.Contribution{contribution(2, "k0", base+w)}); err != nil || res[0].Outcome != repo.Degraded {
+			t.Fatalf("a report past W at a full stream: %+v %v, want degraded", res, err)
+		}
+		// Dated within the first window, which is not published yet.
+		res, err := r.Report(ctx, []*combo.Contribution{contribution(3, "k0", base+w/2)})
+		if err != nil || res[0].Outcome != repo.Joined || res[0].WindowID != 1 || res[0].WindowQuantity != 2 {
+			t.Fatalf("a report within the open window after one was refused: %+v %v, want joined window 1 ×2", res, err)
+		}
+		if msg, err := sub.ReceiveMessage(ctx); err != nil {
+			t.Fatal(err)
+		} else if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != 2 {
+			t.Fatalf("push %q, want report 2 on its own", msg.Payload)
+		}
+		expectNoMorePushes(t, rdb, sub)
+	})
+}
