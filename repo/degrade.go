@@ -41,10 +41,17 @@ var degradeScript = redis.NewScript(degradeLua)
 // answer was lost, or counted meanwhile by another copy into a window,
 // which pushes it. Either way the report is a duplicate now.
 //
-// A failed call (an error reply, or none) fails the whole batch: the
-// reports whose call did publish are remembered (unless Redis refuses
-// writes) and answer duplicate when the caller sends them again, the
-// others are published then.
+// And it returns, when any failed, why each of cs was not published
+// (errs[i], nil for one published or known): a reply that fails one
+// report (its channel denied to the Redis user, a call run past its
+// deadline) fails that report alone, so only the calls it belongs to
+// fail; Redis not answering fails every one. Before, the first failure
+// failed every call of the pipeline, also those whose reports had been
+// published: their callers were told INTERNAL for another caller's
+// denied channel, and where Redis could not remember the ids (refusing
+// writes), their retries were published again. A report whose call did
+// publish is remembered (unless Redis refuses writes) and answers
+// duplicate when its caller sends it again; the others are published then.
 //
 // Each call carries a deadline on its node's clock (degrade.lua's ARGV[7]),
 // estimated from clocks[i], the clock report.lua answered with when it
@@ -54,13 +61,32 @@ var degradeScript = redis.NewScript(degradeLua)
 // waits: it answers UNAVAILABLE and its caller may send the report again,
 // to a replica promoted meanwhile. A call that runs later, say on a
 // paused master when it resumes, answers late, changes nothing, and fails
-// the batch UNAVAILABLE. The reading is no later than the node's clock
+// its report UNAVAILABLE. The reading is no later than the node's clock
 // when it was read here, so the deadline errs early, by the script's run
 // and the answer's trip at most. A zero reading (the whole report call
 // failed, with no clock) or a client that waits with no bound sets none.
-func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution, clocks []redisClock) (map[int64]bool, error) {
-	var known map[int64]bool
-	todo, todoClocks := cs, clocks
+func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution, clocks []redisClock) (known map[int64]bool, errs []error) {
+	failAll := func(err error) []error {
+		if errs == nil {
+			errs = make([]error, len(cs))
+		}
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return errs
+	}
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(cs))
+		}
+		errs[i] = err
+	}
+	todo := make([]int, len(cs)) // indexes into cs still to send
+	for i := range todo {
+		todo[i] = i
+	}
 	for attempt := 0; ; attempt++ {
 		pipe := r.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(todo))
@@ -70,10 +96,11 @@ func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution, clo
 		if r.cluster {
 			guarded = map[int]bool{}
 		}
-		for i, c := range todo {
+		for j, i := range todo {
+			c := cs[i]
 			payload, err := push.Single(c)
 			if err != nil {
-				return nil, fmt.Errorf("repo.publishSingles: %w", err)
+				return known, failAll(fmt.Errorf("repo.publishSingles: %w", err))
 			}
 			shard := r.keys.Shard(c.ActivityId, c.UserId, c.ItemType)
 			if guarded != nil && !guarded[shard] { // a published report re-run would answer known
@@ -84,45 +111,46 @@ func (r *Repo) publishSingles(ctx context.Context, cs []*combo.Contribution, clo
 			if attempt > 0 {
 				run = degradeScript.Eval
 			}
-			cmds[i] = run(ctx, pipe, []string{r.keys.Stream(shard), r.keys.Probe(shard)}, push.Channel(c.ActivityId), payload,
+			cmds[j] = run(ctx, pipe, []string{r.keys.Stream(shard), r.keys.Probe(shard)}, push.Channel(c.ActivityId), payload,
 				r.keys.SeenPrefix(shard), r.bucketSec, strconv.FormatInt(c.Id, 10), strconv.FormatInt(c.Id%dedupeSubsets, 10),
-				todoClocks[i].notAfter(wait, bounded))
+				clocks[i].notAfter(wait, bounded))
 		}
 		_, err := pipe.Exec(ctx)
 		// A script cache flushed under us (restart, failover): run those
 		// again with EVAL. NOSCRIPT means the call did not run, so nothing
 		// is published twice.
-		var retry []*combo.Contribution
-		var retryClocks []redisClock
-		for i, cmd := range cmds {
+		var retry []int
+		for j, cmd := range cmds {
+			i := todo[j]
 			if e := cmd.Err(); e != nil {
 				if attempt > 0 || !redis.HasErrorPrefix(e, "NOSCRIPT") {
-					return nil, wrapWithin("repo.publishSingles", e, reportTimeout)
+					fail(i, wrapWithin("repo.publishSingles", e, reportTimeout))
+					continue
 				}
-				retry = append(retry, todo[i])
-				retryClocks = append(retryClocks, todoClocks[i])
+				retry = append(retry, i)
 				continue
 			}
 			v, _ := cmd.Int64()
 			if v == degradeLate {
-				return nil, &opError{op: "repo.publishSingles", err: errDegradeLate, unavailable: true, within: reportTimeout}
+				fail(i, &opError{op: "repo.publishSingles", err: errDegradeLate, unavailable: true, within: reportTimeout})
+				continue
 			}
 			if v == degradeKnown {
 				if known == nil {
 					known = make(map[int64]bool)
 				}
-				known[todo[i].Id] = true
+				known[cs[i].Id] = true
 			}
 		}
 		if len(retry) == 0 {
 			// A guard's error (guardResend; NOPERM for a user denied
 			// EXISTS) is no matter: every script answered.
-			if err != nil && !slices.ContainsFunc(guards, func(g *redis.IntCmd) bool { return g.Err() == err }) {
-				return nil, wrapWithin("repo.publishSingles", err, reportTimeout)
+			if err != nil && errs == nil && !slices.ContainsFunc(guards, func(g *redis.IntCmd) bool { return g.Err() == err }) {
+				return known, failAll(wrapWithin("repo.publishSingles", err, reportTimeout))
 			}
-			return known, nil
+			return known, errs
 		}
-		todo, todoClocks = retry, retryClocks
+		todo = retry
 	}
 }
 

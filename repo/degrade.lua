@@ -49,13 +49,23 @@
 --
 -- Returns 1: published and remembered; 0: published, not remembered (the
 -- node refuses writes); 2: already remembered, not published again; 3:
--- late (run past ARGV[7]), nothing changed.
+-- late (run past ARGV[7]), nothing changed. Or an error reply, nothing
+-- published nor remembered: NOPERM when the user may not PUBLISH on
+-- ARGV[1], else Redis's refusal of the SADD (READONLY) or of the PUBLISH.
 local call, id = redis.call, ARGV[5]
 local bucketSec = tonumber(ARGV[4])
 local t = call('TIME')
 local notAfter = tonumber(ARGV[7])
 if notAfter and notAfter > 0 and tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > notAfter then
   return 3
+end
+-- A channel denied to this Redis user is said before anything is written,
+-- in the words flush.lua uses, naming the channel and the remedy: Redis's
+-- own error names neither. (redis.acl_check_cmd is Redis 7's; the embedded
+-- Redis has no ACLs.)
+if redis.acl_check_cmd and not redis.acl_check_cmd('PUBLISH', ARGV[1], '') then
+  return redis.error_reply('NOPERM this Redis user may not PUBLISH on ' .. ARGV[1] ..
+    ' (it needs the command and the channels: ACL SETUSER <user> +publish &act:*); the report is not published')
 end
 local bucket = math.floor(tonumber(t[1]) / bucketSec)
 local set = ARGV[3] .. string.format('%d', bucket) .. ':' .. ARGV[6]

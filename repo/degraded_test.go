@@ -172,3 +172,78 @@ func TestDegradedPublishPastItsDeadlineChangesNothing(t *testing.T) {
 		}
 	})
 }
+
+// A degraded publish refused for one call's report (here its activity's
+// channel is denied to the Redis user) fails that call alone: the other
+// calls of the shared pipeline, whose reports were published, are answered
+// degraded. Every call was failed with the other's error, told INTERNAL
+// for a report that had been pushed; where Redis could not remember the
+// id (refusing writes), its caller's retry was pushed again.
+func TestDegradedPublishRefusedForOneCallFailsOnlyThatCall(t *testing.T) {
+	ctx := context.Background()
+	srv := testredis.Start(t, testredis.Options{})
+	admin := srv.Client()
+	t.Cleanup(func() { admin.Close() })
+	if err := admin.Do(ctx, "ACL", "SETUSER", "combo", "on", ">pw", "~*", "resetchannels", "&"+push.Channel(7), "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	user := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "combo", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { user.Close() })
+	s := settings()
+	s.StreamMaxLen = 1
+	r := repo.New(user, s)
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sub := admin.Subscribe(ctx, push.Channel(7))
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil || res[0].Outcome != repo.Opened {
+		t.Fatalf("filling the stream: %+v %v", res, err)
+	}
+	held, release := holdFirstReportPipeline(user)
+	first := make(chan error, 1)
+	go func() {
+		_, err := r.Report(ctx, []*combo.Contribution{contribution(2, "rose", base+1)}) // joins
+		first <- err
+	}()
+	for !held.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	// Both queued behind it, so the next pipeline carries both; both
+	// would open a window, and the stream is full.
+	type answer struct {
+		res []repo.ReportResult
+		err error
+	}
+	allowed, denied := make(chan answer, 1), make(chan answer, 1)
+	go func() {
+		res, err := r.Report(ctx, []*combo.Contribution{contribution(3, "lily", base)})
+		allowed <- answer{res, err}
+	}()
+	go func() {
+		c := contribution(4, "lily", base)
+		c.ActivityId = 8
+		res, err := r.Report(ctx, []*combo.Contribution{c})
+		denied <- answer{res, err}
+	}()
+	waitPending(t, r, 2)
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if a := <-allowed; a.err != nil || len(a.res) != 1 || a.res[0].Outcome != repo.Degraded {
+		t.Errorf("the report published on its own: %+v %v, want degraded (not another call's refusal)", a.res, a.err)
+	}
+	if a := <-denied; a.err == nil || !strings.Contains(a.err.Error(), "degraded publish failed") || !strings.Contains(a.err.Error(), "NOPERM") {
+		t.Errorf("the report whose channel is denied: %+v %v, want its publish's NOPERM", a.res, a.err)
+	}
+	if msg, err := sub.ReceiveMessage(ctx); err != nil {
+		t.Fatal(err)
+	} else if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != 3 {
+		t.Fatalf("push %q, want report 3 on its own", msg.Payload)
+	}
+	expectNoMorePushes(t, admin, sub)
+}

@@ -50,10 +50,20 @@ func IsDegradedPublish(cmd redis.Cmder) bool {
 }
 
 // PublishSingles publishes cs each on its own, as for degraded reports,
-// and returns the ids it did not publish: remembered already.
+// and returns the ids it did not publish: remembered already; and the
+// first report's error, if one failed.
 // No deadline: as for reports whose whole script call failed.
 func PublishSingles(ctx context.Context, r *Repo, cs []*combo.Contribution) (map[int64]bool, error) {
-	return r.publishSingles(ctx, cs, make([]redisClock, len(cs)))
+	return firstError(r.publishSingles(ctx, cs, make([]redisClock, len(cs))))
+}
+
+func firstError(known map[int64]bool, errs []error) (map[int64]bool, error) {
+	for _, err := range errs {
+		if err != nil {
+			return known, err
+		}
+	}
+	return known, nil
 }
 
 // PublishSinglesAfter is PublishSingles for reports whose script failed
@@ -64,7 +74,7 @@ func PublishSinglesAfter(ctx context.Context, r *Repo, cs []*combo.Contribution,
 	for i := range clocks {
 		clocks[i] = redisClock{ms: clockMs, read: time.Now()}
 	}
-	return r.publishSingles(ctx, cs, clocks)
+	return firstError(r.publishSingles(ctx, cs, clocks))
 }
 
 // DegradeHash is the SHA1 of degrade.lua, as EVALSHA names it.

@@ -199,8 +199,9 @@ type callAnswer struct {
 // would spend the pipeline's one timeout on as many round trips as calls
 // while Redis refuses writes, and fail the later ones as unavailable. A
 // call fails whole when one of its replies says Redis did not answer, or
-// when the publish of its degraded contributions fails. That publish's
-// error is returned too: it is a round trip of the pipeline's, and when
+// when the publish of one of its own degraded contributions fails (not
+// another call's). That publish's first error is returned too: it is a
+// round trip of the pipeline's, and when
 // Redis did not answer it, the calls queued behind must fail with it
 // (coalescer.failQueued), as behind a report pipeline Redis did not answer.
 func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []reportReply, sizes []int) ([]callAnswer, error) {
@@ -214,12 +215,13 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 	// it is published once, and the later copies are answered duplicate,
 	// as the script answers a repeated id (they were answered degraded,
 	// "published on its own", for a push that carried only the first).
-	var queued map[int64]bool // made only when a pipeline degrades
-	type at struct{ call, i int }
-	var copies []at // results of later copies of a queued id
+	var queued map[int64]int // index in degraded; made only when a pipeline degrades
+	type at struct{ call, i, d int }
+	var copies []at // results of later copies of a queued id (d: the first's index in degraded)
 	// causes[j]: why call degradedCalls[j]'s first degraded report
 	// degraded; its error names that, not another call's in the pipeline.
 	var causes []error
+	var callDegraded [][]int // callDegraded[j]: indexes in degraded of call degradedCalls[j]'s reports
 	off := 0
 	for k, n := range sizes {
 		res := make([]ReportResult, n)
@@ -263,44 +265,59 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 		out[k].res = res
 		if len(mine) > 0 {
 			if queued == nil {
-				queued = make(map[int64]bool)
+				queued = make(map[int64]int)
 			}
+			var ds []int
 			for j, c := range mine {
-				if queued[c.Id] {
-					copies = append(copies, at{k, mineAt[j]})
+				if d, ok := queued[c.Id]; ok {
+					copies = append(copies, at{k, mineAt[j], d})
+					ds = append(ds, d)
 					continue
 				}
-				queued[c.Id] = true
+				queued[c.Id] = len(degraded)
+				ds = append(ds, len(degraded))
 				degraded = append(degraded, c)
 				clocks = append(clocks, mineClocks[j])
 			}
 			degradedCalls = append(degradedCalls, k)
 			causes = append(causes, cause)
+			callDegraded = append(callDegraded, ds)
 		}
 	}
-	if len(degraded) > 0 {
-		known, err := r.publishSingles(ctx, degraded, clocks)
-		if err != nil {
-			for j, k := range degradedCalls {
-				out[k] = callAnswer{err: &degradedPublishError{cause: causes[j], err: err, opened: opened(out[k].res)}}
-			}
-			return out, err
-		}
-		// Not published now: its id was remembered already (see
-		// publishSingles). It is the duplicate a re-sent report script
-		// would answer, not a report pushed on its own.
-		for _, k := range degradedCalls {
-			for i := range out[k].res {
-				if rr := &out[k].res[i]; rr.Outcome == Degraded && known[rr.WindowID] {
-					*rr = ReportResult{Outcome: Duplicate}
+	if len(degraded) == 0 {
+		return out, nil
+	}
+	known, errs := r.publishSingles(ctx, degraded, clocks)
+	// A call fails when the publish of one of its degraded reports (or of
+	// the first copy of one) failed; the others' reports were published.
+	var first error
+	for j, k := range degradedCalls {
+		for _, d := range callDegraded[j] {
+			if errs != nil && errs[d] != nil {
+				out[k] = callAnswer{err: &degradedPublishError{cause: causes[j], err: errs[d], opened: opened(out[k].res)}}
+				if first == nil {
+					first = errs[d]
 				}
+				break
 			}
 		}
-		for _, c := range copies {
+	}
+	// Not published now: its id was remembered already (see
+	// publishSingles). It is the duplicate a re-sent report script
+	// would answer, not a report pushed on its own.
+	for _, k := range degradedCalls {
+		for i := range out[k].res {
+			if rr := &out[k].res[i]; rr.Outcome == Degraded && known[rr.WindowID] {
+				*rr = ReportResult{Outcome: Duplicate}
+			}
+		}
+	}
+	for _, c := range copies {
+		if out[c.call].err == nil {
 			out[c.call].res[c.i] = ReportResult{Outcome: Duplicate}
 		}
 	}
-	return out, nil
+	return out, first
 }
 
 // degradedPublishError fails a call whose degraded reports could not be
