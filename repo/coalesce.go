@@ -171,7 +171,7 @@ func (c *coalescer) expire() {
 // such as BUSY or READONLY) or was answered, however slowly, leaves the
 // queue to the next one.
 func (c *coalescer) failQueued(err error) {
-	if err == nil || len(c.pending) == 0 || !errors.Is(err, ErrUnavailable) || !timedOut(err) {
+	if len(c.pending) == 0 || !silent(err) {
 		return
 	}
 	cause := err
@@ -190,6 +190,10 @@ func (c *coalescer) failQueued(err error) {
 	clear(c.pending)
 	c.pending = nil
 }
+
+// silent tells whether err says Redis gave no answer within its time,
+// the error that fails the queue behind (failQueued).
+func silent(err error) bool { return err != nil && errors.Is(err, ErrUnavailable) && timedOut(err) }
 
 func answered(call *reportCall) bool {
 	select {
@@ -288,8 +292,11 @@ func (c *coalescer) run(batch []*reportCall) error {
 		close(live[i].done)
 		// Redis stopped answering part way (execute keeps the replies
 		// read before): the queue fails as behind a pipeline it did not
-		// answer at all.
-		if err == nil && errors.Is(a.err, ErrUnavailable) {
+		// answer at all. That silence wins over an error Redis answered
+		// before it (another call's denied channel), which failQueued
+		// leaves the queue to: the calls behind were sent into the
+		// silence, and waited a second redis.timeout.
+		if errors.Is(a.err, ErrUnavailable) && (err == nil || !silent(err) && silent(a.err)) {
 			err = a.err
 		}
 	}

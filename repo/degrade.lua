@@ -13,8 +13,8 @@
 --
 -- Remembered only if published: the id is added first, so that a refusal
 -- to write is known before anything is published, and taken out again if
--- the PUBLISH fails (a user not allowed the channel), so that a retry
--- publishes it. A node refusing writes for its own state (OOM, MISCONF,
+-- the PUBLISH fails, so that a retry publishes it. (A user not allowed the
+-- channel is refused before the id is added, on Redis 7: below.) A node refusing writes for its own state (OOM, MISCONF,
 -- NOREPLICAS) still publishes, without remembering: a retry of the report
 -- may then be published again (README says so). Any other refusal
 -- (READONLY: this is a replica, whose PUBLISH would not reach the

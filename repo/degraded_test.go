@@ -1,8 +1,11 @@
 package repo_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -181,27 +184,14 @@ func TestDegradedPublishPastItsDeadlineChangesNothing(t *testing.T) {
 // id (refusing writes), its caller's retry was pushed again.
 func TestDegradedPublishRefusedForOneCallFailsOnlyThatCall(t *testing.T) {
 	ctx := context.Background()
-	srv := testredis.Start(t, testredis.Options{})
-	admin := srv.Client()
-	t.Cleanup(func() { admin.Close() })
-	if err := admin.Do(ctx, "ACL", "SETUSER", "combo", "on", ">pw", "~*", "resetchannels", "&"+push.Channel(7), "+@all").Err(); err != nil {
-		t.Fatal(err)
-	}
+	srv, admin := serverAllowingActivity7(t)
 	user := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "combo", Password: "pw", MaxRetries: -1})
 	t.Cleanup(func() { user.Close() })
-	s := settings()
-	s.StreamMaxLen = 1
-	r := repo.New(user, s)
-	if err := r.LoadScripts(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r := fullStreamRepo(t, user, settings())
 	sub := admin.Subscribe(ctx, push.Channel(7))
 	t.Cleanup(func() { sub.Close() })
 	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
-	}
-	if res, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil || res[0].Outcome != repo.Opened {
-		t.Fatalf("filling the stream: %+v %v", res, err)
 	}
 	held, release := holdFirstReportPipeline(user)
 	first := make(chan error, 1)
@@ -246,4 +236,148 @@ func TestDegradedPublishRefusedForOneCallFailsOnlyThatCall(t *testing.T) {
 		t.Fatalf("push %q, want report 3 on its own", msg.Payload)
 	}
 	expectNoMorePushes(t, admin, sub)
+}
+
+// serverAllowingActivity7 starts a Redis whose user "combo" (password
+// "pw") may run every command on every key but PUBLISH only on activity
+// 7's channel; admin is its default user.
+func serverAllowingActivity7(t *testing.T) (*testredis.Server, *redis.Client) {
+	t.Helper()
+	srv := testredis.Start(t, testredis.Options{})
+	admin := srv.Client()
+	t.Cleanup(func() { admin.Close() })
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", "combo", "on", ">pw", "~*", "resetchannels", "&"+push.Channel(7), "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	return srv, admin
+}
+
+// fullStreamRepo is a repo on rdb whose stream holds one window, opened
+// (id 1, "rose" at base): a report that would open another degrades.
+func fullStreamRepo(t *testing.T, rdb *redis.Client, s repo.Settings) *repo.Repo {
+	t.Helper()
+	ctx := context.Background()
+	s.StreamMaxLen = 1
+	r := repo.New(rdb, s)
+	if err := r.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil || res[0].Outcome != repo.Opened {
+		t.Fatalf("filling the stream: %+v %v", res, err)
+	}
+	return r
+}
+
+// A copy of a report queued by another call (the same id) is answered by
+// its first copy's publish: when that is refused, the copy's call fails
+// too, and is not answered duplicate for a report neither pushed nor
+// remembered.
+func TestCopyOfAReportWhosePublishIsRefusedFails(t *testing.T) {
+	ctx := context.Background()
+	srv, _ := serverAllowingActivity7(t)
+	user := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "combo", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { user.Close() })
+	r := fullStreamRepo(t, user, settings())
+	held, release := holdFirstReportPipeline(user)
+	first := make(chan error, 1)
+	go func() {
+		_, err := r.Report(ctx, []*combo.Contribution{contribution(2, "rose", base+1)}) // joins
+		first <- err
+	}()
+	for !held.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	denied := contribution(3, "lily", base)
+	denied.ActivityId = 8
+	errs := make(chan error, 2)
+	for range 2 { // the report and its copy, in two calls queued behind
+		go func() {
+			_, err := r.Report(ctx, []*combo.Contribution{denied})
+			errs <- err
+		}()
+	}
+	waitPending(t, r, 2)
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("a report whose publish is refused, or its copy: %v, want the publish's NOPERM", err)
+		}
+	}
+}
+
+// Calls queued behind a degraded publish that Redis stops answering part
+// way fail unsent at its redis.timeout (failQueued), also when Redis
+// answered an earlier report of it with an error first (here its channel
+// denied): that answered error was taken as the pipeline's, and the
+// calls behind were sent into the silence, to wait a second timeout.
+func TestQueueBehindAPublishRedisStopsAnsweringFailsUnsent(t *testing.T) {
+	ctx := context.Background()
+	srv, _ := serverAllowingActivity7(t)
+	var cut atomic.Bool // set: pass Redis's replies up to its first NOPERM, then nothing
+	addr := testredis.Proxy(t, srv.Addr, func(client, server net.Conn) {
+		go io.Copy(server, client)
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := server.Read(buf)
+			b := buf[:n]
+			if i := bytes.Index(b, []byte("-NOPERM")); i >= 0 && cut.Load() {
+				client.Write(b[:i+bytes.Index(b[i:], []byte("\r\n"))+2])
+				return
+			}
+			if _, werr := client.Write(b); werr != nil || err != nil {
+				return
+			}
+		}
+	})
+	const timeout = 300 * time.Millisecond
+	user := redis.NewClient(&redis.Options{Addr: addr, Username: "combo", Password: "pw", MaxRetries: -1,
+		ReadTimeout: time.Minute, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { user.Close() })
+	s := settings()
+	s.Timeout = timeout
+	r := fullStreamRepo(t, user, s)
+	held, release := holdFirstReportPipeline(user)
+	publishing := make(chan struct{})
+	user.AddHook(testredis.PipelineHook(func(cmds []redis.Cmder) {
+		if repo.IsDegradedPublish(cmds[0]) && cut.CompareAndSwap(false, true) {
+			close(publishing)
+		}
+	}))
+	first := make(chan error, 1)
+	go func() {
+		_, err := r.Report(ctx, []*combo.Contribution{contribution(2, "rose", base+1)}) // joins
+		first <- err
+	}()
+	for !held.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	denied := contribution(3, "lily", base)
+	denied.ActivityId = 8
+	ahead := make(chan error, 2)
+	for i, c := range []*combo.Contribution{denied, contribution(4, "tulip", base)} { // in this order
+		go func() {
+			_, err := r.Report(ctx, []*combo.Contribution{c})
+			ahead <- err
+		}()
+		waitPending(t, r, i+1)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	<-publishing
+	behind := make(chan error, 1)
+	go func() {
+		_, err := r.Report(ctx, []*combo.Contribution{contribution(5, "daisy", base)})
+		behind <- err
+	}()
+	for range 2 {
+		<-ahead
+	}
+	if err := <-behind; !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "none for the pipeline ahead of it, unsent") {
+		t.Errorf("a call queued behind the publish Redis stopped answering: %v, want UNAVAILABLE, unsent", err)
+	}
 }

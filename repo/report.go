@@ -216,8 +216,8 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 	// as the script answers a repeated id (they were answered degraded,
 	// "published on its own", for a push that carried only the first).
 	var queued map[int64]int // index in degraded; made only when a pipeline degrades
-	type at struct{ call, i, d int }
-	var copies []at // results of later copies of a queued id (d: the first's index in degraded)
+	type at struct{ call, i int }
+	var copies []at // results of later copies of a queued id
 	// causes[j]: why call degradedCalls[j]'s first degraded report
 	// degraded; its error names that, not another call's in the pipeline.
 	var causes []error
@@ -270,7 +270,7 @@ func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []
 			var ds []int
 			for j, c := range mine {
 				if d, ok := queued[c.Id]; ok {
-					copies = append(copies, at{k, mineAt[j], d})
+					copies = append(copies, at{k, mineAt[j]})
 					ds = append(ds, d)
 					continue
 				}
