@@ -36,14 +36,37 @@ func (w *Worker) housekeepingLoop(ctx context.Context) {
 // estimate (one in all unless NodePerShard), all at once: a node that does
 // not answer must not hold up the others' readings for OpTimeout each.
 func (w *Worker) readClocks(ctx context.Context) {
-	var wg sync.WaitGroup
-	seen := map[*redisClock]bool{}
+	w.byNode(func(shards []int) { _ = w.readClock(ctx, w.qs[shards[0]], shards[0], metrics.LoopHousekeeping) })
+}
+
+// byNode calls fn with each group of shards that share a clock estimate
+// (one per shard with NodePerShard, whose nodes may differ; else one
+// group, on the one Redis), the groups at once, and waits for all. A node
+// that does not answer costs its own shards OpTimeout each, not every
+// shard after it: sampled in turn, a Redis Cluster master that hung made
+// each round of the others' stream gauges, clock readings and consumer
+// removal wait that long per hung shard (about 20 s with 128 shards over
+// 3 masters). A panic in fn is counted and logged as the housekeeper's,
+// and ends its group's part of the round.
+func (w *Worker) byNode(fn func(shards []int)) {
+	groups := map[*redisClock][]int{}
+	var order []*redisClock
 	for shard, q := range w.qs {
-		if seen[q.clock] {
-			continue
+		if groups[q.clock] == nil {
+			order = append(order, q.clock)
 		}
-		seen[q.clock] = true
-		wg.Go(func() { _ = w.readClock(ctx, q, shard, metrics.LoopHousekeeping) })
+		groups[q.clock] = append(groups[q.clock], shard)
+	}
+	var wg sync.WaitGroup
+	for _, c := range order {
+		wg.Go(func() {
+			defer func() {
+				if p := recover(); p != nil {
+					w.panicked(metrics.LoopHousekeeping, loopPanic, p)
+				}
+			}()
+			fn(groups[c])
+		})
 	}
 	wg.Wait()
 }
@@ -90,48 +113,72 @@ func (w *Worker) housekeep(ctx context.Context, st *housekeeping) {
 		}
 	}()
 	w.readClocks(ctx)
-	for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
-		label := strconv.Itoa(shard)
-		err := w.op(ctx, func(ctx context.Context) error {
-			st, err := w.store.StreamStats(ctx, shard)
-			if err == nil {
-				w.metrics.StreamLength.WithLabelValues(label).Set(float64(st.Length))
-				w.metrics.StreamPending.WithLabelValues(label).Set(float64(st.Pending))
-				w.sampleOverdue(shard, label, st.OldestDue)
+	w.byNode(func(shards []int) {
+		for _, shard := range shards {
+			if ctx.Err() != nil {
+				return
 			}
-			return err
-		})
-		switch {
-		case err == nil:
-			st.sampleFailures[shard] = 0
-		case ctx.Err() == nil:
-			w.redisError(metrics.OpStreamStats, err)
-			if st.sampleFailures[shard]++; st.sampleFailures[shard] >= gaugeFailures {
-				w.metrics.StreamLength.DeleteLabelValues(label)
-				w.metrics.StreamPending.DeleteLabelValues(label)
-				w.metrics.StreamOverdue.DeleteLabelValues(label)
-			}
+			w.sampleStream(ctx, st, shard)
 		}
-	}
+	})
 	idle := w.cfg.ConsumerIdleDelete
 	if idle <= 0 || time.Since(st.lastPrune) < min(idle/10, time.Hour) {
 		return
 	}
 	st.lastPrune = time.Now()
-	for shard := 0; shard < w.cfg.Shards && ctx.Err() == nil; shard++ {
-		var removed []string
-		err := w.op(ctx, func(ctx context.Context) error {
-			var err error
-			removed, err = w.store.PruneConsumers(ctx, shard, w.cfg.Consumer, idle)
-			return err
-		})
-		if len(removed) > 0 {
-			w.metrics.ConsumersGone.Add(float64(len(removed)))
-			w.log.Info("removed dead consumers with nothing pending", zap.Int("shard", shard), zap.Strings("consumers", removed))
+	w.byNode(func(shards []int) {
+		for _, shard := range shards {
+			if ctx.Err() != nil {
+				return
+			}
+			w.pruneConsumers(ctx, shard, idle)
 		}
-		if err != nil && ctx.Err() == nil {
-			w.redisError(metrics.OpPruneConsumers, fmt.Errorf("shard %d: %w", shard, err))
+	})
+}
+
+// sampleStream sets shard's stream gauges from a sample, or counts its
+// failure, removing them after gaugeFailures in a row. Shards of
+// different nodes are sampled at once: each writes only its own
+// st.sampleFailures[shard].
+func (w *Worker) sampleStream(ctx context.Context, st *housekeeping, shard int) {
+	label := strconv.Itoa(shard)
+	err := w.op(ctx, func(ctx context.Context) error {
+		st, err := w.store.StreamStats(ctx, shard)
+		if err == nil {
+			w.metrics.StreamLength.WithLabelValues(label).Set(float64(st.Length))
+			w.metrics.StreamPending.WithLabelValues(label).Set(float64(st.Pending))
+			w.sampleOverdue(shard, label, st.OldestDue)
 		}
+		return err
+	})
+	switch {
+	case err == nil:
+		st.sampleFailures[shard] = 0
+	case ctx.Err() == nil:
+		w.redisError(metrics.OpStreamStats, err)
+		if st.sampleFailures[shard]++; st.sampleFailures[shard] >= gaugeFailures {
+			w.metrics.StreamLength.DeleteLabelValues(label)
+			w.metrics.StreamPending.DeleteLabelValues(label)
+			w.metrics.StreamOverdue.DeleteLabelValues(label)
+		}
+	}
+}
+
+// pruneConsumers removes shard's consumers idle for idle with nothing
+// pending (see housekeepingLoop).
+func (w *Worker) pruneConsumers(ctx context.Context, shard int, idle time.Duration) {
+	var removed []string
+	err := w.op(ctx, func(ctx context.Context) error {
+		var err error
+		removed, err = w.store.PruneConsumers(ctx, shard, w.cfg.Consumer, idle)
+		return err
+	})
+	if len(removed) > 0 {
+		w.metrics.ConsumersGone.Add(float64(len(removed)))
+		w.log.Info("removed dead consumers with nothing pending", zap.Int("shard", shard), zap.Strings("consumers", removed))
+	}
+	if err != nil && ctx.Err() == nil {
+		w.redisError(metrics.OpPruneConsumers, fmt.Errorf("shard %d: %w", shard, err))
 	}
 }
 

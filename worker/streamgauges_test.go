@@ -221,3 +221,56 @@ func TestOverdueGaugeWaitsForTheNodesClock(t *testing.T) {
 	// an hour, or 0 once it is gone, but is exported.
 	waitFor(t, "the gauge once the clock is read", func() bool { return testutil.CollectAndCount(m.StreamOverdue) == 1 })
 }
+
+// hungShards is the real store whose StreamStats and Time never answer
+// for shards below hung (they wait out the call's deadline), as a Redis
+// Cluster master that hangs; sampled counts the others' samples.
+type hungShards struct {
+	*repo.Repo
+	hung    int
+	sampled atomic.Int64
+}
+
+func (s *hungShards) StreamStats(ctx context.Context, shard int) (repo.StreamStats, error) {
+	if shard < s.hung {
+		<-ctx.Done()
+		return repo.StreamStats{}, ctx.Err()
+	}
+	s.sampled.Add(1)
+	return s.Repo.StreamStats(ctx, shard)
+}
+
+func (s *hungShards) Time(ctx context.Context, shard int) (time.Time, error) {
+	if shard < s.hung {
+		<-ctx.Done()
+		return time.Time{}, ctx.Err()
+	}
+	return s.Repo.Time(ctx, shard)
+}
+
+// On a Redis Cluster (NodePerShard) a master that does not answer delays
+// the stream gauges of the other masters' shards by one OpTimeout a round,
+// not one per hung shard: sampled in turn, 8 hung shards made each round
+// take 8 × OpTimeout (and with them the other shards' clock readings and
+// consumer removal; about 20 s with 128 shards over 3 masters).
+func TestHungShardsDoNotSlowTheOthersSamples(t *testing.T) {
+	const shards, hung, opTimeout = 10, 8, 300 * time.Millisecond
+	r, _, _, m := setupShards(t, shards)
+	store := &hungShards{Repo: r, hung: hung}
+	wk := worker.New(store, worker.Config{Consumer: "c1", Shards: shards, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		NodePerShard: true, OpTimeout: opTimeout, SampleEvery: 20 * time.Millisecond}, zaptest.NewLogger(t), m)
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	// Five rounds: each about 2 × 300 ms now (the clocks read, then the
+	// samples), 300 ms + 8 × 300 ms sampled in turn.
+	const rounds = 5
+	const within = rounds * hung * opTimeout * 3 / 5
+	deadline := time.Now().Add(within)
+	for store.sampled.Load() < rounds*(shards-hung) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the live shards were sampled %d times in %v, want %d: the hung shards held up each round",
+				store.sampled.Load(), within, rounds*(shards-hung))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
