@@ -45,7 +45,8 @@ var degradeScript = redis.NewScript(degradeLua)
 // (errs[i], nil for one published or known): a reply that fails one
 // report (its channel denied to the Redis user, a call run past its
 // deadline) fails that report alone, so only the calls it belongs to
-// fail; Redis not answering fails every one. Before, the first failure
+// fail; Redis not answering fails every report it did not answer before
+// it fell silent. Before, the first failure
 // failed every call of the pipeline, also those whose reports had been
 // published: their callers were told INTERNAL for another caller's
 // denied channel, and where Redis could not remember the ids (refusing

@@ -309,10 +309,12 @@ func TestCopyOfAReportWhosePublishIsRefusedFails(t *testing.T) {
 }
 
 // Calls queued behind a degraded publish that Redis stops answering part
-// way fail unsent at its redis.timeout (failQueued), also when Redis
-// answered an earlier report of it with an error first (here its channel
-// denied): that answered error was taken as the pipeline's, and the
-// calls behind were sent into the silence, to wait a second timeout.
+// way fail unsent with it (failQueued), also when Redis answered an
+// earlier report of it with an error first (here its channel denied):
+// that answered error was taken as the pipeline's, and failQueued left
+// the queue alone. Here the call behind then failed by its own wait
+// (expire), as it was queued when the publish was sent; one queued later
+// was sent into the silence, and waited a second redis.timeout.
 func TestQueueBehindAPublishRedisStopsAnsweringFailsUnsent(t *testing.T) {
 	ctx := context.Background()
 	srv, _ := serverAllowingActivity7(t)

@@ -200,9 +200,10 @@ type callAnswer struct {
 // while Redis refuses writes, and fail the later ones as unavailable. A
 // call fails whole when one of its replies says Redis did not answer, or
 // when the publish of one of its own degraded contributions fails (not
-// another call's). That publish's first error is returned too: it is a
-// round trip of the pipeline's, and when
-// Redis did not answer it, the calls queued behind must fail with it
+// another call's). That publish's first error is returned too (the
+// calls' errors are looked at again by coalescer.run, which prefers one
+// saying Redis fell silent): it is a round trip of the pipeline's, and
+// when Redis did not answer it, the calls queued behind must fail with it
 // (coalescer.failQueued), as behind a report pipeline Redis did not answer.
 func (r *Repo) results(ctx context.Context, cs []*combo.Contribution, replies []reportReply, sizes []int) ([]callAnswer, error) {
 	out := make([]callAnswer, len(sizes))

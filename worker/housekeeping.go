@@ -36,19 +36,20 @@ func (w *Worker) housekeepingLoop(ctx context.Context) {
 // estimate (one in all unless NodePerShard), all at once: a node that does
 // not answer must not hold up the others' readings for OpTimeout each.
 func (w *Worker) readClocks(ctx context.Context) {
-	w.byNode(func(shards []int) { _ = w.readClock(ctx, w.qs[shards[0]], shards[0], metrics.LoopHousekeeping) })
+	w.byClock(func(shards []int) { _ = w.readClock(ctx, w.qs[shards[0]], shards[0], metrics.LoopHousekeeping) })
 }
 
-// byNode calls fn with each group of shards that share a clock estimate
+// byClock calls fn with each group of shards that share a clock estimate
 // (one per shard with NodePerShard, whose nodes may differ; else one
 // group, on the one Redis), the groups at once, and waits for all. A node
 // that does not answer costs its own shards OpTimeout each, not every
 // shard after it: sampled in turn, a Redis Cluster master that hung made
 // each round of the others' stream gauges, clock readings and consumer
 // removal wait that long per hung shard (about 20 s with 128 shards over
-// 3 masters). A panic in fn is counted and logged as the housekeeper's,
-// and ends its group's part of the round.
-func (w *Worker) byNode(fn func(shards []int)) {
+// 3 masters). A panic in fn is counted and logged (with its shards) as
+// the housekeeper's, and ends its group's part of the round: on a Redis
+// Cluster, a panic of every shard's sample counts once per shard.
+func (w *Worker) byClock(fn func(shards []int)) {
 	groups := map[*redisClock][]int{}
 	var order []*redisClock
 	for shard, q := range w.qs {
@@ -62,7 +63,7 @@ func (w *Worker) byNode(fn func(shards []int)) {
 		wg.Go(func() {
 			defer func() {
 				if p := recover(); p != nil {
-					w.panicked(metrics.LoopHousekeeping, loopPanic, p)
+					w.panicked(metrics.LoopHousekeeping, loopPanic, p, zap.Ints("shards", groups[c]))
 				}
 			}()
 			fn(groups[c])
@@ -113,7 +114,7 @@ func (w *Worker) housekeep(ctx context.Context, st *housekeeping) {
 		}
 	}()
 	w.readClocks(ctx)
-	w.byNode(func(shards []int) {
+	w.byClock(func(shards []int) {
 		for _, shard := range shards {
 			if ctx.Err() != nil {
 				return
@@ -126,7 +127,7 @@ func (w *Worker) housekeep(ctx context.Context, st *housekeeping) {
 		return
 	}
 	st.lastPrune = time.Now()
-	w.byNode(func(shards []int) {
+	w.byClock(func(shards []int) {
 		for _, shard := range shards {
 			if ctx.Err() != nil {
 				return

@@ -150,8 +150,10 @@ func (c *Config) defaults() {
 // Conns is how many Redis connections a worker over shards may hold at
 // once on one node, the least its client's pool must have: per shard, one
 // held by its reader's blocking read for up to Block, one for its flusher
-// (past the client's own pipeline pool) and one for a reading of its
-// node's clock (read for all shards at once on a cluster); one for the
+// (past the client's own pipeline pool) and one for the housekeeper's
+// call to its node (a reading of its clock, then a sample of its stream,
+// then, now and then, a removal of dead consumers: each step for all
+// shards at once on a cluster, one step after another); one for the
 // claimer, or with nodePerShard (Config.NodePerShard) one per shard, each
 // shard having its own; and one for the housekeeper. With fewer, the
 // readers of idle shards hold every connection while the others wait for
