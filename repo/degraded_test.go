@@ -38,28 +38,12 @@ func holdFirstReportPipeline(rdb *redis.Client) (held *atomic.Bool, release chan
 func TestFailedDegradedPublishNamesTheCallsOwnCause(t *testing.T) {
 	ctx := context.Background()
 	admin, user := userDeniedChannels(t) // every degraded publish fails: NOPERM
-	s := settings()
-	s.StreamMaxLen = 1
-	r := repo.New(user, s)
-	if err := r.LoadScripts(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if res, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil || res[0].Outcome != repo.Opened {
-		t.Fatalf("filling the stream: %+v %v", res, err)
-	}
+	r := fullStreamRepo(t, user, settings())
 	// tulip's window key holds a hash: its report fails WRONGTYPE.
 	if err := admin.HSet(ctx, r.Keys().Current(0, 7, 42, "tulip"), "x", "y").Err(); err != nil {
 		t.Fatal(err)
 	}
-	held, release := holdFirstReportPipeline(user)
-	first := make(chan error, 1)
-	go func() {
-		_, err := r.Report(ctx, []*combo.Contribution{contribution(2, "rose", base+1)}) // joins
-		first <- err
-	}()
-	for !held.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	release := queueBehindAJoin(t, r, user)
 	// Both queued behind it, so the next pipeline carries both.
 	full, wrong := make(chan error, 1), make(chan error, 1)
 	go func() {
@@ -71,10 +55,7 @@ func TestFailedDegradedPublishNamesTheCallsOwnCause(t *testing.T) {
 		wrong <- err
 	}()
 	waitPending(t, r, 2)
-	close(release)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
+	release()
 	for _, c := range []struct {
 		name       string
 		err        error
@@ -193,15 +174,7 @@ func TestDegradedPublishRefusedForOneCallFailsOnlyThatCall(t *testing.T) {
 	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	held, release := holdFirstReportPipeline(user)
-	first := make(chan error, 1)
-	go func() {
-		_, err := r.Report(ctx, []*combo.Contribution{contribution(2, "rose", base+1)}) // joins
-		first <- err
-	}()
-	for !held.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	release := queueBehindAJoin(t, r, user)
 	// Both queued behind it, so the next pipeline carries both; both
 	// would open a window, and the stream is full.
 	type answer struct {
@@ -220,10 +193,7 @@ func TestDegradedPublishRefusedForOneCallFailsOnlyThatCall(t *testing.T) {
 		denied <- answer{res, err}
 	}()
 	waitPending(t, r, 2)
-	close(release)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if a := <-allowed; a.err != nil || len(a.res) != 1 || a.res[0].Outcome != repo.Degraded {
 		t.Errorf("the report published on its own: %+v %v, want degraded (not another call's refusal)", a.res, a.err)
 	}
@@ -236,6 +206,30 @@ func TestDegradedPublishRefusedForOneCallFailsOnlyThatCall(t *testing.T) {
 		t.Fatalf("push %q, want report 3 on its own", msg.Payload)
 	}
 	expectNoMorePushes(t, admin, sub)
+}
+
+// queueBehindAJoin sends a report that joins window 1 ("rose", opened at
+// base) through r and holds its pipeline, so the calls made until release
+// queue behind it and go out together in the next pipeline; release lets
+// it go and fails t unless it was answered.
+func queueBehindAJoin(t *testing.T, r *repo.Repo, rdb *redis.Client) (release func()) {
+	t.Helper()
+	held, let := holdFirstReportPipeline(rdb)
+	first := make(chan error, 1)
+	go func() {
+		_, err := r.Report(context.Background(), []*combo.Contribution{contribution(2, "rose", base+1)})
+		first <- err
+	}()
+	for !held.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	return func() {
+		t.Helper()
+		close(let)
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // serverAllowingActivity7 starts a Redis whose user "combo" (password
@@ -278,15 +272,7 @@ func TestCopyOfAReportWhosePublishIsRefusedFails(t *testing.T) {
 	user := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "combo", Password: "pw", MaxRetries: -1})
 	t.Cleanup(func() { user.Close() })
 	r := fullStreamRepo(t, user, settings())
-	held, release := holdFirstReportPipeline(user)
-	first := make(chan error, 1)
-	go func() {
-		_, err := r.Report(ctx, []*combo.Contribution{contribution(2, "rose", base+1)}) // joins
-		first <- err
-	}()
-	for !held.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	release := queueBehindAJoin(t, r, user)
 	denied := contribution(3, "lily", base)
 	denied.ActivityId = 8
 	errs := make(chan error, 2)
@@ -297,10 +283,7 @@ func TestCopyOfAReportWhosePublishIsRefusedFails(t *testing.T) {
 		}()
 	}
 	waitPending(t, r, 2)
-	close(release)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
+	release()
 	for range 2 {
 		if err := <-errs; err == nil || !strings.Contains(err.Error(), "NOPERM") {
 			t.Errorf("a report whose publish is refused, or its copy: %v, want the publish's NOPERM", err)
@@ -341,21 +324,13 @@ func TestQueueBehindAPublishRedisStopsAnsweringFailsUnsent(t *testing.T) {
 	s := settings()
 	s.Timeout = timeout
 	r := fullStreamRepo(t, user, s)
-	held, release := holdFirstReportPipeline(user)
 	publishing := make(chan struct{})
 	user.AddHook(testredis.PipelineHook(func(cmds []redis.Cmder) {
 		if repo.IsDegradedPublish(cmds[0]) && cut.CompareAndSwap(false, true) {
 			close(publishing)
 		}
 	}))
-	first := make(chan error, 1)
-	go func() {
-		_, err := r.Report(ctx, []*combo.Contribution{contribution(2, "rose", base+1)}) // joins
-		first <- err
-	}()
-	for !held.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	release := queueBehindAJoin(t, r, user)
 	denied := contribution(3, "lily", base)
 	denied.ActivityId = 8
 	ahead := make(chan error, 2)
@@ -366,10 +341,7 @@ func TestQueueBehindAPublishRedisStopsAnsweringFailsUnsent(t *testing.T) {
 		}()
 		waitPending(t, r, i+1)
 	}
-	close(release)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
+	release()
 	<-publishing
 	behind := make(chan error, 1)
 	go func() {
