@@ -46,13 +46,13 @@ var degradeScript = redis.NewScript(degradeLua)
 // report (its channel denied to the Redis user, a call run past its
 // deadline) fails that report alone, so only the calls it belongs to
 // fail; Redis not answering fails every report it did not answer before
-// it fell silent. Before, the first failure
-// failed every call of the pipeline, also those whose reports had been
-// published: their callers were told INTERNAL for another caller's
-// denied channel, and where Redis could not remember the ids (refusing
-// writes), their retries were published again. A report whose call did
-// publish is remembered (unless Redis refuses writes) and answers
-// duplicate when its caller sends it again; the others are published then.
+// it fell silent. Before, the first failure failed every call of the
+// pipeline, also those whose reports had been published: their callers
+// were told INTERNAL for another caller's denied channel, and where Redis
+// could not remember the ids (refusing writes), their retries were
+// published again. A report whose call did publish is remembered (unless
+// Redis refuses writes) and answers duplicate when its caller sends it
+// again; the others are published then.
 //
 // Each call carries a deadline on its node's clock (degrade.lua's ARGV[7]),
 // estimated from clocks[i], the clock report.lua answered with when it
