@@ -97,7 +97,10 @@ type Metrics struct {
 	WindowsOpened  prometheus.Counter
 	WindowsFlushed *prometheus.CounterVec // by status: published, stale, gone, lost
 	PushLag        prometheus.Histogram   // publish time minus due time
-	ReportAge      prometheus.Histogram   // arrival time minus created_at
+	// WindowsUnheard counts published windows whose PUBLISH reached no
+	// subscriber (repo.FlushResult.Heard 0; never on a Redis Cluster).
+	WindowsUnheard prometheus.Counter
+	ReportAge      prometheus.Histogram // arrival time minus created_at
 	// MergeRowsSkipped counts MergeLatest rows left out because a report
 	// of them would be refused (the push path never counted them).
 	MergeRowsSkipped prometheus.Counter
@@ -159,6 +162,9 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Windows opened (first report of a combo key's window), also by a batch answered with an error because its degraded reports could not be published or Redis did not answer for some of its reports."}),
 		WindowsFlushed: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "windows_flushed_total",
 			Help: "Windows retired by the worker, by status: published, stale (dropped unpublished), gone (already flushed, elsewhere or by a flush of this replica answered too late), lost (data evicted, deleted or overwritten before publish)."}, []string{"status"}),
+		WindowsUnheard: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "windows_unheard_total",
+			Help: "Windows published (windows_flushed_total{status=\"published\"}) whose PUBLISH reached no subscriber: no gateway was subscribed to the channel, or a pattern matching it, on the Redis that published it. " +
+				"Not counted on a Redis Cluster, where a node's PUBLISH counts only its own subscribers."}),
 		PushLag: f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "push_lag_seconds",
 			Help:    "Publish time minus the window's due time (W + grace after its first report), by Redis's clock.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),

@@ -161,6 +161,10 @@ func TestFlushedScriptCacheWhileAnotherMasterIsDead(t *testing.T) {
 	if fres[0].Status != repo.Published {
 		t.Fatalf("flush: %+v, want published", fres[0])
 	}
+	// A node's PUBLISH counts only its own subscribers: not known here.
+	if fres[0].Heard != -1 {
+		t.Errorf("a push on a Cluster: Heard = %d, want -1 (not known)", fres[0].Heard)
+	}
 }
 
 // clusterCase is a repo of 6 shards on a 3-master cluster with its scripts

@@ -34,6 +34,15 @@ type Window struct {
 	NotAfter int64
 }
 
+// flushValues is how many values flush.lua answers with status vals[0]:
+// a publish says how many clients it reached too.
+func flushValues(vals []int64) int {
+	if len(vals) > 0 && vals[0] == 0 {
+		return 4
+	}
+	return 3
+}
+
 // FlushStatus is what one flush did.
 type FlushStatus int
 
@@ -78,7 +87,12 @@ type FlushResult struct {
 	Age      time.Duration // Stale, Lost: how old the window was
 	Due, Now int64         // Early (Due, Now), Late (Now): Redis ms
 	Quantity int64
-	Err      error
+	// Heard, for Published, is how many clients the PUBLISH reached
+	// (subscribers of the channel or of a pattern matching it), or -1 on a
+	// Redis Cluster: there a node counts only its own clients, not those of
+	// the other nodes it forwards the message to, so 0 says nothing.
+	Heard int64
+	Err   error
 }
 
 // Flush runs the flush script for each window, pipelined (one round trip
@@ -115,6 +129,9 @@ func (r *Repo) Flush(ctx context.Context, ws []Window) ([]FlushResult, error) {
 				continue
 			}
 			out[i] = parseFlush(cmd)
+			if r.cluster && out[i].Status == Published {
+				out[i].Heard = -1 // see FlushResult.Heard
+			}
 			if out[i].Err != nil && isUnavailable(out[i].Err) {
 				return nil, wrap("repo.Flush", out[i].Err)
 			}
@@ -198,12 +215,12 @@ func parseFlush(cmd *redis.Cmd) FlushResult {
 	if err != nil {
 		return FlushResult{Err: err}
 	}
-	if len(vals) != 3 {
-		return FlushResult{Err: fmt.Errorf("flush script: want 3 values, got %d", len(vals))}
+	if want := flushValues(vals); len(vals) != want {
+		return FlushResult{Err: fmt.Errorf("flush script: want %d values, got %d", want, len(vals))}
 	}
 	switch vals[0] {
 	case 0:
-		return FlushResult{Status: Published, Lag: time.Duration(vals[1]) * time.Millisecond, Quantity: vals[2]}
+		return FlushResult{Status: Published, Lag: time.Duration(vals[1]) * time.Millisecond, Quantity: vals[2], Heard: vals[3]}
 	case 1:
 		return FlushResult{Status: Early, Due: vals[1], Now: vals[2]}
 	case 2:

@@ -47,8 +47,10 @@
 --
 -- Window value: see report.lua.
 --
--- Returns {status, a, b}, three integers:
---   0 published  a = lag ms past due, b = quantity
+-- Returns {status, a, b}, three integers, or for status 0 four:
+--   0 published  a = lag ms past due, b = quantity, and the number of
+--                clients the PUBLISH reached on this node (subscribers
+--                of the channel or of a pattern matching it)
 --   1 early      a = due ms, b = now ms (Redis clock); nothing changed
 --   2 stale      a = age ms, b = quantity (0 if its data had expired:
 --                past ARGV[11]); dropped, acked and deleted, never published
@@ -155,10 +157,10 @@ if redis.acl_check_cmd and not redis.acl_check_cmd('PUBLISH', ARGV[3], '') then
 end
 redis.call('DEL', key)
 retire()
-redis.call('PUBLISH', ARGV[3], table.concat({
+local heard = redis.call('PUBLISH', ARGV[3], table.concat({
   '{"activity_id":', ARGV[4], ',"type":"contributions_response","record":{"id":', w.i,
   ',"user_id":', ARGV[5], ',"nickname":"', nick, '","avatar_url":"', avatar,
   '","star_id":', star, ',"item_id":', item, ',"item_type":', ARGV[6],
   ',"item_name":"', name, '","item_icon":"', icon, '"',
   ',"quantity":', w.q, ',"combo_count":', w.q, ',"created_at":', w.c, '}}'}))
-return {0, now - due, w.q}
+return {0, now - due, w.q, heard}

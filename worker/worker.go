@@ -779,6 +779,9 @@ func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) 
 		switch r.Status {
 		case repo.Published:
 			w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedPublished).Inc()
+			if r.Heard == 0 { // -1 on a Cluster: not known
+				w.metrics.WindowsUnheard.Inc()
+			}
 			w.metrics.PushLag.Observe(r.Lag.Seconds())
 			q.done(it)
 		case repo.Early:

@@ -1,0 +1,61 @@
+package repo_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/push"
+	"github.com/combo-service/combo-service/repo"
+)
+
+// A published window says how many clients its PUBLISH reached, channel
+// and pattern subscribers alike, and 0 for a channel no one listens on:
+// the worker counts those (combo_windows_unheard_total), the one sign
+// that no gateway is subscribed while every flush succeeds.
+func TestFlushSaysHowManyClientsHeardThePush(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r, _ := subscribedRepoWithGroups(t, rdb, settings()) // a subscriber of activity 7's channel
+		var id int64
+		heard := func(activity int64) int64 {
+			t.Helper()
+			id++
+			c := contribution(id, "heard", time.Now().UnixMilli())
+			c.ActivityId = activity
+			if _, err := r.Report(ctx, []*combo.Contribution{c}); err != nil {
+				t.Fatal(err)
+			}
+			ws, bad, _, err := r.Read(ctx, 0, "c1", ">", 10, 100*time.Millisecond)
+			if err != nil || len(bad) != 0 || len(ws) != 1 {
+				t.Fatalf("read: %v %v %v", ws, bad, err)
+			}
+			untilDue(t, r, ws)
+			fr, err := r.Flush(ctx, ws)
+			if err != nil || fr[0].Status != repo.Published {
+				t.Fatalf("flush: %+v %v", fr, err)
+			}
+			return fr[0].Heard
+		}
+		if n := heard(8); n != 0 {
+			t.Errorf("a push on a channel with no subscriber: Heard = %d, want 0", n)
+		}
+		if n := heard(7); n != 1 {
+			t.Errorf("a push on a channel with one subscriber: Heard = %d, want 1", n)
+		}
+		pattern := rdb.PSubscribe(ctx, push.ChannelPattern) // as a gateway serving every activity does
+		t.Cleanup(func() { pattern.Close() })
+		if _, err := pattern.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := heard(8); n != 1 {
+			t.Errorf("a push heard by a pattern subscriber: Heard = %d, want 1", n)
+		}
+		if n := heard(7); n != 2 {
+			t.Errorf("a push heard on its channel and by a pattern: Heard = %d, want 2", n)
+		}
+	})
+}
