@@ -120,6 +120,9 @@ type Metrics struct {
 	StreamLength  *prometheus.GaugeVec // by shard, sampled
 	StreamPending *prometheus.GaugeVec // by shard, sampled
 	StreamOverdue *prometheus.GaugeVec // by shard, sampled
+	// StreamIDsAhead is how far the newest window's id is ahead of
+	// Redis's clock: windows come due that late (repo.StreamStats).
+	StreamIDsAhead *prometheus.GaugeVec // by shard, sampled
 	// StreamMaxLength is redis.stream_maxlen, so an alert can compare
 	// StreamLength with the bound past which this replica opens no window.
 	StreamMaxLength prometheus.Gauge
@@ -200,6 +203,9 @@ func New(reg prometheus.Registerer) *Metrics {
 		StreamOverdue: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_oldest_overdue_seconds",
 			Help: "How long past its due time (W + grace after its first report) the oldest window still in the shard's stream is, by Redis's clock, sampled; 0 when none is overdue. " +
 				"Flushing removes a window's entry, so this grows while a shard's windows are not published (its slot stuck half-moved, flushes refused while reads work, no replica reading it), past window.stale while the fault lasts, and goes back to 0 once they are flushed (published, or dropped stale)."}, []string{"shard"}),
+		StreamIDsAhead: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_ids_ahead_seconds",
+			Help: "How far the id of the newest window in the shard's stream is ahead of Redis's clock, sampled; 0 when none is. " +
+				"Redis keeps a stream's ids increasing, so after its clock steps back (an NTP step, a failover to a node whose clock is behind) new windows take ids ahead of it and are pushed up to this much late, while their push lag reads 0."}, []string{"shard"}),
 		StreamMaxLength: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_max_length",
 			Help: "redis.stream_maxlen: at it, no window is opened and reports are published on their own (degraded)."}),
 		RedisNodesEvicting: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "redis_nodes_evicting",

@@ -66,16 +66,25 @@ type StreamStats struct {
 	// reading it) before they are dropped stale, where push lag, observed
 	// only on a publish, tells nothing.
 	OldestDue int64
+	// NewestOpened is when the stream's last entry opened (Redis ms, its
+	// id's ms part), 0 when the stream is empty. XADD keeps a stream's ids
+	// increasing, so after Redis's clock steps back (an NTP step, a
+	// failover to a node whose clock is behind) new windows take ids ahead
+	// of it and come due that much late, by the clock that times them:
+	// their push lag reads 0, and only this, ahead of the clock, shows it.
+	NewestOpened int64
 }
 
-// StreamStats samples shard's stream: its length, its pending entries
-// and when its oldest window comes due, in one round trip.
+// StreamStats samples shard's stream: its length, its pending entries,
+// when its oldest window comes due and when its newest opened, in one
+// round trip.
 func (r *Repo) StreamStats(ctx context.Context, shard int) (StreamStats, error) {
 	stream := r.keys.Stream(shard)
 	pipe := r.rdb.Pipeline()
 	l := pipe.XLen(ctx, stream)
 	p := pipe.XPending(ctx, stream, Group)
 	first := pipe.XRangeN(ctx, stream, "-", "+", 1)
+	last := pipe.XRevRangeN(ctx, stream, "+", "-", 1)
 	if _, err := pipe.Exec(ctx); err != nil && !redis.HasErrorPrefix(err, "NOGROUP") {
 		return StreamStats{}, wrap("repo.StreamStats", err)
 	}
@@ -89,6 +98,13 @@ func (r *Repo) StreamStats(ctx context.Context, shard int) (StreamStats, error) 
 			return StreamStats{}, wrap("repo.StreamStats", err)
 		}
 		st.OldestDue = opened + r.delay.Milliseconds()
+	}
+	if msgs := last.Val(); len(msgs) > 0 {
+		opened, err := openedAt(msgs[0].ID)
+		if err != nil {
+			return StreamStats{}, wrap("repo.StreamStats", err)
+		}
+		st.NewestOpened = opened
 	}
 	return st, nil
 }

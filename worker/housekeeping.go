@@ -149,6 +149,7 @@ func (w *Worker) sampleStream(ctx context.Context, st *housekeeping, shard int) 
 			w.metrics.StreamLength.WithLabelValues(label).Set(float64(st.Length))
 			w.metrics.StreamPending.WithLabelValues(label).Set(float64(st.Pending))
 			w.sampleOverdue(shard, label, st.OldestDue)
+			w.sampleIDsAhead(shard, label, st.NewestOpened)
 		}
 		return err
 	})
@@ -161,6 +162,7 @@ func (w *Worker) sampleStream(ctx context.Context, st *housekeeping, shard int) 
 			w.metrics.StreamLength.DeleteLabelValues(label)
 			w.metrics.StreamPending.DeleteLabelValues(label)
 			w.metrics.StreamOverdue.DeleteLabelValues(label)
+			w.metrics.StreamIDsAhead.DeleteLabelValues(label)
 		}
 	}
 }
@@ -198,5 +200,21 @@ func (w *Worker) sampleOverdue(shard int, label string, oldestDue int64) {
 	case q.clock.known():
 		overdue := max(q.clock.now()-oldestDue, 0)
 		w.metrics.StreamOverdue.WithLabelValues(label).Set(float64(overdue) / 1000)
+	}
+}
+
+// sampleIDsAhead sets shard's ids-ahead gauge from when its newest window
+// opened (Redis ms by its id, 0 for none), by this replica's estimate of
+// the node's clock, left as it is before the estimate's first reading
+// (see sampleOverdue). A window opened a moment ago can read a few ms
+// ahead, the estimate's error; a step of the clock reads its size.
+func (w *Worker) sampleIDsAhead(shard int, label string, newestOpened int64) {
+	q := w.qs[shard]
+	switch {
+	case newestOpened == 0:
+		w.metrics.StreamIDsAhead.WithLabelValues(label).Set(0)
+	case q.clock.known():
+		ahead := max(newestOpened-q.clock.now(), 0)
+		w.metrics.StreamIDsAhead.WithLabelValues(label).Set(float64(ahead) / 1000)
 	}
 }

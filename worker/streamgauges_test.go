@@ -54,11 +54,11 @@ func TestStreamGaugesGoWhenSamplingFails(t *testing.T) {
 	store := &statsFailing{Repo: r}
 	exported := func() bool {
 		return testutil.CollectAndCount(m.StreamLength) == 1 && testutil.CollectAndCount(m.StreamPending) == 1 &&
-			testutil.CollectAndCount(m.StreamOverdue) == 1
+			testutil.CollectAndCount(m.StreamOverdue) == 1 && testutil.CollectAndCount(m.StreamIDsAhead) == 1
 	}
 	gone := func() bool {
 		return testutil.CollectAndCount(m.StreamLength) == 0 && testutil.CollectAndCount(m.StreamPending) == 0 &&
-			testutil.CollectAndCount(m.StreamOverdue) == 0
+			testutil.CollectAndCount(m.StreamOverdue) == 0 && testutil.CollectAndCount(m.StreamIDsAhead) == 0
 	}
 	// The third failure in a row takes them away: by the fourth sample
 	// they are gone.

@@ -29,7 +29,9 @@ func TestPushNoSubscriberHeardIsCountedUnheard(t *testing.T) {
 	wk.Start()
 	t.Cleanup(func() { wk.Shutdown(context.Background()) })
 	published := func(n float64) func() bool {
-		return func() bool { return testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(metrics.FlushedPublished)) >= n }
+		return func() bool {
+			return testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(metrics.FlushedPublished)) >= n
+		}
 	}
 
 	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
