@@ -2,11 +2,14 @@ package repo_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/push"
 	"github.com/combo-service/combo-service/repo"
@@ -58,4 +61,54 @@ func TestFlushSaysHowManyClientsHeardThePush(t *testing.T) {
 			t.Errorf("a push heard on its channel and by a pattern: Heard = %d, want 2", n)
 		}
 	})
+}
+
+// PUBLISH on a master counts only the master's own subscribers. Redis
+// sends the message on to its replicas, whose subscribers get it (README,
+// Sentinel: "reach its replicas' subscribers too"), but they are not in
+// the count: a gateway that subscribes on a replica (a Sentinel replica, a
+// read-replica endpoint) hears every push while each is counted unheard,
+// and ComboPushesUnheard fires. This pins that Heard says nothing of them.
+func TestFlushHeardLeavesOutReplicaSubscribers(t *testing.T) {
+	ctx := context.Background()
+	master := testredis.Start(t, testredis.Options{})
+	replica := testredis.Start(t, testredis.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)}})
+	rc := serviceLikeClient(t, replica.Addr)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(rc.Info(ctx, "replication").Val(), "master_link_status:up") {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica never linked to its master")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	onReplica := rc.Subscribe(ctx, push.Channel(8))
+	t.Cleanup(func() { onReplica.Close() })
+	if _, err := onReplica.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	r, _ := subscribedRepoWithGroups(t, serviceLikeClient(t, master.Addr), settings()) // its subscriber is on activity 7
+	c := contribution(1, "replica", time.Now().UnixMilli())
+	c.ActivityId = 8
+	if _, err := r.Report(ctx, []*combo.Contribution{c}); err != nil {
+		t.Fatal(err)
+	}
+	ws, bad, _, err := r.Read(ctx, 0, "c1", ">", 10, 100*time.Millisecond)
+	if err != nil || len(bad) != 0 || len(ws) != 1 {
+		t.Fatalf("read: %v %v %v", ws, bad, err)
+	}
+	untilDue(t, r, ws)
+	fr, err := r.Flush(ctx, ws)
+	if err != nil || fr[0].Status != repo.Published {
+		t.Fatalf("flush: %+v %v", fr, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	msg, err := onReplica.ReceiveMessage(rctx)
+	if err != nil || !strings.Contains(msg.Payload, `"activity_id":8`) {
+		t.Fatalf("the replica's subscriber: %v %v, want the push", msg, err)
+	}
+	if fr[0].Heard != 0 {
+		t.Errorf("a push heard only on the master's replica: Heard = %d; Redis counts only the master's own subscribers", fr[0].Heard)
+	}
 }

@@ -74,3 +74,51 @@ func openedMs(t *testing.T, id string) int64 {
 	}
 	return n
 }
+
+// StreamStats says when the newest window still in the stream opened (its
+// id's ms part), not the oldest's: the ids-ahead gauge compares it with
+// Redis's clock, and after a clock step back only the windows opened
+// since, the newest, are ahead of it. 0 once the stream is empty, even
+// though the stream's last id stays where it was.
+func TestStreamStatsNewestOpened(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r, _ := subscribedRepo(t, rdb)
+		stats := func() repo.StreamStats {
+			t.Helper()
+			st, err := r.StreamStats(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		}
+		if st := stats(); st.NewestOpened != 0 {
+			t.Fatalf("empty stream: NewestOpened %d, want 0", st.NewestOpened)
+		}
+		for i, item := range []string{"a", "b"} {
+			if i > 0 {
+				time.Sleep(5 * time.Millisecond) // the second entry's id in a later ms
+			}
+			if _, err := r.Report(ctx, []*combo.Contribution{contribution(int64(i+1), item, base)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		entries, err := rdb.XRange(ctx, r.Keys().Stream(0), "-", "+").Result()
+		if err != nil || len(entries) != 2 {
+			t.Fatalf("the entries: %v %v", entries, err)
+		}
+		first, last := openedMs(t, entries[0].ID), openedMs(t, entries[1].ID)
+		if first == last {
+			t.Fatalf("both entries opened in ms %d", first)
+		}
+		if st := stats(); st.NewestOpened != last {
+			t.Fatalf("two windows: NewestOpened %d, want the newest's %d (the oldest's is %d)", st.NewestOpened, last, first)
+		}
+		if err := r.Drop(ctx, 0, []string{entries[0].ID, entries[1].ID}); err != nil {
+			t.Fatal(err)
+		}
+		if st := stats(); st.NewestOpened != 0 {
+			t.Fatalf("both gone: NewestOpened %d, want 0", st.NewestOpened)
+		}
+	})
+}

@@ -56,3 +56,25 @@ func TestPushNoSubscriberHeardIsCountedUnheard(t *testing.T) {
 		t.Errorf("combo_windows_unheard_total = %v after a push a subscriber heard, want still 1", n)
 	}
 }
+
+// On a Redis Cluster a node's PUBLISH counts only its own subscribers, so
+// the repo answers Heard -1 (not known) and the worker counts no window
+// unheard, heard or not: counting Heard <= 0 would count every push there
+// and fire ComboPushesUnheard on a cluster whose gateways all listen.
+func TestPushOnAClusterIsNeverCountedUnheard(t *testing.T) {
+	c := newClusterCase(t)
+	m := metrics.New(prometheus.NewRegistry())
+	wk := worker.New(c.r, worker.Config{Consumer: "c1", Shards: clusterShards, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
+	wk.Start()
+	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	for s := range clusterShards {
+		c.report(s)
+	}
+	waitFor(t, "every shard's window published", func() bool {
+		return testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(metrics.FlushedPublished)) >= clusterShards
+	})
+	if n := testutil.ToFloat64(m.WindowsUnheard); n != 0 {
+		t.Errorf("combo_windows_unheard_total = %v after %d pushes on a cluster, want 0 (not known there)", n, clusterShards)
+	}
+}
