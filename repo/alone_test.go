@@ -14,13 +14,14 @@ import (
 	"github.com/combo-service/combo-service/repo"
 )
 
-// spinLua keeps Redis busy for ARGV[1] microseconds: Redis runs one
+// spinLua keeps Redis busy for ARGV[1] loop iterations: Redis runs one
 // script at a time, so every other client waits, as behind a heavy load.
+// It counts iterations, calibrated by busyRedis, and reads no clock: since
+// Redis 7.2 TIME inside a script answers the time the script started (a
+// loop on it never ended), and Redis before 7.4 has no os.clock.
 const spinLua = `
-local t0 = redis.call('TIME')
-repeat
-  local t = redis.call('TIME')
-until (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) >= tonumber(ARGV[1])
+local x = 0
+for i = 1, tonumber(ARGV[1]) do x = x + i end
 return 0`
 
 // busyRedis runs spinLua for spin, again and again from a connection of
@@ -28,6 +29,13 @@ return 0`
 func busyRedis(t *testing.T, addr string, spin time.Duration) (stop func()) {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
+	// Calibrate: how many iterations take spin.
+	iters := int64(1_000_000)
+	start := time.Now()
+	if err := c.Eval(context.Background(), spinLua, nil, iters).Err(); err != nil {
+		t.Fatalf("spin: %v", err)
+	}
+	iters = max(1, int64(float64(iters)*float64(spin)/float64(time.Since(start))))
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -37,7 +45,7 @@ func busyRedis(t *testing.T, addr string, spin time.Duration) (stop func()) {
 				return
 			default:
 			}
-			if err := c.Eval(context.Background(), spinLua, nil, spin.Microseconds()).Err(); err != nil {
+			if err := c.Eval(context.Background(), spinLua, nil, iters).Err(); err != nil {
 				t.Errorf("spin: %v", err)
 				return
 			}

@@ -465,7 +465,8 @@ var unavailableReplies = []string{"LOADING ", "MASTERDOWN ", "CLUSTERDOWN ", "TR
 // scripts declare the probe key, Redis refuses them before they run
 // during a move (TRYAGAIN) and on an unserved slot (CLUSTERDOWN); these
 // stay as a guard. Redis 7.0 calls a key of a moving slot a non local
-// key; 7.2 and later say the slot is rehashing.
+// key, and so does 7.2 (to 7.2.6 at least); 7.4 and later say the slot
+// is rehashing.
 var unavailableInScript = []string{
 	"Script attempted to execute a write command while the cluster is down",
 	"Script attempted to execute a command while the cluster is down",

@@ -199,7 +199,10 @@ func TestWipeUnderABlockedReadIsCountedThoughTheGroupIsBackFirst(t *testing.T) {
 		p.FlushAll(ctx)
 		p.XGroupCreateMkStream(ctx, r.Keys().Stream(0), repo.Group, "0") // another replica's start
 		return nil
-	}); err != nil {
+	}); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+		// BUSYGROUP: the reader made the group again first. Since Redis
+		// 7.2 a read blocked on a deleted key is run again at once (NOGROUP)
+		// rather than answered UNBLOCKED, and it can win the race.
 		t.Fatal(err)
 	}
 	// The reader goes on: once a window opened now is pushed, it has
