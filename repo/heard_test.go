@@ -29,19 +29,7 @@ func TestFlushSaysHowManyClientsHeardThePush(t *testing.T) {
 			id++
 			c := contribution(id, "heard", time.Now().UnixMilli())
 			c.ActivityId = activity
-			if _, err := r.Report(ctx, []*combo.Contribution{c}); err != nil {
-				t.Fatal(err)
-			}
-			ws, bad, _, err := r.Read(ctx, 0, "c1", ">", 10, 100*time.Millisecond)
-			if err != nil || len(bad) != 0 || len(ws) != 1 {
-				t.Fatalf("read: %v %v %v", ws, bad, err)
-			}
-			untilDue(t, r, ws)
-			fr, err := r.Flush(ctx, ws)
-			if err != nil || fr[0].Status != repo.Published {
-				t.Fatalf("flush: %+v %v", fr, err)
-			}
-			return fr[0].Heard
+			return publishOne(t, r, c).Heard
 		}
 		if n := heard(8); n != 0 {
 			t.Errorf("a push on a channel with no subscriber: Heard = %d, want 0", n)
@@ -90,6 +78,23 @@ func TestFlushHeardLeavesOutReplicaSubscribers(t *testing.T) {
 	r, _ := subscribedRepoWithGroups(t, serviceLikeClient(t, master.Addr), settings()) // its subscriber is on activity 7
 	c := contribution(1, "replica", time.Now().UnixMilli())
 	c.ActivityId = 8
+	fr := publishOne(t, r, c)
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	msg, err := onReplica.ReceiveMessage(rctx)
+	if err != nil || !strings.Contains(msg.Payload, `"activity_id":8`) {
+		t.Fatalf("the replica's subscriber: %v %v, want the push", msg, err)
+	}
+	if fr.Heard != 0 {
+		t.Errorf("a push heard only on the master's replica: Heard = %d; Redis counts only the master's own subscribers", fr.Heard)
+	}
+}
+
+// publishOne reports c alone, reads its window as consumer c1 and flushes
+// it once due: it must be published.
+func publishOne(t *testing.T, r *repo.Repo, c *combo.Contribution) repo.FlushResult {
+	t.Helper()
+	ctx := context.Background()
 	if _, err := r.Report(ctx, []*combo.Contribution{c}); err != nil {
 		t.Fatal(err)
 	}
@@ -102,13 +107,5 @@ func TestFlushHeardLeavesOutReplicaSubscribers(t *testing.T) {
 	if err != nil || fr[0].Status != repo.Published {
 		t.Fatalf("flush: %+v %v", fr, err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	msg, err := onReplica.ReceiveMessage(rctx)
-	if err != nil || !strings.Contains(msg.Payload, `"activity_id":8`) {
-		t.Fatalf("the replica's subscriber: %v %v, want the push", msg, err)
-	}
-	if fr[0].Heard != 0 {
-		t.Errorf("a push heard only on the master's replica: Heard = %d; Redis counts only the master's own subscribers", fr[0].Heard)
-	}
+	return fr[0]
 }

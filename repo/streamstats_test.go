@@ -21,14 +21,7 @@ func TestStreamStatsOldestDue(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		r, _ := subscribedRepo(t, rdb)
-		stats := func() repo.StreamStats {
-			t.Helper()
-			st, err := r.StreamStats(ctx, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return st
-		}
+		stats := func() repo.StreamStats { return shardStats(t, r) }
 		if st := stats(); st != (repo.StreamStats{}) {
 			t.Fatalf("empty stream: %+v, want all 0", st)
 		}
@@ -84,14 +77,7 @@ func TestStreamStatsNewestOpened(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		r, _ := subscribedRepo(t, rdb)
-		stats := func() repo.StreamStats {
-			t.Helper()
-			st, err := r.StreamStats(ctx, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return st
-		}
+		stats := func() repo.StreamStats { return shardStats(t, r) }
 		if st := stats(); st.NewestOpened != 0 {
 			t.Fatalf("empty stream: NewestOpened %d, want 0", st.NewestOpened)
 		}
@@ -121,4 +107,14 @@ func TestStreamStatsNewestOpened(t *testing.T) {
 			t.Fatalf("both gone: NewestOpened %d, want 0", st.NewestOpened)
 		}
 	})
+}
+
+// shardStats is r.StreamStats of shard 0, which must succeed.
+func shardStats(t *testing.T, r *repo.Repo) repo.StreamStats {
+	t.Helper()
+	st, err := r.StreamStats(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
