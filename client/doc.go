@@ -13,7 +13,11 @@
 // as soon as BatchSize sendable contributions (see below) are queued or the
 // oldest of them has waited Linger, at most Concurrency batches at a time. A failed batch is retried
 // up to MaxRetries times with jittered exponential backoff, by default for
-// about 11-32 s, so a replica restart or a Redis failover loses nothing.
+// about 11-32 s (11-21 s when each attempt fails at once, UNAVAILABLE or
+// refused, up to 32 s when each times out), so a replica restart or a
+// Redis failover within that loses nothing. A Sentinel failover takes
+// down-after-milliseconds (30 s by default) and a second or two more:
+// lower it (README's test uses 500 ms), or raise MaxRetries.
 // combo-service deduplicates by contribution id within its window.dedupe,
 // so a retry does not count twice; the one exception is a report the
 // service had to publish on its own while Redis refused writes (degraded,
@@ -36,7 +40,9 @@
 // attempt abandoned at RPCTimeout may still be counted by the service
 // after the key's next reports went out (the Reporter cannot know when a
 // request it gave up on lands), and a contribution re-reported from OnDrop
-// goes after the reports of its key taken since.
+// goes after the reports of its key taken since. The order is one
+// Reporter's: reports of one key from several processes reach the service
+// as they arrive.
 //
 // Every contribution ends one of these ways, and each is visible:
 //
@@ -58,13 +64,16 @@
 // (MergeLatest over the DB rows) shows every row whatever the live feed
 // missed. A contribution Report refused was never sent, so reporting it
 // again cannot count it twice. One handed to OnDrop may already have been
-// counted, unless it was refused with INVALID_ARGUMENT: its last attempt may
-// have timed out after the service committed it, or it was in flight when
-// Close's ctx expired. Re-reporting it within the service's window.dedupe
-// (60 s by default) is safe, as the service recognises its id; later, it
-// may count twice in the live feed. Either way it reaches the service after
-// the later reports of its key, so its window may differ from the poll
-// path's.
+// counted, unless it was refused with INVALID_ARGUMENT: any of its attempts
+// may have been run by Redis after the service stopped waiting for it (an
+// attempt answered UNAVAILABLE too: a Redis that stalled ran it on
+// resuming), or it was in flight when Close's ctx expired. The service
+// recognises its id for window.dedupe (60 s by default) from when it
+// counted it, which can be as early as the batch's first attempt, 11-32 s
+// before the drop: re-reporting it from OnDrop at once is safe; a
+// re-report job that runs later may count it twice in the live feed.
+// Either way it reaches the service after the later reports of its key,
+// so its window may differ from the poll path's.
 //
 // # Replicas behind one name
 //
@@ -122,10 +131,13 @@
 //	}
 //
 //	// On shutdown. Close sends what is queued and waits for batches being
-//	// retried: during an outage, each wave of Concurrency batches may
-//	// retry for about 32 s (the defaults), so Close can take far longer
-//	// than that with much queued. Give it what shutdown can afford; what is
-//	// still held when ctx ends is dropped (OnDrop).
+//	// retried: with the service up it takes milliseconds (5,000 queued:
+//	// 70 ms); just after an outage, a batch may still wait out a backoff
+//	// (up to MaxBackoff, 5 s) and its attempt (RPCTimeout, 1 s); during
+//	// one, each wave of Concurrency batches may retry for about 32 s (the
+//	// defaults), so Close can take far longer than that with much queued.
+//	// Give it what shutdown can afford, and the container a grace period
+//	// above that; what is still held when ctx ends is dropped (OnDrop).
 //	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 //	defer cancel()
 //	before := reporter.Stats().Dropped

@@ -86,13 +86,16 @@ type ReporterOptions struct {
 	//
 	// A contribution refused with INVALID_ARGUMENT (IsComboError(err) with
 	// CodeInvalidArgument) was not counted by the service. Any other may have
-	// been: its last attempt may have timed out after the service committed
-	// it, or it was in flight when Close's ctx expired. Re-reporting it is
-	// safe within the service's window.dedupe (60 s by default), which
-	// recognises its id; later, it may be counted twice. The DB poll path
+	// been: any of its attempts may have been run by Redis after the service
+	// stopped waiting for it (one answered UNAVAILABLE too), or it was in
+	// flight when Close's ctx expired. The service recognises its id for
+	// window.dedupe (60 s by default) from when it counted it, as early as
+	// the batch's first attempt, 11-32 s before the drop: re-reporting it
+	// here at once is safe; later, it may be counted twice. The DB poll path
 	// (MergeLatest over the DB rows) shows every row either way, so a late
 	// re-report mainly matters for the live feed: re-report promptly or not
-	// at all.
+	// at all. A re-report with Report can be refused like any other
+	// (ErrQueueFull, ErrClosed), and goes behind the reports queued since.
 	//
 	// OnDrop may be called from several goroutines at once and should not
 	// block for long: a drop from a send holds that batch's slot while it
