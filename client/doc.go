@@ -70,8 +70,12 @@
 // resuming), or it was in flight when Close's ctx expired. The service
 // recognises its id for window.dedupe (60 s by default) from when it
 // counted it, which can be as early as the batch's first attempt, 11-32 s
-// before the drop: re-reporting it from OnDrop at once is safe; a
-// re-report job that runs later may count it twice in the live feed.
+// before the drop: a re-report sent from OnDrop at once is recognised if
+// it reaches the service within the rest of that (about 28 s at worst
+// with the defaults; a re-report that itself retries through the outage
+// may not); a re-report job that runs later may count it twice in the
+// live feed. Re-report a drop once, not every drop of a re-report: that
+// loops for as long as the outage lasts.
 // Either way it reaches the service after the later reports of its key,
 // so its window may differ from the poll path's.
 //

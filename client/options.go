@@ -90,8 +90,12 @@ type ReporterOptions struct {
 	// stopped waiting for it (one answered UNAVAILABLE too), or it was in
 	// flight when Close's ctx expired. The service recognises its id for
 	// window.dedupe (60 s by default) from when it counted it, as early as
-	// the batch's first attempt, 11-32 s before the drop: re-reporting it
-	// here at once is safe; later, it may be counted twice. The DB poll path
+	// the batch's first attempt, 11-32 s before the drop: a re-report sent
+	// from here at once is recognised if it reaches the service within the
+	// rest of that (about 28 s at worst with the defaults; one that itself
+	// retries through the outage may not); later, it may be counted twice.
+	// Re-report a drop once, not every drop of a re-report, which loops for
+	// as long as the outage lasts. The DB poll path
 	// (MergeLatest over the DB rows) shows every row either way, so a late
 	// re-report mainly matters for the live feed: re-report promptly or not
 	// at all. A re-report with Report can be refused like any other
