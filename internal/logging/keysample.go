@@ -23,6 +23,9 @@ type keySample struct {
 	since      time.Time // the first of them
 }
 
+// maxSampledKeys bounds the keys a keySampler holds (see pass).
+const maxSampledKeys = 1024
+
 func newKeySampler() *keySampler {
 	return &keySampler{seen: map[string]keySample{}, now: time.Now}
 }
@@ -33,7 +36,7 @@ func (s *keySampler) pass(key string) (ok bool, suppressed int, since time.Time)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now, st := s.now(), s.seen[key]
-	if st.at.IsZero() && len(s.seen) >= 1024 {
+	if st.at.IsZero() && len(s.seen) >= maxSampledKeys {
 		// The keys (Kitex's formats, netpoll's lines, the service's
 		// messages) are far fewer; a bound all the same, over which the
 		// keys idle for a second with no count to report are forgotten
@@ -44,7 +47,7 @@ func (s *keySampler) pass(key string) (ok bool, suppressed int, since time.Time)
 				delete(s.seen, k)
 			}
 		}
-		if len(s.seen) >= 1024 {
+		if len(s.seen) >= maxSampledKeys {
 			return true, 0, time.Time{}
 		}
 	}

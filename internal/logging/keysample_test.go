@@ -40,11 +40,7 @@ func TestKlogSamplesConcurrentLines(t *testing.T) {
 // new key's lines are written unsampled, each of them, and none is kept.
 func TestKeySamplerBoundHoldsWhenEveryKeyIsBusy(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	s := newKeySampler()
-	s.now = func() time.Time { return now }
-	for i := range 1024 {
-		s.pass(strconv.Itoa(i))
-	}
+	s := fullSampler(&now)
 	for i := range 500 {
 		for range 2 {
 			if ok, _, _ := s.pass("new " + strconv.Itoa(i)); !ok {
@@ -52,8 +48,8 @@ func TestKeySamplerBoundHoldsWhenEveryKeyIsBusy(t *testing.T) {
 			}
 		}
 	}
-	if len(s.seen) > 1024 {
-		t.Fatalf("%d keys held past the bound of 1024", len(s.seen))
+	if len(s.seen) > maxSampledKeys {
+		t.Fatalf("%d keys held past the bound of %d", len(s.seen), maxSampledKeys)
 	}
 }
 
@@ -87,4 +83,15 @@ func TestKlogHoldsBackForASecondAndCountsAtTheLinesLevel(t *testing.T) {
 	if last.Level != zapcore.ErrorLevel || last.ContextMap()["suppressed_since_last"] != int64(1) {
 		t.Fatalf("the counting line: %s, %v; want error, counting 1", last.Level, last.ContextMap())
 	}
+}
+
+// fullSampler is a keySampler that reads its time from *now and holds
+// maxSampledKeys keys, each written once at *now.
+func fullSampler(now *time.Time) *keySampler {
+	s := newKeySampler()
+	s.now = func() time.Time { return *now }
+	for i := range maxSampledKeys {
+		s.pass(strconv.Itoa(i))
+	}
+	return s
 }

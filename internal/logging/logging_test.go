@@ -1,7 +1,6 @@
 package logging
 
 import (
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -132,11 +131,7 @@ func TestSampledLeavesLinesOutWithoutAllocating(t *testing.T) {
 // forgotten, so a new key is still sampled.
 func TestKeySamplerForgetsIdleKeys(t *testing.T) {
 	now := time.Now()
-	s := newKeySampler()
-	s.now = func() time.Time { return now }
-	for i := range 1024 {
-		s.pass(strconv.Itoa(i))
-	}
+	s := fullSampler(&now)
 	now = now.Add(2 * time.Second)
 	if ok, _, _ := s.pass("new"); !ok {
 		t.Fatal("a new key's first line left out")

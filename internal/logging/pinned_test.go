@@ -103,11 +103,7 @@ func TestKeySamplerBoundKeepsCountsOfIdleKeys(t *testing.T) {
 // their next line within the second is still left out.
 func TestKeySamplerBoundForgetsOnlyIdleKeys(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	s := newKeySampler()
-	s.now = func() time.Time { return now }
-	for i := range 1024 {
-		s.pass(strconv.Itoa(i))
-	}
+	s := fullSampler(&now)
 	if ok, _, _ := s.pass("new"); !ok {
 		t.Fatal("a new key's line left out at the bound")
 	}
