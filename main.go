@@ -129,6 +129,9 @@ type started struct {
 }
 
 // run wires the service, serves until ctx ends, then shuts down in order:
+//  0. /readyz fails at once; with server.shutdown_delay, RPCs are still
+//     taken that long (afterDelay), while the orchestrator removes the
+//     replica from its endpoints;
 //  1. stop taking RPCs: the Kitex server stops taking connections, marks
 //     its answers so TTHeader clients drop theirs, and closes open ones as
 //     they fall idle (up to 2 s); then reports on any still open are
@@ -246,11 +249,13 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	w := worker.New(workerStore, workerConfig(cfg), logging.Sampled(log.Named("worker"), m.LogSuppressed), m)
 	w.Start()
 
+	rpcCtx, cancelRPC := afterDelay(ctx, cfg.Server.ShutdownDelay, log)
+	defer cancelRPC()
 	h := handler.New(store, cfg.Window.Size, m, logging.Sampled(log.Named("handler"), m.LogSuppressed))
 	svr := comboservice.NewServer(h,
 		append(rpcserver.Options(reg, cfg.Server.MaxConnections, m.LoopPanics.WithLabelValues(metrics.LoopUnreadWatch)),
 			server.WithListener(rpcLn),
-			rpcserver.StopOn(ctx),
+			rpcserver.StopOn(rpcCtx),
 			server.WithExitWaitTime(2*time.Second),
 		)...,
 	)
@@ -269,8 +274,9 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		ready <- started{RPCAddr: ln.Addr().String(), RedisAddr: redisAddr, MetricsAddr: metricsAddr}
 	}
 
-	// Run blocks until ctx ends, then stops taking connections and waits
-	// (server.WithExitWaitTime) for open ones to fall idle, closing them.
+	// Run blocks until rpcCtx ends (server.shutdown_delay after ctx), then
+	// stops taking connections and waits (server.WithExitWaitTime) for
+	// open ones to fall idle, closing them.
 	// client.NewClient drops a connection on the answer that carries
 	// Kitex's reset mark; a client without TTHeader can keep one busy, never
 	// idle at Kitex's checks: Run then
@@ -638,7 +644,7 @@ func serveMetrics(ln net.Listener, cfg conf.Metrics, reg *prometheus.Registry, s
 		// ready then sends reports that cannot land here.
 		select {
 		case <-stopping:
-			http.Error(rw, "stopping: shutting down, taking no new reports", http.StatusServiceUnavailable)
+			http.Error(rw, "stopping: shutting down; send reports to another replica", http.StatusServiceUnavailable)
 			return
 		default:
 		}

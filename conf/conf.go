@@ -42,6 +42,13 @@ type Server struct {
 	// ShutdownTimeout bounds the drain on SIGTERM; windows still held after
 	// it stay pending in Redis and are reclaimed by another replica.
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
+	// ShutdownDelay is how long, from SIGTERM, the service goes on taking
+	// RPCs with /readyz already failing, before it stops taking them. An
+	// orchestrator removes a stopping replica from its endpoints a second
+	// or more after it signals it (Kubernetes: kube-proxy, DNS, callers'
+	// own discovery); a port closed at the signal refuses the callers still
+	// routed to it meanwhile. The image has no sleep for a preStop hook.
+	ShutdownDelay time.Duration `mapstructure:"shutdown_delay"`
 	// MaxConnections bounds the RPC connections held at once: more are
 	// closed as they are accepted, so idle ones cannot use up the file
 	// descriptors that Redis and the metrics listener need too.
@@ -147,6 +154,10 @@ type Log struct {
 	Format string `mapstructure:"format"`
 }
 
+// MaxShutdownDelay bounds server.shutdown_delay: endpoints are removed
+// within seconds, and a longer delay only holds up every rollout.
+const MaxShutdownDelay = time.Minute
+
 // Default returns the configuration used when nothing is set.
 func Default() Config {
 	host, err := os.Hostname()
@@ -231,6 +242,9 @@ func (c Config) Validate() error {
 	}
 	if c.Server.ShutdownTimeout <= 0 {
 		bad("server.shutdown_timeout", "must be > 0, got %s", c.Server.ShutdownTimeout)
+	}
+	if c.Server.ShutdownDelay < 0 || c.Server.ShutdownDelay > MaxShutdownDelay {
+		bad("server.shutdown_delay", "must be 0..%s, got %s", MaxShutdownDelay, c.Server.ShutdownDelay)
 	}
 	if c.Server.MaxConnections < 1 || c.Server.MaxConnections > math.MaxInt32 {
 		bad("server.max_connections", "must be 1..%d, got %d", math.MaxInt32, c.Server.MaxConnections)

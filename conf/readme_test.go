@@ -23,6 +23,7 @@ func TestDefaultsMatchREADMETable(t *testing.T) {
 	}
 	got := map[string]string{
 		"server.addr": c.Server.Addr, "server.shutdown_timeout": c.Server.ShutdownTimeout.String(),
+		"server.shutdown_delay":  c.Server.ShutdownDelay.String(),
 		"server.max_connections": fmt.Sprint(c.Server.MaxConnections), "metrics.addr": c.Metrics.Addr,
 		"metrics.pprof": fmt.Sprint(c.Metrics.Pprof), "redis.embedded_addr": c.Redis.EmbeddedAddr,
 		"redis.db": fmt.Sprint(c.Redis.DB), "redis.timeout": c.Redis.Timeout.String(),
@@ -68,6 +69,8 @@ func TestValidateEnforcesREADMEBounds(t *testing.T) {
 		mutate    func(c *Config)
 	}{
 		{"shutdown_timeout 0", "server.shutdown_timeout", func(c *Config) { c.Server.ShutdownTimeout = 0 }},
+		{"shutdown_delay -1ms", "server.shutdown_delay", func(c *Config) { c.Server.ShutdownDelay = -time.Millisecond }},
+		{"shutdown_delay 1m1s", "server.shutdown_delay", func(c *Config) { c.Server.ShutdownDelay = MaxShutdownDelay + time.Second }},
 		{"db -1", "redis.db", func(c *Config) { c.Redis.DB = -1 }},
 		{"db 1 on a cluster of one seed", "redis.db", func(c *Config) { c.Redis.Addrs, c.Redis.DB = []string{"10.0.0.1:7000"}, 1 }},
 		{"shards 1025", "redis.shards", func(c *Config) { c.Redis.Shards = 1025 }},
