@@ -471,8 +471,8 @@ func (c Config) Warnings() []string {
 	// or not, while Redis answers.
 	// On one Redis every shard is on the node; a Cluster's masters share
 	// them, in a way known only once its slot map is read.
-	// The default (0) is checked too: 10 per CPU is 10 in a container
-	// limited to one CPU, below what 9 shards need.
+	// The default (0) is checked too: 10 per CPU is 10 with GOMAXPROCS 1,
+	// below what 9 shards need (a CPU limit gives GOMAXPROCS 2 at least).
 	if pool, need := EffectivePoolSize(c.Redis.PoolSize), c.Redis.Shards+2; len(c.Redis.Addrs) == 0 && pool < need {
 		set := fmt.Sprint(pool)
 		if c.Redis.PoolSize == 0 {
