@@ -17,6 +17,12 @@
 # service's also stamps the revision).
 
 FROM golang:1.26 AS build
+# The golang images set GOTOOLCHAIN=local, which ignores go.mod's toolchain
+# line: a cached golang:1.26 older than it would build without the
+# standard library's fixes that line asks for (README: Known
+# vulnerabilities). auto uses the image's Go when it is that new or newer,
+# and fetches that toolchain otherwise.
+ENV GOTOOLCHAIN=auto
 WORKDIR /src
 # Modules first: this layer is rebuilt only when go.mod or go.sum change.
 COPY go.mod go.sum ./
