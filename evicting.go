@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"go.uber.org/zap"
 
 	"github.com/combo-service/combo-service/conf"
@@ -106,7 +107,9 @@ func nodeOptions(r conf.Redis, tlsConfig *tls.Config, addr, username, password s
 	return &redis.Options{
 		Addr: addr, Username: username, Password: password, TLSConfig: tlsConfig,
 		DialTimeout: r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout, MaxRetries: -1, DialerRetries: 1,
-		DisableIdentity: true, // as openRedis's clients: no CLIENT SETINFO
+		// as openRedis's clients: no CLIENT SETINFO, no CLIENT MAINT_NOTIFICATIONS
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
 }
 

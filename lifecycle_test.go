@@ -921,3 +921,33 @@ func TestADrainCutShortIsAnError(t *testing.T) {
 		t.Fatalf("run returned %v, want an error naming the drain of the report in flight", err)
 	}
 }
+
+// The service's clients send nothing on connecting that the Redis refuses:
+// go-redis's CLIENT MAINT_NOTIFICATIONS handshake (its maintenance
+// notifications, on by default in auto mode) is off, as CLIENT SETINFO is.
+// The service does not use them, README's ACL user is not granted the
+// command, and Redis 7 refuses it as an unknown subcommand, each refusal an
+// error in INFO errorstats and, where the command exists, a denial in the
+// ACL LOG.
+func TestClientsSendNoMaintNotificationsHandshake(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	cfg := conf.Default()
+	cfg.Redis.Addr = srv.Addr
+	_, newClient, closeAll, err := openRedis(cfg, testLogger(t), prometheus.NewRegistry(), metrics.New(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
+	ctx := context.Background()
+	admin := srv.Client() // go-redis's defaults: its handshakes are refused, before its first answer
+	errorstats := func() string { return admin.Info(ctx, "errorstats").Val() }
+	before := errorstats()
+	for _, c := range []redis.UniversalClient{newClient(0), newClient(4), redis.NewClient(nodeOptions(cfg.Redis, nil, srv.Addr, "", ""))} {
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := errorstats(); after != before {
+		t.Fatalf("the service's clients sent commands Redis refused on connecting:\n%s\nwhere before they connected:\n%s", after, before)
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"go.uber.org/zap"
 
 	"github.com/combo-service/combo-service/conf"
@@ -393,6 +394,12 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, m *m
 		// new connection's SETINFO, whose refusal go-redis ignores, would
 		// fill the ACL LOG with denials that bury real ones.
 		DisableIdentity: true,
+		// No CLIENT MAINT_NOTIFICATIONS on connect either: go-redis sends
+		// it by default (auto mode) for its maintenance notifications,
+		// which the service does not use; Redis 7 refuses it as an unknown
+		// subcommand, and a Redis that has it would refuse README's ACL
+		// user, in the ACL LOG.
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 		// Off by default: renewed, each connection is a dial again, through
 		// DNS for a name and through a Sentinel for a master name, so an
 		// outage of either would fail every report within the lifetime.
