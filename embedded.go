@@ -82,7 +82,11 @@ type writeBoundedConn struct {
 
 func (c writeBoundedConn) Write(b []byte) (int, error) {
 	// miniredis writes a large reply whole: in chunks, each with its own
-	// deadline, a client that reads on, however slowly, is not cut.
+	// deadline, a client that reads on is not cut for the reply's size.
+	// One reading slower than the pushes come still falls behind, and once
+	// the sockets' buffers hold megabytes, Linux wakes a blocked write
+	// only after about half of them are taken, which may take past the
+	// deadline while the client reads: it is cut then (README says so).
 	written := 0
 	for len(b) > 0 {
 		chunk := b[:min(len(b), writeChunk)]
