@@ -8,7 +8,8 @@
 # new container id each run, and a restarted replica would then leave its
 # pending windows for another to claim, late; and time to drain: docker
 # stop kills after 10 s, where the drain may take server.shutdown_timeout,
-# 15 s, plus the RPC server's 2 s, as compose's stop_grace_period allows)
+# 15 s, plus the RPC server's 2 s, as compose's stop_grace_period allows,
+# plus server.shutdown_delay when it is set)
 #   docker run --rm --entrypoint /usr/local/bin/combo-demo combo-service -addr host:8888 -redis host:6379
 #
 # The go build lines are build.sh's, word for word (deploy/container_test.go

@@ -4,11 +4,14 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
+	comboclient "github.com/combo-service/combo-service/client"
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
@@ -74,6 +77,50 @@ func TestShutdownDelayServesWhileUnready(t *testing.T) {
 	}
 	s.pushes.until(wait, pushed, forActivity(a)) // the reports taken during the delay, each once
 	s.pushes.quiet(testWindow+testGrace, len(s.pushes.matching(forActivity(a))), forActivity(a))
+}
+
+// A client.NewClient holding pooled TTHeader connections to a stopping
+// replica goes on using them through server.shutdown_delay: Kitex marks
+// answers for reset only from its Shutdown on, after the delay.
+// (TestShutdownDelayServesWhileUnready dials a new client per call.)
+func TestShutdownDelayKeepsPooledConnections(t *testing.T) {
+	const delay = 1500 * time.Millisecond
+	s := startService(t, options{mutate: func(c *conf.Config) { c.Server.ShutdownDelay = delay }})
+	cli, err := comboclient.NewClient([]string{s.addrs.RPCAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	act := newActivity()
+	call := func() error {
+		_, err := cli.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: gift(act, 1, "firework", 1)})
+		return err
+	}
+	for i := 0; i < 20; i++ { // warm the pool
+		if err := call(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.cancel()
+	signalled := time.Now()
+	var wg sync.WaitGroup
+	var ok, failed atomic.Int32
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(signalled) < delay-300*time.Millisecond {
+				if err := call(); err != nil {
+					failed.Add(1)
+					t.Errorf("pooled call %v after the signal, inside the delay: %v", time.Since(signalled).Round(time.Millisecond), err)
+				} else {
+					ok.Add(1)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("inside the delay: %d ok, %d failed", ok.Load(), failed.Load())
 }
 
 // afterDelay's context ends the delay after its parent, and its cancel
