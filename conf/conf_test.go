@@ -621,6 +621,13 @@ func TestLoadDoesNotRepeatAMapWrittenForAPassword(t *testing.T) {
 		// A leading '*' is YAML for an alias, which the YAML reader names
 		// in its error ("unknown anchor 's3cret' referenced").
 		"redis:\n  addr: \"h:6379\"\n  password: *s3cret\n": "unknown anchor",
+		// Written one level too high, outside redis: (its indent
+		// forgotten): no section, so a key no section has; its map's keys
+		// were named as unknown keys below it, the secret with them.
+		"password: {s3cret}\n":                               "password",
+		"sentinel_password: {s3cret}\n":                      "sentinel_password",
+		"redis:\npassword: {s3cret}\n":                       "password",
+		"redis:\n  addr: \"h:6379\"\npassword:\n  s3cret:\n": "password",
 	} {
 		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)

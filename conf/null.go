@@ -46,9 +46,18 @@ func refuseNulls(raw []byte, known map[string]bool) error {
 				// Only into sections: every key sits at section.key. A map
 				// below that is a value of the wrong shape, which the
 				// decoder refuses without repeating it; its keys may be a
-				// secret, as in "password: {s3cret}" (YAML for a map).
-				if prefix == "" {
+				// secret, as in "password: {s3cret}" (YAML for a map). At
+				// the top, only the service's own sections: a key written
+				// one level too high ("password: {s3cret}" outside redis:)
+				// is no section, and is named alone: its map's keys were
+				// named as unknown keys below it, the password with them,
+				// and unnamed, viper drops its null keys unseen.
+				switch {
+				case prefix != "":
+				case isSection(known, key):
 					walk(key+".", v)
+				default:
+					unknown = append(unknown, key)
 				}
 			}
 		}
@@ -64,6 +73,18 @@ func refuseNulls(raw []byte, known map[string]bool) error {
 		errs = append(errs, fmt.Errorf("%s: no such key (README's configuration table lists them)", key))
 	}
 	return errors.Join(errs...)
+}
+
+// isSection reports whether name (any case) is a section of the known
+// keys ("section.key").
+func isSection(known map[string]bool, name string) bool {
+	prefix := strings.ToLower(name) + "."
+	for key := range known {
+		if strings.HasPrefix(key, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // envSet reports whether key's COMBO_* variable is set, empty included
