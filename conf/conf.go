@@ -777,8 +777,11 @@ func read(path string) (Config, error) {
 // alias's name ("unknown anchor 'x' referenced"), values ("cannot
 // unmarshal !!str `x` into ...") and keys, which in a flow map written
 // for a password are the password ("mapping key \"x\" already defined",
-// "invalid map key: []interface {}{\"x\"}").
-var yamlQuoted = regexp.MustCompile("'[^'\n]*'|`[^`\n]*`|\"(?:[^\"\\\\\n]|\\\\.)*\"")
+// "invalid map key: []interface {}{\"x\"}"). A `quoted` value runs to the
+// line's last backtick: the reader does not escape one inside it (a
+// password file given as COMBO_CONFIG, "ab`s3cret", left "s3cret" out of
+// the elision).
+var yamlQuoted = regexp.MustCompile("'[^'\n]*'|`[^\n]*`|\"(?:[^\"\\\\\n]|\\\\.)*\"")
 
 // withoutYAMLValues is err's message with what it quotes of the file
 // elided: the value may be a password (password: *s3cret, unquoted, is an

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -27,7 +29,7 @@ func refuseNulls(raw []byte, known map[string]bool) error {
 		// are elided all the same, as Read elides viper's.
 		return errors.New(withoutYAMLValues(err))
 	}
-	var keys, unknown []string
+	var keys, unknown, unnamed []string
 	var walk func(prefix string, m map[string]any)
 	walk = func(prefix string, m map[string]any) {
 		for k, v := range m {
@@ -37,6 +39,12 @@ func refuseNulls(raw []byte, known map[string]bool) error {
 				// A section left empty ("worker:") sets nothing.
 				switch {
 				case prefix == "":
+				case !known[strings.ToLower(key)] && !plainKey.MatchString(k):
+					// Not a key's name but a value run into one: in a
+					// flow section, "password:s3cret" (no space after
+					// the colon) or "password=s3cret" is one key with no
+					// value. Named, the secret would be printed.
+					unnamed = append(unnamed, strings.TrimSuffix(prefix, "."))
 				case !known[strings.ToLower(key)]:
 					unknown = append(unknown, key)
 				case !envSet(key):
@@ -72,6 +80,10 @@ func refuseNulls(raw []byte, known map[string]bool) error {
 	for _, key := range unknown {
 		errs = append(errs, fmt.Errorf("%s: no such key (README's configuration table lists them)", key))
 	}
+	sort.Strings(unnamed)
+	for _, section := range slices.Compact(unnamed) {
+		errs = append(errs, fmt.Errorf("%s: holds a key with no value that is no key's name (a value written without a space after its colon, as key:value, or with =?); not repeated, as it may be a secret", section))
+	}
 	return errors.Join(errs...)
 }
 
@@ -86,6 +98,10 @@ func isSection(known map[string]bool, name string) bool {
 	}
 	return false
 }
+
+// plainKey is what a key's name may be: a misspelled one ("adress") is
+// named as unknown, anything else is not repeated.
+var plainKey = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
 
 // envSet reports whether key's COMBO_* variable is set, empty included
 // (Load's AllowEmptyEnv: "" is a value), as Load's viper names it.

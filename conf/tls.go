@@ -45,6 +45,16 @@ func (r Redis) tlsConfig(read func(path string) ([]byte, error)) (cfg *tls.Confi
 	}
 	// tls.Dial fills in ServerName from each address when it is empty, so
 	// each node of a cluster is checked against its own host.
+	// A file's contents given for its path (a secret's value put in
+	// COMBO_REDIS_TLS_KEY_FILE) would be printed whole in the error of its
+	// reading: the private key.
+	for _, f := range []struct{ key, path string }{
+		{"redis.tls_ca_file", r.TLSCAFile}, {"redis.tls_cert_file", r.TLSCertFile}, {"redis.tls_key_file", r.TLSKeyFile},
+	} {
+		if strings.Contains(f.path, "\n") || strings.Contains(f.path, "-----BEGIN") {
+			return nil, f.key, errors.New("holds a PEM file's contents, not its path: give the file's path (not repeated here, as it may hold a private key)")
+		}
+	}
 	cfg = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: r.TLSServerName}
 	if r.TLSCAFile != "" {
 		pem, err := read(r.TLSCAFile)

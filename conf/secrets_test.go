@@ -1,0 +1,69 @@
+package conf
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/combo-service/combo-service/internal/testredis"
+)
+
+// A password written in a flow section without the space after its colon
+// (password:s3cret, or password=s3cret) is YAML for one key,
+// "password:s3cret", with a null value: refuseNulls named it as an unknown
+// key, the secret in the name, in an error that -check-config and a start
+// print. The same as 7b7dcfb's top-level map, one level down. Now the
+// section is named, and the key not repeated.
+func TestLoadDoesNotRepeatAPasswordWrittenWithoutItsSpace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	for _, yaml := range []string{
+		"redis: {addr: \"h:6379\", password:s3cret}\n",
+		"redis: {addr: \"h:6379\", password:'s3cret'}\n",
+		"redis: {addr: \"h:6379\", password=s3cret}\n",
+		"redis: {sentinel_addrs: [\"h:26379\"], sentinel_master: m, sentinel_password:s3cret}\n",
+		"{redis: {addr: \"h:6379\", password:s3cret}}\n",
+		"redis:\n  addr: \"h:6379\"\n  <<: {password:s3cret}\n",
+	} {
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path)
+		if err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Load(%q): %v; want a refusal without the password", yaml, err)
+		}
+	}
+}
+
+// redis.tls_key_file given the key itself, not its path (a secret's
+// value put in COMBO_REDIS_TLS_KEY_FILE): the refusal must not print the
+// private key, as os.ReadFile's "open <name>: ..." did.
+func TestTLSKeyGivenForItsPathIsNotRepeated(t *testing.T) {
+	pki := testredis.NewTLSFiles(t, t.TempDir())
+	key, err := os.ReadFile(pki.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Default()
+	c.Redis.Addr, c.Redis.TLS = "10.0.0.1:6380", true
+	c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile = pki.CA, pki.ClientCert, string(key)
+	err = c.Validate()
+	body := strings.Split(strings.TrimSpace(string(key)), "\n")[1]
+	if err == nil || !strings.Contains(err.Error(), "redis.tls_key_file") || strings.Contains(err.Error(), body) {
+		t.Fatalf("Validate() = %.300v; want redis.tls_key_file named without the key's PEM", err)
+	}
+}
+
+// COMBO_CONFIG pointed at the password's own file: YAML reads a string
+// where a map goes and quotes its first characters; withoutYAMLValues
+// elided a `quoted` value only up to a backtick inside it.
+func TestLoadOfAPasswordFileDoesNotRepeatIt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "redis-password")
+	if err := os.WriteFile(path, []byte("ab`s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("Load: %v; want a refusal without the password", err)
+	}
+}
