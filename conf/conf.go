@@ -754,7 +754,7 @@ func read(path string) (Config, error) {
 	// error, not a silent default; a misspelled redis.addr would otherwise
 	// start the service on its embedded, volatile Redis.
 	if err := v.UnmarshalExact(&c, viper.DecodeHook(hook)); err != nil {
-		return Config{}, fmt.Errorf("conf.Load: %w", err)
+		return Config{}, fmt.Errorf("conf.Load: %s", withoutUnnamedKeys(err))
 	}
 	// A seed list written "a:6379, b:6379" is read as meant; a space
 	// inside an address is still refused (checkHostPort).

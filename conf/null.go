@@ -64,8 +64,10 @@ func refuseNulls(raw []byte, known map[string]bool) error {
 				case prefix != "":
 				case isSection(known, key):
 					walk(key+".", v)
-				default:
+				case plainKey.MatchString(k):
 					unknown = append(unknown, key)
+				default:
+					unnamed = append(unnamed, "the file's top level")
 				}
 			}
 		}
@@ -82,7 +84,7 @@ func refuseNulls(raw []byte, known map[string]bool) error {
 	}
 	sort.Strings(unnamed)
 	for _, section := range slices.Compact(unnamed) {
-		errs = append(errs, fmt.Errorf("%s: holds a key with no value that is no key's name (a value written without a space after its colon, as key:value, or with =?); not repeated, as it may be a secret", section))
+		errs = append(errs, fmt.Errorf("%s: holds a key that is no key's name (a value written without a space after its colon, as key:value, or with =?); not repeated, as it may be a secret", section))
 	}
 	return errors.Join(errs...)
 }
@@ -99,9 +101,28 @@ func isSection(known map[string]bool, name string) bool {
 	return false
 }
 
-// plainKey is what a key's name may be: a misspelled one ("adress") is
-// named as unknown, anything else is not repeated.
-var plainKey = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
+// plainKey is what a key's name may be: a misspelled one ("adress",
+// "tls-ca-file") is named as unknown, anything else is not repeated.
+var plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// withoutUnnamedKeys is the decoder's error err with the keys it names as
+// invalid ("'redis' has invalid keys: adress, password:s3cret") that are
+// no key's name elided, as refuseNulls does not repeat them: a key with
+// a value after it ("password:s3cret: x") reaches the decoder.
+func withoutUnnamedKeys(err error) string {
+	return invalidKeys.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		head, list, _ := strings.Cut(m, ": ")
+		keys := strings.Split(list, ", ")
+		for i, k := range keys {
+			if !plainKey.MatchString(k) {
+				keys[i] = "'…' (no key's name: a value run into its key?)"
+			}
+		}
+		return head + ": " + strings.Join(keys, ", ")
+	})
+}
+
+var invalidKeys = regexp.MustCompile(`has invalid keys: [^\n]*`)
 
 // envSet reports whether key's COMBO_* variable is set, empty included
 // (Load's AllowEmptyEnv: "" is a value), as Load's viper names it.

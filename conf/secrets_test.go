@@ -1,6 +1,7 @@
 package conf
 
 import (
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,5 +66,78 @@ func TestLoadOfAPasswordFileDoesNotRepeatIt(t *testing.T) {
 	_, err := Load(path)
 	if err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("Load: %v; want a refusal without the password", err)
+	}
+}
+
+// A TLS path that ends in a newline (a ConfigMap value written as a `|`
+// block, a variable filled from a file) is a path, not a PEM file's
+// contents: the refusal must not send the operator looking for a key
+// pasted where its path goes; the read's error shows the path and its
+// newline ("open /x/ca.crt\n: no such file or directory").
+func TestTLSPathWithTrailingNewlineIsNotCalledPEM(t *testing.T) {
+	pki := testredis.NewTLSFiles(t, t.TempDir())
+	c := Default()
+	c.Redis.Addr, c.Redis.TLS = "10.0.0.1:6380", true
+	c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile = pki.CA+"\n", pki.ClientCert, pki.ClientKey
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "redis.tls_ca_file") || strings.Contains(err.Error(), "PEM file's contents") {
+		t.Fatalf("Validate() = %v; want redis.tls_ca_file refused as a path that does not exist (it ends in a newline), not as PEM contents", err)
+	}
+}
+
+// The key's Secret data copied as it is stored (base64, one line, no
+// "-----BEGIN") into COMBO_REDIS_TLS_KEY_FILE: os.ReadFile's error
+// ("open LS0tLS1CRUdJTi...: file name too long") printed it, and base64
+// decodes to the private key.
+func TestTLSKeyGivenAsBase64IsNotRepeated(t *testing.T) {
+	pki := testredis.NewTLSFiles(t, t.TempDir())
+	key, err := os.ReadFile(pki.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := base64.StdEncoding.EncodeToString(key)
+	c := Default()
+	c.Redis.Addr, c.Redis.TLS = "10.0.0.1:6380", true
+	c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile = pki.CA, pki.ClientCert, b64
+	err = c.Validate()
+	if err == nil || strings.Contains(err.Error(), b64[20:60]) {
+		t.Fatalf("Validate() = %.200v; want redis.tls_key_file refused without its base64 key", err)
+	}
+}
+
+// A key name with '-' for '_' and no value (a template's
+// "sentinel-password:" left for COMBO_REDIS_SENTINEL_PASSWORD) is a
+// misspelled key, named ("redis.tls-ca-file: no such key"), not taken for
+// a value run into a key and hidden.
+func TestHyphenatedNullKeyIsStillNamed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	for _, y := range []string{"redis:\n  tls-ca-file:\n", "redis:\n  sentinel-password:\n"} {
+		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path)
+		name := strings.TrimSuffix(strings.TrimPrefix(y, "redis:\n  "), ":\n")
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("Load(%q) = %v; want %s named", y, err, name)
+		}
+	}
+}
+
+// "password:s3cret" (the missing space) with a value after it: the
+// decoder named it ("'redis' has invalid keys: password:s3cret"), and at
+// the top level, with a map after it, refuseNulls did.
+func TestLoadDoesNotRepeatARunTogetherPasswordWithAValue(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "combo.yaml")
+	for _, y := range []string{
+		"redis: {addr: \"h:6379\", password:s3cret: x}\n",
+		"password:s3cret: {x: 1}\n",
+	} {
+		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path)
+		if err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Load(%q): %v; want a refusal without the password", y, err)
+		}
 	}
 }

@@ -28,6 +28,23 @@ func (r Redis) TLSConfigFrom(read func(path string) ([]byte, error)) (*tls.Confi
 	return cfg, nil
 }
 
+// notAPath says why path cannot be a file's path and is not repeated, or
+// "": it holds a PEM block, or a part longer than a file name may be (255
+// bytes on Linux; "file name too long"), as base64 data does. A path
+// that merely ends in a newline is shown by the read's error, which points
+// at it.
+func notAPath(path string) string {
+	if strings.Contains(path, "-----BEGIN") {
+		return "holds a PEM file's contents, not its path: give the file's path (not repeated here, as it may hold a private key)"
+	}
+	for _, part := range strings.Split(path, "/") {
+		if len(part) > 255 {
+			return fmt.Sprintf("is no file's path (a part of %d bytes, where a file name has at most 255: a file's contents, base64?): give the file's path (not repeated here, as it may hold a private key)", len(part))
+		}
+	}
+	return ""
+}
+
 // TLSFiles are the paths TLSConfig reads (none when redis.tls is off).
 func (r Redis) TLSFiles() []string {
 	var files []string
@@ -43,18 +60,18 @@ func (r Redis) tlsConfig(read func(path string) ([]byte, error)) (cfg *tls.Confi
 	if !r.TLS {
 		return nil, "", nil
 	}
-	// tls.Dial fills in ServerName from each address when it is empty, so
-	// each node of a cluster is checked against its own host.
 	// A file's contents given for its path (a secret's value put in
-	// COMBO_REDIS_TLS_KEY_FILE) would be printed whole in the error of its
-	// reading: the private key.
+	// COMBO_REDIS_TLS_KEY_FILE, as PEM or as a Secret's base64 data) would
+	// be printed whole in the error of its reading: the private key.
 	for _, f := range []struct{ key, path string }{
 		{"redis.tls_ca_file", r.TLSCAFile}, {"redis.tls_cert_file", r.TLSCertFile}, {"redis.tls_key_file", r.TLSKeyFile},
 	} {
-		if strings.Contains(f.path, "\n") || strings.Contains(f.path, "-----BEGIN") {
-			return nil, f.key, errors.New("holds a PEM file's contents, not its path: give the file's path (not repeated here, as it may hold a private key)")
+		if msg := notAPath(f.path); msg != "" {
+			return nil, f.key, errors.New(msg)
 		}
 	}
+	// tls.Dial fills in ServerName from each address when it is empty, so
+	// each node of a cluster is checked against its own host.
 	cfg = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: r.TLSServerName}
 	if r.TLSCAFile != "" {
 		pem, err := read(r.TLSCAFile)
