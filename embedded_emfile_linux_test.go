@@ -12,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // The embedded Redis goes on accepting after running out of file
@@ -28,7 +29,8 @@ func TestEmbeddedRedisAcceptsAgainAfterEMFILE(t *testing.T) {
 		}
 		return
 	}
-	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0", zap.NewNop())
+	core, logs := observer.New(zap.WarnLevel)
+	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0", zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,10 +53,21 @@ func TestEmbeddedRedisAcceptsAgainAfterEMFILE(t *testing.T) {
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
 		t.Skipf("dial under the low limit: %v", err)
 	}
-	time.Sleep(100 * time.Millisecond) // the accept loop meets EMFILE meanwhile (no event to wait for)
+	// The accept loop meets EMFILE and says so: wait for that line, not
+	// for a guessed while (a loop that had not met it yet let the test
+	// pass without testing anything).
+	met := false
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if met = logs.FilterMessageSnippet("could not accept a connection").Len() > 0; met {
+			break
+		}
+	}
 	c.Close()
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
 		t.Fatal(err)
+	}
+	if !met {
+		t.Fatalf("the accept loop did not meet EMFILE within 5 s: the test did not test (logged: %v)", logs.All())
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer rdb.Close()

@@ -6,12 +6,14 @@ package client
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/combo-service/combo-service/internal/stacks"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
 
@@ -22,9 +24,21 @@ import (
 func TestReportRacingCloseCountsClosed(t *testing.T) {
 	r := newTestReporter(t, newFake(nil), ReporterOptions{Linger: time.Hour})
 	r.mu.Lock()
-	errc := make(chan error, 1)
-	go func() { errc <- r.Report(context.Background(), contribution(1)) }()
-	time.Sleep(50 * time.Millisecond) // Report is past its first check, waiting for mu
+	errc, id := make(chan error, 1), make(chan string, 1)
+	go func() { id <- stacks.Self(); errc <- r.Report(context.Background(), contribution(1)) }()
+	// Waited for, not slept for: a Report not yet past its first check
+	// when closed is set counts Closed there, and the test passes on the
+	// mutant. closed is false until then, so a Report waiting for mu is
+	// past that check.
+	g := <-id
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if state, stack, ok := stacks.State(g); ok && state == "sync.Mutex.Lock" && strings.Contains(stack, "(*Reporter).Report(") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Report not waiting for mu within 10 s")
+		}
+	}
 	r.closed.Store(true)              // as Close does, under mu
 	r.mu.Unlock()
 	if err := <-errc; !errors.Is(err, ErrClosed) {

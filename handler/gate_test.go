@@ -16,9 +16,7 @@ func TestGateDrainWaitsForAdmittedCalls(t *testing.T) {
 	}
 	drained := make(chan error, 1)
 	go func() { drained <- g.drain(context.Background()) }()
-	for !g.closed.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the gate to close", g.closed.Load)
 	if g.enter() {
 		t.Fatal("a draining gate admitted a call")
 	}

@@ -197,9 +197,7 @@ func TestCallerGoneIsNotUnavailable(t *testing.T) {
 		_, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)})
 		first <- err
 	}()
-	for !held.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the first pipeline to be held", held.Load)
 	// Queued behind the held pipeline: one that gives up, one that waits.
 	gone, cancel := context.WithCancel(ctx)
 	goneErr := make(chan error, 1)
@@ -360,9 +358,7 @@ func TestQueuedCallsWaitAtMostTwoTimeouts(t *testing.T) {
 		_, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, "rose", base)})
 		errs <- err
 	}()
-	for pipelines.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "a pipeline", func() bool { return pipelines.Load() > 0 })
 	for i := range queued {
 		go func() {
 			_, err := r.Report(context.Background(), []*combo.Contribution{contribution(int64(i+2), "rose", base)})
@@ -410,9 +406,7 @@ func TestCallsQueuedBehindAnUnansweredPipelineFailWithIt(t *testing.T) {
 		_, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, "rose", base)})
 		first <- err
 	}()
-	for pipelines.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "a pipeline", func() bool { return pipelines.Load() > 0 })
 	const queued = 100
 	answers := queueReports(context.Background(), r, queued)
 	waitPending(t, r, queued)
@@ -457,9 +451,7 @@ func TestDegradedCallsOfOnePipelinePublishTogether(t *testing.T) {
 		answers <- answer{res, err}
 	}
 	go report(0)
-	for !held.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the first pipeline to be held", held.Load)
 	for i := 1; i < calls; i++ {
 		go report(i)
 	}
@@ -536,9 +528,7 @@ func TestPanicInAPipelineFailsOnlyItsCalls(t *testing.T) {
 				answers <- err
 			}
 			go report(1)
-			for pipelines.Load() == 0 {
-				time.Sleep(time.Millisecond)
-			}
+			waitFor(t, "a pipeline", func() bool { return pipelines.Load() > 0 })
 			for i := range tc.queued {
 				go report(int64(i + 2))
 			}
@@ -711,9 +701,7 @@ func TestCarriedCallIsAnsweredAfterItsCallerGivesUp(t *testing.T) {
 		_, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, "rose", base)})
 		first <- err
 	}()
-	for pipelines.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "a pipeline", func() bool { return pipelines.Load() > 0 })
 	gone, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type answer struct {

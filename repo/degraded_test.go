@@ -220,9 +220,7 @@ func queueBehindAJoin(t *testing.T, r *repo.Repo, rdb *redis.Client) (release fu
 		_, err := r.Report(context.Background(), []*combo.Contribution{contribution(2, "rose", base+1)})
 		first <- err
 	}()
-	for !held.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the first pipeline to be held", held.Load)
 	return func() {
 		t.Helper()
 		close(let)

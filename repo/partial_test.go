@@ -75,9 +75,7 @@ func TestSharedPipelineAnsweredInPart(t *testing.T) {
 		_, err := r.Report(ctx, []*combo.Contribution{contribution(1000, "first", base)})
 		first <- err
 	}()
-	for pipelines.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "a pipeline", func() bool { return pipelines.Load() > 0 })
 	type answer struct {
 		res []repo.ReportResult
 		err error
@@ -100,9 +98,7 @@ func TestSharedPipelineAnsweredInPart(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatalf("the first call: %v", err)
 	}
-	for pipelines.Load() < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "a second pipeline", func() bool { return pipelines.Load() >= 2 })
 	queued := queueReports(ctx, r, 1)
 	waitPending(t, r, 1)
 

@@ -275,7 +275,6 @@ func TestUnreadCloserSaysWhichBound(t *testing.T) {
 	}
 	<-over.closed
 	u.OnInactive(ctx, over)
-	time.Sleep(10 * time.Millisecond)
 	u2 := watchedUnreadCloser(t, 100, 150)
 	a, b := holding(90), holding(80)
 	for _, c := range []bufferedConn{a, b} {
@@ -286,10 +285,17 @@ func TestUnreadCloserSaysWhichBound(t *testing.T) {
 	<-a.closed
 	u2.OnInactive(ctx, a)
 	u2.OnInactive(ctx, b)
-	time.Sleep(10 * time.Millisecond)
-	mu.Lock()
-	log := out.String()
-	mu.Unlock()
+	// Each warning is written before its connection is closed; waited for
+	// all the same, not slept for, should that order ever change.
+	var log string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		mu.Lock()
+		log = out.String()
+		mu.Unlock()
+		if strings.Count(log, "combo-service: closed a connection") >= 2 {
+			break
+		}
+	}
 	if !strings.Contains(log, "holding 101 bytes it sent and the server has not read, more than the 100 it may") {
 		t.Errorf("no warning naming the per-connection bound: %q", log)
 	}
