@@ -39,7 +39,7 @@ func TestReportRacingCloseCountsClosed(t *testing.T) {
 			t.Fatal("Report not waiting for mu within 10 s")
 		}
 	}
-	r.closed.Store(true)              // as Close does, under mu
+	r.closed.Store(true) // as Close does, under mu
 	r.mu.Unlock()
 	if err := <-errc; !errors.Is(err, ErrClosed) {
 		t.Fatalf("Report = %v, want ErrClosed", err)
