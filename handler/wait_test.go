@@ -1,18 +1,6 @@
 package handler
 
-import (
-	"testing"
-	"time"
-)
+import "github.com/combo-service/combo-service/internal/testwait"
 
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10 s for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// waitFor waits for cond, failing the test after testwait.Deadline.
+var waitFor = testwait.For

@@ -19,6 +19,7 @@ import (
 
 	"github.com/combo-service/combo-service/internal/logging"
 	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/internal/testwait"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/push"
@@ -697,16 +698,8 @@ func nextPush(t *testing.T, sub *redis.PubSub) *redis.Message {
 	return msg
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitFor waits for cond, failing the test after testwait.Deadline.
+var waitFor = testwait.For
 
 // An estimate of Redis's clock that is 2 s behind (as after a failover to a
 // master whose clock is ahead) makes one window late; its flush reply says
