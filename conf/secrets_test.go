@@ -15,9 +15,11 @@ import (
 // "password:s3cret", with a null value: refuseNulls named it as an unknown
 // key, the secret in the name, in an error that -check-config and a start
 // print. The same as 7b7dcfb's top-level map, one level down. Now the
-// section is named, and the key not repeated.
+// section is named, and the key not repeated. With a value after it
+// ("password:s3cret: x"), the decoder named it ("'redis' has invalid
+// keys: password:s3cret"), and at the top level, with a map after it,
+// refuseNulls did.
 func TestLoadDoesNotRepeatAPasswordWrittenWithoutItsSpace(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "combo.yaml")
 	for _, yaml := range []string{
 		"redis: {addr: \"h:6379\", password:s3cret}\n",
 		"redis: {addr: \"h:6379\", password:'s3cret'}\n",
@@ -25,11 +27,10 @@ func TestLoadDoesNotRepeatAPasswordWrittenWithoutItsSpace(t *testing.T) {
 		"redis: {sentinel_addrs: [\"h:26379\"], sentinel_master: m, sentinel_password:s3cret}\n",
 		"{redis: {addr: \"h:6379\", password:s3cret}}\n",
 		"redis:\n  addr: \"h:6379\"\n  <<: {password:s3cret}\n",
+		"redis: {addr: \"h:6379\", password:s3cret: x}\n",
+		"password:s3cret: {x: 1}\n",
 	} {
-		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		_, err := Load(path)
+		_, err := Load(writeConf(t, yaml))
 		if err == nil || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("Load(%q): %v; want a refusal without the password", yaml, err)
 		}
@@ -110,34 +111,11 @@ func TestTLSKeyGivenAsBase64IsNotRepeated(t *testing.T) {
 // misspelled key, named ("redis.tls-ca-file: no such key"), not taken for
 // a value run into a key and hidden.
 func TestHyphenatedNullKeyIsStillNamed(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "combo.yaml")
 	for _, y := range []string{"redis:\n  tls-ca-file:\n", "redis:\n  sentinel-password:\n"} {
-		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		_, err := Load(path)
+		_, err := Load(writeConf(t, y))
 		name := strings.TrimSuffix(strings.TrimPrefix(y, "redis:\n  "), ":\n")
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("Load(%q) = %v; want %s named", y, err, name)
-		}
-	}
-}
-
-// "password:s3cret" (the missing space) with a value after it: the
-// decoder named it ("'redis' has invalid keys: password:s3cret"), and at
-// the top level, with a map after it, refuseNulls did.
-func TestLoadDoesNotRepeatARunTogetherPasswordWithAValue(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "combo.yaml")
-	for _, y := range []string{
-		"redis: {addr: \"h:6379\", password:s3cret: x}\n",
-		"password:s3cret: {x: 1}\n",
-	} {
-		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		_, err := Load(path)
-		if err == nil || strings.Contains(err.Error(), "s3cret") {
-			t.Errorf("Load(%q): %v; want a refusal without the password", y, err)
 		}
 	}
 }
