@@ -8,8 +8,7 @@ import (
 )
 
 // afterDelay returns a context that ends delay after ctx does (ctx itself
-// for a delay of 0), and a cancel that ends it at once and lets its
-// goroutine go.
+// for a delay of 0), and a cancel that ends it at once.
 //
 // It is when the RPC server stops taking connections: /readyz fails from
 // the signal on (ctx), while RPCs are still taken for server.shutdown_delay,
@@ -23,21 +22,10 @@ func afterDelay(ctx context.Context, delay time.Duration, log *zap.Logger) (cont
 	// Without ctx's cancellation: ended by the timer (or cancel), not by
 	// the signal.
 	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-out.Done():
-			return
-		}
+	stop := context.AfterFunc(ctx, func() {
 		log.Info("stopping: /readyz fails from now on; RPCs are still taken for server.shutdown_delay, while the replica leaves its endpoints",
 			zap.Duration("shutdown_delay", delay))
-		t := time.NewTimer(delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-out.Done():
-		}
-		cancel()
-	}()
-	return out, cancel
+		time.AfterFunc(delay, cancel) // a cancel before it fires makes it a no-op
+	})
+	return out, func() { stop(); cancel() }
 }
