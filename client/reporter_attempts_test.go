@@ -72,7 +72,7 @@ func attemptCounts(t *testing.T, reg *prometheus.Registry) (byResult map[string]
 
 // wantAttempts fails unless exactly the results in want were counted (each
 // of the others exported at 0) and the histogram holds one observation per
-// attempt. It waits for the count first: an attempt a Close abandoned is
+// attempt. It waits for the counts first: an attempt a Close abandoned is
 // counted when its RPC returns, which Close does not wait for.
 func wantAttempts(t *testing.T, reg *prometheus.Registry, want map[string]float64) (sum float64) {
 	t.Helper()
@@ -81,7 +81,16 @@ func wantAttempts(t *testing.T, reg *prometheus.Registry, want map[string]float6
 		total += v
 	}
 	got, n, sum := attemptCounts(t, reg)
-	for deadline := time.Now().Add(waitFor); float64(n) < total && time.Now().Before(deadline); {
+	counted := func() (c float64) {
+		for _, v := range got {
+			c += v
+		}
+		return c
+	}
+	// Both counts: Gather reads the counter and the histogram one after
+	// the other, so an attempt counted between the two reads shows in the
+	// histogram but not yet in attempts_total.
+	for deadline := time.Now().Add(waitFor); (float64(n) < total || counted() < total) && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 		got, n, sum = attemptCounts(t, reg)
 	}
