@@ -15,23 +15,11 @@ import (
 	"github.com/combo-service/combo-service/repo"
 )
 
-// embeddedWriteTimeout bounds each write of the embedded Redis to a client.
-// miniredis hands a PUBLISH to each subscriber's writer under its one
-// global lock and writes with no deadline, so a subscriber that stops
-// reading (the logged redis-cli line suspended with Ctrl-Z, or piped
-// into a pager) froze it once the socket's buffers filled: every report
-// failed, /readyz too, and the process could not stop. Real Redis cuts such
-// a client (client-output-buffer-limit pubsub); here a client that takes
-// no byte for this long, with the kernel's megabytes of buffer full, is
-// cut alike. Until it is, a PUBLISH to it holds miniredis's lock, so the
-// embedded Redis answers nothing for that second (reports then fail
-// UNAVAILABLE after redis.timeout).
-const embeddedWriteTimeout = time.Second
-
 // startEmbedded runs mr on its own listener at addr, each connection's
-// writes bounded by embeddedWriteTimeout, and returns the address it
-// listens on and how to stop it: the listener first, then mr with every
-// connection. log (sampled) hears of connections it could not accept.
+// output queued within Redis's limits for a subscriber (outputQueuedConn),
+// and returns the address it listens on and how to stop it: the listener
+// first, then mr with every connection. log (sampled) hears of connections
+// it could not accept and of clients cut.
 func startEmbedded(mr *miniredis.Miniredis, addr string, log *zap.Logger) (string, func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -60,7 +48,11 @@ func startEmbedded(mr *miniredis.Miniredis, addr string, log *zap.Logger) (strin
 				time.Sleep(10 * time.Millisecond)
 				continue
 			}
-			srv.ServeConn(writeBoundedConn{Conn: conn, timeout: embeddedWriteTimeout})
+			remote := conn.RemoteAddr().String()
+			srv.ServeConn(newOutputQueuedConn(conn, pubsubOutputLimits, func(queued int) {
+				log.Warn("the embedded Redis cut a client that fell behind, as Redis cuts a subscriber past its output limit",
+					zap.String("client", remote), zap.Int("queued_bytes", queued))
+			}))
 		}
 	}()
 	stop := func() {
@@ -70,44 +62,6 @@ func startEmbedded(mr *miniredis.Miniredis, addr string, log *zap.Logger) (strin
 	}
 	return ln.Addr().String(), stop, nil
 }
-
-// writeBoundedConn is a connection whose writes must go on: each
-// writeChunk of one within timeout. One that does not closes it, so its
-// reader ends and the server lets it go (a subscriber's subscriptions with
-// it).
-type writeBoundedConn struct {
-	net.Conn
-	timeout time.Duration
-}
-
-func (c writeBoundedConn) Write(b []byte) (int, error) {
-	// miniredis writes a large reply whole: in chunks, each with its own
-	// deadline, a client that reads on is not cut for the reply's size.
-	// One reading slower than the pushes come still falls behind, and once
-	// the sockets' buffers hold megabytes, Linux wakes a blocked write
-	// only after about half of them are taken, which may take past the
-	// deadline while the client reads: it is cut then (README says so).
-	written := 0
-	for len(b) > 0 {
-		chunk := b[:min(len(b), writeChunk)]
-		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
-			return written, err
-		}
-		n, err := c.Conn.Write(chunk)
-		written += n
-		if err != nil {
-			c.Conn.Close()
-			return written, err
-		}
-		b = b[n:]
-	}
-	return written, nil
-}
-
-// writeChunk is the most written under one deadline: a fraction of a
-// loopback socket's buffers, so a deadline passes only when the client
-// takes nothing.
-const writeChunk = 64 << 10
 
 // onlyOwnScripts is a miniredis hook refusing every Lua script but the
 // service's own (known: their SHA1s). miniredis runs scripts in gopher-lua

@@ -12,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
@@ -19,12 +20,14 @@ import (
 )
 
 // A subscriber that stops reading (the logged redis-cli line suspended)
-// is cut once a write to it waits embeddedWriteTimeout. miniredis writes
-// a PUBLISH to each subscriber under its one global lock: once the
-// socket's buffers were full the embedded Redis froze, every command
-// with it, and stopping it hung.
+// is cut once Redis's 32 MB output limit is queued for it, and no PUBLISH
+// waits on it meanwhile. miniredis writes a PUBLISH to each subscriber
+// under its one global lock: once the socket's buffers were full the
+// embedded Redis froze, every command with it, and stopping it hung; later
+// each write had a second, so that it froze for that second.
 func TestEmbeddedRedisCutsASubscriberThatStopsReading(t *testing.T) {
-	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0", zap.NewNop())
+	core, logs := observer.New(zap.WarnLevel)
+	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0", zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,17 +54,34 @@ func TestEmbeddedRedisCutsASubscriberThatStopsReading(t *testing.T) {
 	ctx := context.Background()
 	payload := strings.Repeat("x", 64<<10)
 	start := time.Now()
-	for sent := 0; ; sent++ {
+	var slowest time.Duration
+	sent := 0
+	for ; ; sent++ {
+		began := time.Now()
 		n, err := rdb.Publish(ctx, "act:1:contributions", payload).Result()
 		if err != nil {
 			t.Fatalf("PUBLISH %d (%d MB sent) after %v: %v: the embedded Redis froze", sent, sent>>4, time.Since(start).Round(time.Millisecond), err)
 		}
+		slowest = max(slowest, time.Since(began))
 		if n == 0 {
 			break // the subscriber was cut
 		}
 		if time.Since(start) > 30*time.Second {
 			t.Fatalf("the subscriber that reads nothing still took PUBLISH %d (%d MB) after 30 s", sent, sent>>4)
 		}
+	}
+	// Waiting on the subscriber, one PUBLISH took a second; queued, each
+	// takes a millisecond or so (500 ms leaves a loaded machine room).
+	if slowest > 500*time.Millisecond {
+		t.Errorf("the slowest PUBLISH took %v: it waited on the subscriber that reads nothing", slowest)
+	}
+	if sent < 32<<4 {
+		t.Errorf("cut after %d MB, before Redis's 32 MB output limit", sent>>4)
+	}
+	if cut := logs.FilterMessageSnippet("cut a client that fell behind").All(); len(cut) != 1 {
+		t.Errorf("logged %d warnings of the cut, want 1: %v", len(cut), logs.All())
+	} else if q := cut[0].ContextMap()["queued_bytes"]; q.(int64) < 32<<20 {
+		t.Errorf("the warning says %v bytes were queued, want the limit (32 MiB) or more", q)
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("PING after the subscriber was cut: %v", err)
@@ -77,7 +97,7 @@ func TestEmbeddedRedisCutsASubscriberThatStopsReading(t *testing.T) {
 }
 
 // A client that reads a reply larger than the socket's buffers slowly,
-// but reads on, is not cut: each part of the write has its own second.
+// but reads on, is not cut: a reply is queued whole, however large.
 func TestEmbeddedRedisKeepsASlowReader(t *testing.T) {
 	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0", zap.NewNop())
 	if err != nil {
@@ -102,8 +122,7 @@ func TestEmbeddedRedisKeepsASlowReader(t *testing.T) {
 	if _, err := conn.Write([]byte("*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	// 16 MB at 1 MB every 100 ms takes 1.6 s, past embeddedWriteTimeout,
-	// each read's pause well under it.
+	// 16 MB at 1 MB every 100 ms takes 1.6 s.
 	buf := make([]byte, 1<<20)
 	got := 0
 	want := size + len("$16777216\r\n\r\n")

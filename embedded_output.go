@@ -1,0 +1,148 @@
+package main
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"time"
+)
+
+// outputLimits say when a client whose output is queued is cut: with hard
+// bytes not yet taken, or more than soft for softFor.
+type outputLimits struct {
+	hard, soft int
+	softFor    time.Duration
+}
+
+// pubsubOutputLimits are the embedded Redis's limits for every client:
+// Redis's own defaults for a subscriber (client-output-buffer-limit pubsub
+// 32mb 8mb 60). miniredis writes a PUBLISH to each subscriber under its one
+// global lock; written straight to the socket, a subscriber that stopped
+// reading froze it (every report with it) once the socket's buffers
+// filled. Queued, a write never waits on the client.
+var pubsubOutputLimits = outputLimits{hard: 32 << 20, soft: 8 << 20, softFor: 60 * time.Second}
+
+// closeFlushTimeout bounds how long a Close waits to write what is queued
+// (the +OK of a QUIT) to a client that takes nothing.
+const closeFlushTimeout = time.Second
+
+var errOutputLimit = errors.New("embedded Redis: client output limit reached; connection cut")
+
+// outputQueuedConn is a connection whose writes are queued, up to the
+// output limits, and written to the socket by a goroutine of its own, in
+// order. Past a limit it is cut: the socket is closed, so miniredis's
+// reader of it ends and the client is let go (a subscriber's subscriptions
+// with it). cut, when set, hears of each cut with the bytes then queued.
+type outputQueuedConn struct {
+	net.Conn
+	limits outputLimits
+	cut    func(queued int)
+
+	mu        sync.Mutex
+	wake      *sync.Cond
+	queue     []byte    // written, not yet taken by the writer
+	inFlight  int       // taken by the writer, not yet written
+	overSince time.Time // since when more than limits.soft is queued
+	closing   bool      // Close was called: write what is queued, then close
+	failed    error     // cut, or the socket refused a write: writes fail
+	written   chan struct{}
+	closeOnce sync.Once
+}
+
+func newOutputQueuedConn(c net.Conn, limits outputLimits, cut func(queued int)) *outputQueuedConn {
+	q := &outputQueuedConn{Conn: c, limits: limits, cut: cut, written: make(chan struct{})}
+	q.wake = sync.NewCond(&q.mu)
+	go q.writeLoop()
+	return q
+}
+
+// Write queues b whole (a reply larger than the limit is still taken when
+// nothing is queued before it: the limit is on a client falling behind,
+// not on the size of what it asked for).
+func (q *outputQueuedConn) Write(b []byte) (int, error) {
+	q.mu.Lock()
+	if q.failed != nil {
+		q.mu.Unlock()
+		return 0, q.failed
+	}
+	if q.closing {
+		q.mu.Unlock()
+		return 0, net.ErrClosed
+	}
+	queued := len(q.queue) + q.inFlight
+	now := time.Now()
+	if queued <= q.limits.soft {
+		q.overSince = time.Time{}
+	} else if q.overSince.IsZero() {
+		q.overSince = now
+	}
+	if queued >= q.limits.hard || (!q.overSince.IsZero() && now.Sub(q.overSince) >= q.limits.softFor) {
+		q.failed = errOutputLimit
+		q.queue = nil
+		q.wake.Broadcast()
+		q.mu.Unlock()
+		q.Conn.Close() // ends a write in flight and miniredis's reader
+		if q.cut != nil {
+			q.cut(queued)
+		}
+		return 0, errOutputLimit
+	}
+	q.queue = append(q.queue, b...)
+	q.wake.Broadcast()
+	q.mu.Unlock()
+	return len(b), nil
+}
+
+// writeLoop writes what is queued, in order, until the connection fails or
+// is closed with nothing left to write.
+func (q *outputQueuedConn) writeLoop() {
+	defer close(q.written)
+	var spare []byte
+	for {
+		q.mu.Lock()
+		for len(q.queue) == 0 && !q.closing && q.failed == nil {
+			q.wake.Wait()
+		}
+		if q.failed != nil || len(q.queue) == 0 {
+			q.mu.Unlock()
+			return
+		}
+		out := q.queue
+		q.queue = spare[:0]
+		q.inFlight = len(out)
+		q.mu.Unlock()
+
+		_, err := q.Conn.Write(out)
+
+		q.mu.Lock()
+		q.inFlight = 0
+		if err != nil && q.failed == nil {
+			q.failed = err
+		}
+		q.mu.Unlock()
+		if err != nil {
+			q.Conn.Close()
+			return
+		}
+		if cap(out) <= 1<<20 { // keep a buffer of a usual size for the next
+			spare = out
+		}
+	}
+}
+
+// Close writes what is queued (for up to closeFlushTimeout), then closes
+// the socket. miniredis calls it after a QUIT's +OK, when its reader ends,
+// and on stop.
+func (q *outputQueuedConn) Close() error {
+	var err error
+	q.closeOnce.Do(func() {
+		q.mu.Lock()
+		q.closing = true
+		q.wake.Broadcast()
+		q.mu.Unlock()
+		q.Conn.SetWriteDeadline(time.Now().Add(closeFlushTimeout))
+		<-q.written
+		err = q.Conn.Close()
+	})
+	return err
+}
