@@ -29,6 +29,7 @@ import (
 
 	"github.com/cloudwego/kitex/pkg/klog"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"go.uber.org/zap"
 
 	"github.com/combo-service/combo-service/client"
@@ -117,13 +118,7 @@ type bench struct {
 func run(cfg config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rdb := redis.NewClient(&redis.Options{
-		Addr: cfg.Redis,
-		// Room for each of naive mode's callers to have a command in
-		// flight at once (go-redis's default, 10 per core, would throttle
-		// naive at C=32), and a few for the bench's own.
-		PoolSize: cfg.Concurrency + 8,
-	})
+	rdb := redis.NewClient(redisOptions(cfg.Redis, cfg.Concurrency))
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis %s: %w", cfg.Redis, err)
@@ -284,4 +279,21 @@ func (b *bench) compare() (printable, error) {
 		out.Ratios["single_vs_floor"] = out.Runs[1].Throughput / out.Runs[4].Throughput
 	}
 	return out, nil
+}
+
+// redisOptions are the bench's Redis client's, for naive mode's callers
+// and the subscriber.
+func redisOptions(addr string, concurrency int) *redis.Options {
+	return &redis.Options{
+		Addr: addr,
+		// Room for each of naive mode's callers to have a command in
+		// flight at once (go-redis's default, 10 per core, would throttle
+		// naive at C=32), and a few for the bench's own.
+		PoolSize: concurrency + 8,
+		// No CLIENT SETINFO or CLIENT MAINT_NOTIFICATIONS on connect,
+		// which go-redis sends by default and Redis 7 refuses (each a line
+		// in INFO errorstats), as the service's own clients send neither.
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	}
 }

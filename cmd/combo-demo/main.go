@@ -40,6 +40,7 @@ import (
 
 	"github.com/cloudwego/kitex/pkg/klog"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"go.uber.org/zap"
 
 	"github.com/combo-service/combo-service/client"
@@ -251,7 +252,7 @@ func run(ctx context.Context, o options) (int, error) {
 		return 2, err
 	}
 	// Subscribe first and wait for Redis to confirm, so no push is missed.
-	rdb := redis.NewClient(&redis.Options{Addr: o.redisAddr, Password: o.redisPassword, DialTimeout: 2 * time.Second})
+	rdb := redis.NewClient(redisOptions(o.redisAddr, o.redisPassword))
 	defer rdb.Close()
 	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
@@ -840,3 +841,15 @@ func (st *state) comparePoll(ctx context.Context, cli comboservice.Client, activ
 // millisecond apart get bases a million apart, so two runs' ids and users
 // never meet unless one taps a million times (a random run of days).
 func runBase(start time.Time) int64 { return start.UnixMilli() * 1_000_000 }
+
+// redisOptions are the demo's Redis client's: no CLIENT SETINFO or CLIENT
+// MAINT_NOTIFICATIONS on connect, which go-redis sends by default and
+// Redis 7 refuses (each a line in INFO errorstats), as the service's own
+// clients send neither.
+func redisOptions(addr, password string) *redis.Options {
+	return &redis.Options{
+		Addr: addr, Password: password, DialTimeout: 2 * time.Second,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	}
+}
