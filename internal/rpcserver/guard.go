@@ -128,9 +128,22 @@ func (g guardedCodec) Decode(ctx context.Context, msg remote.Message, in remote.
 
 func (g guardedCodec) Name() string { return "combo-guarded" }
 
-// DecodeMeta reads the transport's header (and the payload's size).
+// DecodeMeta reads the transport's header (and the payload's size). A
+// request another Thrift stack sent in a protocol Kitex does not take is
+// refused naming it.
 func (g guardedCodec) DecodeMeta(ctx context.Context, msg remote.Message, in remote.ByteBuffer) error {
-	return g.meta.DecodeMeta(ctx, msg, in)
+	err := g.meta.DecodeMeta(ctx, msg, in)
+	if err == nil {
+		return nil
+	}
+	if what := otherThrift(firstBytes(in)); what != "" {
+		kind := perrors.UnknownProtocolError
+		if pe, ok := err.(perrors.ProtocolError); ok {
+			kind = pe.TypeId()
+		}
+		return perrors.NewProtocolErrorWithType(kind, what+" ("+err.Error()+")")
+	}
+	return err
 }
 
 // DecodePayload checks the payload, then lets Kitex decode it.

@@ -1,6 +1,7 @@
 package rpcserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -293,6 +294,11 @@ func TestGuardedServer(t *testing.T) {
 	}
 	if answer := call(t, addr, unknown); !strings.Contains(string(answer), "method NoSuchMethod") {
 		t.Errorf("an unknown method answered %q, want Kitex's exception naming it", answer)
+	} else if _, typ, _, _, _ := thrift.Binary.ReadMessageBegin(answer); typ != thrift.EXCEPTION ||
+		!bytes.Contains(answer, []byte{byte(thrift.I32), 0, 2, 0, 0, 0, 20}) {
+		// README tells callers of other stacks it is type 20 (Kitex's
+		// unknown service), not Thrift's 1 (unknown method).
+		t.Errorf("an unknown method answered %q, want a TApplicationException of type 20", answer)
 	}
 	if err := report(addr); err != nil {
 		t.Fatalf("after an unknown method: the server no longer serves: %v", err)

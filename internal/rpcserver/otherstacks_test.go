@@ -1,0 +1,66 @@
+package rpcserver
+
+import (
+	"encoding/binary"
+	"strings"
+	"testing"
+)
+
+// Requests of other Thrift stacks' protocols and transports that Kitex does
+// not serve are refused saying what they are, so that the caller's team,
+// which sees only its connection end, can be told from the log. Each
+// starts as an Apache Thrift 0.17 client's ReportContribution does (its
+// first 8 bytes are those the service logged for one): Kitex's own
+// refusal is "invalid payload (first4Bytes=0x…, second4Bytes=0x…)".
+func TestOtherThriftStacksAreToldWhy(t *testing.T) {
+	name := "ReportContribution"
+	// Compact: protocol id 0x82, version 1 | CALL<<5, varint seq 1, varint name length, name; then an empty args struct.
+	compact := append([]byte{0x82, 0x21, 0x01, byte(len(name))}, name...)
+	compact = append(compact, 0x00)
+	// Non-strict binary: name length, name, type byte CALL, seq 1; then an empty args struct.
+	nonStrict := binary.BigEndian.AppendUint32(nil, uint32(len(name)))
+	nonStrict = append(nonStrict, name...)
+	nonStrict = append(nonStrict, 1, 0, 0, 0, 1, 0)
+	framed := func(p []byte) []byte { return append(binary.BigEndian.AppendUint32(nil, uint32(len(p))), p...) }
+	// Apache/fbthrift THeader: magic 0x0FFF, flags, seq, header size 1 (4 bytes): protocol 0 (binary), no transforms.
+	theader := func(p []byte) []byte {
+		b := []byte{0x0f, 0xff, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0}
+		return framed(append(b, p...))
+	}
+	for label, c := range map[string]struct {
+		b    []byte
+		want string
+	}{
+		"Framed Compact":          {framed(compact), "Compact"},
+		"unframed Compact":        {compact, "Compact"},
+		"Framed non-strict":       {framed(nonStrict), "strict"},
+		"Apache/fbthrift THeader": {theader(request(name, batch(1))), "THeader"},
+	} {
+		err := decodeError(c.b)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: refused with %v, want it to say %q", label, err, c.want)
+		}
+	}
+}
+
+// What is no Thrift is refused as before, not named as some Thrift.
+func TestNonThriftIsNotNamedAsThrift(t *testing.T) {
+	for label, b := range map[string][]byte{
+		"HTTP/1":           []byte("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+		"HTTP/2 preface":   []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+		"telnet interrupt": {0xff, 0xf4, 0xff, 0xfd, 0, 0, 0, 0},
+		"TLS client hello": {0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03},
+		"a frame of noise": {0, 0, 0, 8, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4},
+	} {
+		err := decodeError(b)
+		if err == nil {
+			t.Errorf("%s: taken", label)
+			continue
+		}
+		for _, word := range []string{"Compact", "strict", "THeader"} {
+			if strings.Contains(err.Error(), word) {
+				t.Errorf("%s: refused as %v, naming %s", label, err, word)
+			}
+		}
+	}
+}
