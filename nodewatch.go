@@ -187,7 +187,9 @@ func startNodeWatches(cfg conf.Redis, store *repo.Repo, every time.Duration, evi
 // Repo asks (one Redis; a Cluster's masters and replicas, by repo's
 // eachNode), or, with Sentinel, one (a node's setting) of the master the
 // Sentinels name and of the replicas they list, by sentinelRead, which
-// may ask each Sentinel twice and then the nodes.
+// may ask each Sentinel twice and then the nodes, each on a new
+// connection go-redis opens with HELLO: three round trips a Sentinel, and
+// two for the nodes' readings, run at once.
 func nodeReader(cfg conf.Redis, all func(context.Context) (map[string]string, error),
 	one func(context.Context, *redis.Client) (string, error)) (func(context.Context) (map[string]string, error), time.Duration) {
 	tlsConfig, err := cfg.TLSConfig() // read and checked by Validate already
@@ -198,5 +200,5 @@ func nodeReader(cfg conf.Redis, all func(context.Context) (map[string]string, er
 		_, values, err := sentinelRead(ctx, cfg, tlsConfig, one)
 		return values, err
 	}
-	return read, time.Duration(2*len(cfg.SentinelAddrs)+1) * cfg.Timeout
+	return read, time.Duration(3*len(cfg.SentinelAddrs)+2) * cfg.Timeout
 }

@@ -47,8 +47,10 @@ func checkSentinels(ctx context.Context, r conf.Redis, tlsConfig *tls.Config, lo
 }
 
 // sentinelCheckTime bounds the check of one Sentinel, in redis.timeout:
-// a lookup, then a subscription.
-const sentinelCheckTime = 2
+// four round trips, a lookup and a subscription, each on a new connection
+// that go-redis opens with HELLO. Counted as two, a Sentinel answering
+// each command in 0.6 redis.timeout was warned of as unreachable.
+const sentinelCheckTime = 4
 
 func checkSentinel(ctx context.Context, r conf.Redis, tlsConfig *tls.Config, addr string, log *zap.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, sentinelCheckTime*r.Timeout)
