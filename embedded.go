@@ -35,6 +35,7 @@ func startEmbedded(mr *miniredis.Miniredis, addr string, log *zap.Logger) (strin
 	c.Close()
 	srv := mr.Server()
 	srv.SetPreHook(onlyOwnScripts(repo.ScriptHashes()))
+	var queues outputQueues
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -49,15 +50,18 @@ func startEmbedded(mr *miniredis.Miniredis, addr string, log *zap.Logger) (strin
 				continue
 			}
 			remote := conn.RemoteAddr().String()
-			srv.ServeConn(newOutputQueuedConn(conn, pubsubOutputLimits, func(queued int) {
-				log.Warn("the embedded Redis cut a client that fell behind, as Redis cuts a subscriber past its output limit",
+			q := newOutputQueuedConn(conn, pubsubOutputLimits, func(queued int) {
+				log.Warn("the embedded Redis cut a subscriber that fell behind, as Redis cuts one past its output limit",
 					zap.String("client", remote), zap.Int("queued_bytes", queued))
-			}))
+			})
+			queues.add(q)
+			srv.ServeConn(q)
 		}
 	}()
 	stop := func() {
 		ln.Close()
 		<-done
+		queues.closeAll()
 		mr.Close()
 	}
 	return ln.Addr().String(), stop, nil

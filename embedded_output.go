@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,12 +16,14 @@ type outputLimits struct {
 	softFor    time.Duration
 }
 
-// pubsubOutputLimits are the embedded Redis's limits for every client:
-// Redis's own defaults for a subscriber (client-output-buffer-limit pubsub
-// 32mb 8mb 60). miniredis writes a PUBLISH to each subscriber under its one
-// global lock; written straight to the socket, a subscriber that stopped
-// reading froze it (every report with it) once the socket's buffers
-// filled. Queued, a write never waits on the client.
+// pubsubOutputLimits are the embedded Redis's limits for a subscriber,
+// Redis's own defaults (client-output-buffer-limit pubsub 32mb 8mb 60); as
+// in Redis, other clients have none (normal 0 0 0), a pipeline's replies
+// taken as slowly as the client reads them. miniredis writes a PUBLISH to
+// each subscriber under its one global lock; written straight to the
+// socket, a subscriber that stopped reading froze it (every report with
+// it) once the socket's buffers filled. Queued, a write never waits on the
+// client.
 var pubsubOutputLimits = outputLimits{hard: 32 << 20, soft: 8 << 20, softFor: 60 * time.Second}
 
 // closeFlushTimeout bounds how long a Close waits to write what is queued
@@ -28,15 +32,19 @@ const closeFlushTimeout = time.Second
 
 var errOutputLimit = errors.New("embedded Redis: client output limit reached; connection cut")
 
-// outputQueuedConn is a connection whose writes are queued, up to the
-// output limits, and written to the socket by a goroutine of its own, in
-// order. Past a limit it is cut: the socket is closed, so miniredis's
-// reader of it ends and the client is let go (a subscriber's subscriptions
-// with it). cut, when set, hears of each cut with the bytes then queued.
+// outputQueuedConn is a connection whose writes are queued and written to
+// the socket by a goroutine of its own, in order. Once it has subscribed,
+// past a limit it is cut: the socket is closed, so miniredis's reader of
+// it ends and the client is let go (its subscriptions with it). cut, when
+// set, hears of each cut with the bytes then queued.
 type outputQueuedConn struct {
 	net.Conn
 	limits outputLimits
 	cut    func(queued int)
+	set    *outputQueues // nil: in none
+
+	subscribed atomic.Bool // a SUBSCRIBE, PSUBSCRIBE or SSUBSCRIBE was read
+	readTail   []byte      // the end of what was read, for a name split between reads (the reader's alone)
 
 	mu        sync.Mutex
 	wake      *sync.Cond
@@ -56,6 +64,24 @@ func newOutputQueuedConn(c net.Conn, limits outputLimits, cut func(queued int)) 
 	return q
 }
 
+// Read notes a subscribing command in what the client sends, from which
+// on the limits apply: matched in the bytes, case folded, so a value
+// holding the word may apply them early, which costs only what it did
+// before the limits were for subscribers alone.
+func (q *outputQueuedConn) Read(b []byte) (int, error) {
+	n, err := q.Conn.Read(b)
+	if n > 0 && !q.subscribed.Load() {
+		seen := append(q.readTail, b[:n]...)
+		if bytes.Contains(bytes.ToLower(seen), []byte("subscribe")) {
+			q.subscribed.Store(true)
+			q.readTail = nil
+		} else {
+			q.readTail = append(q.readTail[:0], seen[max(0, len(seen)-len("subscribe")+1):]...)
+		}
+	}
+	return n, err
+}
+
 // Write queues b whole (a reply larger than the limit is still taken when
 // nothing is queued before it: the limit is on a client falling behind,
 // not on the size of what it asked for).
@@ -70,6 +96,12 @@ func (q *outputQueuedConn) Write(b []byte) (int, error) {
 		return 0, net.ErrClosed
 	}
 	queued := len(q.queue) + q.inFlight
+	if !q.subscribed.Load() {
+		q.queue = append(q.queue, b...)
+		q.wake.Broadcast()
+		q.mu.Unlock()
+		return len(b), nil
+	}
 	now := time.Now()
 	if queued <= q.limits.soft {
 		q.overSince = time.Time{}
@@ -132,10 +164,14 @@ func (q *outputQueuedConn) writeLoop() {
 
 // Close writes what is queued (for up to closeFlushTimeout), then closes
 // the socket. miniredis calls it after a QUIT's +OK, when its reader ends,
-// and on stop.
+// and on stop (one connection after another: outputQueues.closeAll closes
+// them all at once first).
 func (q *outputQueuedConn) Close() error {
 	var err error
 	q.closeOnce.Do(func() {
+		if q.set != nil {
+			defer q.set.remove(q)
+		}
 		q.mu.Lock()
 		q.closing = true
 		q.wake.Broadcast()
@@ -145,4 +181,42 @@ func (q *outputQueuedConn) Close() error {
 		err = q.Conn.Close()
 	})
 	return err
+}
+
+// outputQueues are the open outputQueuedConns of one embedded Redis.
+type outputQueues struct {
+	mu    sync.Mutex
+	conns map[*outputQueuedConn]struct{}
+}
+
+func (s *outputQueues) add(q *outputQueuedConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns == nil {
+		s.conns = map[*outputQueuedConn]struct{}{}
+	}
+	q.set = s
+	s.conns[q] = struct{}{}
+}
+
+func (s *outputQueues) remove(q *outputQueuedConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, q)
+}
+
+// closeAll closes every connection at once, so that a stop with clients
+// taking nothing waits closeFlushTimeout in all, not once for each.
+func (s *outputQueues) closeAll() {
+	s.mu.Lock()
+	conns := make([]*outputQueuedConn, 0, len(s.conns))
+	for q := range s.conns {
+		conns = append(conns, q)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, q := range conns {
+		wg.Go(func() { q.Close() })
+	}
+	wg.Wait()
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -50,6 +51,7 @@ func TestOutputQueuedConnCutsAClientPastTheHardLimit(t *testing.T) {
 	q := newOutputQueuedConn(server, outputLimits{hard: 1 << 20, soft: 1 << 30, softFor: time.Hour},
 		func(queued int) { cutAt.Store(int64(queued)) })
 	defer q.Close()
+	q.subscribed.Store(true)
 
 	done := make(chan struct{})
 	var taken int
@@ -91,6 +93,7 @@ func TestOutputQueuedConnCutsAClientOverTheSoftLimitForLong(t *testing.T) {
 	q := newOutputQueuedConn(server, outputLimits{hard: 1 << 30, soft: 256 << 10, softFor: 200 * time.Millisecond},
 		func(int) { cuts.Add(1) })
 	defer q.Close()
+	q.subscribed.Store(true)
 	start := time.Now()
 	var overAt time.Time
 	for {
@@ -125,6 +128,7 @@ func TestOutputQueuedConnKeepsAClientThatReadsOn(t *testing.T) {
 	server, client := stalledPair(t)
 	q := newOutputQueuedConn(server, outputLimits{hard: 4 << 20, soft: 64 << 10, softFor: 300 * time.Millisecond},
 		func(queued int) { t.Errorf("cut with %d bytes queued", queued) })
+	q.subscribed.Store(true)
 	var want bytes.Buffer
 	got := make(chan []byte, 1)
 	go func() {
@@ -201,8 +205,37 @@ func TestOutputQueuedConnCloseWritesWhatIsQueued(t *testing.T) {
 }
 
 func isConnReset(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op)
+	return errors.Is(err, syscall.ECONNRESET) // not a read deadline's timeout: the socket was not closed
+}
+
+// A client that has not subscribed has no limit, as in Redis (normal 0 0
+// 0): it is not cut however much it has not taken yet.
+func TestOutputQueuedConnLimitsOnlyASubscriber(t *testing.T) {
+	server, client := stalledPair(t)
+	q := newOutputQueuedConn(server, outputLimits{hard: 1 << 20, soft: 1 << 20, softFor: time.Millisecond},
+		func(queued int) { t.Errorf("cut with %d bytes queued", queued) })
+	defer q.Close()
+	for i := 0; i < 256; i++ { // 4 MiB, four times the hard limit
+		if _, err := q.Write(make([]byte, 16<<10)); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	// The client subscribes, in a command split between two reads.
+	go func() { _, _ = client.Write([]byte("*2\r\n$10\r\nPSUBSC")) }()
+	buf := make([]byte, 64)
+	if _, err := q.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if q.subscribed.Load() {
+		t.Fatal("limited on half a command name")
+	}
+	go func() { _, _ = client.Write([]byte("RIBE\r\n$1\r\n*\r\n")) }()
+	if _, err := q.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if !q.subscribed.Load() {
+		t.Fatal("PSUBSCRIBE, read in two parts, not noted")
+	}
 }
 
 // queuedBytes is what q holds not yet written to its socket.

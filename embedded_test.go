@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/internal/testwait"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/repo"
 )
@@ -78,7 +79,7 @@ func TestEmbeddedRedisCutsASubscriberThatStopsReading(t *testing.T) {
 	if sent < 32<<4 {
 		t.Errorf("cut after %d MB, before Redis's 32 MB output limit", sent>>4)
 	}
-	if cut := logs.FilterMessageSnippet("cut a client that fell behind").All(); len(cut) != 1 {
+	if cut := logs.FilterMessageSnippet("cut a subscriber that fell behind").All(); len(cut) != 1 {
 		t.Errorf("logged %d warnings of the cut, want 1: %v", len(cut), logs.All())
 	} else if q := cut[0].ContextMap()["queued_bytes"]; q.(int64) < 32<<20 {
 		t.Errorf("the warning says %v bytes were queued, want the limit (32 MiB) or more", q)
@@ -214,5 +215,89 @@ func TestEmbeddedRedisTakesItsScriptsHashInUpperCase(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "runs only the service's own scripts") {
 			t.Fatalf("EVALSHA %s: %v", strings.ToUpper(sha), err)
 		}
+	}
+}
+
+// An ordinary client (no subscriber) that pipelines 48 GETs of 1 MB and
+// reads the replies on, 1 MB every 100 ms, is not cut: Redis's limit for
+// normal clients is none (client-output-buffer-limit normal 0 0 0); the
+// pubsub class's 32 MB is for subscribers.
+func TestEmbeddedRedisKeepsASlowPipelineReader(t *testing.T) {
+	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0", zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	const size = 1 << 20
+	if err := rdb.Set(ctx, "v", strings.Repeat("x", size), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if err := conn.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	const n = 48
+	if _, err := conn.Write([]byte(strings.Repeat("*2\r\n$3\r\nGET\r\n$1\r\nv\r\n", n))); err != nil {
+		t.Fatal(err)
+	}
+	want := n * (size + len("$1048576\r\n\r\n"))
+	buf := make([]byte, 1<<20)
+	for got := 0; got < want; {
+		if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		k, err := io.ReadFull(conn, buf[:min(len(buf), want-got)])
+		got += k
+		if err != nil {
+			t.Fatalf("after %d of %d bytes: %v: a client reading on was cut", got, want, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Stopping the embedded Redis with several clients that read nothing, each
+// with output queued, takes about closeFlushTimeout in all, not one per
+// client (miniredis's Server.Close closes its peers one after another,
+// under its lock).
+func TestEmbeddedRedisStopsWithStalledSubscribersWithinTheFlushTimeout(t *testing.T) {
+	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0", zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	for i := 0; i < n; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if err := c.(*net.TCPConn).SetReadBuffer(16 << 10); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte("*2\r\n$9\r\nSUBSCRIBE\r\n$2\r\nch\r\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	testwait.For(t, "every client subscribed", func() bool { return rdb.PubSubNumSub(ctx, "ch").Val()["ch"] == n })
+	payload := strings.Repeat("x", 64<<10)
+	for i := 0; i < 160; i++ { // 10 MB to each, under the 32 MB limit
+		if err := rdb.Publish(ctx, "ch", payload).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	stop()
+	if took := time.Since(start); took > closeFlushTimeout+time.Second {
+		t.Fatalf("stop took %v with %d stalled subscribers, want about closeFlushTimeout (%v) in all", took, n, closeFlushTimeout)
 	}
 }
