@@ -17,8 +17,8 @@ func otherThrift(b []byte) string {
 	const takes = ": combo-service takes Thrift Binary (strict), Framed or in Kitex's TTHeader"
 	word := func(i int) uint32 { return binary.BigEndian.Uint32(b[i : i+4]) }
 	switch {
-	case len(b) >= 1 && b[0] == 0x82: // Compact's protocol id
-		return "an unframed Thrift Compact request" + takes
+	case len(b) >= 1 && b[0] == 0x82: // Compact's protocol id (past a TTHeader Kitex read, or unframed)
+		return "a Thrift Compact request (unframed, or in a TTHeader)" + takes
 	case len(b) >= 5 && b[4] == 0x82:
 		return "a Framed Thrift Compact request" + takes
 	case len(b) >= 6 && b[4] == 0x0f && b[5] == 0xff:

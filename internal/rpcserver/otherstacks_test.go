@@ -1,9 +1,12 @@
 package rpcserver
 
 import (
+	"bytes"
 	"encoding/binary"
 	"strings"
 	"testing"
+
+	"github.com/cloudwego/gopkg/protocol/thrift"
 )
 
 // Requests of other Thrift stacks' protocols and transports that Kitex does
@@ -31,9 +34,11 @@ func TestOtherThriftStacksAreToldWhy(t *testing.T) {
 		b    []byte
 		want string
 	}{
-		"Framed Compact":          {framed(compact), "Compact"},
-		"unframed Compact":        {compact, "Compact"},
-		"Framed non-strict":       {framed(nonStrict), "strict"},
+		"Framed Compact":          {framed(compact), "Framed Thrift Compact"},
+		"unframed Compact":        {compact, "Thrift Compact request (unframed"},
+		"TTHeader with Compact":   {ttHeader(uint32(14+len(compact)), compact), "Thrift Compact request (unframed, or in a TTHeader"},
+		"Framed non-strict":       {framed(nonStrict), "Framed non-strict"},
+		"unframed non-strict":     {nonStrict, "unframed non-strict"},
 		"Apache/fbthrift THeader": {theader(request(name, batch(1))), "THeader"},
 	} {
 		err := decodeError(c.b)
@@ -62,5 +67,20 @@ func TestNonThriftIsNotNamedAsThrift(t *testing.T) {
 				t.Errorf("%s: refused as %v, naming %s", label, err, word)
 			}
 		}
+	}
+}
+
+// A multiplexing client's method name (service:method) is answered as an
+// unknown method is, with Kitex's TApplicationException type 20, as README
+// tells callers of other stacks.
+func TestMultiplexedNameIsAnsweredType20(t *testing.T) {
+	addr := serve(t, 100)
+	answer := call(t, addr, request("ComboService:ReportContributions", batch(1)))
+	if _, typ, _, _, _ := thrift.Binary.ReadMessageBegin(answer); typ != thrift.EXCEPTION ||
+		!bytes.Contains(answer, []byte{byte(thrift.I32), 0, 2, 0, 0, 0, 20}) {
+		t.Fatalf("a multiplexed name answered %q, want a TApplicationException of type 20", answer)
+	}
+	if err := report(addr); err != nil {
+		t.Fatalf("after a multiplexed name: the server no longer serves: %v", err)
 	}
 }
