@@ -291,8 +291,9 @@ func redisOptions(addr string, concurrency int) *redis.Options {
 		// naive at C=32), and a few for the bench's own.
 		PoolSize: concurrency + 8,
 		// No CLIENT SETINFO or CLIENT MAINT_NOTIFICATIONS on connect,
-		// which go-redis sends by default and Redis 7 refuses (each a line
-		// in INFO errorstats), as the service's own clients send neither.
+		// which go-redis sends by default and a Redis without them refuses
+		// (7.0 both; each a line in INFO errorstats), as the service's own
+		// clients send neither.
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}

@@ -843,9 +843,9 @@ func (st *state) comparePoll(ctx context.Context, cli comboservice.Client, activ
 func runBase(start time.Time) int64 { return start.UnixMilli() * 1_000_000 }
 
 // redisOptions are the demo's Redis client's: no CLIENT SETINFO or CLIENT
-// MAINT_NOTIFICATIONS on connect, which go-redis sends by default and
-// Redis 7 refuses (each a line in INFO errorstats), as the service's own
-// clients send neither.
+// MAINT_NOTIFICATIONS on connect, which go-redis sends by default and a
+// Redis without them refuses (7.0 both; each a line in INFO errorstats),
+// as the service's own clients send neither.
 func redisOptions(addr, password string) *redis.Options {
 	return &redis.Options{
 		Addr: addr, Password: password, DialTimeout: 2 * time.Second,
