@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -100,6 +101,22 @@ func TestEmbeddedRedisCutsASubscriberThatStopsReading(t *testing.T) {
 // A client that reads a reply larger than the socket's buffers slowly,
 // but reads on, is not cut: a reply is queued whole, however large.
 func TestEmbeddedRedisKeepsASlowReader(t *testing.T) {
+	readSlowly(t, 16<<20, 1) // 16 MB at 1 MB every 100 ms: 1.6 s
+}
+
+// An ordinary client (no subscriber) that pipelines 48 GETs of 1 MB and
+// reads the replies on, 1 MB every 100 ms, is not cut: Redis's limit for
+// normal clients is none (client-output-buffer-limit normal 0 0 0); the
+// pubsub class's 32 MB is for subscribers.
+func TestEmbeddedRedisKeepsASlowPipelineReader(t *testing.T) {
+	readSlowly(t, 1<<20, 48)
+}
+
+// readSlowly sends the embedded Redis n GETs, pipelined, of a value of
+// size bytes, and reads the replies 1 MB every 100 ms through a small
+// receive buffer, failing t if the connection is cut before the end.
+func readSlowly(t *testing.T, size, n int) {
+	t.Helper()
 	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0", zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
@@ -108,8 +125,7 @@ func TestEmbeddedRedisKeepsASlowReader(t *testing.T) {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { rdb.Close() })
-	const size = 16 << 20
-	if err := rdb.Set(ctx, "big", strings.Repeat("x", size), 0).Err(); err != nil {
+	if err := rdb.Set(ctx, "v", strings.Repeat("x", size), 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := net.Dial("tcp", addr)
@@ -120,19 +136,17 @@ func TestEmbeddedRedisKeepsASlowReader(t *testing.T) {
 	if err := conn.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Write([]byte("*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n")); err != nil {
+	if _, err := conn.Write([]byte(strings.Repeat("*2\r\n$3\r\nGET\r\n$1\r\nv\r\n", n))); err != nil {
 		t.Fatal(err)
 	}
-	// 16 MB at 1 MB every 100 ms takes 1.6 s.
+	want := n * (size + len(fmt.Sprintf("$%d\r\n\r\n", size)))
 	buf := make([]byte, 1<<20)
-	got := 0
-	want := size + len("$16777216\r\n\r\n")
-	for got < want {
+	for got := 0; got < want; {
 		if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		n, err := io.ReadFull(conn, buf[:min(len(buf), want-got)])
-		got += n
+		k, err := io.ReadFull(conn, buf[:min(len(buf), want-got)])
+		got += k
 		if err != nil {
 			t.Fatalf("after %d of %d bytes: %v: a client reading on was cut", got, want, err)
 		}
@@ -215,50 +229,6 @@ func TestEmbeddedRedisTakesItsScriptsHashInUpperCase(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "runs only the service's own scripts") {
 			t.Fatalf("EVALSHA %s: %v", strings.ToUpper(sha), err)
 		}
-	}
-}
-
-// An ordinary client (no subscriber) that pipelines 48 GETs of 1 MB and
-// reads the replies on, 1 MB every 100 ms, is not cut: Redis's limit for
-// normal clients is none (client-output-buffer-limit normal 0 0 0); the
-// pubsub class's 32 MB is for subscribers.
-func TestEmbeddedRedisKeepsASlowPipelineReader(t *testing.T) {
-	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0", zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { rdb.Close() })
-	const size = 1 << 20
-	if err := rdb.Set(ctx, "v", strings.Repeat("x", size), 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	if err := conn.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
-		t.Fatal(err)
-	}
-	const n = 48
-	if _, err := conn.Write([]byte(strings.Repeat("*2\r\n$3\r\nGET\r\n$1\r\nv\r\n", n))); err != nil {
-		t.Fatal(err)
-	}
-	want := n * (size + len("$1048576\r\n\r\n"))
-	buf := make([]byte, 1<<20)
-	for got := 0; got < want; {
-		if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
-			t.Fatal(err)
-		}
-		k, err := io.ReadFull(conn, buf[:min(len(buf), want-got)])
-		got += k
-		if err != nil {
-			t.Fatalf("after %d of %d bytes: %v: a client reading on was cut", got, want, err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

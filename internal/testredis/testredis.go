@@ -282,6 +282,22 @@ func (s *Server) Client() *redis.Client {
 	return c
 }
 
+// RefusedWhile returns what the server's INFO errorstats read after
+// connect ran, when it differs from before ("" when Redis refused
+// nothing meanwhile): a client's handshake commands that Redis does not
+// have (CLIENT SETINFO before 7.2, CLIENT MAINT_NOTIFICATIONS) show there,
+// and nowhere else.
+func (s *Server) RefusedWhile(connect func()) string {
+	admin := s.Client() // go-redis's defaults: its own handshakes are refused before it first reads
+	ctx := context.Background()
+	before := admin.Info(ctx, "errorstats").Val()
+	connect()
+	if after := admin.Info(ctx, "errorstats").Val(); after != before {
+		return after + "\nwhere before:\n" + before
+	}
+	return ""
+}
+
 // options are a client's for this server: over TLS with the client
 // certificate when it serves TLS.
 func (s *Server) options() *redis.Options {
