@@ -216,7 +216,8 @@ func TestWarnsOfSentinelNodesWithoutAOF(t *testing.T) {
 	cfg := conf.Default()
 	cfg.Redis.Addr, cfg.Redis.SentinelAddrs, cfg.Redis.SentinelMaster = "", []string{sentinel.Addr}, sentinelMaster
 	read, budget := appendOnlyReader(cfg.Redis, nil)
-	if want := 3 * cfg.Redis.Timeout; budget != want {
+	// A Sentinel's HELLO and two commands, then the nodes' HELLO and read at once.
+	if want := 5 * cfg.Redis.Timeout; budget != want {
 		t.Errorf("a reading's budget %v with one Sentinel, want %v", budget, want)
 	}
 	got, err := read(context.Background())
@@ -367,8 +368,8 @@ func TestEvictionWatchReadsTheSentinelsReplicas(t *testing.T) {
 		t.Fatalf("start check found %v, want only %s on allkeys-lru", found, evicting.Addr)
 	}
 	read, budget := policyReader(cfg.Redis, store)
-	// A Sentinel's two commands, then the nodes at once.
-	if want := 3 * cfg.Redis.Timeout; budget != want {
+	// A Sentinel's HELLO and two commands, then the nodes' HELLO and read at once.
+	if want := 5 * cfg.Redis.Timeout; budget != want {
 		t.Fatalf("a reading's budget %v with one Sentinel, want %v", budget, want)
 	}
 	var readings atomic.Int64
