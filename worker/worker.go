@@ -1001,7 +1001,12 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		// Said here, not before Shutdown: the final reads add this
 		// replica's last windows, and a count taken before them read 0
 		// next to an error naming 25 windows still held.
-		w.log.Info("final read done; publishing held windows", zap.Int("held", w.Held()))
+		if readErr != nil {
+			w.log.Warn("final read failed; publishing the windows held, the rest left pending for another replica",
+				zap.Int("held", w.Held()), zap.Int("shards_unread", len(todo)), zap.Error(readErr))
+		} else {
+			w.log.Info("final read done; publishing held windows", zap.Int("held", w.Held()))
+		}
 		close(w.draining)
 		select {
 		case <-w.flushDone:

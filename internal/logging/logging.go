@@ -102,9 +102,17 @@ func (s messageSampler) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcor
 		return ce
 	}
 	if i := int(e.Level - zapcore.DebugLevel); i >= 0 && i < len(s.byLevel) {
-		if ok, _, _ := s.byLevel[i].pass(e.Message); !ok {
+		ok, suppressed, since := s.byLevel[i].pass(e.Message)
+		if !ok {
 			s.dropped(e)
 			return ce
+		}
+		if suppressed > 0 {
+			// As Kitex's and netpoll's lines say it: the line that follows
+			// a burst stands for the lines left out of it (71 windows
+			// dropped stale in a second wrote one line, quantity 1).
+			return s.Core.With([]zapcore.Field{zap.Int("suppressed_since_last", suppressed),
+				zap.Time("suppressed_since", since)}).Check(e, ce)
 		}
 	}
 	return s.Core.Check(e, ce)
