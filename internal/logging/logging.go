@@ -34,7 +34,12 @@ func New(level, format string) (*zap.Logger, error) {
 	// Sampling is applied where chosen, with Sampled, not globally: the
 	// start-up and shutdown lines must all be written.
 	cfg.Sampling = nil
-	l, err := cfg.Build()
+	// No stack on error lines (zap's production default; warn in its
+	// console one): they are events an operator acts on (a window lost, a
+	// consumer group created again), not faults in the code, and a stack
+	// of the loop's goroutine, 1 KB a line, tells the operator nothing. A
+	// recovered panic's line carries its stack itself (zap.Stack).
+	l, err := cfg.Build(zap.AddStacktrace(zapcore.FatalLevel))
 	if err != nil {
 		return nil, fmt.Errorf("logging.New: %w", err)
 	}

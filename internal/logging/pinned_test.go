@@ -128,6 +128,24 @@ func TestNewDoesNotSample(t *testing.T) {
 	}
 }
 
+// Error lines carry no stack of their own, in either format (zap adds one
+// at error in production, at warn in development); one that asks for its
+// stack (a recovered panic's) has it.
+func TestNewAddsNoStackToErrorLines(t *testing.T) {
+	for _, format := range []string{"json", "console"} {
+		out := captureStderr(t, func() {
+			l := mustNew(t, "info", format)
+			l.Warn("consumer group missing, created again")
+			l.Error("window lost unpublished")
+			l.Error("recovered panic in the flush loop", zap.Stack("stack"))
+			_ = l.Sync()
+		})
+		if n := strings.Count(out, "logging.TestNewAddsNoStackToErrorLines.func1"); n != 1 {
+			t.Errorf("%s: the test's frame appears in %d stacks, want 1 (the panic line's own):\n%s", format, n, out)
+		}
+	}
+}
+
 // go-redis's lines are warnings, sampled by their text: the same line
 // repeated per connection attempt during an outage is one a second.
 func TestRedisLoggerWarnsSampled(t *testing.T) {
