@@ -1,6 +1,7 @@
 package rpcserver
 
 import (
+	"bytes"
 	"encoding/binary"
 
 	"github.com/cloudwego/kitex/pkg/remote"
@@ -9,10 +10,10 @@ import (
 // otherThrift names the Thrift protocol or transport a request Kitex
 // refused was sent in, from its first bytes, when it is one another Thrift
 // stack speaks and Kitex does not: Apache Thrift's and fbthrift's clients
-// default to some. Kitex's refusal says only "invalid payload
+// default to some; or an HTTP request. Kitex's refusal says only "invalid payload
 // (first4Bytes=…)", and the caller sees its connection end with no answer,
 // so the log is where its team learns what to change. "" when the bytes
-// are none of them (HTTP, noise).
+// are none of them (TLS, noise).
 func otherThrift(b []byte) string {
 	const takes = ": combo-service takes Thrift Binary (strict), Framed or in Kitex's TTHeader"
 	word := func(i int) uint32 { return binary.BigEndian.Uint32(b[i : i+4]) }
@@ -28,8 +29,22 @@ func otherThrift(b []byte) string {
 		return "a Framed non-strict Thrift Binary request (no version word)" + takes
 	case len(b) >= 8 && word(0) >= 1 && word(0) <= 255 && methodChars(b[4:8]):
 		return "an unframed non-strict Thrift Binary request (no version word)" + takes
+	case httpRequest(b):
+		// A probe or scraper given server.addr: one such line a scrape.
+		return "an HTTP request (combo-service serves Thrift on server.addr; /metrics, /healthz and /readyz are on metrics.addr)"
 	}
 	return ""
+}
+
+// httpRequest reports whether b starts an HTTP/1 request (Kitex read 8
+// bytes before refusing it, room for the longest method and its space).
+func httpRequest(b []byte) bool {
+	for _, m := range []string{"GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS ", "PATCH "} {
+		if bytes.HasPrefix(b, []byte(m)) {
+			return true
+		}
+	}
+	return false
 }
 
 // methodChars reports whether b could start a method name.

@@ -51,7 +51,6 @@ func TestOtherThriftStacksAreToldWhy(t *testing.T) {
 // What is no Thrift is refused as before, not named as some Thrift.
 func TestNonThriftIsNotNamedAsThrift(t *testing.T) {
 	for label, b := range map[string][]byte{
-		"HTTP/1":           []byte("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
 		"HTTP/2 preface":   []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
 		"telnet interrupt": {0xff, 0xf4, 0xff, 0xfd, 0, 0, 0, 0},
 		"TLS client hello": {0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03},
@@ -82,5 +81,17 @@ func TestMultiplexedNameIsAnsweredType20(t *testing.T) {
 	}
 	if err := report(addr); err != nil {
 		t.Fatalf("after a multiplexed name: the server no longer serves: %v", err)
+	}
+}
+
+// An HTTP request (a probe or scraper given server.addr) is refused saying
+// so and where the HTTP endpoints are.
+func TestHTTPRequestIsToldWhereMetricsAre(t *testing.T) {
+	for _, req := range []string{"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "HEAD /readyz HTTP/1.1\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n", "OPTIONS * HTTP/1.1\r\n\r\n"} {
+		err := decodeError([]byte(req))
+		if err == nil || !strings.Contains(err.Error(), "an HTTP request") || !strings.Contains(err.Error(), "metrics.addr") {
+			t.Errorf("%q refused with %v, want it named an HTTP request, metrics.addr named", req[:12], err)
+		}
 	}
 }
