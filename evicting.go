@@ -61,8 +61,10 @@ func refusingUser(err error) string {
 	nodes, sentinels := refusedLogins(err)
 	var said string
 	if nodes > 0 {
-		said += "; a node refuses this service's login: as the master (a replica, once a failover promotes it) " +
-			"it refuses every report: make the user on every node, replicas included (README: Redis settings)"
+		said += "; a node refuses this service's login: when every node refuses it, check redis.username and " +
+			"redis.password (COMBO_REDIS_USERNAME, COMBO_REDIS_PASSWORD); when some do, as the master (a replica, " +
+			"once a failover promotes it) each refuses every report: make the user on every node, replicas included " +
+			"(README: Redis settings)"
 	}
 	if sentinels > 0 {
 		said += "; a Sentinel refuses the login of redis.sentinel_username and redis.sentinel_password: " +

@@ -148,6 +148,10 @@ func TestStartChecksWarnOfARefusedLogin(t *testing.T) {
 	if n := logs.FilterMessageSnippet("could not read Redis's maxmemory-policy").FilterMessageSnippet("a node refuses this service's login").Len(); n != 1 {
 		t.Errorf("warnings %v, want the unread policy said with the refused login", logs.All())
 	}
+	// A wrong password is the likelier cause on one Redis: named first.
+	if n := logs.FilterMessageSnippet("check redis.username and redis.password").Len(); n != 1 {
+		t.Errorf("warnings %v, want the refused login to name the service's own login settings", logs.All())
+	}
 	if n := logs.FilterMessageSnippet("could not read every Redis node's aof_enabled").Len(); n != 1 {
 		t.Errorf("warnings %v, want the unread aof_enabled said at warn", logs.All())
 	}
