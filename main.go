@@ -644,6 +644,7 @@ func serveMetrics(ln net.Listener, cfg conf.Metrics, reg *prometheus.Registry, s
 	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok\n")) })
+	ready := &readinessLog{log: log}
 	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, r *http.Request) {
 		// From SIGTERM on: the RPC listener is closed (or closing) while
 		// this server still answers, for as long as the held windows take
@@ -658,13 +659,18 @@ func serveMetrics(ln net.Listener, cfg conf.Metrics, reg *prometheus.Registry, s
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		defer cancel()
 		if err := store.Ready(ctx); err != nil {
+			if r.Context().Err() == nil { // not a probe that gave up
+				ready.note("redis", err.Error())
+			}
 			http.Error(rw, "redis: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		if !w.Running() {
+			ready.note("worker", "worker not running")
 			http.Error(rw, "worker not running", http.StatusServiceUnavailable)
 			return
 		}
+		ready.note("ok", "")
 		_, _ = rw.Write([]byte("ok\n"))
 	})
 	// IdleTimeout as on the RPC port (main passes rpcserver.MaxConnIdle): without it a
