@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -37,13 +38,8 @@ func TestReadinessLogSaysEachChangeOnce(t *testing.T) {
 		"info ready again: /readyz answers ok ",
 		"warn not ready: /readyz fails; reports are sent to other replicas where the callers follow it worker",
 	}
-	if len(got) != len(want) {
+	if !slices.Equal(got, want) {
 		t.Fatalf("logged %q, want %q", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("line %d: %q, want %q (all: %q)", i, got[i], want[i], got)
-		}
 	}
 	if reason := logs.All()[1].ContextMap()["reason"]; reason != "dial tcp: connection refused" {
 		t.Errorf("the first not-ready line's reason %q, want the first error's text", reason)

@@ -136,7 +136,7 @@ func (g guardedCodec) DecodeMeta(ctx context.Context, msg remote.Message, in rem
 	if err == nil {
 		return nil
 	}
-	if what := otherThrift(firstBytes(in)); what != "" {
+	if what := refusedProtocol(firstBytes(in)); what != "" {
 		kind := perrors.UnknownProtocolError
 		if pe, ok := err.(perrors.ProtocolError); ok {
 			kind = pe.TypeId()

@@ -7,14 +7,14 @@ import (
 	"github.com/cloudwego/kitex/pkg/remote"
 )
 
-// otherThrift names the Thrift protocol or transport a request Kitex
+// refusedProtocol names the Thrift protocol or transport a request Kitex
 // refused was sent in, from its first bytes, when it is one another Thrift
 // stack speaks and Kitex does not: Apache Thrift's and fbthrift's clients
 // default to some; or an HTTP request. Kitex's refusal says only "invalid payload
 // (first4Bytes=…)", and the caller sees its connection end with no answer,
 // so the log is where its team learns what to change. "" when the bytes
 // are none of them (TLS, noise).
-func otherThrift(b []byte) string {
+func refusedProtocol(b []byte) string {
 	const takes = ": combo-service takes Thrift Binary (strict), Framed or in Kitex's TTHeader"
 	word := func(i int) uint32 { return binary.BigEndian.Uint32(b[i : i+4]) }
 	switch {
