@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -86,8 +85,11 @@ func (w *Worker) readClock(ctx context.Context, q *dueQueue, shard int, loop str
 		}
 		return err
 	})
-	if err != nil && ctx.Err() == nil {
-		w.redisError(metrics.OpTime, err)
+	switch {
+	case err == nil:
+		w.redisOK(metrics.OpTime, shard)
+	case ctx.Err() == nil:
+		w.redisError(metrics.OpTime, shard, err)
 	}
 	return err
 }
@@ -156,8 +158,9 @@ func (w *Worker) sampleStream(ctx context.Context, st *housekeeping, shard int) 
 	switch {
 	case err == nil:
 		st.sampleFailures[shard] = 0
+		w.redisOK(metrics.OpStreamStats, shard)
 	case ctx.Err() == nil:
-		w.redisError(metrics.OpStreamStats, err)
+		w.redisError(metrics.OpStreamStats, shard, err)
 		if st.sampleFailures[shard]++; st.sampleFailures[shard] >= gaugeFailures {
 			w.metrics.StreamLength.DeleteLabelValues(label)
 			w.metrics.StreamPending.DeleteLabelValues(label)
@@ -180,8 +183,11 @@ func (w *Worker) pruneConsumers(ctx context.Context, shard int, idle time.Durati
 		w.metrics.ConsumersGone.Add(float64(len(removed)))
 		w.log.Info("removed dead consumers with nothing pending", zap.Int("shard", shard), zap.Strings("consumers", removed))
 	}
-	if err != nil && ctx.Err() == nil {
-		w.redisError(metrics.OpPruneConsumers, fmt.Errorf("shard %d: %w", shard, err))
+	switch {
+	case err == nil:
+		w.redisOK(metrics.OpPruneConsumers, shard)
+	case ctx.Err() == nil:
+		w.redisError(metrics.OpPruneConsumers, shard, err)
 	}
 }
 

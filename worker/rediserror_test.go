@@ -20,12 +20,12 @@ func TestRedisErrorOfOneOpHidesNoOther(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	w := &Worker{log: logging.Sampled(zap.New(core), nil), metrics: metrics.New(prometheus.NewRegistry())}
 	for range 100 {
-		w.redisError(metrics.OpRead, errors.New("i/o timeout"))
+		w.redisError(metrics.OpRead, 0, errors.New("i/o timeout"))
 	}
 	others := []string{metrics.OpPrepare, metrics.OpDrop, metrics.OpRetire, metrics.OpClaim, metrics.OpFlush,
 		metrics.OpFlushScript, metrics.OpFinalRead, metrics.OpTime, metrics.OpStreamStats, metrics.OpPruneConsumers}
 	for _, op := range others {
-		w.redisError(op, errors.New("NOPERM this user has no permissions to access the 'act:1:contributions' channel"))
+		w.redisError(op, 0, errors.New("NOPERM this user has no permissions to access the 'act:1:contributions' channel"))
 	}
 	byOp := map[any]int{}
 	for _, e := range logs.All() {

@@ -173,6 +173,7 @@ type Worker struct {
 	store   Store
 	log     *zap.Logger // sampled: repeated failures log about once a second
 	metrics *metrics.Metrics
+	failing failingOps // Redis ops failing now, to log each recovery once
 
 	qs []*dueQueue // one per shard, each drained by its own flusher, on its node's clock
 	// prepared[shard] is set once the shard's group was created or found
@@ -303,11 +304,12 @@ func (w *Worker) prepare(ctx context.Context, shard int) bool {
 			return w.store.EnsureGroup(ctx, shard)
 		})
 		if err == nil {
+			w.redisOK(metrics.OpPrepare, shard)
 			w.prepared[shard].Store(true)
 			return true
 		}
 		if ctx.Err() == nil && !errors.Is(err, errRecovered) {
-			w.redisError(metrics.OpPrepare, err)
+			w.redisError(metrics.OpPrepare, shard, err)
 		}
 		bo.wait(ctx)
 	}
@@ -348,7 +350,7 @@ func (w *Worker) readLoop(ctx context.Context, shard int) {
 				return
 			}
 			if !errors.Is(err, errRecovered) {
-				w.redisError(metrics.OpRead, err)
+				w.redisError(metrics.OpRead, shard, err)
 			}
 			// Redis may have delivered the entries and lost only the reply
 			// (a timeout, a reset): they are ours now and ">" would never
@@ -358,6 +360,7 @@ func (w *Worker) readLoop(ctx context.Context, shard int) {
 			bo.wait(ctx)
 			continue
 		}
+		w.redisOK(metrics.OpRead, shard)
 		bo.reset()
 		if start != ">" {
 			if n.last == "" {
@@ -405,7 +408,9 @@ func (w *Worker) readOnce(ctx context.Context, shard int, start string, block ti
 		// them. XREADGROUP, unlike XAUTOCLAIM, leaves them pending.
 		w.deletedEntries(shard, deleted)
 		if err := w.op(ctx, func(ctx context.Context) error { return w.store.Drop(ctx, shard, deleted) }); err != nil {
-			w.redisError(metrics.OpDrop, err)
+			w.redisError(metrics.OpDrop, shard, err)
+		} else {
+			w.redisOK(metrics.OpDrop, shard)
 		}
 	}
 	w.hold(shard, ws)
@@ -467,9 +472,12 @@ func (w *Worker) dropBad(ctx context.Context, shard int, bad []repo.BadEntry) {
 	// all that is left to tell a version skew from a foreign writer.
 	w.log.Warn("dropping stream entries that cannot be flushed", zap.Int("shard", shard),
 		zap.Strings("ids", ids), zap.Strings("reasons", reasons))
-	if err := w.op(ctx, func(ctx context.Context) error { return w.store.Drop(ctx, shard, ids) }); err != nil && ctx.Err() == nil {
+	switch err := w.op(ctx, func(ctx context.Context) error { return w.store.Drop(ctx, shard, ids) }); {
+	case err == nil:
+		w.redisOK(metrics.OpDrop, shard)
+	case ctx.Err() == nil:
 		// They stay pending; the claimer brings them back and we try again.
-		w.redisError(metrics.OpDrop, err)
+		w.redisError(metrics.OpDrop, shard, err)
 	}
 }
 
@@ -531,17 +539,18 @@ func (w *Worker) claimOrReread(ctx context.Context, shard int) {
 		return
 	}
 	if !errors.Is(err, errRecovered) {
-		w.redisError(metrics.OpClaim, err)
+		w.redisError(metrics.OpClaim, shard, err)
 	}
 	start := "0"
 	for ctx.Err() == nil && w.Held() < w.cfg.MaxHeld {
 		n, err := w.readOnce(ctx, shard, start, -1) // own entries: never blocks
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, errRecovered) {
-				w.redisError(metrics.OpRead, err)
+				w.redisError(metrics.OpRead, shard, err)
 			}
 			return
 		}
+		w.redisOK(metrics.OpRead, shard)
 		if n.last == "" {
 			return
 		}
@@ -580,6 +589,7 @@ func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
 			return err
 		})
 		if errors.Is(err, repo.ErrGroupRecreated) {
+			w.redisOK(metrics.OpClaim, shard) // Redis answered
 			// Before the shard's reader prepared it, a missing group is
 			// a new Redis's, not a loss.
 			if prepared {
@@ -590,6 +600,7 @@ func (w *Worker) claimShard(ctx context.Context, shard int) (err error) {
 		if err != nil {
 			return err
 		}
+		w.redisOK(metrics.OpClaim, shard)
 		w.deletedEntries(shard, deleted)
 		w.dropBad(ctx, shard, bad)
 		if n := w.hold(shard, ws); n > 0 {
@@ -745,6 +756,7 @@ func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) 
 		ws[i] = it.w
 		ws[i].NotAfter = notAfter
 	}
+	shard := batch[0].w.Shard // a queue holds one shard's windows
 	var res []repo.FlushResult
 	sent := time.Now()
 	err := w.op(w.flushCtx, func(ctx context.Context) error {
@@ -754,7 +766,7 @@ func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) 
 	})
 	if err != nil {
 		if w.flushCtx.Err() == nil { // not Shutdown's deadline cutting it short
-			w.redisError(metrics.OpFlush, err)
+			w.redisError(metrics.OpFlush, shard, err)
 		}
 		// No answer does not mean it did not run: the send may still wait
 		// on a paused master's socket (go-redis's Sentinel client cuts it
@@ -765,6 +777,7 @@ func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) 
 		w.retryLater(q, batch)
 		return false
 	}
+	w.redisOK(metrics.OpFlush, shard)
 	w.learnClock(q, batch, res, sent, time.Now())
 	var retry, failed []dueItem
 	refusingWrites := true // every window failed because Redis refuses writes
@@ -772,10 +785,11 @@ func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) 
 		it := batch[i]
 		if r.Err != nil {
 			refusingWrites = refusingWrites && repo.RefusesWrites(r.Err)
-			w.redisError(metrics.OpFlushScript, r.Err)
+			w.opFailed(metrics.OpFlushScript, windowRef{shard, it.w.ID}, r.Err, zap.Int("shard", shard), zap.String("window", it.w.ID))
 			failed = append(failed, it)
 			continue
 		}
+		w.redisOK(metrics.OpFlushScript, windowRef{shard, it.w.ID})
 		switch r.Status {
 		case repo.Published:
 			w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedPublished).Inc()
@@ -854,9 +868,10 @@ func (w *Worker) retireIfDone(win repo.Window) {
 		res, err = w.store.Retire(ctx, win)
 		return err
 	}); err != nil {
-		w.redisError(metrics.OpRetire, err) // still pending: tried again at the next panic
+		w.redisError(metrics.OpRetire, win.Shard, err) // still pending: tried again at the next panic
 		return
 	}
+	w.redisOK(metrics.OpRetire, win.Shard)
 	switch res.Status {
 	case repo.Stale:
 		w.stale(win, res, zapcore.ErrorLevel, "window dropped unpublished: its flush panicked until it was older than window.stale")
@@ -979,11 +994,14 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		for len(todo) > 0 && ctx.Err() == nil {
 			var failed []int
 			for _, shard := range todo {
-				if rerr := w.finalRead(ctx, shard); rerr != nil {
+				rerr := w.finalRead(ctx, shard)
+				if rerr == nil {
+					w.redisOK(metrics.OpFinalRead, shard)
+				} else {
 					// Neither a panic (counted as the read loop's) nor
 					// the drain's own bound running out is Redis's.
 					if !errors.Is(rerr, errRecovered) && ctx.Err() == nil {
-						w.redisError(metrics.OpFinalRead, rerr)
+						w.redisError(metrics.OpFinalRead, shard, rerr)
 					}
 					readErr = fmt.Errorf("final read of shard %d: %w", shard, rerr)
 					failed = append(failed, shard)
@@ -1131,7 +1149,7 @@ func (w *Worker) unheldPending(ctx context.Context, shard int) (ids []string, ok
 			// missing group, which Redis answered: that re-read finds it
 			// missing too and counts the loss.
 			if !errors.Is(err, errRecovered) && !errors.Is(err, repo.ErrNoGroup) && ctx.Err() == nil {
-				w.redisError(metrics.OpFinalRead, err)
+				w.redisError(metrics.OpFinalRead, shard, err)
 			}
 			return nil, false
 		}
@@ -1166,15 +1184,34 @@ func (w *Worker) groupLost(shard int, losses uint64, err error) {
 		zap.Int("shard", shard), zap.Error(err))
 }
 
-// redisError counts and logs a failed Redis operation. The op is in the
-// message ("redis flush_script failed; retrying"), not only in a field:
-// the worker's log is sampled by message (logging.Sampled), and with one
-// message for all, one op failing without end (reads timing out on a dead
-// master) hid every other op's failure (NOPERM on flush_script) for as
-// long as it lasted.
-func (w *Worker) redisError(op string, err error) {
+// redisError counts and logs a failed Redis operation on shard.
+func (w *Worker) redisError(op string, shard int, err error) {
+	w.opFailed(op, shard, err, zap.Int("shard", shard))
+}
+
+// opFailed counts and logs a failure of op at where: a shard, or for the
+// flush script a window (see failingOps). The op is in the message ("redis
+// flush_script failed; retrying"), not only in a field: the worker's log
+// is sampled by message (logging.Sampled), and with one message for all,
+// one op failing without end (reads timing out on a dead master) hid every
+// other op's failure (NOPERM on flush_script) for as long as it lasted.
+func (w *Worker) opFailed(op string, where any, err error, fields ...zap.Field) {
 	w.metrics.RedisErrors.WithLabelValues(op).Inc()
-	w.log.Warn("redis "+op+" failed; retrying", zap.String("op", op), zap.Error(err))
+	w.failing.failed(op, where, err, time.Now())
+	w.log.Warn("redis "+op+" failed; retrying", append(append([]zap.Field{zap.String("op", op)}, fields...), zap.Error(err))...)
+}
+
+// redisOK records a success of op at where and logs, once, the end of a
+// run of its failures (see failingOps): how many there were, for how long,
+// and the last error, which the thinned failure lines may not have shown.
+func (w *Worker) redisOK(op string, where any) {
+	run, ended := w.failing.succeeded(op, where)
+	if !ended {
+		return
+	}
+	w.log.Info("redis "+op+" recovered", zap.String("op", op), zap.Int("failures", run.failures),
+		zap.Duration("failing_for", time.Since(run.since).Round(time.Millisecond)),
+		zap.NamedError("last_error", run.lastErr))
 }
 
 // errRecovered marks the error of a read or claim that panicked: the panic
