@@ -174,14 +174,16 @@ var attemptResults = []string{
 }
 
 // observeAttempt counts one ReportContributions attempt by its result and
-// records how long it took.
-func (m *metrics) observeAttempt(took time.Duration, err error) {
-	m.attempts[attemptResult(err)].Inc()
+// records how long it took; aborted says the Reporter's own context was
+// canceled (a Close that gave up) by the time it ended.
+func (m *metrics) observeAttempt(took time.Duration, err error, aborted bool) {
+	m.attempts[attemptResult(err, aborted)].Inc()
 	m.attemptTime.Observe(took.Seconds())
 }
 
-// attemptResult names why an attempt failed, for attempts_total.
-func attemptResult(err error) string {
+// attemptResult names why an attempt failed, for attempts_total; aborted
+// as for observeAttempt.
+func attemptResult(err error, aborted bool) string {
 	if err == nil {
 		return resultOK
 	}
@@ -208,12 +210,17 @@ func attemptResult(err error) string {
 	case errors.Is(err, ErrBadResponse):
 		return resultBadResponse
 	// Canceled before timeout: Kitex reports an attempt a Close abandoned
-	// as ErrRPCTimeout caused by context.Canceled.
-	case errors.Is(err, context.Canceled), errors.Is(err, kerrors.ErrCanceledByBusiness):
+	// as ErrRPCTimeout caused by context.Canceled. But so it reports its
+	// own timeout firing as the call returns (its timer's context is
+	// canceled by then), with no Close: canceled only when the Reporter's
+	// context was, else a timeout is one.
+	case aborted && (errors.Is(err, context.Canceled) || errors.Is(err, kerrors.ErrCanceledByBusiness)):
 		return resultCanceled
 	case kerrors.IsTimeoutError(err), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, kerrors.ErrTimeoutByBusiness):
 		return resultTimeout
+	case errors.Is(err, context.Canceled), errors.Is(err, kerrors.ErrCanceledByBusiness):
+		return resultOther // a caller's BatchSender's own cancellation
 	case errors.Is(err, kerrors.ErrGetConnection), errors.Is(err, kerrors.ErrRemoteOrNetwork),
 		errors.Is(err, kerrors.ErrServiceDiscovery), errors.Is(err, kerrors.ErrNoMoreInstance),
 		errors.Is(err, kerrors.ErrLoadbalance):

@@ -746,7 +746,7 @@ func (r *Reporter) attempt(items []*combo.Contribution) (_ answers, err error) {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %v", ErrSenderPanicked, p)
 		}
-		r.metrics.observeAttempt(time.Since(start), err)
+		r.metrics.observeAttempt(time.Since(start), err, r.ctx.Err() != nil)
 	}()
 	ctx, cancel := context.WithTimeout(r.ctx, r.opts.RPCTimeout)
 	defer cancel()

@@ -231,8 +231,25 @@ func TestAttemptResult(t *testing.T) {
 		{fmt.Errorf("%w: oops", ErrSenderPanicked), resultSenderPanicked},
 		{errors.New("else"), resultOther},
 	} {
-		if got := attemptResult(tc.err); got != tc.want {
+		if got := attemptResult(tc.err, true); got != tc.want {
 			t.Errorf("attemptResult(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+	// Not aborted (the Reporter's context was not canceled): Kitex's own
+	// timeout firing as the call returns, or a BatchSender's own
+	// cancellation. Only the results of canceled errors change.
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{kerrors.ErrRPCTimeout.WithCause(context.Canceled), resultTimeout},
+		{kerrors.ErrCanceledByBusiness.WithCause(errors.New("canceled")), resultOther},
+		{context.Canceled, resultOther},
+		{kerrors.ErrRPCTimeout.WithCause(errors.New("timeout=1s")), resultTimeout},
+		{kerrors.ErrGetConnection.WithCause(errors.New("dial tcp: refused")), resultConnection},
+	} {
+		if got := attemptResult(tc.err, false); got != tc.want {
+			t.Errorf("attemptResult(%v), not aborted = %q, want %q", tc.err, got, tc.want)
 		}
 	}
 }
