@@ -224,6 +224,11 @@ func New(store Store, cfg Config, log *zap.Logger, m *metrics.Metrics) *Worker {
 	if rw, ok := store.(ReplyWaiter); ok {
 		if d := rw.ReplyTimeout(); d > 0 {
 			flushWait = min(flushWait, d)
+			if cfg.NodePerShard && cfg.Block > clusterBlock(d) {
+				log.Info("worker.block shortened on a Redis Cluster: a read redirected while its slot moves is waited for only redis.timeout",
+					zap.Duration("block", clusterBlock(d)), zap.Duration("configured", cfg.Block))
+				cfg.Block = clusterBlock(d)
+			}
 		}
 	}
 	return &Worker{
@@ -231,6 +236,18 @@ func New(store Store, cfg Config, log *zap.Logger, m *metrics.Metrics) *Worker {
 		prepared: make([]atomic.Bool, cfg.Shards), losses: make([]atomic.Uint64, cfg.Shards),
 		draining: make(chan struct{}), flushCtx: flushCtx, stopFlush: stopFlush, flushDone: make(chan struct{}),
 	}
+}
+
+// clusterBlock is the longest BLOCK of a read on a Redis Cluster whose
+// client waits replyTimeout for a reply. While a shard's slot is half
+// moved, its stream already on the new master, the old one answers a read
+// ASK, and go-redis sends it on as a pipeline (ASKING, the read) whose
+// reply it waits for only replyTimeout, not replyTimeout plus the BLOCK as
+// for a read sent once: with a BLOCK that long every such read failed "i/o
+// timeout" (a Redis error counted and logged, its connection dropped) for
+// as long as the slot stayed half moved, though Redis answered each.
+func clusterBlock(replyTimeout time.Duration) time.Duration {
+	return max(replyTimeout/2, time.Millisecond)
 }
 
 // Start launches the loops and returns at once; they retry Redis by
