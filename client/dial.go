@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -94,6 +95,7 @@ func (spreadDialer) DialTimeout(network, address string, timeout time.Duration) 
 		if err == nil {
 			return c, nil
 		}
+		err = refusedDial(err)
 		if first == nil {
 			first = err
 		}
@@ -115,7 +117,19 @@ func isIPLiteral(host string) bool {
 func dialNetpoll(network, address string, timeout time.Duration) (net.Conn, error) {
 	c, err := netpoll.DialConnection(network, address, timeout)
 	if err != nil {
-		return nil, err
+		return nil, refusedDial(err)
 	}
 	return c, nil
+}
+
+// refusedDial names what netpoll's dial error means: a connection refused
+// (or reset) while its non-blocking connect waits is reported as
+// ErrConnClosed, "connection has been closed by peer", and a drop's
+// reason then sent an operator looking for a replica that closes
+// connections rather than one that is not listening.
+func refusedDial(err error) error {
+	if errors.Is(err, netpoll.ErrConnClosed) {
+		return fmt.Errorf("%w (netpoll's words for a connection refused or reset while connecting)", err)
+	}
+	return err
 }
