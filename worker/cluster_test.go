@@ -614,8 +614,27 @@ func TestALostClaimReplyOnAClusterLosesNoWindow(t *testing.T) {
 func TestReshardUnderABlockedReadCountsNoGroupLoss(t *testing.T) {
 	c := newClusterCase(t)
 	ctx := context.Background()
-	keys := c.r.Keys()
-	from, to := c.shard0Move()
+	wk, m, old := c.startReshardWorker(t)
+
+	c.report(0)
+	waitFor(t, "the window held", func() bool { return wk.Held() == 1 })
+	// Every reader of the old master's shards, shard 0's among them,
+	// blocked there (each read waits 2 s for entries).
+	waitFor(t, "reads blocked on the old master", func() bool { return blockedReads(ctx, old) == len(c.deadShards) })
+	c.moveShard0(t)
+	waitPushes(t, c.sub, 1)
+	c.report(0) // read from the new master
+	waitPushes(t, c.sub, 1)
+	if n := testutil.ToFloat64(m.GroupsRecreated); n != 0 {
+		t.Errorf("groups recreated %v after a reshard that lost nothing, want 0", n)
+	}
+}
+
+// startReshardWorker starts a worker (consumer c1) whose reads block 2 s,
+// for a reshard of shard 0 under them, and returns it, its metrics and a
+// client of the master shard 0 moves from.
+func (c *clusterCase) startReshardWorker(t *testing.T) (*worker.Worker, *metrics.Metrics, *redis.Client) {
+	from, _ := c.shard0Move()
 	m := metrics.New(prometheus.NewRegistry())
 	wk := worker.New(c.r, worker.Config{Consumer: "c1", Shards: clusterShards, ClaimIdle: time.Hour, Block: 2 * time.Second},
 		zaptest.NewLogger(t), m)
@@ -623,12 +642,15 @@ func TestReshardUnderABlockedReadCountsNoGroupLoss(t *testing.T) {
 	t.Cleanup(func() { _ = wk.Shutdown(context.Background()) })
 	old := redis.NewClient(&redis.Options{Addr: from})
 	t.Cleanup(func() { old.Close() })
+	return wk, m, old
+}
 
-	c.report(0)
-	waitFor(t, "the window held", func() bool { return wk.Held() == 1 })
-	// Every reader of the old master's shards, shard 0's among them,
-	// blocked there (each read waits 2 s for entries).
-	waitFor(t, "reads blocked on the old master", func() bool { return blockedReads(ctx, old) == len(c.deadShards) })
+// moveShard0 moves shard 0's slot to the other master as a reshard does:
+// its stream first, then its other keys but the dedupe sets (left to
+// expire on the old master), then SETSLOT NODE.
+func (c *clusterCase) moveShard0(t *testing.T) {
+	keys := c.r.Keys()
+	from, to := c.shard0Move()
 	mig := c.cluster.BeginMigration(t, keys.Stream(0), from, to)
 	mig.Move(keys.Stream(0))
 	var rest []string
@@ -639,12 +661,6 @@ func TestReshardUnderABlockedReadCountsNoGroupLoss(t *testing.T) {
 	}
 	mig.Move(rest...)
 	mig.Finish()
-	waitPushes(t, c.sub, 1)
-	c.report(0) // read from the new master
-	waitPushes(t, c.sub, 1)
-	if n := testutil.ToFloat64(m.GroupsRecreated); n != 0 {
-		t.Errorf("groups recreated %v after a reshard that lost nothing, want 0", n)
-	}
 }
 
 // blockedReads counts the clients of the node rdb talks to that are

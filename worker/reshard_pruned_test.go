@@ -3,18 +3,13 @@ package worker_test
 import (
 	"context"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap/zaptest"
 
-	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
-	"github.com/combo-service/combo-service/worker"
 )
 
 // As TestReshardUnderABlockedReadCountsNoGroupLoss, for a replica that was
@@ -30,14 +25,7 @@ func TestReshardUnderABlockedReadOfAPrunedConsumerCountsNoGroupLoss(t *testing.T
 	c := newClusterCase(t)
 	ctx := context.Background()
 	keys := c.r.Keys()
-	from, to := c.shard0Move()
-	m := metrics.New(prometheus.NewRegistry())
-	wk := worker.New(c.r, worker.Config{Consumer: "c1", Shards: clusterShards, ClaimIdle: time.Hour, Block: 2 * time.Second},
-		zaptest.NewLogger(t), m)
-	wk.Start()
-	t.Cleanup(func() { _ = wk.Shutdown(context.Background()) })
-	old := redis.NewClient(&redis.Options{Addr: from})
-	t.Cleanup(func() { old.Close() })
+	_, m, old := c.startReshardWorker(t)
 
 	hasC1 := func() bool {
 		cs, err := c.cc.XInfoConsumers(ctx, keys.Stream(0), repo.Group).Result()
@@ -54,16 +42,7 @@ func TestReshardUnderABlockedReadOfAPrunedConsumerCountsNoGroupLoss(t *testing.T
 	if hasC1() { // Redis 7.0 adds a consumer only when a read hands it an entry
 		t.Fatal("c1 is in shard 0's group again before the move: nothing left to test")
 	}
-	mig := c.cluster.BeginMigration(t, keys.Stream(0), from, to)
-	mig.Move(keys.Stream(0))
-	var rest []string
-	for _, k := range mig.Keys() {
-		if !strings.HasPrefix(k, keys.SeenPrefix(0)) {
-			rest = append(rest, k)
-		}
-	}
-	mig.Move(rest...)
-	mig.Finish()
+	c.moveShard0(t)
 	c.report(0) // read from the new master
 	waitPushes(t, c.sub, 1)
 	if n := testutil.ToFloat64(m.GroupsRecreated); n != 0 {
