@@ -53,52 +53,18 @@ func (r *Repo) EnsureGroup(ctx context.Context, shard int) error {
 	return wrap("repo.EnsureGroup", fmt.Errorf("shard %d: %w", shard, err))
 }
 
-// moved reports whether shard's stream, found missing by consumer's read
-// or claim and its group ensured since, was not lost but moved, with its
-// group, its consumers and their pending entries, to another master by a
-// Redis Cluster reshard (MIGRATE deletes it on the old master, answering a
-// read blocked there "UNBLOCKED the stream key no longer exists"). Either
-// sign will do:
-//   - the master the client still takes for the stream's slot redirects a
-//     command on it (slotMoved);
-//   - the group holds consumer already. A group Redis lost and that was
-//     created again, by this replica or another, has no consumer that
-//     read or claimed before the loss. But this one alone misses a
-//     consumer that is not in the group: one never handed an entry of the
-//     shard (Redis 7.0 adds a consumer to a group only when a read hands
-//     it one), or removed by another replica's PruneConsumers after
-//     worker.consumer_idle_delete without one.
-//
-// When Redis does not answer, it is taken as lost, the loss counted as
-// before this check.
+// moved reports whether shard's group, found missing by consumer's read or
+// claim and ensured since, holds consumer already: then the stream was not
+// lost but moved, with its group, its consumers and their pending entries,
+// to another master by a Redis Cluster reshard (MIGRATE deletes it on the
+// old master, answering a read blocked there "UNBLOCKED the stream key no
+// longer exists"). A group Redis lost and that was created again, by this
+// replica or another, has no consumer that read or claimed before the
+// loss. When Redis does not answer, it is taken as lost, the loss counted
+// as before this check.
 func (r *Repo) moved(ctx context.Context, shard int, consumer string) bool {
-	if r.slotMoved(ctx, shard) {
-		return true
-	}
 	cs, err := r.rdb.XInfoConsumers(ctx, r.keys.Stream(shard), Group).Result()
 	return err == nil && slices.ContainsFunc(cs, func(c redis.XInfoConsumer) bool { return c.Name == consumer })
-}
-
-// slotMoved reports whether, on a Redis Cluster, the master the client
-// still takes for shard's stream answers a command on it with a redirect:
-// ASK while its slot is half moved (the stream already on the new master),
-// MOVED once the move is done. A stream deleted on its master (FLUSHALL,
-// DEL) is answered there, redirected nowhere. The master is asked itself,
-// not through the cluster client, which would follow the redirect. (Had the
-// client learned the slot's new master already, that master answers: the
-// group's consumers then decide, as without a Cluster.)
-func (r *Repo) slotMoved(ctx context.Context, shard int) bool {
-	cc, ok := r.rdb.(*redis.ClusterClient)
-	if !ok {
-		return false
-	}
-	key := r.keys.Stream(shard)
-	master, err := cc.MasterForKey(ctx, key)
-	if err != nil {
-		return false
-	}
-	err = master.Exists(ctx, key).Err()
-	return err != nil && (redis.HasErrorPrefix(err, "ASK") || redis.HasErrorPrefix(err, "MOVED"))
 }
 
 // ErrGroupRecreated is Read's and Claim's error when shard's consumer
