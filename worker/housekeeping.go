@@ -85,11 +85,18 @@ func (w *Worker) readClock(ctx context.Context, q *dueQueue, shard int, loop str
 		}
 		return err
 	})
+	// A failure is the clock's, not the shard's: one Redis's clock, read
+	// for every shard by the housekeeper as shard 0's, fails too when a
+	// flusher reads it as its own shard's, which it then reads no more.
+	place := shard
+	if !w.cfg.NodePerShard {
+		place = 0
+	}
 	switch {
 	case err == nil:
-		w.redisOK(metrics.OpTime, shard)
+		w.redisOK(metrics.OpTime, place)
 	case ctx.Err() == nil:
-		w.redisError(metrics.OpTime, shard, err)
+		w.opFailed(metrics.OpTime, place, err, zap.Int("shard", shard))
 	}
 	return err
 }

@@ -19,8 +19,13 @@ import (
 // failing until that master's shards answer too; and a window refused
 // alone keeps its op failing until it is flushed, rather than a recovery
 // logged at every other window's success.
+//
+// The recovery line goes through the worker's sampled logger: one thinned
+// away (the op flapping within a second) leaves the run ended but unlogged,
+// and the op's next success writes it, so the last line of an op that
+// recovered never says it is failing.
 type failingOps struct {
-	open atomic.Int32 // runs open: successes take no lock while none is
+	open atomic.Int32 // runs open or unlogged: successes take no lock while none is
 	mu   sync.Mutex
 	runs map[string]*failRun // by op
 }
@@ -31,6 +36,7 @@ type failRun struct {
 	failures int              // failures, on every shard, since
 	where    map[any]struct{} // failed there and not succeeded there since
 	lastErr  error
+	ended    bool // every place succeeded; its line not written yet
 }
 
 // failed records op's failure at where.
@@ -49,27 +55,47 @@ func (f *failingOps) failed(op string, where any, err error, now time.Time) {
 	run.failures++
 	run.where[where] = struct{}{}
 	run.lastErr = err
+	run.ended = false // failing again before its recovery was written: one run
 }
 
-// succeeded records op's success at where and, when that ends op's run of
-// failures (everywhere it failed has succeeded since), returns the run.
-// It takes no lock while no op is failing: it runs after every read and
-// flush.
-func (f *failingOps) succeeded(op string, where any) (failRun, bool) {
+// succeeded records op's success at where. When that ends op's run of
+// failures (everywhere it failed has succeeded since), or the run had
+// ended with its line unwritten, it calls logRecovery with the run, under
+// the lock (once per run, however many succeed at once); the run is over
+// once logRecovery says it wrote the line. It takes no lock while no op
+// is failing: it runs after every read and flush.
+func (f *failingOps) succeeded(op string, where any, logRecovery func(failRun) (written bool)) {
 	if f.open.Load() == 0 {
-		return failRun{}, false
+		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	run := f.runs[op]
 	if run == nil {
-		return failRun{}, false
+		return
 	}
 	delete(run.where, where)
 	if len(run.where) > 0 {
-		return failRun{}, false
+		return
 	}
-	delete(f.runs, op)
-	f.open.Add(-1)
-	return *run, true
+	run.ended = true
+	if logRecovery(*run) {
+		delete(f.runs, op)
+		f.open.Add(-1)
+	}
+}
+
+// forget drops where from op's run of failures without a success there:
+// a window gone from the flusher's queue unflushed (its flush panicked),
+// whose success would never come. A run it leaves with no place failing
+// ends at the op's next success.
+func (f *failingOps) forget(op string, where any) {
+	if f.open.Load() == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if run := f.runs[op]; run != nil {
+		delete(run.where, where)
+	}
 }

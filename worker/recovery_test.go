@@ -19,7 +19,11 @@ import (
 func TestFailingOpsRunEndsWhenEveryFailedShardSucceeded(t *testing.T) {
 	var f failingOps
 	t0 := time.Now()
-	if _, ended := f.succeeded("read", 0); ended {
+	succeeded := func(op string, where any) (run failRun, ended bool) {
+		f.succeeded(op, where, func(r failRun) bool { run, ended = r, true; return true })
+		return run, ended
+	}
+	if _, ended := succeeded("read", 0); ended {
 		t.Fatal("a success with no failure before it ended a run")
 	}
 	errA, errB := errors.New("a"), errors.New("b")
@@ -39,7 +43,7 @@ func TestFailingOpsRunEndsWhenEveryFailedShardSucceeded(t *testing.T) {
 		{"read", 2, false}, // ended already
 		{"flush", 1, true},
 	} {
-		run, ended := f.succeeded(step.op, step.shard)
+		run, ended := succeeded(step.op, step.shard)
 		if ended != step.ended {
 			t.Fatalf("%s succeeded on shard %d: ended %v, want %v", step.op, step.shard, ended, step.ended)
 		}
@@ -86,5 +90,36 @@ func TestRedisOKLogsTheEndOfARunOnce(t *testing.T) {
 	}
 	if l := got[0].Level; l != zapcore.InfoLevel {
 		t.Errorf("recovery line at %v, want info", l)
+	}
+}
+
+// A recovery line the sampler thins away (the op failed and recovered
+// again within its second) is written at the op's next success: the last
+// line of an op that recovered never says it is failing.
+func TestRecoveryLineThinnedAwayIsWrittenLater(t *testing.T) {
+	var f failingOps
+	f.failed("read", 0, errors.New("a"), time.Now())
+	tries := 0
+	write := func(failRun) bool { tries++; return tries > 1 } // the first is thinned away
+	f.succeeded("read", 0, write)
+	if tries != 1 || f.open.Load() != 1 {
+		t.Fatalf("after a thinned-away line: %d tries, %d runs open; want 1, 1", tries, f.open.Load())
+	}
+	f.succeeded("read", 3, write) // any place: the run had ended
+	if tries != 2 || f.open.Load() != 0 {
+		t.Fatalf("after the next success: %d tries, %d runs open; want 2, 0", tries, f.open.Load())
+	}
+	// Failing again before its line was written continues the run.
+	f.failed("read", 0, errors.New("a"), time.Now())
+	f.succeeded("read", 0, func(failRun) bool { return false })
+	f.failed("read", 1, errors.New("b"), time.Now())
+	var got failRun
+	f.succeeded("read", 0, func(r failRun) bool { got = r; return true })
+	if got.failures != 0 {
+		t.Fatalf("a run that failed again on shard 1 ended at shard 0's success")
+	}
+	f.succeeded("read", 1, func(r failRun) bool { got = r; return true })
+	if got.failures != 2 || got.lastErr.Error() != "b" {
+		t.Fatalf("the run's line: %d failures, last %v; want 2, b", got.failures, got.lastErr)
 	}
 }

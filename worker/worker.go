@@ -425,9 +425,7 @@ func (w *Worker) readOnce(ctx context.Context, shard int, start string, block ti
 		// them. XREADGROUP, unlike XAUTOCLAIM, leaves them pending.
 		w.deletedEntries(shard, deleted)
 		if err := w.op(ctx, func(ctx context.Context) error { return w.store.Drop(ctx, shard, deleted) }); err != nil {
-			w.redisError(metrics.OpDrop, shard, err)
-		} else {
-			w.redisOK(metrics.OpDrop, shard)
+			w.oneOffError(metrics.OpDrop, shard, err)
 		}
 	}
 	w.hold(shard, ws)
@@ -489,12 +487,9 @@ func (w *Worker) dropBad(ctx context.Context, shard int, bad []repo.BadEntry) {
 	// all that is left to tell a version skew from a foreign writer.
 	w.log.Warn("dropping stream entries that cannot be flushed", zap.Int("shard", shard),
 		zap.Strings("ids", ids), zap.Strings("reasons", reasons))
-	switch err := w.op(ctx, func(ctx context.Context) error { return w.store.Drop(ctx, shard, ids) }); {
-	case err == nil:
-		w.redisOK(metrics.OpDrop, shard)
-	case ctx.Err() == nil:
+	if err := w.op(ctx, func(ctx context.Context) error { return w.store.Drop(ctx, shard, ids) }); err != nil && ctx.Err() == nil {
 		// They stay pending; the claimer brings them back and we try again.
-		w.redisError(metrics.OpDrop, shard, err)
+		w.oneOffError(metrics.OpDrop, shard, err)
 	}
 }
 
@@ -751,6 +746,9 @@ func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) 
 			// Forget it locally; it stays pending and the claimer retries
 			// it after ClaimIdle, so nothing is lost, until it is stale.
 			q.done(batch...)
+			// Gone from the queue: a run of flush_script failures it is
+			// part of must not wait for its flush here (failingOps).
+			w.failing.forget(metrics.OpFlushScript, windowRef{batch[0].w.Shard, batch[0].w.ID})
 			w.retireIfDone(batch[0].w)
 			ok = true
 		}
@@ -885,10 +883,9 @@ func (w *Worker) retireIfDone(win repo.Window) {
 		res, err = w.store.Retire(ctx, win)
 		return err
 	}); err != nil {
-		w.redisError(metrics.OpRetire, win.Shard, err) // still pending: tried again at the next panic
+		w.oneOffError(metrics.OpRetire, win.Shard, err) // still pending: tried again at the next panic
 		return
 	}
-	w.redisOK(metrics.OpRetire, win.Shard)
 	switch res.Status {
 	case repo.Stale:
 		w.stale(win, res, zapcore.ErrorLevel, "window dropped unpublished: its flush panicked until it was older than window.stale")
@@ -1206,15 +1203,25 @@ func (w *Worker) redisError(op string, shard int, err error) {
 	w.opFailed(op, shard, err, zap.Int("shard", shard))
 }
 
+// oneOffError counts and logs a failed Redis operation on shard that is
+// not tried again in a loop (a drop, which a claim later does itself; a
+// retire, tried again only at the next panic): no run of failures is
+// opened for it, which no later success would end.
+func (w *Worker) oneOffError(op string, shard int, err error) {
+	w.opFailed(op, nil, err, zap.Int("shard", shard))
+}
+
 // opFailed counts and logs a failure of op at where: a shard, or for the
-// flush script a window (see failingOps). The op is in the message ("redis
+// flush script a window (see failingOps); nil opens no run. The op is in the message ("redis
 // flush_script failed; retrying"), not only in a field: the worker's log
 // is sampled by message (logging.Sampled), and with one message for all,
 // one op failing without end (reads timing out on a dead master) hid every
 // other op's failure (NOPERM on flush_script) for as long as it lasted.
 func (w *Worker) opFailed(op string, where any, err error, fields ...zap.Field) {
 	w.metrics.RedisErrors.WithLabelValues(op).Inc()
-	w.failing.failed(op, where, err, time.Now())
+	if where != nil {
+		w.failing.failed(op, where, err, time.Now())
+	}
 	w.log.Warn("redis "+op+" failed; retrying", append(append([]zap.Field{zap.String("op", op)}, fields...), zap.Error(err))...)
 }
 
@@ -1222,13 +1229,16 @@ func (w *Worker) opFailed(op string, where any, err error, fields ...zap.Field) 
 // run of its failures (see failingOps): how many there were, for how long,
 // and the last error, which the thinned failure lines may not have shown.
 func (w *Worker) redisOK(op string, where any) {
-	run, ended := w.failing.succeeded(op, where)
-	if !ended {
-		return
-	}
-	w.log.Info("redis "+op+" recovered", zap.String("op", op), zap.Int("failures", run.failures),
-		zap.Duration("failing_for", time.Since(run.since).Round(time.Millisecond)),
-		zap.NamedError("last_error", run.lastErr))
+	w.failing.succeeded(op, where, func(run failRun) bool {
+		ce := w.log.Check(zapcore.InfoLevel, "redis "+op+" recovered")
+		if ce == nil {
+			return false // thinned away: written at the op's next success
+		}
+		ce.Write(zap.String("op", op), zap.Int("failures", run.failures),
+			zap.Duration("failing_for", time.Since(run.since).Round(time.Millisecond)),
+			zap.NamedError("last_error", run.lastErr))
+		return true
+	})
 }
 
 // errRecovered marks the error of a read or claim that panicked: the panic
