@@ -1212,11 +1212,12 @@ func (w *Worker) oneOffError(op string, shard int, err error) {
 }
 
 // opFailed counts and logs a failure of op at where: a shard, or for the
-// flush script a window (see failingOps); nil opens no run. The op is in the message ("redis
-// flush_script failed; retrying"), not only in a field: the worker's log
-// is sampled by message (logging.Sampled), and with one message for all,
-// one op failing without end (reads timing out on a dead master) hid every
-// other op's failure (NOPERM on flush_script) for as long as it lasted.
+// flush script a window (see failingOps); nil opens no run. The op is in
+// the message ("redis flush_script failed; retrying"), not only in a
+// field: the worker's log is sampled by message (logging.Sampled), and
+// with one message for all, one op failing without end (reads timing out
+// on a dead master) hid every other op's failure (NOPERM on flush_script)
+// for as long as it lasted.
 func (w *Worker) opFailed(op string, where any, err error, fields ...zap.Field) {
 	w.metrics.RedisErrors.WithLabelValues(op).Inc()
 	if where != nil {
