@@ -3,6 +3,7 @@ package repo
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"strconv"
 	"time"
 
@@ -15,9 +16,18 @@ var pruneLua string
 var pruneScript = redis.NewScript(pruneLua)
 
 // PruneConsumers removes from shard's group every consumer other than self
-// that has no pending entries and has been idle at least idle, and returns
-// their names. A consumer with pending entries is never removed: its
-// entries are reclaimed first (XAUTOCLAIM), which empties its list.
+// that has no pending entries, has been idle at least idle and names no
+// live replica, and returns their names. A consumer with pending entries
+// is never removed: its entries are reclaimed first (XAUTOCLAIM), which
+// empties its list. A live replica is one whose settings key has not
+// expired (ShareSettings, every 30 s). Its reader's blocked reads of new
+// entries neither add nor refresh its consumer in Redis 7.0 (only a
+// delivery, or its re-read of its own pending entries at start, does), so
+// on a quiet shard it looks idle for as long as the shard stays quiet.
+// Removed, it would not be in the group that a Redis Cluster reshard
+// carries to the new master, and the reader, whose blocked read the move
+// ends, would take the move for a loss (Read's moved check): counted,
+// logged and alerted on as one.
 func (r *Repo) PruneConsumers(ctx context.Context, shard int, self string, idle time.Duration) ([]string, error) {
 	stream := r.keys.Stream(shard)
 	consumers, err := r.rdb.XInfoConsumers(ctx, stream, Group).Result()
@@ -30,21 +40,59 @@ func (r *Repo) PruneConsumers(ctx context.Context, shard int, self string, idle 
 		}
 		return nil, wrap("repo.PruneConsumers", err)
 	}
-	var removed []string
+	var idleOnes []string
 	for _, c := range consumers {
-		if c.Name == self || c.Pending > 0 || c.Idle < idle {
+		if c.Name != self && c.Pending == 0 && c.Idle >= idle {
+			idleOnes = append(idleOnes, c.Name)
+		}
+	}
+	live, err := r.liveReplicas(ctx, idleOnes)
+	if err != nil {
+		return nil, wrap("repo.PruneConsumers", err)
+	}
+	var removed []string
+	for _, name := range idleOnes {
+		if live[name] {
 			continue
 		}
 		// Re-checked atomically in the script: it may have read meanwhile.
-		n, err := r.pruneOne(ctx, stream, c.Name, idle)
+		n, err := r.pruneOne(ctx, stream, name, idle)
 		if err != nil {
 			return removed, wrap("repo.PruneConsumers", err)
 		}
 		if n == 1 {
-			removed = append(removed, c.Name)
+			removed = append(removed, name)
 		}
 	}
 	return removed, nil
+}
+
+// liveReplicas says which of names have a settings key (ReplicaSettings)
+// that has not expired, in one round trip. By GET, which ShareSettings
+// needs already, not EXISTS, which README lets a user on one Redis go
+// without.
+func (r *Repo) liveReplicas(ctx context.Context, names []string) (map[string]bool, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	pipe := r.rdb.Pipeline()
+	gets := make([]*redis.StringCmd, len(names))
+	for i, name := range names {
+		gets[i] = pipe.Get(ctx, r.keys.ReplicaSettings(name))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	live := map[string]bool{}
+	for i, get := range gets {
+		switch err := get.Err(); {
+		case err == nil:
+			live[names[i]] = true
+		case !errors.Is(err, redis.Nil): // Exec names only the pipeline's first error, maybe a Nil
+			return nil, err
+		}
+	}
+	return live, nil
 }
 
 // pruneOne runs prune.lua: it deletes consumer name from stream's group

@@ -113,8 +113,10 @@ func (k Keys) Probe(shard int) string { return k.tags[shard] + "probe" }
 func (k Keys) Replicas() string { return k.tags[0] + "replicas" }
 
 // ReplicaSettings is the key where the replica whose worker is consumer
-// keeps its settings for the others to compare (ShareSettings). It is on
-// shard 0, which every replica has whatever its shard count.
+// keeps its settings for the others to compare (ShareSettings), and so
+// tells them it lives: they keep its consumer in every group however idle
+// (PruneConsumers). It is on shard 0, which every replica has whatever
+// its shard count.
 func (k Keys) ReplicaSettings(consumer string) string { return k.tags[0] + "r:" + consumer }
 
 // ConsumerInstance is the key naming the process that last claimed

@@ -630,6 +630,38 @@ func TestReshardUnderABlockedReadCountsNoGroupLoss(t *testing.T) {
 	}
 }
 
+// The same reshard of a quiet shard, after another replica's housekeeping
+// ran: Redis 7.0 neither adds nor refreshes a consumer on a blocked read
+// handed nothing, so this replica's consumer looked dead to the other
+// (idle past worker.consumer_idle_delete, nothing pending) and was
+// removed, and the move, which carried a group without it, was counted
+// and alerted on as a loss. A consumer whose replica lives (its settings
+// key, ShareSettings) is kept.
+func TestReshardOfAQuietShardCountsNoGroupLoss(t *testing.T) {
+	c := newClusterCase(t)
+	ctx := context.Background()
+	_, m, old := c.startReshardWorker(t)
+	if _, err := c.r.ShareSettings(ctx, "c1", "s", time.Minute); err != nil { // as the settings watch does
+		t.Fatal(err)
+	}
+
+	waitFor(t, "reads blocked on the old master", func() bool { return blockedReads(ctx, old) == len(c.deadShards) })
+	const idle = 100 * time.Millisecond
+	waitFor(t, "c1 idle on shard 0", func() bool {
+		cs, err := c.cc.XInfoConsumers(ctx, c.r.Keys().Stream(0), repo.Group).Result()
+		return err == nil && len(cs) == 1 && cs[0].Idle >= idle
+	})
+	if removed, err := c.r.PruneConsumers(ctx, 0, "c2", idle); err != nil || len(removed) != 0 {
+		t.Fatalf("another replica's prune removed %v (%v), want nothing: c1 lives", removed, err)
+	}
+	c.moveShard0(t)
+	c.report(0) // read from the new master
+	waitPushes(t, c.sub, 1)
+	if n := testutil.ToFloat64(m.GroupsRecreated); n != 0 {
+		t.Errorf("groups recreated %v after a reshard of a quiet shard, want 0", n)
+	}
+}
+
 // startReshardWorker starts a worker (consumer c1) whose reads block 2 s,
 // for a reshard of shard 0 under them, and returns it, its metrics and a
 // client of the master shard 0 moves from.
