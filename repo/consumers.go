@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -46,9 +47,11 @@ func (r *Repo) PruneConsumers(ctx context.Context, shard int, self string, idle 
 			idleOnes = append(idleOnes, c.Name)
 		}
 	}
+	// On a Redis Cluster the settings keys are on shard 0's master: with it
+	// down, no shard's dead consumers are removed until it is back.
 	live, err := r.liveReplicas(ctx, idleOnes)
 	if err != nil {
-		return nil, wrap("repo.PruneConsumers", err)
+		return nil, wrap("repo.PruneConsumers", fmt.Errorf("shard %d: reading which replicas live: %w", shard, err))
 	}
 	var removed []string
 	for _, name := range idleOnes {
