@@ -221,7 +221,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		BuildInfo: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
 			Help: "1, labelled with the running build's version and VCS revision."}, []string{"version", "revision"}),
 		ConsumersGone: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "consumers_removed_total",
-			Help: "Dead consumers removed from the group (no pending entries, idle past worker.consumer_idle_delete, their replica's settings key expired)."}),
+			Help: "Dead consumers removed from the group (no pending entries, idle past worker.consumer_idle_delete, their replica's settings key gone)."}),
 		PipelineReports: f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "report_pipeline_reports",
 			Help:    "Reports per Redis pipeline of the report path: concurrent calls share one pipeline, so under load this grows.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}}),

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -41,6 +42,11 @@ func (r *Repo) PruneConsumers(ctx context.Context, shard int, self string, idle 
 		}
 		return nil, wrap("repo.PruneConsumers", err)
 	}
+	if !slices.ContainsFunc(consumers, func(c redis.XInfoConsumer) bool { return c.Name == self }) {
+		if err := r.rejoin(ctx, stream, self); err != nil {
+			return nil, wrap("repo.PruneConsumers", err)
+		}
+	}
 	var idleOnes []string
 	for _, c := range consumers {
 		if c.Name != self && c.Pending == 0 && c.Idle >= idle {
@@ -51,7 +57,7 @@ func (r *Repo) PruneConsumers(ctx context.Context, shard int, self string, idle 
 	// down, no shard's dead consumers are removed until it is back.
 	live, err := r.liveReplicas(ctx, idleOnes)
 	if err != nil {
-		return nil, wrap("repo.PruneConsumers", fmt.Errorf("shard %d: reading which replicas live: %w", shard, err))
+		return nil, wrap("repo.PruneConsumers", fmt.Errorf("shard %d: reading which replicas live (their settings keys, on shard 0): %w", shard, err))
 	}
 	var removed []string
 	for _, name := range idleOnes {
@@ -68,6 +74,25 @@ func (r *Repo) PruneConsumers(ctx context.Context, shard int, self string, idle 
 		}
 	}
 	return removed, nil
+}
+
+// rejoin puts self back in stream's group, from which it was removed while
+// its replica lives (by a replica that pruned idle consumers without
+// asking whether they live, or by hand): Redis 7.0 adds a consumer on a
+// read from 0, not on a blocked read handed nothing, so on a quiet shard
+// it would stay out, and a reshard of the shard be taken for a loss
+// (Read's moved check). A read of its own pending entries, as the reader
+// makes at start, by the command the ACL user runs already (XGROUP
+// CREATECONSUMER it is not granted). It has none, or at most the one the
+// reader was handed since the listing: read again, that entry stays its.
+func (r *Repo) rejoin(ctx context.Context, stream, self string) error {
+	err := r.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: Group, Consumer: self, Streams: []string{stream, "0"}, Count: 1, Block: -1,
+	}).Err()
+	if err != nil && !errors.Is(err, redis.Nil) && !redis.HasErrorPrefix(err, "NOGROUP") {
+		return fmt.Errorf("putting %s back in the group: %w", self, err)
+	}
+	return nil
 }
 
 // liveReplicas says which of names have a settings key (ReplicaSettings)

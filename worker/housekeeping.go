@@ -15,8 +15,10 @@ import (
 // jump of it is learned even while no window is flushed), samples each
 // stream's length and pending count for the metrics, and removes dead consumers from the group.
 // A consumer is removed only when its pending list is empty (DELCONSUMER
-// would drop pending entries) and it has been idle for ConsumerIdleDelete:
-// by then the claimer has taken over anything it held.
+// would drop pending entries), it has been idle for ConsumerIdleDelete (by
+// then the claimer has taken over anything it held) and its replica's
+// settings key is gone; this replica's own consumer, removed all the same,
+// is put back (repo.PruneConsumers).
 func (w *Worker) housekeepingLoop(ctx context.Context) {
 	t := time.NewTicker(w.cfg.SampleEvery)
 	defer t.Stop()
