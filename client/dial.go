@@ -2,15 +2,12 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
 	"time"
-
-	"github.com/cloudwego/netpoll"
 )
 
 // spreadDialer is the Kitex dialer of NewClient. netpoll's own dialer
@@ -22,12 +19,14 @@ import (
 // looks the name up at each dial (so a name that does not resolve yet
 // works once it does), tries its addresses in random order, and gives
 // each a share of the connect timeout left. An IP literal, or any other
-// network than TCP, goes to netpoll as it is.
+// network than TCP, is dialed as it is.
 //
 // Kitex gives it the instance's network, "tcp" for every NewClient
 // address, and the connect timeout (DefaultClientConnectTimeout unless the
-// caller sets one); it must return a netpoll connection, which Kitex's
-// netpoll transport needs.
+// caller sets one). Each address is dialed by dialOne: it must return a
+// netpoll connection, which Kitex's netpoll transport needs
+// (dial_netpoll.go), but on Windows, where netpoll has no dialer and
+// Kitex uses its gonet transport, a net.Conn of Go's own (dial_windows.go).
 type spreadDialer struct{}
 
 // DialTimeout implements Kitex's remote.Dialer.
@@ -43,7 +42,7 @@ func (spreadDialer) DialTimeout(network, address string, timeout time.Duration) 
 		want = func(ip net.IP) bool { return ip.To4() == nil }
 	}
 	if err != nil || want == nil || host == "" || isIPLiteral(host) {
-		return dialNetpoll(network, address, timeout)
+		return dialOne(network, address, timeout)
 	}
 
 	ctx := context.Background()
@@ -91,11 +90,10 @@ func (spreadDialer) DialTimeout(network, address string, timeout time.Duration) 
 			ip += "%" + a.Zone
 		}
 		tried++
-		c, err := netpoll.DialConnection(network, net.JoinHostPort(ip, port), share)
+		c, err := dialOne(network, net.JoinHostPort(ip, port), share)
 		if err == nil {
 			return c, nil
 		}
-		err = refusedDial(err)
 		if first == nil {
 			first = err
 		}
@@ -110,26 +108,4 @@ func (spreadDialer) DialTimeout(network, address string, timeout time.Duration) 
 func isIPLiteral(host string) bool {
 	_, err := netip.ParseAddr(host)
 	return err == nil
-}
-
-// dialNetpoll is netpoll's own dial, returning a nil net.Conn with an
-// error (netpoll's is a nil *TCPConnection in a non-nil interface).
-func dialNetpoll(network, address string, timeout time.Duration) (net.Conn, error) {
-	c, err := netpoll.DialConnection(network, address, timeout)
-	if err != nil {
-		return nil, refusedDial(err)
-	}
-	return c, nil
-}
-
-// refusedDial names what netpoll's dial error means: a connection refused
-// (or reset) while its non-blocking connect waits is reported as
-// ErrConnClosed, "connection has been closed by peer", and a drop's
-// reason then sent an operator looking for a replica that closes
-// connections rather than one that is not listening.
-func refusedDial(err error) error {
-	if errors.Is(err, netpoll.ErrConnClosed) {
-		return fmt.Errorf("%w (netpoll's words for a connection refused or reset while connecting)", err)
-	}
-	return err
 }
