@@ -24,6 +24,7 @@ func (w *Worker) housekeepingLoop(ctx context.Context) {
 	defer t.Stop()
 	st := housekeeping{sampleFailures: make([]int, w.cfg.Shards)}
 	for {
+		w.writeHeldRecoveries()
 		w.housekeep(ctx, &st)
 		select {
 		case <-ctx.Done():

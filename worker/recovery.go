@@ -22,8 +22,11 @@ import (
 //
 // The recovery line goes through the worker's sampled logger: one thinned
 // away (the op flapping within a second) leaves the run ended but unlogged,
-// and the op's next success writes it, so the last line of an op that
-// recovered never says it is failing.
+// and the housekeeper writes it at its next round (writeHeld), so the last
+// line of an op that recovered never says it is failing, even for an op
+// that runs once (prepare, at start). Not the op's next success: it came
+// every few ms, each a refused line the sampler counted as left out, and
+// an op that runs once has none.
 type failingOps struct {
 	open atomic.Int32 // runs open or unlogged: successes take no lock while none is
 	mu   sync.Mutex
@@ -36,7 +39,7 @@ type failRun struct {
 	failures int              // failures, on every shard, since
 	where    map[any]struct{} // failed there and not succeeded there since
 	lastErr  error
-	ended    bool // every place succeeded; its line not written yet
+	endedAt  time.Time // when every place had succeeded, its line not written yet; zero while failing
 }
 
 // failed records op's failure at where.
@@ -55,16 +58,16 @@ func (f *failingOps) failed(op string, where any, err error, now time.Time) {
 	run.failures++
 	run.where[where] = struct{}{}
 	run.lastErr = err
-	run.ended = false // failing again before its recovery was written: one run
+	run.endedAt = time.Time{} // failing again before its recovery was written: one run
 }
 
-// succeeded records op's success at where. When that ends op's run of
-// failures (everywhere it failed has succeeded since), or the run had
-// ended with its line unwritten, it calls logRecovery with the run, under
-// the lock (once per run, however many succeed at once); the run is over
-// once logRecovery says it wrote the line. It takes no lock while no op
-// is failing: it runs after every read and flush.
-func (f *failingOps) succeeded(op string, where any, logRecovery func(failRun) (written bool)) {
+// succeeded records op's success at where, at now. When that ends op's
+// run of failures (everywhere it failed has succeeded since), it calls
+// logRecovery with the run, under the lock (once per run, however many
+// succeed at once); the run is over once logRecovery says it wrote the
+// line, else writeHeld tries again. It takes no lock while no op is
+// failing: it runs after every read and flush.
+func (f *failingOps) succeeded(op string, where any, now time.Time, logRecovery func(op string, run failRun) (written bool)) {
 	if f.open.Load() == 0 {
 		return
 	}
@@ -75,13 +78,29 @@ func (f *failingOps) succeeded(op string, where any, logRecovery func(failRun) (
 		return
 	}
 	delete(run.where, where)
-	if len(run.where) > 0 {
+	if len(run.where) > 0 || !run.endedAt.IsZero() {
 		return
 	}
-	run.ended = true
-	if logRecovery(*run) {
+	run.endedAt = now
+	if logRecovery(op, *run) {
 		delete(f.runs, op)
 		f.open.Add(-1)
+	}
+}
+
+// writeHeld calls logRecovery again for every run that ended with its
+// line unwritten, and ends those it writes.
+func (f *failingOps) writeHeld(logRecovery func(op string, run failRun) (written bool)) {
+	if f.open.Load() == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for op, run := range f.runs {
+		if !run.endedAt.IsZero() && logRecovery(op, *run) {
+			delete(f.runs, op)
+			f.open.Add(-1)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -13,32 +14,52 @@ import (
 	"github.com/combo-service/combo-service/internal/logging"
 	"github.com/combo-service/combo-service/internal/testwait"
 	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/repo"
 )
 
 // The recovery line goes through the worker's sampled logger: an op that
 // fails and recovers twice, the recoveries under a second apart and the
 // failures over a second apart, had "failed; retrying" as its last line
-// though it succeeded since: the second recovery was thinned away. It is
-// written at one of the op's next successes (a reader's next read), once
-// the sampler lets it through.
+// though it succeeded since: the second recovery was thinned away. The
+// housekeeper writes it at one of its next rounds, once the sampler lets
+// it through: here prepare, which runs once per shard, so no later
+// success of its own could. The line says how long the run lasted, to the
+// success that ended it, not to when the line was written.
 func TestRecoveryLineIsNotThinnedAway(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
-	w := &Worker{log: logging.Sampled(zap.New(core), nil), metrics: metrics.New(prometheus.NewRegistry())}
-	w.redisError(metrics.OpRead, 0, errors.New("i/o timeout"))
+	m := metrics.New(prometheus.NewRegistry())
+	w := New(quietStore{}, Config{Consumer: "c1", Shards: 2, SampleEvery: 20 * time.Millisecond}, zap.NewNop(), m)
+	w.log = logging.Sampled(zap.New(core), nil)
+	w.redisError(metrics.OpPrepare, 0, errors.New("i/o timeout"))
 	time.Sleep(900 * time.Millisecond)
-	w.redisOK(metrics.OpRead, 0)
+	w.redisOK(metrics.OpPrepare, 0)
 	time.Sleep(150 * time.Millisecond)
-	w.redisError(metrics.OpRead, 0, errors.New("i/o timeout")) // over 1 s after the first failure line: written
-	w.redisOK(metrics.OpRead, 0)                               // under 1 s after the first recovery line: held
+	w.redisError(metrics.OpPrepare, 1, errors.New("i/o timeout")) // over 1 s after the first failure line: written
+	w.redisOK(metrics.OpPrepare, 1)                               // under 1 s after the first recovery line: held
 	last := func() string { all := logs.All(); return all[len(all)-1].Message }
-	if got := last(); got != "redis read failed; retrying" {
+	if got := last(); got != "redis prepare failed; retrying" {
 		t.Fatalf("the last line is %q, want the failure's: the sampler let the recovery through, nothing to test", got)
 	}
-	testwait.For(t, "the held recovery line written at a later read's success", func() bool {
-		w.redisOK(metrics.OpRead, 0) // the reader's next reads
-		return last() == "redis read recovered"
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.housekeepingLoop(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testwait.For(t, "the held recovery line written by the housekeeper", func() bool {
+		return logs.FilterMessage("redis prepare recovered").Len() == 2
 	})
-	if n := logs.FilterMessage("redis read recovered").Len(); n != 2 {
-		t.Errorf("%d recovery lines, want 2 (one per run)", n)
+	held := logs.FilterMessage("redis prepare recovered").All()[1].ContextMap()
+	if d, _ := held["failing_for"].(time.Duration); d > 100*time.Millisecond {
+		t.Errorf("the held line says failing_for %s: measured to its writing, want to the success that ended the run (~0s)", d)
 	}
+}
+
+// quietStore answers the housekeeper's calls with nothing to report.
+type quietStore struct{ Store }
+
+func (quietStore) Time(context.Context, int) (time.Time, error) { return time.Now(), nil }
+func (quietStore) StreamStats(context.Context, int) (repo.StreamStats, error) {
+	return repo.StreamStats{}, nil
+}
+func (quietStore) PruneConsumers(context.Context, int, string, time.Duration) ([]string, error) {
+	return nil, nil
 }

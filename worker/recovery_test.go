@@ -20,7 +20,7 @@ func TestFailingOpsRunEndsWhenEveryFailedShardSucceeded(t *testing.T) {
 	var f failingOps
 	t0 := time.Now()
 	succeeded := func(op string, where any) (run failRun, ended bool) {
-		f.succeeded(op, where, func(r failRun) bool { run, ended = r, true; return true })
+		f.succeeded(op, where, time.Now(), func(_ string, r failRun) bool { run, ended = r, true; return true })
 		return run, ended
 	}
 	if _, ended := succeeded("read", 0); ended {
@@ -94,31 +94,52 @@ func TestRedisOKLogsTheEndOfARunOnce(t *testing.T) {
 }
 
 // A recovery line the sampler thins away (the op failed and recovered
-// again within its second) is written at the op's next success: the last
-// line of an op that recovered never says it is failing.
+// again within its second) is written by the housekeeper's next round
+// (writeHeld), not tried again at each of the op's next successes: those
+// come every few ms, and each refused line counted as one left out. Its
+// failing_for ends when the run did, not when the line is written.
 func TestRecoveryLineThinnedAwayIsWrittenLater(t *testing.T) {
 	var f failingOps
-	f.failed("read", 0, errors.New("a"), time.Now())
+	t0 := time.Now()
+	f.failed("read", 0, errors.New("a"), t0)
 	tries := 0
-	write := func(failRun) bool { tries++; return tries > 1 } // the first is thinned away
-	f.succeeded("read", 0, write)
+	var got failRun
+	write := func(_ string, r failRun) bool { tries++; got = r; return tries > 1 } // the first is thinned away
+	f.succeeded("read", 0, t0.Add(time.Second), write)
 	if tries != 1 || f.open.Load() != 1 {
 		t.Fatalf("after a thinned-away line: %d tries, %d runs open; want 1, 1", tries, f.open.Load())
 	}
-	f.succeeded("read", 3, write) // any place: the run had ended
-	if tries != 2 || f.open.Load() != 0 {
-		t.Fatalf("after the next success: %d tries, %d runs open; want 2, 0", tries, f.open.Load())
+	f.succeeded("read", 0, t0.Add(2*time.Second), write)
+	f.succeeded("read", 3, t0.Add(3*time.Second), write)
+	if tries != 1 {
+		t.Fatalf("the op's next successes tried the held line again: %d tries, want 1", tries)
+	}
+	f.writeHeld(write)
+	if tries != 2 || f.open.Load() != 0 || len(f.runs) != 0 {
+		t.Fatalf("after writeHeld: %d tries, %d runs open; want 2, 0", tries, f.open.Load())
+	}
+	if d := got.endedAt.Sub(got.since); d != time.Second {
+		t.Errorf("the held line's run lasted %s, want 1s (from its failure to the success that ended it)", d)
+	}
+	f.writeHeld(write)
+	if tries != 2 {
+		t.Fatalf("writeHeld with nothing held tried a line: %d tries", tries)
 	}
 	// Failing again before its line was written continues the run.
+	never := func(string, failRun) bool { return false }
 	f.failed("read", 0, errors.New("a"), time.Now())
-	f.succeeded("read", 0, func(failRun) bool { return false })
+	f.succeeded("read", 0, time.Now(), never)
 	f.failed("read", 1, errors.New("b"), time.Now())
-	var got failRun
-	f.succeeded("read", 0, func(r failRun) bool { got = r; return true })
+	got = failRun{}
+	f.writeHeld(func(_ string, r failRun) bool { got = r; return true })
+	if got.failures != 0 {
+		t.Fatalf("writeHeld wrote the line of a run failing again on shard 1")
+	}
+	f.succeeded("read", 0, time.Now(), func(_ string, r failRun) bool { got = r; return true })
 	if got.failures != 0 {
 		t.Fatalf("a run that failed again on shard 1 ended at shard 0's success")
 	}
-	f.succeeded("read", 1, func(r failRun) bool { got = r; return true })
+	f.succeeded("read", 1, time.Now(), func(_ string, r failRun) bool { got = r; return true })
 	if got.failures != 2 || got.lastErr.Error() != "b" {
 		t.Fatalf("the run's line: %d failures, last %v; want 2, b", got.failures, got.lastErr)
 	}

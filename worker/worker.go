@@ -1230,16 +1230,25 @@ func (w *Worker) opFailed(op string, where any, err error, fields ...zap.Field) 
 // run of its failures (see failingOps): how many there were, for how long,
 // and the last error, which the thinned failure lines may not have shown.
 func (w *Worker) redisOK(op string, where any) {
-	w.failing.succeeded(op, where, func(run failRun) bool {
-		ce := w.log.Check(zapcore.InfoLevel, "redis "+op+" recovered")
-		if ce == nil {
-			return false // thinned away: written at the op's next success
-		}
-		ce.Write(zap.String("op", op), zap.Int("failures", run.failures),
-			zap.Duration("failing_for", time.Since(run.since).Round(time.Millisecond)),
-			zap.NamedError("last_error", run.lastErr))
-		return true
-	})
+	w.failing.succeeded(op, where, time.Now(), w.logRecovery)
+}
+
+// writeHeldRecoveries writes the recovery lines the sampler held back
+// (see failingOps).
+func (w *Worker) writeHeldRecoveries() {
+	w.failing.writeHeld(w.logRecovery)
+}
+
+// logRecovery writes op's recovery line, unless the sampler thins it away.
+func (w *Worker) logRecovery(op string, run failRun) (written bool) {
+	ce := w.log.Check(zapcore.InfoLevel, "redis "+op+" recovered")
+	if ce == nil {
+		return false // thinned away: written by the housekeeper's next round
+	}
+	ce.Write(zap.String("op", op), zap.Int("failures", run.failures),
+		zap.Duration("failing_for", run.endedAt.Sub(run.since).Round(time.Millisecond)),
+		zap.NamedError("last_error", run.lastErr))
+	return true
 }
 
 // errRecovered marks the error of a read or claim that panicked: the panic
