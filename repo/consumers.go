@@ -83,17 +83,25 @@ func (r *Repo) PruneConsumers(ctx context.Context, shard int, self string, idle 
 // it would stay out, and a reshard of the shard be taken for a loss
 // (Read's moved check). A read of its own pending entries, as the reader
 // makes at start, by the command the ACL user runs already (XGROUP
-// CREATECONSUMER it is not granted). It has none, or at most the one the
-// reader was handed since the listing: read again, that entry stays its.
+// CREATECONSUMER it is not granted), but after the largest id a stream
+// entry can take but one (rejoinAfter): it returns nothing, so an entry
+// the reader was handed since the listing is not delivered again (its
+// idle time, which another replica's claimer reads, reset, its delivery
+// count raised).
 func (r *Repo) rejoin(ctx context.Context, stream, self string) error {
 	err := r.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group: Group, Consumer: self, Streams: []string{stream, "0"}, Count: 1, Block: -1,
+		Group: Group, Consumer: self, Streams: []string{stream, rejoinAfter}, Count: 1, Block: -1,
 	}).Err()
 	if err != nil && !errors.Is(err, redis.Nil) && !redis.HasErrorPrefix(err, "NOGROUP") {
 		return fmt.Errorf("putting %s back in the group: %w", self, err)
 	}
 	return nil
 }
+
+// rejoinAfter is the id after which rejoin reads its own pending entries:
+// past every entry's, and not 18446744073709551615-18446744073709551615,
+// which Redis parses as ">" (new entries, delivered to it).
+const rejoinAfter = "18446744073709551615-0"
 
 // liveReplicas says which of names have a settings key (ReplicaSettings)
 // that has not expired, in one round trip. By GET, which ShareSettings

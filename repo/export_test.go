@@ -89,3 +89,12 @@ func PruneOne(ctx context.Context, r *Repo, shard int, name string, idle time.Du
 
 // FailedNodeOf is failedNodeOf, for the tests of repo_test.
 var FailedNodeOf = failedNodeOf
+
+// Rejoin puts self back in shard's group, as PruneConsumers does when it
+// finds it missing.
+func Rejoin(ctx context.Context, r *Repo, shard int, self string) error {
+	return r.rejoin(ctx, r.keys.Stream(shard), self)
+}
+
+// Client is r's Redis client.
+func Client(r *Repo) redis.UniversalClient { return r.rdb }

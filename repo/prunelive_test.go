@@ -5,6 +5,10 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/repo"
 )
 
 // The consumer of a live replica (its settings key not expired) is kept
@@ -28,5 +32,39 @@ func TestPruneConsumersKeepsLiveReplicas(t *testing.T) {
 	removed, err = r.PruneConsumers(ctx, 0, "me", 10*time.Millisecond)
 	if err != nil || !slices.Equal(removed, []string{"live"}) {
 		t.Fatalf("removed %v, %v after live stopped; want [live]", removed, err)
+	}
+}
+
+// Putting self back in the group re-delivers nothing: between the listing
+// that found self missing and the rejoin, its reader may have been handed
+// an entry (which put it back already). A re-read of that entry would
+// reset its idle time, which another replica's claimer reads, and count
+// one more delivery.
+func TestRejoinRedeliversNothing(t *testing.T) {
+	ctx := context.Background()
+	r := consumersOneBusy(t)
+	rdb := repo.Client(r)
+	stream := r.Keys().Stream(0)
+	before, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: repo.Group, Start: "-", End: "+", Count: 10}).Result()
+	if err != nil || len(before) != 1 {
+		t.Fatalf("pending %v, %v; want busy's one entry", before, err)
+	}
+	if err := repo.Rejoin(ctx, r, 0, "busy"); err != nil {
+		t.Fatal(err)
+	}
+	after, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: repo.Group, Start: "-", End: "+", Count: 10}).Result()
+	if err != nil || len(after) != 1 {
+		t.Fatalf("pending %v, %v; want busy's one entry", after, err)
+	}
+	if after[0].RetryCount != before[0].RetryCount || after[0].Idle < before[0].Idle {
+		t.Errorf("rejoin re-delivered busy's entry: delivered %d times (was %d), idle %s (was %s)",
+			after[0].RetryCount, before[0].RetryCount, after[0].Idle, before[0].Idle)
+	}
+	if err := repo.Rejoin(ctx, r, 0, "back"); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := rdb.XInfoConsumers(ctx, stream, repo.Group).Result()
+	if err != nil || !slices.ContainsFunc(cs, func(c redis.XInfoConsumer) bool { return c.Name == "back" }) {
+		t.Fatalf("consumers %v, %v after rejoin; want back among them", cs, err)
 	}
 }
