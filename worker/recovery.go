@@ -22,7 +22,8 @@ import (
 //
 // The recovery line goes through the worker's sampled logger: one thinned
 // away (the op flapping within a second) leaves the run ended but unlogged,
-// and the housekeeper writes it at its next round (writeHeld), so the last
+// and the housekeeper writes it at its next round (writeHeld), or Shutdown
+// once the drain is over (writeHeldAtExit), so the last
 // line of an op that recovered never says it is failing, even for an op
 // that runs once (prepare, at start). Not the op's next success: it came
 // every few ms, each a refused line the sampler counted as left out, and
@@ -102,6 +103,21 @@ func (f *failingOps) writeHeld(logRecovery func(op string, run failRun) (written
 			f.open.Add(-1)
 		}
 	}
+}
+
+// held reports whether a run ended with its line unwritten.
+func (f *failingOps) held() bool {
+	if f.open.Load() == 0 {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, run := range f.runs {
+		if !run.endedAt.IsZero() {
+			return true
+		}
+	}
+	return false
 }
 
 // forget drops where from op's run of failures without a success there:

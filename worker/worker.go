@@ -1054,8 +1054,29 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		if readErr != nil { // ctx ended while the final read failed
 			err = errors.Join(err, fmt.Errorf("worker.Shutdown: windows left unread for another replica: %w", readErr))
 		}
+		w.writeHeldAtExit(ctx)
 	})
 	return err
+}
+
+// writeHeldAtExit writes the recovery lines still held back once every
+// loop has ended: the housekeeper, their writer, stopped with the takers,
+// before the drain, whose flushes and final reads may hold more. The
+// sampler lets a message through once a second, so it tries for a little
+// over one, within the drain's bound.
+func (w *Worker) writeHeldAtExit(ctx context.Context) {
+	deadline := time.Now().Add(1100 * time.Millisecond)
+	for {
+		w.writeHeldRecoveries()
+		if !w.failing.held() || !time.Now().Before(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // finalRead takes what is left of shard for this replica at shutdown: its
