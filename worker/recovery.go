@@ -23,11 +23,11 @@ import (
 // The recovery line goes through the worker's sampled logger: one thinned
 // away (the op flapping within a second) leaves the run ended but unlogged,
 // and the housekeeper writes it at its next round (writeHeld), or Shutdown
-// once the drain is over (writeHeldAtExit), so the last
-// line of an op that recovered never says it is failing, even for an op
-// that runs once (prepare, at start). Not the op's next success: it came
-// every few ms, each a refused line the sampler counted as left out, and
-// an op that runs once has none.
+// once the drain is over (writeHeldAtExit), so the last line of an op that
+// recovered never says it is failing, even for an op that runs once
+// (prepare, at start). Not the op's next success: it came every few ms,
+// each a refused line the sampler counted as left out, and an op that runs
+// once has none.
 type failingOps struct {
 	open atomic.Int32 // runs open or unlogged: successes take no lock while none is
 	mu   sync.Mutex
@@ -90,34 +90,26 @@ func (f *failingOps) succeeded(op string, where any, now time.Time, logRecovery 
 }
 
 // writeHeld calls logRecovery again for every run that ended with its
-// line unwritten, and ends those it writes.
-func (f *failingOps) writeHeld(logRecovery func(op string, run failRun) (written bool)) {
-	if f.open.Load() == 0 {
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for op, run := range f.runs {
-		if !run.endedAt.IsZero() && logRecovery(op, *run) {
-			delete(f.runs, op)
-			f.open.Add(-1)
-		}
-	}
-}
-
-// held reports whether a run ended with its line unwritten.
-func (f *failingOps) held() bool {
+// line unwritten, ends those it writes, and reports whether any is still
+// held.
+func (f *failingOps) writeHeld(logRecovery func(op string, run failRun) (written bool)) (stillHeld bool) {
 	if f.open.Load() == 0 {
 		return false
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, run := range f.runs {
-		if !run.endedAt.IsZero() {
-			return true
+	for op, run := range f.runs {
+		if run.endedAt.IsZero() {
+			continue
+		}
+		if logRecovery(op, *run) {
+			delete(f.runs, op)
+			f.open.Add(-1)
+		} else {
+			stillHeld = true
 		}
 	}
-	return false
+	return stillHeld
 }
 
 // forget drops where from op's run of failures without a success there:

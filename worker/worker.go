@@ -1067,8 +1067,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 func (w *Worker) writeHeldAtExit(ctx context.Context) {
 	deadline := time.Now().Add(1100 * time.Millisecond)
 	for {
-		w.writeHeldRecoveries()
-		if !w.failing.held() || !time.Now().Before(deadline) {
+		if !w.writeHeldRecoveries() || !time.Now().Before(deadline) {
 			return
 		}
 		select {
@@ -1255,9 +1254,9 @@ func (w *Worker) redisOK(op string, where any) {
 }
 
 // writeHeldRecoveries writes the recovery lines the sampler held back
-// (see failingOps).
-func (w *Worker) writeHeldRecoveries() {
-	w.failing.writeHeld(w.logRecovery)
+// (see failingOps), and reports whether any is held still.
+func (w *Worker) writeHeldRecoveries() (stillHeld bool) {
+	return w.failing.writeHeld(w.logRecovery)
 }
 
 // logRecovery writes op's recovery line, unless the sampler thins it away.
