@@ -60,6 +60,9 @@ func TestContribution(t *testing.T) {
 		{"created_at past seconds", func(c *combo.Contribution) { c.CreatedAt = 100_000_000_000 }, "created_at", "must be unix milliseconds >= 1000000000000, got 100000000000"},
 		{"created_at below seconds", func(c *combo.Contribution) { c.CreatedAt = 999_999_999 }, "created_at", "must be unix milliseconds >= 1000000000000, got 999999999"},
 		{"created_at just below", func(c *combo.Contribution) { c.CreatedAt = 999999999999 }, "created_at", "unix milliseconds"},
+		// The contract's bounds themselves are valid: 2001-09-09 and year 9999's last millisecond.
+		{"created_at lowest", func(c *combo.Contribution) { c.CreatedAt = MinCreatedAt }, "", ""},
+		{"created_at highest", func(c *combo.Contribution) { c.CreatedAt = MaxCreatedAt }, "", ""},
 		{"created_at microseconds", func(c *combo.Contribution) { c.CreatedAt = 1732950000123000 }, "created_at", "year 9999), got 1732950000123000 (that looks like microseconds)"},
 		{"created_at nanoseconds", func(c *combo.Contribution) { c.CreatedAt = 1732950000123000000 }, "created_at", "(that looks like nanoseconds)"},
 	}
@@ -171,6 +174,53 @@ func TestRecord(t *testing.T) {
 	}
 }
 
+// Record judges each column of a DB row by its own rule and names it: a
+// column checked against another's bound (item_icon's 2048 bytes against
+// item_name's 256) leaves out a row the push path published.
+func TestRecordJudgesEachColumnByItsOwnRule(t *testing.T) {
+	rec := func() *combo.ContributionRecord {
+		return &combo.ContributionRecord{Id: 1, UserId: 2, ItemId: 3, ItemType: "x", Quantity: 1, CreatedAt: 1732950000123}
+	}
+	cases := []struct {
+		name   string
+		mutate func(r *combo.ContributionRecord)
+		field  string // "" means valid
+	}{
+		{"item_name at its bound", func(r *combo.ContributionRecord) { r.ItemName = strings.Repeat("n", MaxName) }, ""},
+		{"item_icon at its bound", func(r *combo.ContributionRecord) { r.ItemIcon = strings.Repeat("i", MaxURL) }, ""},
+		{"nickname at its bound", func(r *combo.ContributionRecord) { r.Nickname = strings.Repeat("n", MaxName) }, ""},
+		{"avatar_url at its bound", func(r *combo.ContributionRecord) { r.AvatarUrl = strings.Repeat("u", MaxURL) }, ""},
+		{"item_name too long", func(r *combo.ContributionRecord) { r.ItemName = strings.Repeat("n", MaxName+1) }, "item_name"},
+		{"item_icon too long", func(r *combo.ContributionRecord) { r.ItemIcon = strings.Repeat("i", MaxURL+1) }, "item_icon"},
+		{"nickname too long", func(r *combo.ContributionRecord) { r.Nickname = strings.Repeat("n", MaxName+1) }, "nickname"},
+		{"avatar_url too long", func(r *combo.ContributionRecord) { r.AvatarUrl = strings.Repeat("u", MaxURL+1) }, "avatar_url"},
+		{"id", func(r *combo.ContributionRecord) { r.Id = 0 }, "id"},
+		{"user_id", func(r *combo.ContributionRecord) { r.UserId = 0 }, "user_id"},
+		{"star_id", func(r *combo.ContributionRecord) { r.StarId = -1 }, "star_id"},
+		{"item_id", func(r *combo.ContributionRecord) { r.ItemId = 0 }, "item_id"},
+		{"item_type", func(r *combo.ContributionRecord) { r.ItemType = "" }, "item_type"},
+		{"quantity", func(r *combo.ContributionRecord) { r.Quantity = MaxQuantity + 1 }, "quantity"},
+		{"created_at", func(r *combo.ContributionRecord) { r.CreatedAt = 1732950000 }, "created_at"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rec()
+			tc.mutate(r)
+			err := Record(7, r, 2)
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("want valid, got %v", err)
+				}
+				return
+			}
+			var ve *Error
+			if !errors.As(err, &ve) || ve.Field != "records[2]."+tc.field {
+				t.Fatalf("got %v, want an error naming records[2].%s", err, tc.field)
+			}
+		})
+	}
+}
+
 func BenchmarkContributions(b *testing.B) {
 	batch := make([]*combo.Contribution, 50)
 	for i := range batch {
@@ -188,7 +238,12 @@ func BenchmarkContributions(b *testing.B) {
 // (1978), so no unit is guessed.
 func TestCreatedAtPastTheBoundGuessesOnlyAPlausibleUnit(t *testing.T) {
 	for v, want := range map[int64]string{
-		253402300800000:     "got 253402300800000",
+		253402300800000: "got 253402300800000",
+		// Each unit's guess begins exactly at its power of ten.
+		999999999999999:     "got 999999999999999",
+		1000000000000000:    "got 1000000000000000 (that looks like microseconds)",
+		999999999999999999:  "got 999999999999999999 (that looks like microseconds)",
+		1000000000000000000: "got 1000000000000000000 (that looks like nanoseconds)",
 		1732950000123000:    "got 1732950000123000 (that looks like microseconds)",
 		1732950000123000000: "got 1732950000123000000 (that looks like nanoseconds)",
 	} {
@@ -229,6 +284,9 @@ func TestMisreadColumn(t *testing.T) {
 		{"every item_type too long: data, not a column unread", []*combo.ContributionRecord{with(func(r *combo.ContributionRecord) { r.ItemType = strings.Repeat("玫", 22) })}, ""},
 		{"ids unset in some rows only", []*combo.ContributionRecord{with(func(r *combo.ContributionRecord) { r.Id = 0 }), with(func(r *combo.ContributionRecord) { r.Quantity = 0 })}, ""},
 		{"a nil row", []*combo.ContributionRecord{nil, with(func(r *combo.ContributionRecord) { r.Id = 0 })}, ""},
+		// A negative id was read (it is data no report had), not left unread:
+		// "got 0 in every row" would be untrue.
+		{"every id negative", []*combo.ContributionRecord{with(func(r *combo.ContributionRecord) { r.Id = -1 }), with(func(r *combo.ContributionRecord) { r.Id = -2 })}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := MisreadColumn(tc.records)
