@@ -20,7 +20,8 @@ func TestDefaultIsValid(t *testing.T) {
 	}
 	if c.Server.Addr != ":8888" || c.Redis.Addr != "" || c.Redis.EmbeddedAddr != "127.0.0.1:0" || c.Window.Size != 3*time.Second ||
 		c.Window.Grace != 200*time.Millisecond || c.Window.Dedupe != time.Minute || c.Window.Stale != time.Minute ||
-		c.Log.Level != "info" || c.Worker.Consumer == "" || c.Worker.ClaimIdle != 5200*time.Millisecond {
+		c.Log.Level != "info" || c.Worker.Consumer == "" || c.Worker.ClaimIdle != 5200*time.Millisecond ||
+		c.Worker.ConsumerIdleDelete != 24*time.Hour {
 		t.Fatalf("defaults differ from CONTRACT.md §4: %+v", c)
 	}
 	if host, err := os.Hostname(); err == nil && host != "" && c.Worker.Consumer != host {

@@ -121,6 +121,16 @@ func TestValidateAcceptsREADMEEdges(t *testing.T) {
 		"log.level error":        func(c *Config) { c.Log.Level = "error" },
 		"log.format console":     func(c *Config) { c.Log.Format = "console" },
 		"redis.addr with a host": func(c *Config) { c.Redis.Addr = "redis.internal:6379" },
+		// The remaining edges README states ("0 to 1m", "1ms..1h", "at least
+		// 10000", "1s..720h", "0 to 24h", "1s to 720h").
+		"shutdown_delay 1m":      func(c *Config) { c.Server.ShutdownDelay = MaxShutdownDelay },
+		"timeout 1ms":            func(c *Config) { c.Redis.Timeout = time.Millisecond },
+		"timeout 1h":             func(c *Config) { c.Redis.Timeout = time.Hour },
+		"stream_maxlen 10000":    func(c *Config) { c.Redis.StreamMaxLen = 10_000 },
+		"conn_max_lifetime 1s":   func(c *Config) { c.Redis.ConnMaxLifetime = time.Second },
+		"conn_max_lifetime 720h": func(c *Config) { c.Redis.ConnMaxLifetime = 720 * time.Hour },
+		"grace 0":                func(c *Config) { c.Window.Grace = 0 },
+		"dedupe 1s":              func(c *Config) { c.Window.Dedupe = time.Second },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -239,6 +239,19 @@ func TestWarningsAtTheirBoundsAreNone(t *testing.T) {
 		},
 		"timeout = 10ms":         func(c *Config) { c.Redis.Timeout = minSensibleTimeout },
 		"dedupe = retry horizon": func(c *Config) { c.Window.Dedupe = ReporterRetryHorizon },
+		// README: warned of when the lifetime and its tenth are longer than
+		// window.stale less W + grace; here they are exactly that.
+		"conn_max_lifetime and its tenth = stale less W + grace": func(c *Config) {
+			room := c.Window.Stale - c.Window.Size - c.Window.Grace
+			l := room * 10 / 11
+			for l+l/10 < room {
+				l++
+			}
+			if l+l/10 != room {
+				panic("no lifetime whose tenth more is room exactly")
+			}
+			c.Redis.ConnMaxLifetime = l
+		},
 		"shutdown_timeout = W + grace + 1ms block + 10ms timeout": func(c *Config) {
 			c.Worker.Block, c.Redis.Timeout = time.Millisecond, minSensibleTimeout
 			c.Server.ShutdownTimeout = c.Window.Size + c.Window.Grace + c.Worker.Block + c.Redis.Timeout
@@ -255,7 +268,14 @@ func TestWarningsAtTheirBoundsAreNone(t *testing.T) {
 			}
 		})
 	}
+	// server.shutdown_timeout = W + grace is not shorter than W + grace:
+	// only the warning that names worker.block and redis.timeout applies.
 	c := Default()
+	c.Server.ShutdownTimeout = c.Window.Size + c.Window.Grace
+	if ws := c.Warnings(); len(ws) != 1 || !strings.HasPrefix(ws[0], "server.shutdown_timeout (3.2s) is shorter than window.size + window.grace + worker.block") {
+		t.Fatalf("shutdown_timeout = W + grace: warnings %q, want the one naming worker.block alone", ws)
+	}
+	c = Default()
 	c.Window.Dedupe = c.Window.Size + c.Window.Grace // not shorter than W + grace: the retry horizon's warning only
 	if ws := c.Warnings(); len(ws) != 1 || !strings.Contains(ws[0], "covers client.Reporter's default retries") {
 		t.Fatalf("dedupe = W + grace: warnings %q, want the retry horizon's alone", ws)
