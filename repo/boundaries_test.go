@@ -96,7 +96,7 @@ func TestDedupeSetLivesThroughTheNextBucket(t *testing.T) {
 		if err != nil || known[c.Id] {
 			t.Fatalf("degraded publish: %v %v, want published", known, err)
 		}
-		if _, err := sub.ReceiveMessage(ctx); err != nil {
+		if _, err := receive(ctx, sub); err != nil {
 			t.Fatal(err)
 		}
 		checkDedupeSetsLiveThroughTheNextBucket(t, rdb, r, bucketMs)

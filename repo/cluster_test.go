@@ -474,7 +474,7 @@ func TestDegradedReportWhileAnotherMasterIsSilent(t *testing.T) {
 		}
 	}
 	for range batch {
-		if _, err := sub.ReceiveMessage(ctx); err != nil {
+		if _, err := receive(ctx, sub); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -531,7 +531,7 @@ func TestReportWhileItsSlotMovesIsNotPublishedTwice(t *testing.T) {
 	if err := node.Publish(ctx, push.Channel(7), "marker").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "marker" {
+	if msg, err := receive(ctx, sub); err != nil || msg.Payload != "marker" {
 		t.Errorf("pushed on its own during the move: %v %v", msg, err)
 	}
 }
@@ -574,7 +574,7 @@ func TestReportRedirectedToTheEndIsNotPublishedTwice(t *testing.T) {
 	if err := node.Publish(ctx, push.Channel(7), "marker").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "marker" {
+	if msg, err := receive(ctx, sub); err != nil || msg.Payload != "marker" {
 		t.Errorf("pushed on its own during the move: %v %v", msg, err)
 	}
 }
@@ -985,7 +985,7 @@ func TestDegradedPublishWhileItsSlotMovesIsRefused(t *testing.T) {
 	if _, err := repo.PublishSingles(ctx, c.r, []*combo.Contribution{&x}); err != nil {
 		t.Fatalf("degraded publish after the move: %v", err)
 	}
-	msg, err := mv.sub.ReceiveMessage(ctx) // a cluster's PUBLISH reaches every node
+	msg, err := receive(ctx, mv.sub) // a cluster's PUBLISH reaches every node
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -464,7 +464,7 @@ func TestDegradedCallsOfOnePipelinePublishTogether(t *testing.T) {
 		}
 	}
 	for range calls {
-		if _, err := sub.ReceiveMessage(ctx); err != nil {
+		if _, err := receive(ctx, sub); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -137,7 +137,7 @@ func TestDegradedPublishPastItsDeadlineChangesNothing(t *testing.T) {
 		if err != nil || known[c.Id] {
 			t.Fatalf("degraded publish in time: %v %v, want published", known, err)
 		}
-		msg, err := sub.ReceiveMessage(ctx)
+		msg, err := receive(ctx, sub)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,7 +200,7 @@ func TestDegradedPublishRefusedForOneCallFailsOnlyThatCall(t *testing.T) {
 	if a := <-denied; a.err == nil || !strings.Contains(a.err.Error(), "degraded publish failed") || !strings.Contains(a.err.Error(), "NOPERM") {
 		t.Errorf("the report whose channel is denied: %+v %v, want its publish's NOPERM", a.res, a.err)
 	}
-	if msg, err := sub.ReceiveMessage(ctx); err != nil {
+	if msg, err := receive(ctx, sub); err != nil {
 		t.Fatal(err)
 	} else if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != 3 {
 		t.Fatalf("push %q, want report 3 on its own", msg.Payload)

@@ -76,7 +76,7 @@ func TestFlushAcknowledgesWhatItRetires(t *testing.T) {
 		if err != nil || fr[0].Status != repo.Published {
 			t.Fatalf("flush %+v %v", fr, err)
 		}
-		if _, err := sub.ReceiveMessage(ctx); err != nil {
+		if _, err := receive(ctx, sub); err != nil {
 			t.Fatal(err)
 		}
 		if st, err := r.StreamStats(ctx, 0); err != nil || st.Length != 0 || st.Pending != 0 {

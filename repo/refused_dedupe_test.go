@@ -94,7 +94,7 @@ func TestDegradedPublishFindsACountedIDWhileWritesAreRefused(t *testing.T) {
 		if err := rdb.Publish(ctx, push.Channel(7), "sentinel").Err(); err != nil {
 			t.Fatal(err)
 		}
-		if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "sentinel" {
+		if msg, err := receive(ctx, sub); err != nil || msg.Payload != "sentinel" {
 			t.Fatalf("got %v %v before the sentinel: the counted id was published again", msg, err)
 		}
 	})

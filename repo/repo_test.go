@@ -41,6 +41,16 @@ func backends(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
 	t.Run("miniredis", func(t *testing.T) { fn(t, serviceLikeClient(t, miniredis.RunT(t).Addr())) })
 }
 
+// receive waits for sub's next message, for 10 s at most: a push the code
+// under test never sends must fail its own test, not hang the package
+// until go test's 10-minute timeout (whose panic loses every later
+// test's result).
+func receive(ctx context.Context, sub *redis.PubSub) (*redis.Message, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return sub.ReceiveMessage(ctx)
+}
+
 // serviceLikeClient is a client that, like the service's (main.go's
 // openRedis), never sends a command again by itself and times out by the
 // repo's contexts. go-redis's defaults resent a whole pipeline of report
@@ -133,7 +143,7 @@ func TestReportThenFlush(t *testing.T) {
 		if err != nil || fr[0].Status != repo.Published || fr[0].Quantity != 2 {
 			t.Fatalf("flush: %+v %v", fr, err)
 		}
-		msg, err := sub.ReceiveMessage(ctx)
+		msg, err := receive(ctx, sub)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -453,7 +463,7 @@ func TestRetireOnlyAStaleWindow(t *testing.T) {
 		if err := rdb.Publish(ctx, push.Channel(7), "marker").Err(); err != nil {
 			t.Fatal(err)
 		}
-		if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "marker" {
+		if msg, err := receive(ctx, sub); err != nil || msg.Payload != "marker" {
 			t.Fatalf("retire published %v %v", msg, err)
 		}
 	})
@@ -816,7 +826,7 @@ func TestFlushPublishesNothingWhileWritesAreRefused(t *testing.T) {
 	if err := rdb.Publish(ctx, push.Channel(7), "sentinel").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "sentinel" {
+	if msg, err := receive(ctx, sub); err != nil || msg.Payload != "sentinel" {
 		t.Fatalf("got %v %v before the sentinel: a refused flush published", msg, err)
 	}
 	if n := rdb.XLen(ctx, r.Keys().Stream(0)).Val(); n != 1 {
@@ -830,7 +840,7 @@ func TestFlushPublishesNothingWhileWritesAreRefused(t *testing.T) {
 	if err != nil || fr[0].Status != repo.Published || fr[0].Quantity != 1 {
 		t.Fatalf("flush once writes are accepted: %+v %v", fr, err)
 	}
-	if msg, err := sub.ReceiveMessage(ctx); err != nil || !strings.Contains(msg.Payload, `"quantity":1`) {
+	if msg, err := receive(ctx, sub); err != nil || !strings.Contains(msg.Payload, `"quantity":1`) {
 		t.Fatalf("push %v %v", msg, err)
 	}
 	if fr, err = r.Flush(ctx, ws); err != nil || fr[0].Status != repo.Gone {
@@ -859,14 +869,14 @@ func TestDuplicateWhileWritesAreRefused(t *testing.T) {
 	if err := rdb.Publish(ctx, push.Channel(7), "sentinel").Err(); err != nil {
 		t.Fatal(err)
 	}
-	msg, err := sub.ReceiveMessage(ctx)
+	msg, err := receive(ctx, sub)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != 2 {
 		t.Fatalf("first message %q, want the new id's record", msg.Payload)
 	}
-	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "sentinel" {
+	if msg, err := receive(ctx, sub); err != nil || msg.Payload != "sentinel" {
 		t.Fatalf("got %v %v before the sentinel: the duplicate was published", msg, err)
 	}
 }
@@ -885,7 +895,7 @@ func TestFlushReloadsLostScripts(t *testing.T) {
 		if err != nil || fr[0].Err != nil || fr[0].Status != repo.Published {
 			t.Fatalf("flush after SCRIPT FLUSH: %+v %v, want published", fr, err)
 		}
-		if _, err := sub.ReceiveMessage(ctx); err != nil {
+		if _, err := receive(ctx, sub); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -959,7 +969,7 @@ func TestReportOnReplicaIsUnavailable(t *testing.T) {
 	if err := rdb.Publish(context.Background(), push.Channel(7), "sentinel").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if msg, err := sub.ReceiveMessage(context.Background()); err != nil || msg.Payload != "sentinel" {
+	if msg, err := receive(context.Background(), sub); err != nil || msg.Payload != "sentinel" {
 		t.Fatalf("got %v %v before the sentinel: a refused report was published", msg, err)
 	}
 }
@@ -1095,7 +1105,7 @@ func TestDegradedPublishWhereWritesAreRefused(t *testing.T) {
 		if _, err := repo.PublishSingles(ctx, r, []*combo.Contribution{c}); err != nil {
 			t.Fatalf("degraded publish under OOM: %v", err)
 		}
-		if msg, err := sub.ReceiveMessage(ctx); err != nil {
+		if msg, err := receive(ctx, sub); err != nil {
 			t.Fatal(err)
 		} else if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != 5 {
 			t.Fatalf("push %q, want report 5 on its own", msg.Payload)
@@ -1127,7 +1137,7 @@ func TestDegradedReportsArePublishedTogether(t *testing.T) {
 		}
 	}
 	for range cs {
-		if _, err := sub.ReceiveMessage(ctx); err != nil {
+		if _, err := receive(ctx, sub); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1303,7 +1313,7 @@ func TestFlushPastItsDeadlineChangesNothing(t *testing.T) {
 		if err != nil || res[0].Status != repo.Published || res[0].Quantity != 1 {
 			t.Fatalf("flush in time: %+v %v", res, err)
 		}
-		msg, err := sub.ReceiveMessage(ctx)
+		msg, err := receive(ctx, sub)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,7 +57,7 @@ func TestFullStreamOpensNoWindow(t *testing.T) {
 			t.Fatalf("stream holds %d entries, want 3: nothing trimmed, nothing past the bound", n)
 		}
 		for _, id := range []int64{103, 104} {
-			msg, err := sub.ReceiveMessage(ctx)
+			msg, err := receive(ctx, sub)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +86,7 @@ func expectNoMorePushes(t *testing.T, rdb redis.UniversalClient, sub *redis.PubS
 	if err := rdb.Publish(ctx, push.Channel(7), "marker").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "marker" {
+	if msg, err := receive(ctx, sub); err != nil || msg.Payload != "marker" {
 		t.Fatalf("got %v %v before the marker: a report was pushed again", msg, err)
 	}
 }
@@ -132,7 +132,7 @@ func TestDegradedIDIsRememberedOnlyOncePublished(t *testing.T) {
 	if res, err := r.Report(ctx, []*combo.Contribution{c}); err != nil || res[0].Outcome != repo.Degraded {
 		t.Fatalf("sent again once it may be published: %+v %v, want degraded (its id was not remembered)", res, err)
 	}
-	if msg, err := sub.ReceiveMessage(ctx); err != nil {
+	if msg, err := receive(ctx, sub); err != nil {
 		t.Fatal(err)
 	} else if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != 2 {
 		t.Fatalf("push %q, want report 2 on its own", msg.Payload)
@@ -166,7 +166,7 @@ func TestSameIDTwiceAtAFullStreamIsPublishedOnce(t *testing.T) {
 		}
 		n := 0
 		for {
-			msg, err := sub.ReceiveMessage(ctx)
+			msg, err := receive(ctx, sub)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -228,7 +228,7 @@ func TestDegradedPublishMakesAnExpiringDedupeSet(t *testing.T) {
 		if _, err := repo.PublishSingles(ctx, r, []*combo.Contribution{c}); err != nil {
 			t.Fatal(err)
 		}
-		if msg, err := sub.ReceiveMessage(ctx); err != nil {
+		if msg, err := receive(ctx, sub); err != nil {
 			t.Fatal(err)
 		} else if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != 5 {
 			t.Fatalf("push %q, want report 5 on its own", msg.Payload)
@@ -311,7 +311,7 @@ func TestReportRefusedAtAFullStreamLeavesItsKeysWindowOpen(t *testing.T) {
 		if err != nil || res[0].Outcome != repo.Joined || res[0].WindowID != 1 || res[0].WindowQuantity != 2 {
 			t.Fatalf("a report within the open window after one was refused: %+v %v, want joined window 1 ×2", res, err)
 		}
-		if msg, err := sub.ReceiveMessage(ctx); err != nil {
+		if msg, err := receive(ctx, sub); err != nil {
 			t.Fatal(err)
 		} else if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != 2 {
 			t.Fatalf("push %q, want report 2 on its own", msg.Payload)
