@@ -462,6 +462,32 @@ func shutdownUnderBusyCallers(t *testing.T, ttheader bool) {
 	if unread > 0 {
 		t.Fatalf("%d windows of acknowledged reports left in the stream after the only replica stopped (of %d acknowledged)", unread, len(acked))
 	}
+	// None left unread says nothing unless reports were acknowledged.
+	if len(acked) == 0 {
+		t.Fatalf("no report acknowledged before the stop (first error %v): the test tested nothing", firstErr)
+	}
+	// And an acknowledged report must have been counted at all: one
+	// answered without reaching Redis leaves nothing in the stream either.
+	// Each report has a user of its own, so a window each: every
+	// acknowledged user is pushed (the stop flushed them).
+	unpushed := func(rs []received) (n int) {
+		pushed := map[int64]bool{}
+		for _, r := range rs {
+			pushed[r.msg.Record.UserID] = true
+		}
+		for user := range acked {
+			if !pushed[user] {
+				n++
+			}
+		}
+		return n
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%d of %d acknowledged reports never pushed", unpushed(s.pushes.matching(forActivity(a))), len(acked))
+		}
+	})
+	s.pushes.until(10*time.Second, func(rs []received) bool { return unpushed(rs) == 0 }, forActivity(a))
 	// client.NewClient speaks TTHeader: the stopping server marks its
 	// answers, the pool drops those connections, and no call of ours is
 	// left on one to be refused (other clients would be, by the gate).
