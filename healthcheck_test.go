@@ -152,11 +152,17 @@ func TestHealthcheckIgnoresHTTPProxy(t *testing.T) {
 		http.Error(w, "via the proxy", http.StatusBadGateway)
 	}))
 	defer proxy.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHealthcheckIgnoresHTTPProxy$", "-test.count=1", "-test.timeout=1m")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHealthcheckIgnoresHTTPProxy$", "-test.count=1", "-test.timeout=1m", "-test.v")
 	cmd.Env = append(os.Environ(), "COMBO_TEST_HEALTHCHECK_TARGET="+ln.Addr().String(), "HTTP_PROXY="+proxy.URL,
 		"http_proxy="+proxy.URL, "NO_PROXY=", "no_proxy=")
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	if err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
+	}
+	// A child that ran no test (a -test.run pattern the test's name no
+	// longer matches) or skipped exits 0 too, having probed nothing.
+	if !strings.Contains(string(out), "--- PASS: TestHealthcheckIgnoresHTTPProxy") {
+		t.Fatalf("child did not pass the test (skipped, or ran none):\n%s", out)
 	}
 }
 

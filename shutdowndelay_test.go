@@ -135,8 +135,10 @@ func TestAfterDelay(t *testing.T) {
 	}
 	ctx, cancel := afterDelay(parent, 200*time.Millisecond, log)
 	defer cancel()
-	stop()
+	// Read the clock before stop: the delay's timer may start on the
+	// other CPU before this goroutine reads it after.
 	stopped := time.Now()
+	stop()
 	select {
 	case <-ctx.Done():
 		t.Fatal("ended with its parent, not the delay after")
