@@ -18,6 +18,25 @@ import (
 // of an id counted late in its bucket went before the last lookup of the
 // next bucket, and a re-send within window.dedupe was counted again.
 func TestEmbeddedRedisRemembersAnIDForWindowDedupe(t *testing.T) {
+	// The scenario is pinned to the wall clock's fractions of a second;
+	// a host too slow to keep to them (a loaded CI runner) runs it again
+	// rather than skip it, and fails only when it never could.
+	const attempts = 5
+	for i := range attempts {
+		slow := rememberedForWindowDedupe(t)
+		if slow == 0 {
+			return
+		}
+		t.Logf("attempt %d: too slow to re-send within window.dedupe (%v), again", i+1, slow)
+	}
+	t.Fatalf("the host was too slow to re-send within window.dedupe in %d attempts", attempts)
+}
+
+// rememberedForWindowDedupe runs the scenario once on a new embedded
+// Redis; it returns how long the re-send came after the count when that
+// was too late to test anything, else 0.
+func rememberedForWindowDedupe(t *testing.T) (tooSlow time.Duration) {
+	t.Helper()
 	untilFrac := func(f float64) { // wait for the wall clock's fraction of a second to be f
 		d := time.Duration(f*1e9) - time.Duration(time.Now().Nanosecond())
 		if d < 0 {
@@ -60,10 +79,11 @@ func TestEmbeddedRedisRemembersAnIDForWindowDedupe(t *testing.T) {
 	report(late)
 	untilFrac(0.75) // b + 1.75: lookups in bucket b + 1 still read set b
 	if since := time.Since(counted); since >= time.Second {
-		t.Skipf("the machine was too slow to re-send within window.dedupe (%v)", since)
+		return since
 	}
 	if got := report(late); got != repo.Duplicate {
 		t.Fatalf("id 8193 re-sent %v after it was counted (window.dedupe 1s): outcome %v, want duplicate",
 			time.Since(counted).Round(time.Millisecond), got)
 	}
+	return 0
 }
