@@ -436,8 +436,20 @@ func shutdownUnderBusyCallers(t *testing.T, ttheader bool) {
 			}
 		})
 	}
-	for sent.Load() < 32 { // both sides busy before the stop
-		time.Sleep(10 * time.Millisecond)
+	// Both sides busy before the stop, and at least one report
+	// acknowledged: under the stalls most reports time out, and a stop
+	// that came before any was acknowledged (one run in a dozen at
+	// -cpu=1) would leave the checks below nothing to check.
+	ackedAny := func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > 0 }
+	for deadline := time.Now().Add(10 * time.Second); sent.Load() < 32 || !ackedAny(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			calm.Store(true)
+			done.Store(true)
+			bg.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("no report acknowledged in 10 s of %d sent under the stalls (first error %v)", sent.Load(), firstErr)
+		}
 	}
 	time.AfterFunc(2500*time.Millisecond, func() { calm.Store(true) })
 	err = s.stop()
