@@ -70,7 +70,7 @@ func TestValidateEnforcesREADMEBounds(t *testing.T) {
 	}{
 		{"shutdown_timeout 0", "server.shutdown_timeout", func(c *Config) { c.Server.ShutdownTimeout = 0 }},
 		{"shutdown_delay -1ms", "server.shutdown_delay", func(c *Config) { c.Server.ShutdownDelay = -time.Millisecond }},
-		{"shutdown_delay 1m1s", "server.shutdown_delay", func(c *Config) { c.Server.ShutdownDelay = MaxShutdownDelay + time.Second }},
+		{"shutdown_delay 1m1s", "server.shutdown_delay", func(c *Config) { c.Server.ShutdownDelay = time.Minute + time.Second }},
 		{"db -1", "redis.db", func(c *Config) { c.Redis.DB = -1 }},
 		{"db 1 on a cluster of one seed", "redis.db", func(c *Config) { c.Redis.Addrs, c.Redis.DB = []string{"10.0.0.1:7000"}, 1 }},
 		{"shards 1025", "redis.shards", func(c *Config) { c.Redis.Shards = 1025 }},
@@ -123,7 +123,7 @@ func TestValidateAcceptsREADMEEdges(t *testing.T) {
 		"redis.addr with a host": func(c *Config) { c.Redis.Addr = "redis.internal:6379" },
 		// The remaining edges README states ("0 to 1m", "1ms..1h", "at least
 		// 10000", "1s..720h", "0 to 24h", "1s to 720h").
-		"shutdown_delay 1m":      func(c *Config) { c.Server.ShutdownDelay = MaxShutdownDelay },
+		"shutdown_delay 1m":      func(c *Config) { c.Server.ShutdownDelay = time.Minute },
 		"timeout 1ms":            func(c *Config) { c.Redis.Timeout = time.Millisecond },
 		"timeout 1h":             func(c *Config) { c.Redis.Timeout = time.Hour },
 		"stream_maxlen 10000":    func(c *Config) { c.Redis.StreamMaxLen = 10_000 },

@@ -19,6 +19,9 @@ func TestSampledLineWithNothingLeftOutHasNoCount(t *testing.T) {
 	l.Warn("redis operation failed; retrying")
 	at = at.Add(2 * time.Second)
 	l.Warn("redis operation failed; retrying")
+	if logs.Len() != 2 {
+		t.Fatalf("%d lines, want 2", logs.Len())
+	}
 	for i, e := range logs.All() {
 		if m := e.ContextMap(); len(m) != 0 {
 			t.Errorf("line %d, none left out before it: fields %v, want none", i, m)
