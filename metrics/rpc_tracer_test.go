@@ -161,3 +161,56 @@ func BenchmarkRPCTracerFinish(b *testing.B) {
 		tr.Finish(ctx)
 	}
 }
+
+// An RPC whose start was not recorded is not counted, and Finish does
+// not fail on it (a tracer that panics ends Kitex's round of tracers).
+func TestRPCTracerSkipsAnRPCWithoutItsStart(t *testing.T) {
+	tr := NewRPCTracer(prometheus.NewRegistry())
+	st := rpcinfo.NewRPCStats()
+	rpcinfo.AsMutableRPCStats(st).SetLevel(stats.LevelBase)
+	ri := rpcinfo.NewRPCInfo(rpcinfo.NewEndpointInfo("", "", nil, nil),
+		rpcinfo.NewEndpointInfo("combo-service", "MergeLatest", nil, nil),
+		rpcinfo.NewInvocation("combo-service", "MergeLatest"), rpcinfo.NewRPCConfig(), st)
+	ctx := rpcinfo.NewCtxWithRPCInfo(context.Background(), ri)
+	st.Record(ctx, stats.RPCFinish, stats.StatusInfo, "")
+	tr.Finish(ctx)
+	if n := testutil.CollectAndCount(tr.throughput, "kitex_server_throughput"); n != 0 {
+		t.Fatalf("%d series for an RPC with no start recorded, want none", n)
+	}
+}
+
+// A caller among the first maxCallers keeps its name for its later RPCs
+// once the bound is reached: its error, or another method of it, is a new
+// series of its own caller label, not one of "other".
+func TestRPCTracerKnownCallerKeepsItsNamePastTheBound(t *testing.T) {
+	tr := NewRPCTracer(prometheus.NewRegistry())
+	for i := range maxCallers {
+		finishedRPC(tr, fmt.Sprintf("caller-%d", i), "ReportContribution", stats.LevelBase, nil)
+	}
+	finishedRPC(tr, "caller-0", "ReportContribution", stats.LevelBase, errors.New("refused"))
+	finishedRPC(tr, "caller-0", "MergeLatest", stats.LevelBase, nil)
+	if got := testutil.ToFloat64(tr.throughput.WithLabelValues("caller-0", "combo-service", "ReportContribution", "error", "0")); got != 1 {
+		t.Errorf("a known caller's failed RPC past the bound: counted %v times under its name, want 1", got)
+	}
+	if got := testutil.ToFloat64(tr.throughput.WithLabelValues("caller-0", "combo-service", "MergeLatest", "succeed", "0")); got != 1 {
+		t.Errorf("a known caller's other method past the bound: counted %v times under its name, want 1", got)
+	}
+}
+
+// The retry label is the RPC's retry tag (a Kitex client's retried call
+// says which attempt it is): retries show apart from first attempts.
+func TestRPCTracerLabelsRetries(t *testing.T) {
+	tr := NewRPCTracer(prometheus.NewRegistry())
+	st := rpcinfo.NewRPCStats()
+	rpcinfo.AsMutableRPCStats(st).SetLevel(stats.LevelBase)
+	to := rpcinfo.NewEndpointInfo("combo-service", "ReportContributions", nil, map[string]string{rpcinfo.RetryTag: "2"})
+	ri := rpcinfo.NewRPCInfo(rpcinfo.NewEndpointInfo("", "", nil, nil), to,
+		rpcinfo.NewInvocation("combo-service", "ReportContributions"), rpcinfo.NewRPCConfig(), st)
+	ctl := &rpcinfo.TraceController{}
+	ctl.Append(tr)
+	ctx := ctl.DoStart(rpcinfo.NewCtxWithRPCInfo(context.Background(), ri), ri)
+	ctl.DoFinish(ctx, ri, nil)
+	if got := testutil.ToFloat64(tr.throughput.WithLabelValues("unknown", "combo-service", "ReportContributions", "succeed", "2")); got != 1 {
+		t.Errorf("a retry (tag 2): counted %v times with retry 2, want 1", got)
+	}
+}

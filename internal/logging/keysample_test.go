@@ -95,3 +95,15 @@ func fullSampler(now *time.Time) *keySampler {
 	}
 	return s
 }
+
+// Past the bound, a key idle for exactly a second with nothing to report
+// is forgotten, as its next line would be written then anyway.
+func TestKeySamplerBoundForgetsAKeyIdleExactlyASecond(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	s := fullSampler(&now)
+	now = now.Add(time.Second)
+	s.pass("new")
+	if ok, _, _ := s.pass("new"); ok {
+		t.Fatal("a new key's second line in the same instant written: the keys idle for a second were kept, and it went unsampled")
+	}
+}

@@ -131,3 +131,20 @@ func TestKlogDatesSuppressedCount(t *testing.T) {
 		t.Errorf("the first line has suppressed_since, with nothing suppressed")
 	}
 }
+
+// Kitex's lines are the service logger's named "kitex", as netpoll's are
+// named "netpoll": a log query for the RPC layer's refusals selects them
+// by that name.
+func TestKlogLinesAreNamedKitex(t *testing.T) {
+	k, logs, _ := observedKlog(zapcore.DebugLevel)
+	k.Errorf("KITEX: processing request error, remoteAddr=%v", "127.0.0.1:1")
+	k.Warn("KITEX: x")
+	for _, e := range logs.All() {
+		if e.LoggerName != "kitex" {
+			t.Errorf("%q: logger %q, want kitex", e.Message, e.LoggerName)
+		}
+	}
+	if logs.Len() != 2 {
+		t.Fatalf("%d lines, want 2", logs.Len())
+	}
+}

@@ -174,3 +174,24 @@ func TestNetpollKeyLeavesOutWhatVaries(t *testing.T) {
 		seen[netpollKey(k)] = k
 	}
 }
+
+// log.LstdFlags's date is trimmed whatever its digits: left on a line
+// with a 9 in it, the date would also be the line's sampling key
+// ("// :: NETPOLL"), and every kind of netpoll line would share one.
+func TestTrimLogDateTakesEveryDigit(t *testing.T) {
+	for _, s := range []string{"2019/09/29 19:59:59 NETPOLL: x", "2000/10/01 00:00:00 NETPOLL: x", "2345/06/78 12:34:56 NETPOLL: x"} {
+		if got := string(trimLogDate([]byte(s))); got != "NETPOLL: x" {
+			t.Errorf("trimLogDate(%q) = %q, want %q", s, got, "NETPOLL: x")
+		}
+	}
+}
+
+// Every digit, 9 too, is left out of a netpoll line's key: a file
+// descriptor of 9 and one of 7 are one kind of line.
+func TestNetpollKeyLeavesOutTheDigitNine(t *testing.T) {
+	for _, fd := range []string{"9", "19", "99", "1234567890"} {
+		if a, b := netpollKey("NETPOLL: netFD["+fd+"] close error: x"), netpollKey("NETPOLL: netFD[7] close error: y"); a != b {
+			t.Errorf("fd %s: keys %q and %q, want one", fd, a, b)
+		}
+	}
+}

@@ -30,3 +30,40 @@ func TestSampledLineSaysHowManyWereLeftOut(t *testing.T) {
 		t.Fatalf("second line's suppressed_since_last = %v (present %v), want 70: fields %v", got, ok, logs.All()[1].ContextMap())
 	}
 }
+
+// A sampled line that follows no suppressed one carries no count: an
+// on-call reading "suppressed_since_last": 0 on every line would take it
+// for a burst that never came.
+func TestSampledLineWithNothingLeftOutHasNoCount(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	at := time.Unix(1_700_000_000, 0)
+	l := sampled(zap.New(core), nil, func() time.Time { return at })
+	l.Warn("redis operation failed; retrying")
+	at = at.Add(2 * time.Second)
+	l.Warn("redis operation failed; retrying")
+	if logs.Len() != 2 {
+		t.Fatalf("%d lines, want 2", logs.Len())
+	}
+	for i, e := range logs.All() {
+		if m := e.ContextMap(); len(m) != 0 {
+			t.Errorf("line %d, none left out before it: fields %v, want none", i, m)
+		}
+	}
+}
+
+// The same for netpoll's lines.
+func TestNetpollLineWithNothingLeftOutHasNoCount(t *testing.T) {
+	w, logs, clock := observedNetpoll(zapcore.DebugLevel)
+	nl := netpollLogger(w)
+	nl.Printf("NETPOLL: accept conn failed: %v", "too many open files")
+	*clock = clock.Add(2 * time.Second)
+	nl.Printf("NETPOLL: accept conn failed: %v", "too many open files")
+	if logs.Len() != 2 {
+		t.Fatalf("%d lines, want 2", logs.Len())
+	}
+	for i, e := range logs.All() {
+		if m := e.ContextMap(); len(m) != 0 {
+			t.Errorf("line %d, none left out before it: fields %v, want none", i, m)
+		}
+	}
+}

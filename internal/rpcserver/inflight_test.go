@@ -252,3 +252,13 @@ func wantAdmissions(t *testing.T, reg *prometheus.Registry, want map[string]floa
 		t.Errorf("combo_large_requests_total by admission: %v, want %v", got, want)
 	}
 }
+
+// The large requests' budget holds two of the largest requests at once,
+// not three: each costs about four times its size while in flight, and
+// ten at once took a replica to 1.9 GB.
+func TestLargeBudgetHoldsTwoOfTheLargest(t *testing.T) {
+	if MaxLargeInFlightBytes < 2*MaxRequestBytes || MaxLargeInFlightBytes >= 3*MaxRequestBytes {
+		t.Fatalf("MaxLargeInFlightBytes %d holds %d requests of MaxRequestBytes (%d), want 2",
+			MaxLargeInFlightBytes, MaxLargeInFlightBytes/MaxRequestBytes, MaxRequestBytes)
+	}
+}

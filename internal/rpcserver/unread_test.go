@@ -2,7 +2,9 @@ package rpcserver
 
 import (
 	"context"
+	"errors"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -297,5 +299,56 @@ func TestUnreadCloserClosesAConnectionWhoseReaderPanics(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(panics); n != 1 {
 		t.Fatalf("%v panics counted, want 1: the connection whose reader panics was looked at again", n)
+	}
+}
+
+// The total is a bound ("more than" it is over): once closing the
+// connections holding the most leaves exactly the total held, the rest
+// are kept.
+func TestUnreadTotalKeepsWhatHoldsExactlyTheTotal(t *testing.T) {
+	u := watchedUnreadCloser(t, 1000, 100)
+	conns := []bufferedConn{holding(100), holding(100)} // 200 in all
+	activate(t, u, conns...)
+	waitClosed(t, conns, 1)
+	time.Sleep(20 * time.Millisecond) // twenty looks more: 100 held, the total exactly
+	if closed := closedCount(conns); closed != 1 {
+		t.Fatalf("2 connections of 100 unread bytes, total bound 100: %d closed, want 1", closed)
+	}
+}
+
+// The unread bounds are a request and maxAhead per connection, and
+// MaxUnreadTotalBytes in all: three peers each holding 30 MB unread while
+// their requests run (under a request's bound each, 90 MB together, more
+// than a request and maxAhead) are not cut. Bounds of maxAhead alone, or a
+// total of one connection's bound, would cut a multiplexing client's
+// concurrent large calls, and concurrent callers' large requests.
+func TestUnreadWithinBoundsIsKept(t *testing.T) {
+	const maxAhead = 1000
+	svc := &heldMerge{release: make(chan struct{}), entered: make(chan struct{}, 3)}
+	defer close(svc.release)
+	addr := runServer(t, svc, options(prometheus.NewRegistry(), 100, time.Minute, ReadWriteTimeout, maxAhead,
+		newInFlight(MaxLargeInFlightBytes, ReadWriteTimeout, nil), nil)...)
+	junk := make([]byte, 30<<20)
+	var conns []net.Conn
+	for range 3 {
+		conn := askMergeLatest(t, addr)
+		defer conn.Close()
+		select {
+		case <-svc.entered: // decoded: what the peer sends now waits unread
+		case <-time.After(5 * time.Second):
+			t.Fatal("the request did not reach its handler")
+		}
+		_ = conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		if _, err := conn.Write(junk); err != nil {
+			t.Fatalf("a peer's 30 MB, sent while its request runs: %v", err)
+		}
+		conns = append(conns, conn)
+	}
+	time.Sleep(5 * unreadInterval) // looks at 90 MB held
+	for i, conn := range conns {
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		if _, err := conn.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("connection %d, holding 30 MB unread (90 MB in all): %v, want it open", i, err)
+		}
 	}
 }
