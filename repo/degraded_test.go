@@ -353,3 +353,34 @@ func TestQueueBehindAPublishRedisStopsAnsweringFailsUnsent(t *testing.T) {
 		t.Errorf("a call queued behind the publish Redis stopped answering: %v, want UNAVAILABLE, unsent", err)
 	}
 }
+
+// A report the script fails for answers the node's clock to the ms: Go
+// dates its degraded publish's deadline from it (degrade.lua's ARGV[7]).
+// Read to the second only, the deadline came up to 999 ms early, and a
+// degraded publish sent in time answered late: its report failed
+// UNAVAILABLE instead of being published on its own.
+func TestFailedReportAnswersTheClockToTheMillisecond(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s := settings()
+		s.StreamMaxLen = 1 // the second window fails STREAMFULL
+		r, _ := subscribedRepoWithGroups(t, rdb, s)
+		if res, err := r.Report(ctx, []*combo.Contribution{contribution(1, "a", base)}); err != nil || res[0].Outcome != repo.Opened {
+			t.Fatalf("first report: %+v %v, want opened", res, err)
+		}
+		// A clock cut to the second is still right when read at a whole
+		// second: three readings all at one, one time in 10^9.
+		for k := range 3 {
+			before := redisNowMs(t, rdb)
+			clocks, err := repo.FailedClocks(ctx, r, []*combo.Contribution{contribution(2, "b", base)})
+			after := redisNowMs(t, rdb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if clocks[0] < before || clocks[0] > after {
+				t.Fatalf("reading %d: the failed report's clock is %d ms, want between %d and %d (Redis TIME before and after)",
+					k, clocks[0], before, after)
+			}
+		}
+	})
+}

@@ -84,3 +84,39 @@ func TestFlushAcknowledgesWhatItRetires(t *testing.T) {
 		}
 	})
 }
+
+// A window's data lives at least window.stale, with its production
+// settings too (60 s): a window whose flush came late, within
+// window.stale, must still find it and publish it, not take it for lost.
+// settings()' 10 s stale is shorter than the margin repo.New adds, so a
+// TTL cut to half of it still passed TestWindowKeysExpire.
+func TestWindowKeysOutliveAProductionStale(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s := settings()
+		s.Window, s.Grace, s.Stale, s.Dedupe = 3*time.Second, 200*time.Millisecond, time.Minute, time.Minute
+		r, _ := subscribedRepoWithGroups(t, rdb, s)
+		cur := r.Keys().Current(0, 7, 42, "rose")
+		atLeast := func(key string) {
+			t.Helper()
+			if ttl := rdb.PTTL(ctx, key).Val(); ttl < s.Stale {
+				t.Fatalf("%s expires in %v, want at least window.stale (%v)", key, ttl, s.Stale)
+			}
+		}
+		for i, c := range []*combo.Contribution{
+			contribution(10, "rose", base),                         // opens
+			contribution(5, "rose", base+1),                        // joins, rewriting the record
+			contribution(20, "rose", base+s.Window.Milliseconds()), // opens the next, parking the first
+		} {
+			if _, err := r.Report(ctx, []*combo.Contribution{c}); err != nil {
+				t.Fatalf("report %d: %v", i, err)
+			}
+			atLeast(cur)
+		}
+		ws, _, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)
+		if err != nil || len(ws) != 2 {
+			t.Fatalf("read %+v %v", ws, err)
+		}
+		atLeast(r.Keys().Parked(0, ws[0].ID))
+	})
+}

@@ -98,3 +98,20 @@ func Rejoin(ctx context.Context, r *Repo, shard int, self string) error {
 
 // Client is r's Redis client.
 func Client(r *Repo) redis.UniversalClient { return r.rdb }
+
+// FailedClocks runs cs through the report script, without publishing any
+// of them on its own, and answers for each the node's clock (Redis ms)
+// its reply carried when the script failed for it (status 3), else 0.
+func FailedClocks(ctx context.Context, r *Repo, cs []*combo.Contribution) ([]int64, error) {
+	replies, err := r.execute(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(replies))
+	for i, rep := range replies {
+		if rep.status == 3 {
+			out[i] = rep.clock.ms
+		}
+	}
+	return out, nil
+}

@@ -2,6 +2,9 @@ package repo_test
 
 import (
 	"context"
+	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,4 +101,68 @@ func TestDegradedPublishFindsACountedIDWhileWritesAreRefused(t *testing.T) {
 			t.Fatalf("got %v %v before the sentinel: the counted id was published again", msg, err)
 		}
 	})
+}
+
+// A report counted late in one bucket and sent again early in the next,
+// to a demoted master (a replica now, its dedupe sets stale), fails
+// UNAVAILABLE (READONLY): the scripts write first and look up after, so
+// the previous bucket's stale set does not make it answer duplicate for a
+// report the new master may never have had (lost: counted nowhere).
+func TestRetryOnADemotedMasterOfAnIDOfThePreviousBucketIsNotADuplicate(t *testing.T) {
+	const bucketMs = 10_000 // settings(): window.dedupe 10 s
+	ctx := context.Background()
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	r, _ := subscribedRepoNoGroups(t, rdb)
+	c := contribution(8192*2+9, "rose", base)
+	bucket := seedPreviousBucket(t, rdb, r, c, bucketMs)
+	demote(t, rdb)
+	res, err := r.Report(ctx, []*combo.Contribution{c})
+	if after := redisNowMs(t, rdb) / bucketMs; after != bucket {
+		t.Fatalf("the bucket changed during the test (%d to %d)", bucket, after)
+	}
+	if !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") {
+		t.Fatalf("retry on the demoted master of an id its previous bucket holds: %+v %v, want ErrUnavailable naming READONLY", res, err)
+	}
+}
+
+// The same for a degraded publish (degrade.lua): on a demoted master an id
+// its previous bucket's stale set holds is not answered "already
+// published" (which Go answers duplicate); the call fails READONLY.
+func TestDegradedPublishOnADemotedMasterOfAnIDOfThePreviousBucketIsNotADuplicate(t *testing.T) {
+	const bucketMs = 10_000
+	ctx := context.Background()
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	r, _ := subscribedRepoNoGroups(t, rdb)
+	c := contribution(8192*3+5, "k0", base)
+	bucket := seedPreviousBucket(t, rdb, r, c, bucketMs)
+	demote(t, rdb)
+	known, err := repo.PublishSingles(ctx, r, []*combo.Contribution{c})
+	if after := redisNowMs(t, rdb) / bucketMs; after != bucket {
+		t.Fatalf("the bucket changed during the test (%d to %d)", bucket, after)
+	}
+	if !errors.Is(err, repo.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") {
+		t.Fatalf("degraded publish on the demoted master of an id its previous bucket holds: %v %v, want ErrUnavailable naming READONLY", known, err)
+	}
+}
+
+// seedPreviousBucket remembers c's id (shard 0) in the dedupe set of the
+// bucket before Redis's current one, as report.lua leaves it, and answers
+// the current bucket. It first waits out a bucket about to end.
+func seedPreviousBucket(t *testing.T, rdb redis.UniversalClient, r *repo.Repo, c *combo.Contribution, bucketMs int64) int64 {
+	t.Helper()
+	ctx := context.Background()
+	now := redisNowMs(t, rdb)
+	if into := now % bucketMs; into > bucketMs-2000 {
+		time.Sleep(time.Duration(bucketMs-into+100) * time.Millisecond)
+		now = redisNowMs(t, rdb)
+	}
+	bucket := now / bucketMs
+	prev := r.Keys().SeenPrefix(0) + strconv.FormatInt(bucket-1, 10) + ":" + strconv.FormatInt(c.Id%8192, 10)
+	if err := rdb.SAdd(ctx, prev, strconv.FormatInt(c.Id, 10), "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Expire(ctx, prev, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return bucket
 }

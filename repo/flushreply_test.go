@@ -109,3 +109,37 @@ func publishOne(t *testing.T, r *repo.Repo, c *combo.Contribution) repo.FlushRes
 	}
 	return fr[0]
 }
+
+// A published window answers how late it was, by Redis's clock: its flush
+// ran lag ms past due (the worker's push-lag metric). A flush run 300 ms
+// past due said 0.
+func TestFlushSaysHowLateItPublished(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r, sub := subscribedRepo(t, rdb)
+		if res, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", base)}); err != nil || res[0].Outcome != repo.Opened {
+			t.Fatalf("report: %+v %v, want opened", res, err)
+		}
+		ws, bad, _, err := r.Read(ctx, 0, "c1", ">", 10, 100*time.Millisecond)
+		if err != nil || len(bad) != 0 || len(ws) != 1 {
+			t.Fatalf("read: %v %v %v", ws, bad, err)
+		}
+		const late = 300 // ms past due
+		for redisNowMs(t, rdb) < ws[0].Due+late {
+			time.Sleep(20 * time.Millisecond)
+		}
+		before := redisNowMs(t, rdb)
+		fr, err := r.Flush(ctx, ws)
+		after := redisNowMs(t, rdb)
+		if err != nil || fr[0].Status != repo.Published {
+			t.Fatalf("flush: %+v %v, want published", fr, err)
+		}
+		if lag := fr[0].Lag.Milliseconds(); lag < before-ws[0].Due || lag > after-ws[0].Due {
+			t.Fatalf("published %d ms past due, want between %d and %d (Redis TIME before and after the flush, less due)",
+				lag, before-ws[0].Due, after-ws[0].Due)
+		}
+		if _, err := receive(ctx, sub); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
