@@ -79,11 +79,7 @@ func TestEveryLabelConstantIsExportedAtZero(t *testing.T) {
 // about 20,000.
 func TestRPCTracerLatencyIsMicroseconds(t *testing.T) {
 	tr := NewRPCTracer(prometheus.NewRegistry())
-	st := rpcinfo.NewRPCStats()
-	rpcinfo.AsMutableRPCStats(st).SetLevel(stats.LevelBase)
-	ri := rpcinfo.NewRPCInfo(rpcinfo.NewEndpointInfo("", "", nil, nil),
-		rpcinfo.NewEndpointInfo("combo-service", "MergeLatest", nil, nil),
-		rpcinfo.NewInvocation("combo-service", "MergeLatest"), rpcinfo.NewRPCConfig(), st)
+	ri, _ := anonymousCall("MergeLatest")
 	ctl := &rpcinfo.TraceController{}
 	ctl.Append(tr)
 	ctx := ctl.DoStart(rpcinfo.NewCtxWithRPCInfo(context.Background(), ri), ri)

@@ -148,11 +148,7 @@ func TestRPCTracerCountsACallerNameThatIsNotUTF8AsOther(t *testing.T) {
 // has been seen: go test -run '^$' -bench RPCTracer -benchmem ./metrics/
 func BenchmarkRPCTracerFinish(b *testing.B) {
 	tr := NewRPCTracer(prometheus.NewRegistry())
-	st := rpcinfo.NewRPCStats()
-	rpcinfo.AsMutableRPCStats(st).SetLevel(stats.LevelBase)
-	ri := rpcinfo.NewRPCInfo(rpcinfo.NewEndpointInfo("", "", nil, nil),
-		rpcinfo.NewEndpointInfo("combo-service", "ReportContribution", nil, nil),
-		rpcinfo.NewInvocation("combo-service", "ReportContribution"), rpcinfo.NewRPCConfig(), st)
+	ri, _ := anonymousCall("ReportContribution")
 	ctx := rpcinfo.NewCtxWithRPCInfo(context.Background(), ri)
 	rpcinfo.Record(ctx, ri, stats.RPCStart, nil)
 	rpcinfo.Record(ctx, ri, stats.RPCFinish, nil)
@@ -166,11 +162,7 @@ func BenchmarkRPCTracerFinish(b *testing.B) {
 // not fail on it (a tracer that panics ends Kitex's round of tracers).
 func TestRPCTracerSkipsAnRPCWithoutItsStart(t *testing.T) {
 	tr := NewRPCTracer(prometheus.NewRegistry())
-	st := rpcinfo.NewRPCStats()
-	rpcinfo.AsMutableRPCStats(st).SetLevel(stats.LevelBase)
-	ri := rpcinfo.NewRPCInfo(rpcinfo.NewEndpointInfo("", "", nil, nil),
-		rpcinfo.NewEndpointInfo("combo-service", "MergeLatest", nil, nil),
-		rpcinfo.NewInvocation("combo-service", "MergeLatest"), rpcinfo.NewRPCConfig(), st)
+	ri, st := anonymousCall("MergeLatest")
 	ctx := rpcinfo.NewCtxWithRPCInfo(context.Background(), ri)
 	st.Record(ctx, stats.RPCFinish, stats.StatusInfo, "")
 	tr.Finish(ctx)
@@ -213,4 +205,14 @@ func TestRPCTracerLabelsRetries(t *testing.T) {
 	if got := testutil.ToFloat64(tr.throughput.WithLabelValues("unknown", "combo-service", "ReportContributions", "succeed", "2")); got != 1 {
 		t.Errorf("a retry (tag 2): counted %v times with retry 2, want 1", got)
 	}
+}
+
+// anonymousCall is the RPC info and stats of a call of method by a caller
+// that sent no name, its stats recorded at the base level.
+func anonymousCall(method string) (rpcinfo.RPCInfo, rpcinfo.RPCStats) {
+	st := rpcinfo.NewRPCStats()
+	rpcinfo.AsMutableRPCStats(st).SetLevel(stats.LevelBase)
+	return rpcinfo.NewRPCInfo(rpcinfo.NewEndpointInfo("", "", nil, nil),
+		rpcinfo.NewEndpointInfo("combo-service", method, nil, nil),
+		rpcinfo.NewInvocation("combo-service", method), rpcinfo.NewRPCConfig(), st), st
 }
