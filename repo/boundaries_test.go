@@ -129,23 +129,8 @@ func TestDegradedPublishFindsTheIdInThePreviousBucket(t *testing.T) {
 	s := settings()
 	const bucketMs = 10_000 // s.Dedupe
 	r, sub := subscribedRepoWith(t, rdb, s)
-	// Well inside a bucket, so the script's bucket is the one seeded after.
-	now := redisNowMs(t, rdb)
-	if into := now % bucketMs; into > bucketMs-1000 {
-		time.Sleep(time.Duration(bucketMs-into+100) * time.Millisecond)
-		now = redisNowMs(t, rdb)
-	}
-	bucket := now / bucketMs
 	c := contribution(8192*3+17, "k0", base)
-	// As report.lua leaves it: combo:{0}:s:<bucket>:<id mod 8192>, holding
-	// the id and "0".
-	prev := r.Keys().SeenPrefix(0) + strconv.FormatInt(bucket-1, 10) + ":" + strconv.FormatInt(c.Id%8192, 10)
-	if err := rdb.SAdd(ctx, prev, strconv.FormatInt(c.Id, 10), "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.Expire(ctx, prev, time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
+	bucket := seedPreviousBucket(t, rdb, r, c, bucketMs)
 	known, err := repo.PublishSingles(ctx, r, []*combo.Contribution{c})
 	if after := redisNowMs(t, rdb) / bucketMs; after != bucket {
 		t.Fatalf("the bucket changed during the test (%d to %d): the seeded set is no longer the previous one", bucket, after)

@@ -146,8 +146,10 @@ func TestDegradedPublishOnADemotedMasterOfAnIDOfThePreviousBucketIsNotADuplicate
 }
 
 // seedPreviousBucket remembers c's id (shard 0) in the dedupe set of the
-// bucket before Redis's current one, as report.lua leaves it, and answers
-// the current bucket. It first waits out a bucket about to end.
+// bucket before Redis's current one, as report.lua leaves it
+// (combo:{0}:s:<bucket>:<id mod 8192>, holding the id and "0"), and
+// answers the current bucket. It first waits out a bucket about to end,
+// so that the script's bucket is the one seeded after.
 func seedPreviousBucket(t *testing.T, rdb redis.UniversalClient, r *repo.Repo, c *combo.Contribution, bucketMs int64) int64 {
 	t.Helper()
 	ctx := context.Background()
