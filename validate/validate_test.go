@@ -60,7 +60,8 @@ func TestContribution(t *testing.T) {
 		{"created_at past seconds", func(c *combo.Contribution) { c.CreatedAt = 100_000_000_000 }, "created_at", "must be unix milliseconds >= 1000000000000, got 100000000000"},
 		{"created_at below seconds", func(c *combo.Contribution) { c.CreatedAt = 999_999_999 }, "created_at", "must be unix milliseconds >= 1000000000000, got 999999999"},
 		{"created_at just below", func(c *combo.Contribution) { c.CreatedAt = 999999999999 }, "created_at", "unix milliseconds"},
-		// The contract's bounds themselves are valid: 2001-09-09 and year 9999's last millisecond.
+		// The bounds themselves are valid: the contract's 10^12 (2001-09-09) and
+		// this service's own upper one, year 9999's last millisecond.
 		{"created_at lowest", func(c *combo.Contribution) { c.CreatedAt = MinCreatedAt }, "", ""},
 		{"created_at highest", func(c *combo.Contribution) { c.CreatedAt = MaxCreatedAt }, "", ""},
 		{"created_at microseconds", func(c *combo.Contribution) { c.CreatedAt = 1732950000123000 }, "created_at", "year 9999), got 1732950000123000 (that looks like microseconds)"},
