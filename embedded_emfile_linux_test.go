@@ -31,7 +31,12 @@ func TestEmbeddedRedisAcceptsAgainAfterEMFILE(t *testing.T) {
 		}
 		// A child that skipped (no rlimit, no /proc) or ran no test at all
 		// (a -test.run pattern the test's name no longer matches) exits 0
-		// too: only its PASS line says the accept loop was tested.
+		// too: only its PASS line says the accept loop was tested. A host
+		// that cannot lower the limit skips, except under CI, whose
+		// hosts can.
+		if strings.Contains(string(out), "--- SKIP: TestEmbeddedRedisAcceptsAgainAfterEMFILE") && os.Getenv("CI") == "" {
+			t.Skipf("child skipped:\n%s", out)
+		}
 		if !strings.Contains(string(out), "--- PASS: TestEmbeddedRedisAcceptsAgainAfterEMFILE") {
 			t.Fatalf("child did not pass the test (skipped, or ran none):\n%s", out)
 		}
