@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -46,5 +47,30 @@ func TestMedian(t *testing.T) {
 		if got := median(c.v); got != c.want {
 			t.Errorf("median(%v) = %v, want %v", c.v, got, c.want)
 		}
+	}
+}
+
+// A file may hold several documents, each a list of runs or a compare
+// object holding its runs; the points come out by offered rate, rising.
+func TestReadRunsTakesEveryDocumentAndSortsByRate(t *testing.T) {
+	rate := func(offered, throughput float64) string {
+		return fmt.Sprintf(`{"mode":"rate","offered_windows_per_s":%g,"reports_per_s":%g,"pushes":{"windows_missing":0,"push_lag":{"p50_ms":1,"p99_ms":2,"max_ms":3}}}`, offered, throughput)
+	}
+	doc := "[" + rate(4000, 3990) + "]\n" + `{"runs":[` + rate(1000, 1000) + `],"ratios":{}}` + "\n[" + rate(2000, 1999) + "]\n"
+	path := filepath.Join(t.TempDir(), "runs.json")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := readRuns([]string{path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts := medians(runs)
+	var got []float64
+	for _, p := range pts {
+		got = append(got, p.Offered, p.Throughput)
+	}
+	if want := []float64{1000, 1000, 2000, 1999, 4000, 3990}; !slices.Equal(got, want) {
+		t.Fatalf("offered, throughput of the points: %v, want %v", got, want)
 	}
 }

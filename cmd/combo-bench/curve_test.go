@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cloudwego/kitex/client/callopt"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
 
 // -probe-hook runs its command to completion (a callgrind dump must be
@@ -69,5 +74,69 @@ func TestCurveNotesAnOvershotLevel(t *testing.T) {
 	}
 	if len(res.Notes) != 1 || !strings.Contains(res.Notes[0], "level 1000 was probed at 2100") {
 		t.Errorf("notes %q, want one saying level 1000 was probed at 2100 windows", res.Notes)
+	}
+}
+
+// slowBatches takes delay over each batch: a fill slower than any probe.
+type slowBatches struct {
+	repoClient
+	delay time.Duration
+}
+
+func (c slowBatches) ReportContributions(ctx context.Context, req *combo.ReportContributionsRequest, opts ...callopt.Option) (*combo.ReportContributionsResponse, error) {
+	time.Sleep(c.delay)
+	return c.repoClient.ReportContributions(ctx, req, opts...)
+}
+
+// A point's script time is Redis's EVALSHA time over the probe's reports,
+// not over its script calls (several reports share one), and its
+// reports per call are the probe's over those calls.
+func TestCurveScriptTimeIsPerProbeReport(t *testing.T) {
+	const probe = 300
+	// Level 0: no fill, so Redis's EVALSHAs during the curve are the probe's.
+	b := inProcessBench(t, config{Concurrency: 8, Batch: 100, CurveLevels: []int{0}, ProbeN: probe, Shards: 1, Settle: 50 * time.Millisecond})
+	ctx := context.Background()
+	calls0, usec0, err := scriptStats(ctx, b.rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := b.curve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls1, usec1, err := scriptStats(ctx, b.rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := out.(curveResult).Points[0]
+	if p.Errors != 0 || calls1 == calls0 {
+		t.Fatalf("probe errors %d, script calls %d: the test proves nothing", p.Errors, calls1-calls0)
+	}
+	if want := float64(usec1-usec0) / probe; p.ScriptUsec != want {
+		t.Errorf("script µs per report %.2f, want %.2f (%d µs over %d reports, in %d calls)", p.ScriptUsec, want, usec1-usec0, probe, calls1-calls0)
+	}
+	if want := float64(probe) / float64(calls1-calls0); p.ReportsPerCall != want {
+		t.Errorf("reports per script call %.2f, want %.2f", p.ReportsPerCall, want)
+	}
+}
+
+// A point's latency is its probe's alone, not the fill's batches before it
+// (here 300 ms each, far slower than a probe's single reports), and the
+// pushes checked afterwards are of every window the curve opened, fills
+// and probes.
+func TestCurvePointIsItsProbesOwn(t *testing.T) {
+	const delay = 300 * time.Millisecond
+	b := inProcessBench(t, config{Concurrency: 8, Batch: 100, CurveLevels: []int{500}, ProbeN: 300, Shards: 1, Settle: 50 * time.Millisecond})
+	b.cli = slowBatches{repoClient: b.cli.(repoClient), delay: delay}
+	out, err := b.curve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := out.(curveResult)
+	if p := res.Points[0]; p.P99 >= float64(delay.Milliseconds()) {
+		t.Errorf("probe p99 %.1f ms: the fill's %v batches counted in it", p.P99, delay)
+	}
+	if pc := res.Pushes; pc == nil || pc.WindowsExpected != 800 {
+		t.Errorf("pushes checked %+v, want of the 800 windows the fill and the probe opened", pc)
 	}
 }

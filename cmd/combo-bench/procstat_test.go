@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,5 +98,65 @@ func TestServiceExitedDuringTheRunIsUnmeasured(t *testing.T) {
 	}
 	if d, ok := spentSince(first, procCPU{cpu: 7 * time.Second, started: 100, ok: true}); !ok || d != 2*time.Second {
 		t.Fatalf("spentSince = %v, %v; want 2s", d, ok)
+	}
+}
+
+// burnCPU spends about d of CPU, part of it in the kernel (reading
+// /dev/zero has the kernel clear the buffer), until getrusage says so.
+func burnCPU(t *testing.T, d time.Duration) {
+	t.Helper()
+	f, err := os.Open("/dev/zero")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	start := rusageCPU(t)
+	for x := 0; rusageCPU(t)-start < d; {
+		if _, err := f.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 200_000 {
+			x += i * i
+		}
+		buf[0] = byte(x)
+	}
+}
+
+// rusageCPU is this process's user and system time, as getrusage counts it.
+func rusageCPU(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// A process's CPU is its user plus system time, /proc/<pid>/stat's fields
+// 14 and 15 in ticks of 1/100 s, as getrusage counts it; a run's figures
+// are that over the acknowledged reports (ms per 1000) and over the wall
+// time (cores), each in its own process's figure.
+func TestCPUIsUserPlusSystemPer1kReportsAndPerSecond(t *testing.T) {
+	const tick = 10 * time.Millisecond
+	wall0, cpu0 := time.Now(), rusageCPU(t)
+	s := newCPUSampler(0, 0)
+	burnCPU(t, 400*time.Millisecond)
+	u := s.since(2000)
+	cpu, wall := rusageCPU(t)-cpu0, time.Since(wall0)
+
+	self := readProcCPU(os.Getpid())
+	if now := rusageCPU(t); !self.ok || self.cpu < now-3*tick || self.cpu > now+3*tick {
+		t.Errorf("/proc/self/stat CPU %v, getrusage %v: want them within a few ticks", self.cpu, now)
+	}
+	// 2000 reports: ms per 1000 is half the ms spent.
+	if want := float64(cpu.Milliseconds()) / 2; u.BenchMsPer1k < want-3*10/2 || u.BenchMsPer1k > want+3*10/2 {
+		t.Errorf("bench CPU %.1f ms per 1000 of 2000 reports, want %.1f (%v spent)", u.BenchMsPer1k, want, cpu)
+	}
+	if want := cpu.Seconds() / wall.Seconds(); u.BenchCores < want*0.8 || u.BenchCores > want*1.25+0.05 {
+		t.Errorf("bench cores %.2f, want %.2f (%v of CPU in %v)", u.BenchCores, want, cpu, wall)
+	}
+	if !u.RedisUnmeasured || u.RedisMsPer1k != 0 || u.RedisCores != 0 {
+		t.Errorf("Redis, not measured, has %.1f ms per 1000 and %.2f cores", u.RedisMsPer1k, u.RedisCores)
 	}
 }

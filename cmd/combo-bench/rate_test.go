@@ -135,7 +135,9 @@ func TestRateNotReachedIsJudgedOverTheSendingSpan(t *testing.T) {
 		{400, 1018 * time.Millisecond, false},   // 98.1% of the rate
 		{400, 1025 * time.Millisecond, true},    // 97.4%
 		{400, 2 * time.Second, true},            // half the rate
+		{400, 1019500 * time.Microsecond, true}, // 97.97%: the span is to the last take + an interval - a tick
 		{10, 22500 * time.Microsecond, false},   // -n 10, on time
+		{10, 50 * time.Millisecond, true},       // -n 10, at half the rate
 		{0, 0, false},                           // nothing sent
 	} {
 		last := start.Add(c.lastSend)

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -305,5 +306,71 @@ func TestCheckOverNoWindowIsNotConserved(t *testing.T) {
 	rec.errors = 5 // every RPC failed
 	if got := checkPushes(rec, nil, 3*time.Second, 200*time.Millisecond); got.Conserved {
 		t.Fatalf("check of a run whose RPCs all failed = %+v, want not conserved", got)
+	}
+}
+
+// A key with a failed RPC is uncertain only while its pushes add up to at
+// least what its answers acknowledged and at most that plus what failed.
+// Pushes short of the acknowledged quantity lost a counted report, and a
+// window pushed twice, or one answered as opened and never pushed, breaks
+// the run, even when the key's sum falls inside its uncertain range.
+func TestUncertainKeyDoesNotExcuseLossDoublePushOrMissingWindow(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	W, grace := 3*time.Second, 200*time.Millisecond
+	due := t0.Add(W + grace)
+	// Key c: its RPC of id 4 (1) failed in recordedRun, one of id 8 (3)
+	// fails here, and id 7 (2) is answered as opening window 7: c's pushes
+	// may add up to 2..6.
+	rec, a, b, c := recordedRun(t0)
+	on := func(id int64, k comboKey, q int32) []*combo.Contribution {
+		return []*combo.Contribution{{Id: id, ActivityId: k.Activity, UserId: k.User, ItemType: k.ItemType, Quantity: q}}
+	}
+	rec.observe(t0, time.Millisecond, on(7, c, 2), []*combo.ReportContributionResponse{{WindowId: 7, WindowQuantity: 2}}, nil)
+	rec.observe(t0, time.Millisecond, on(8, c, 3), nil, errors.New("timeout"))
+	ab := []pushed{
+		{Recv: due, WindowID: 1, Key: a, Quantity: 5},
+		{Recv: due.Add(2 * time.Second), WindowID: 3, Key: b, Quantity: 4},
+	}
+	check := func(cs ...pushed) pushCheck { return checkPushes(rec, append(slices.Clone(ab), cs...), W, grace) }
+
+	if got := check(pushed{Recv: due, WindowID: 7, Key: c, Quantity: 2}); !got.Conserved || got.KeysUncertain != 1 {
+		t.Fatalf("window 7 pushed with its 2: %+v, want conserved, key c uncertain", got)
+	}
+	if got := check(pushed{Recv: due, WindowID: 7, Key: c, Quantity: 1}); got.Conserved || got.KeysMismatched != 1 {
+		t.Errorf("key c pushed 1 of the 2 acknowledged: conserved %v, keys mismatched %d; want false, 1", got.Conserved, got.KeysMismatched)
+	}
+	// 2 + 2 is within c's 2..6.
+	if got := check(pushed{Recv: due, WindowID: 7, Key: c, Quantity: 2}, pushed{Recv: due, WindowID: 7, Key: c, Quantity: 2}); got.Conserved || got.PushedTwice != 1 {
+		t.Errorf("window 7 pushed twice: conserved %v, pushed twice %d; want false, 1", got.Conserved, got.PushedTwice)
+	}
+	// Window 7's 2 pushed in a window of the failed RPCs instead: c's sum
+	// is 2, but window 7, answered as opened, is missing.
+	if got := check(pushed{Recv: due, WindowID: 4, Key: c, Quantity: 2}); got.Conserved || got.WindowsMissing != 1 {
+		t.Errorf("window 7 never pushed: conserved %v, missing %d; want false, 1", got.Conserved, got.WindowsMissing)
+	}
+}
+
+// A degraded report is published on its own at once: it is a window to
+// expect (counted in windows expected, missing until pushed, pushed once
+// pushed), with no lag (it has no window to close).
+func TestDegradedReportsAreWindowsToPush(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	W, grace := 3*time.Second, 200*time.Millisecond
+	rec, a, b, _ := recordedRun(t0)
+	d := comboKey{Activity: 1, User: 13, ItemType: "lily"}
+	rec.observe(t0, time.Millisecond, []*combo.Contribution{{Id: 9, ActivityId: d.Activity, UserId: d.User, ItemType: d.ItemType, Quantity: 6}},
+		[]*combo.ReportContributionResponse{{Degraded: true}}, nil)
+	pushes := []pushed{
+		{Recv: t0.Add(3240 * time.Millisecond), WindowID: 1, Key: a, Quantity: 5},
+		{Recv: t0.Add(5260 * time.Millisecond), WindowID: 3, Key: b, Quantity: 4},
+	}
+	got := checkPushes(rec, pushes, W, grace)
+	if got.WindowsExpected != 3 || got.WindowsPushed != 2 || got.WindowsMissing != 1 || got.Conserved {
+		t.Errorf("degraded report 9 not pushed: expected %d, pushed %d, missing %d, conserved %v; want 3, 2, 1, false",
+			got.WindowsExpected, got.WindowsPushed, got.WindowsMissing, got.Conserved)
+	}
+	got = checkPushes(rec, append(pushes, pushed{Recv: t0.Add(2 * time.Millisecond), WindowID: 9, Key: d, Quantity: 6}), W, grace)
+	if got.WindowsExpected != 3 || got.WindowsPushed != 3 || got.WindowsMissing != 0 || !got.Conserved || got.Lag.N != 2 || got.EarlyPushes != 0 {
+		t.Errorf("degraded report 9 pushed at once: %+v; want 3 expected, 3 pushed, none missing or early, lag over 2, conserved", got)
 	}
 }
