@@ -72,7 +72,7 @@ func TestClaimedBadEntriesAreDropped(t *testing.T) {
 	wk := worker.New(r, worker.Config{Consumer: "live", ClaimIdle: 300 * time.Millisecond, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	waitFor(t, "the claimed junk entry dropped", func() bool {
 		return rdb.XPending(ctx, stream, repo.Group).Val().Count == 0 && rdb.XLen(ctx, stream).Val() == 0
 	})
@@ -112,7 +112,7 @@ func TestABlockLongerThanOpTimeoutIsNoError(t *testing.T) {
 	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 600 * time.Millisecond,
 		OpTimeout: 300 * time.Millisecond}, zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	waitFor(t, "three blocked reads of the idle shard returned", func() bool { return store.n.Load() >= 3 })
 	if n := testutil.ToFloat64(m.RedisErrors.WithLabelValues(metrics.OpRead)); n != 0 {
 		t.Fatalf("combo_redis_errors_total{op=\"read\"} = %v on an idle shard, want 0", n)
@@ -132,7 +132,7 @@ func TestAHousekeepingPanicIsSurvived(t *testing.T) {
 	wk := worker.New(statsPanic{r}, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		SampleEvery: 20 * time.Millisecond}, zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	waitFor(t, "three housekeeping rounds panicked and survived", func() bool {
 		return testutil.ToFloat64(m.LoopPanics.WithLabelValues(metrics.LoopHousekeeping)) >= 3
 	})

@@ -51,7 +51,7 @@ func TestClaimerTakesOverBeforeStale(t *testing.T) {
 	wk := worker.New(r, worker.Config{Consumer: "live", ClaimIdle: conf.DefaultClaimIdle(win), Stale: win.Stale,
 		Block: 50 * time.Millisecond}, zaptest.NewLogger(t), m)
 	wk.Start()
-	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	t.Cleanup(func() { stop(t, wk) })
 	flushed := func(status string) float64 { return testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(status)) }
 	waitFor(t, "every window flushed or dropped", func() bool {
 		return flushed(metrics.FlushedPublished)+flushed(metrics.FlushedStale) == n

@@ -60,7 +60,7 @@ func TestNoFlushBeforeTheNodesClockIsRead(t *testing.T) {
 	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestWindowsAreOnTimeWhateverTheHostsClockBeforeAReading(t *testing.T) {
 			wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 				SampleEvery: time.Hour, BatchSize: 4}, zaptest.NewLogger(t), metrics.New(prometheus.NewRegistry()))
 			wk.Start()
-			defer wk.Shutdown(context.Background())
+			defer stop(t, wk)
 			got := 0
 			deadline := time.After(10 * time.Second) // far short of the skew, far past W
 			for got < n {

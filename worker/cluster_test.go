@@ -249,7 +249,7 @@ func TestEachShardRunsOnItsNodesClock(t *testing.T) {
 	wk := worker.New(store, worker.Config{Consumer: "c1", Shards: 2, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		SampleEvery: time.Hour, NodePerShard: true}, zaptest.NewLogger(t), m)
 	wk.Start()
-	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	t.Cleanup(func() { stop(t, wk) })
 	waitFor(t, "the first reading of each node's clock", wk.ClockRead)
 
 	var acts [2][]int64 // activities whose windows land on each shard
@@ -309,7 +309,7 @@ func TestHungMasterDoesNotDelayTheOtherShardsClock(t *testing.T) {
 	wk := worker.New(store, worker.Config{Consumer: "c1", Shards: 2, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		NodePerShard: true}, zaptest.NewLogger(t), m)
 	wk.Start()
-	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	t.Cleanup(func() { stop(t, wk) })
 	waitPushes(t, sub, 1)
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("shard 1's window pushed %s after its report (due 170 ms after)", took.Round(time.Millisecond))
@@ -671,7 +671,7 @@ func (c *clusterCase) startReshardWorker(t *testing.T) (*worker.Worker, *metrics
 	wk := worker.New(c.r, worker.Config{Consumer: "c1", Shards: clusterShards, ClaimIdle: time.Hour, Block: 2 * time.Second},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	t.Cleanup(func() { _ = wk.Shutdown(context.Background()) })
+	t.Cleanup(func() { stop(t, wk) })
 	old := redis.NewClient(&redis.Options{Addr: from})
 	t.Cleanup(func() { old.Close() })
 	return wk, m, old

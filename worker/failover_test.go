@@ -53,7 +53,7 @@ func TestFlushSentAgainToANewMasterDoesNotRunOnTheResumedOldOne(t *testing.T) {
 	wk := worker.New(r, worker.Config{Consumer: "a", ClaimIdle: time.Hour, Block: 100 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 7)}); err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func TestReadAfterTheGroupIsRecreatedIsNotBackedOff(t *testing.T) {
 	wk := worker.New(r, worker.Config{Consumer: "a", ClaimIdle: time.Hour, Block: 50 * time.Millisecond, OpTimeout: 300 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	ctx := context.Background()
 	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 7)}); err != nil {
 		t.Fatal(err)
@@ -121,7 +121,7 @@ func TestGroupLossSeenByReaderAndClaimerIsCountedOnce(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	wk := worker.New(r, worker.Config{Consumer: "a", ClaimIdle: 200 * time.Millisecond, Block: time.Second}, zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	ctx := context.Background()
 	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 7)}); err != nil {
 		t.Fatal(err)
@@ -152,7 +152,7 @@ func TestWipeUnderABlockedReadIsOnlyAGroupLoss(t *testing.T) {
 			core, logs := observer.New(zapcore.InfoLevel)
 			wk := worker.New(r, worker.Config{Consumer: "a", ClaimIdle: time.Hour, Block: 2 * time.Second}, zap.New(core), m)
 			wk.Start()
-			defer wk.Shutdown(context.Background())
+			defer stop(t, wk)
 			waitFor(t, "the reader blocked", func() bool { return readerBlocked(ctx, rdb) })
 			var err error
 			if wipe == "FLUSHALL" {
@@ -193,7 +193,7 @@ func TestWipeUnderABlockedReadIsCountedThoughTheGroupIsBackFirst(t *testing.T) {
 	ctx := context.Background()
 	wk := worker.New(r, worker.Config{Consumer: "a", ClaimIdle: time.Hour, Block: 2 * time.Second}, zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	waitFor(t, "the reader blocked", func() bool { return readerBlocked(ctx, rdb) })
 	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.FlushAll(ctx)

@@ -25,7 +25,7 @@ func TestLateFlushIsCountedAndSentAgain(t *testing.T) {
 	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		SampleEvery: time.Hour, OpTimeout: 300 * time.Millisecond}, zaptest.NewLogger(t), m)
 	wk.Start()
-	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	t.Cleanup(func() { stop(t, wk) })
 	waitFor(t, "the worker reading Redis's clock", wk.ClockRead)
 	wk.SkewClock(-1500)
 
@@ -69,11 +69,7 @@ func TestWindowPublishedElsewhereIsCountedGone(t *testing.T) {
 	wk := worker.New(flushedElsewhereFirst{r}, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
 	wk.Start()
-	t.Cleanup(func() { // bounded: on a failure the window may still be held
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = wk.Shutdown(ctx)
-	})
+	t.Cleanup(func() { stop(t, wk) })
 	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
 		t.Fatal(err)
 	}
@@ -82,5 +78,43 @@ func TestWindowPublishedElsewhereIsCountedGone(t *testing.T) {
 	waitFor(t, "the window counted", func() bool { return flushed(metrics.FlushedGone)+flushed(metrics.FlushedPublished) >= 1 })
 	if gone, published := flushed(metrics.FlushedGone), flushed(metrics.FlushedPublished); gone != 1 || published != 0 {
 		t.Fatalf("a window published elsewhere counted gone %v, published %v; want 1 and 0", gone, published)
+	}
+	// And let go: held on, every window another replica published first
+	// would count toward MaxHeld for good, and keep the drain at shutdown
+	// waiting to its bound.
+	waitFor(t, "the gone window let go", func() bool { return wk.Held() == 0 })
+}
+
+// slowLink answers each flush a round trip later, as a Redis across a
+// network does: the flush runs at the far end of the trip out.
+type slowLink struct{ *repo.Repo }
+
+func (s slowLink) Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResult, error) {
+	select {
+	case <-time.After(20 * time.Millisecond):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Repo.Flush(ctx, ws)
+}
+
+// A flush's deadline leaves it the wait for its answer (redis.timeout),
+// not the instant it was sent: over a link of a few ms, one due at once
+// would run past it every time, answer Late, and never publish.
+func TestFlushOverASlowLinkIsPublishedOnce(t *testing.T) {
+	r, _, sub, m := setup(t)
+	wk := worker.New(slowLink{r}, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
+	wk.Start()
+	t.Cleanup(func() { stop(t, wk) })
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	waitPushes(t, sub, 1)
+	waitFor(t, "the published window counted", func() bool {
+		return testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(metrics.FlushedPublished)) >= 1
+	})
+	if late := testutil.ToFloat64(m.FlushesLate); late != 0 {
+		t.Errorf("combo_flushes_late_total = %v over a 20 ms link, want 0", late)
 	}
 }

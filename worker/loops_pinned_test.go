@@ -140,7 +140,7 @@ func TestRestartReReadsEveryPageOfItsOwnPendingEntries(t *testing.T) {
 	wk := worker.New(r, worker.Config{Consumer: "c1", ReadCount: 2, ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	// Due W + grace (170 ms) after their reports; generous margin, and
 	// far below ClaimIdle.
 	deadline := time.After(w + 3*time.Second)
@@ -255,7 +255,7 @@ func TestClaimerScansEveryHalfClaimIdle(t *testing.T) {
 		Block: 50 * time.Millisecond}, zaptest.NewLogger(t), m)
 	start := time.Now()
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	// Three scans 500 ms apart (claim_idle/2) take 1.5 s; a claim_idle
 	// apart 3 s, two 6 s. 2.5 s is room for a loaded machine's late
 	// ticks (a ticker does not add them up), not for a scan a claim_idle

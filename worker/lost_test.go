@@ -28,7 +28,7 @@ func TestLostStreamIsCountedAndReadAgain(t *testing.T) {
 	ctx := context.Background()
 	wk := worker.New(r, worker.Config{Consumer: "a", ClaimIdle: time.Hour, Block: 50 * time.Millisecond}, zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 
 	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 7)}); err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func TestGroupMissingBeforePrepareAtClaimIsNoLoss(t *testing.T) {
 	u := &unprepared{Repo: r, prepared: make(chan struct{}, 1)}
 	wk := worker.New(u, worker.Config{Consumer: "a", ClaimIdle: 200 * time.Millisecond, Block: 50 * time.Millisecond}, zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	waitFor(t, "Redis reached by the claimer", u.allowed.Load)
 	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 7)}); err != nil {
 		t.Fatal(err)

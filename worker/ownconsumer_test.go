@@ -26,7 +26,7 @@ func TestHousekeepingPutsBackItsOwnRemovedConsumer(t *testing.T) {
 	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 200 * time.Millisecond,
 		ConsumerIdleDelete: idle, SampleEvery: 20 * time.Millisecond}, zaptest.NewLogger(t), m)
 	wk.Start()
-	t.Cleanup(func() { _ = wk.Shutdown(context.Background()) })
+	t.Cleanup(func() { stop(t, wk) })
 	waitFor(t, "c1 in the group (its first read, from 0)", func() bool { _, ok := consumers(t, rdb, r)["c1"]; return ok })
 	if err := rdb.XGroupDelConsumer(ctx, r.Keys().Stream(0), repo.Group, "c1").Err(); err != nil {
 		t.Fatal(err)

@@ -65,7 +65,7 @@ func TestDeadConsumerIsRemovedAndCounted(t *testing.T) {
 		ConsumerIdleDelete: idle, SampleEvery: 20 * time.Millisecond}, zaptest.NewLogger(t), m)
 	start := time.Now()
 	wk.Start()
-	t.Cleanup(func() { _ = wk.Shutdown(context.Background()) })
+	t.Cleanup(func() { stop(t, wk) })
 	waitFor(t, "the dead consumer removed", func() bool { _, ok := consumers(t, rdb, r)["dead"]; return !ok })
 	took, rounds := time.Since(start), store.calls.Load()
 	t.Logf("dead consumer removed %s after the start, in removal round %d", took.Round(time.Millisecond), rounds)
@@ -123,7 +123,7 @@ func TestRestartRereadsPastBadPendingEntries(t *testing.T) {
 	wk := worker.New(r, worker.Config{Consumer: "c1", ReadCount: 2, ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	// Due W + grace (170 ms) after its report; generous margin, and far
 	// below ClaimIdle.
 	select {

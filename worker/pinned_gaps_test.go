@@ -54,7 +54,7 @@ func TestPanickingBatchOfTwoIsSplit(t *testing.T) {
 	wk := worker.New(poisoned{r}, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	// The good window is let go of only once it is published (or counted
 	// bad with the other, unsplit).
 	waitFor(t, "the batch's panic dealt with", func() bool { return testutil.ToFloat64(m.BadEntries) >= 1 && wk.Held() == 0 })
@@ -136,7 +136,7 @@ func TestReadBackoffResetsOnceAReadWorks(t *testing.T) {
 	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	var d time.Duration
 	waitFor(t, "the blip's read retried", func() (ok bool) { d, ok = store.sched.blipRetried(); return ok })
 	t.Logf("read retried %s after the blip", d.Round(time.Millisecond))
@@ -319,7 +319,7 @@ func TestGroupLossFoundFirstByTheClaimerIsCounted(t *testing.T) {
 	wk := worker.New(store, worker.Config{Consumer: "a", ClaimIdle: 200 * time.Millisecond, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	store.park.Store(true)
 	select { // the reader has prepared the shard and waits, not in Redis
 	case <-store.parked:

@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -39,7 +38,7 @@ func TestBlockedReadRedirectedWhileItsSlotMovesDoesNotFail(t *testing.T) {
 	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: clusterShards, ClaimIdle: time.Hour, Block: time.Second, NodePerShard: true},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	t.Cleanup(func() { _ = wk.Shutdown(context.Background()) })
+	t.Cleanup(func() { stop(t, wk) })
 	c.report(0) // pushed: shard 0's reader reads
 	waitPushes(t, c.sub, 1)
 	before := testutil.ToFloat64(m.RedisErrors.WithLabelValues(metrics.OpRead))

@@ -58,7 +58,7 @@ func TestFlushCutShortBySentinelSwitchIsLateOnOldMasterResumedPastItsDeadline(t 
 	wk := worker.New(r, worker.Config{Consumer: "a", ClaimIdle: time.Hour, Block: 100 * time.Millisecond, OpTimeout: wait},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 7)}); err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func TestSameEntryIDOnTwoShardsAreTwoWindows(t *testing.T) {
 	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: 2, ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	deadline := time.After(w + 3*time.Second) // due within W + grace; generous margin
 	for got := 0; got < opened; got++ {
 		select {

@@ -69,7 +69,7 @@ func TestStreamGaugesGoWhenSamplingFails(t *testing.T) {
 	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		SampleEvery: 20 * time.Millisecond}, zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	waitFor(t, "a first sample", exported)
 
 	store.flaky.Store(true)
@@ -121,7 +121,7 @@ func TestOverdueGaugeTellsWindowsNotPublished(t *testing.T) {
 	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		SampleEvery: 20 * time.Millisecond}, zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	defer store.refuse.Store(false) // first: Shutdown waits for the held window's publish
 	overdue := func() float64 { return testutil.ToFloat64(m.StreamOverdue.WithLabelValues("0")) }
 	waitFor(t, "a first sample", func() bool { return testutil.CollectAndCount(m.StreamOverdue) == 1 })
@@ -185,7 +185,7 @@ func TestOverdueGaugeOfAWindowDueAheadIsZero(t *testing.T) {
 	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		SampleEvery: 20 * time.Millisecond}, zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestOverdueGaugeWaitsForTheNodesClock(t *testing.T) {
 	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		SampleEvery: 20 * time.Millisecond}, zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	defer store.noClock.Store(false) // first: Shutdown waits for the window's publish
 	waitFor(t, "three samples", func() bool { return store.samples.Load() >= 3 })
 	if n := testutil.CollectAndCount(m.StreamOverdue); n != 0 {
@@ -260,7 +260,7 @@ func TestHungShardsDoNotSlowTheOthersSamples(t *testing.T) {
 	wk := worker.New(store, worker.Config{Consumer: "c1", Shards: shards, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		NodePerShard: true, OpTimeout: opTimeout, SampleEvery: 20 * time.Millisecond}, zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	// Five rounds: each about 2 × 300 ms now (the clocks read, then the
 	// samples), 300 ms + 8 × 300 ms sampled in turn.
 	const rounds = 5

@@ -27,7 +27,7 @@ func TestPushNoSubscriberHeardIsCountedUnheard(t *testing.T) {
 	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
 	wk.Start()
-	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	t.Cleanup(func() { stop(t, wk) })
 	published := func(n float64) func() bool {
 		return func() bool {
 			return testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(metrics.FlushedPublished)) >= n
@@ -67,7 +67,7 @@ func TestPushOnAClusterIsNeverCountedUnheard(t *testing.T) {
 	wk := worker.New(c.r, worker.Config{Consumer: "c1", Shards: clusterShards, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
 	wk.Start()
-	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	t.Cleanup(func() { stop(t, wk) })
 	for s := range clusterShards {
 		c.report(s)
 	}

@@ -41,6 +41,19 @@ func setupShards(t *testing.T, shards int) (*repo.Repo, *redis.Client, *redis.Pu
 	return r, rdb, sub, metrics.New(prometheus.NewRegistry())
 }
 
+// stop shuts wk down, waiting at most 30 s. A worker that never stops (a
+// loop that leaks a window or a goroutine) then fails its own test, named,
+// instead of hanging the package until go test's timeout, which names
+// nothing and costs a CI run its remaining minutes.
+func stop(t testing.TB, wk *worker.Worker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := wk.Shutdown(ctx); err != nil && ctx.Err() != nil {
+		t.Errorf("the worker did not stop within 30 s: %v", err)
+	}
+}
+
 // prepare makes a repo on rdb (window W, grace 20ms) with its scripts
 // loaded and groups created, and a subscriber on every push channel.
 func prepare(t *testing.T, rdb redis.UniversalClient, window time.Duration, shards int) (*repo.Repo, *redis.PubSub) {
@@ -101,7 +114,7 @@ func TestWorkerSurvivesBadEntryAndPanic(t *testing.T) {
 	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: 500 * time.Millisecond, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 
 	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 5)}); err != nil {
 		t.Fatal(err)
@@ -171,7 +184,7 @@ func TestReadAndClaimPanicsAreNotRedisErrors(t *testing.T) {
 	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: 500 * time.Millisecond, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +278,7 @@ func TestPanickingWindowDoesNotHoldBackItsBatch(t *testing.T) {
 	wk := worker.New(poisoned{r}, worker.Config{Consumer: "c1", ClaimIdle: 300 * time.Millisecond, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 
 	// One call: both windows open at once and come due in one batch.
 	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 666), contribution(2, 5), contribution(3, 6)}); err != nil {
@@ -306,7 +319,7 @@ func TestWindowsWhoseFlushPanicsAreNamed(t *testing.T) {
 	wk := worker.New(poisoned{r}, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
 		logging.Sampled(zap.New(core).Named("worker"), nil), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	second := contribution(4, 666)
 	second.UserId = 2 // a second bad window in the same batch
 	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 666), second, contribution(2, 5), contribution(3, 6)}); err != nil {
@@ -329,6 +342,31 @@ func TestWindowsWhoseFlushPanicsAreNamed(t *testing.T) {
 	if got := testutil.ToFloat64(m.LoopPanics.WithLabelValues(metrics.LoopFlush)); got != 3 {
 		t.Fatalf("flush panics counted %v, want 3: the batch's and each window's", got)
 	}
+}
+
+// One bad window in a batch is named too: the batch's line names none,
+// and the line naming the windows that panicked on their own must not
+// wait for a second one.
+func TestAWindowWhoseFlushPanicsAloneInItsBatchIsNamed(t *testing.T) {
+	r, _, _, m := setup(t)
+	core, logs := observer.New(zapcore.InfoLevel)
+	wk := worker.New(poisoned{r}, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
+		logging.Sampled(zap.New(core).Named("worker"), nil), m)
+	wk.Start()
+	defer stop(t, wk)
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 666), contribution(2, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	// The line naming it is written once the batch has been flushed one
+	// window at a time.
+	waitFor(t, "the bad window named in the log", func() bool {
+		for _, e := range logs.All() {
+			if ids, ok := e.ContextMap()["ids"].([]any); ok && e.Level == zapcore.ErrorLevel && len(ids) == 1 {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // switchable panics on every flush of a window of activity 666 while on,
@@ -377,7 +415,7 @@ func TestPanickingWindowIsRetiredOnceStale(t *testing.T) {
 	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: 300 * time.Millisecond, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	bad := contribution(1, 666)
 	if _, err := r.Report(ctx, []*combo.Contribution{bad}); err != nil {
 		t.Fatal(err)
@@ -418,7 +456,7 @@ func TestPanicWhileRetiringIsRecovered(t *testing.T) {
 	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: 300 * time.Millisecond, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, 666), contribution(2, 5)}); err != nil {
 		t.Fatal(err)
 	}
@@ -455,13 +493,13 @@ func TestPendingEntriesAreRecovered(t *testing.T) {
 	// "dead" restarts under the same name: it publishes its two at once.
 	restarted := worker.New(r, worker.Config{Consumer: "dead", ClaimIdle: time.Hour, Block: 50 * time.Millisecond}, log, m)
 	restarted.Start()
-	defer restarted.Shutdown(context.Background())
+	defer stop(t, restarted)
 	waitPushes(t, sub, 2)
 	// Another replica takes over "gone"'s entries once idle past ClaimIdle.
 	other := worker.New(r, worker.Config{Consumer: "other", ClaimIdle: 400 * time.Millisecond, Block: 50 * time.Millisecond}, log, m)
 	start := time.Now()
 	other.Start()
-	defer other.Shutdown(context.Background())
+	defer stop(t, other)
 	waitPushes(t, sub, 2)
 	if d := time.Since(start); d > 400*time.Millisecond+2*time.Second {
 		t.Fatalf("reclaim took %s", d)
@@ -496,7 +534,7 @@ func TestDeletedPendingEntryIsCountedLost(t *testing.T) {
 			readTwoThenDeleteOne(t, r, rdb, tc.reader)
 			wk := worker.New(r, tc.cfg, zaptest.NewLogger(t), m)
 			wk.Start()
-			defer wk.Shutdown(context.Background())
+			defer stop(t, wk)
 			waitPushes(t, sub, 1)
 			waitFor(t, "an empty pending list", func() bool {
 				return rdb.XPending(ctx, r.Keys().Stream(0), repo.Group).Val().Count == 0
@@ -532,7 +570,7 @@ func TestWorkerStartsWhileRedisRefusesWrites(t *testing.T) {
 	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	t.Cleanup(func() { stop(t, wk) })
 	waitPushes(t, sub, 1)
 }
 
@@ -574,7 +612,7 @@ func TestFlushErrorsBackOff(t *testing.T) {
 	r, _, sub, m := setup(t)
 	store := &refusing{Repo: r}
 	wk := startReported(t, store, r, m)
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	waitFor(t, "a flush of the window", func() bool { return store.calls.Load() > 0 })
 	first := store.calls.Load()
 	// Over a second of refusals: 100, 200 and 400 ms apart, a handful of
@@ -618,7 +656,7 @@ func TestLostReadReplyIsReadAgain(t *testing.T) {
 	r, _, sub, m := setup(t)
 	store := &lossy{Repo: r}
 	wk := startReported(t, store, r, m)
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	waitPushes(t, sub, 1)
 	if !store.lost.Load() {
 		t.Fatal("no read reply was lost: the test did not test anything")
@@ -679,7 +717,7 @@ func startClockWorker(t *testing.T, r *repo.Repo, m *metrics.Metrics, sampleEver
 	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond, SampleEvery: sampleEvery},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	t.Cleanup(func() { stop(t, wk) })
 	waitFor(t, "the worker reading Redis's clock", wk.ClockRead)
 	return wk, store
 }
@@ -738,7 +776,7 @@ func TestClockJumpLearnedByOneShardRetimesTheOthers(t *testing.T) {
 	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: 2, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
 	wk.Start()
-	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	t.Cleanup(func() { stop(t, wk) })
 	waitFor(t, "the worker reading Redis's clock", wk.ClockRead)
 	wk.SkewClock(-2000)
 	onShard := func(s int, from int64) int64 {
@@ -775,7 +813,7 @@ func TestClockJumpLearnedThroughShard0WakesShard1(t *testing.T) {
 	wk := worker.New(r, worker.Config{Consumer: "c1", Shards: 2, ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
 		SampleEvery: 400 * time.Millisecond}, zaptest.NewLogger(t), m)
 	wk.Start()
-	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	t.Cleanup(func() { stop(t, wk) })
 	waitFor(t, "the worker reading Redis's clock", wk.ClockRead)
 	var a int64
 	for a = 1; ; a++ {
@@ -1000,7 +1038,7 @@ func TestWindowReadBeforeTheFirstClockReadingGoesOutOnTime(t *testing.T) {
 	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
 		zaptest.NewLogger(t), m)
 	wk.Start()
-	t.Cleanup(func() { wk.Shutdown(context.Background()) })
+	t.Cleanup(func() { stop(t, wk) })
 	waitPushes(t, sub, 1)
 	// Due W + grace = 170 ms after the report, and the reading comes at
 	// 200 ms; the skew was 3 s.
@@ -1082,7 +1120,7 @@ func TestBadEntriesAreLoggedWithTheirReasons(t *testing.T) {
 	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond},
 		zap.New(core), m)
 	wk.Start()
-	defer wk.Shutdown(context.Background())
+	defer stop(t, wk)
 	// The count goes up just before the line is written, so this waits
 	// for the lines too: all four entries' ids logged.
 	dropLines := func() []observer.LoggedEntry {

@@ -1,0 +1,89 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/combo-service/combo-service/kitex_gen/combo"
+	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/worker"
+)
+
+// A window whose data vanished before its flush (evicted, deleted) is
+// counted lost, the one sign of it (combo_windows_flushed_total{status=
+// "lost"}, which the alerts watch), and let go: held on, it would keep the
+// drain at shutdown waiting to its bound, and count toward MaxHeld.
+func TestLostWindowIsCountedAndLetGo(t *testing.T) {
+	r, rdb, sub, m := setup(t)
+	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
+	wk.Start()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			stop(t, wk)
+		}
+	})
+	ctx := context.Background()
+	c := contribution(1, 5)
+	if _, err := r.Report(ctx, []*combo.Contribution{c}); err != nil {
+		t.Fatal(err)
+	}
+	// The window is due W after the report: its data goes first, as an
+	// eviction would take it.
+	if n, err := rdb.Del(ctx, r.Keys().Current(0, c.ActivityId, c.UserId, c.ItemType)).Result(); err != nil || n != 1 {
+		t.Fatalf("DEL of the window's data: %d %v, want 1: the test did not test", n, err)
+	}
+	flushed := func(s string) float64 { return testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(s)) }
+	waitFor(t, "the window's flush counted", func() bool {
+		return flushed(metrics.FlushedLost)+flushed(metrics.FlushedPublished)+flushed(metrics.FlushedGone)+flushed(metrics.FlushedStale) >= 1
+	})
+	if lost := flushed(metrics.FlushedLost); lost != 1 {
+		t.Fatalf("combo_windows_flushed_total{status=\"lost\"} = %v, want 1 for a window whose data was deleted", lost)
+	}
+	select {
+	case msg := <-sub.Channel():
+		t.Fatalf("a lost window was pushed: %s", msg.Payload)
+	default:
+	}
+	waitFor(t, "the lost window let go", func() bool { return wk.Held() == 0 })
+	// Nothing held: the drain at shutdown has nothing to wait for.
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	stopped = true
+	if err := wk.Shutdown(sctx); err != nil {
+		t.Fatalf("Shutdown after a lost window: %v, want nil (nothing held)", err)
+	}
+}
+
+// Each published window is observed in combo_push_lag_seconds, the
+// latency its dashboards and alerts read: a push on time lags by about
+// the worker's wake-up, well under a window.
+func TestPublishedWindowObservesItsPushLag(t *testing.T) {
+	r, _, sub, m := setup(t)
+	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
+	wk.Start()
+	t.Cleanup(func() { stop(t, wk) })
+	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	waitPushes(t, sub, 1)
+	waitFor(t, "the published window counted", func() bool {
+		return testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(metrics.FlushedPublished)) >= 1
+	})
+	var d dto.Metric
+	if err := m.PushLag.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	// Up to 3 W (450 ms): on time is a few ms, but a loaded CI host can
+	// delay the wake-up; a push 1 s late is still caught.
+	if n, sum := d.GetHistogram().GetSampleCount(), d.GetHistogram().GetSampleSum(); n != 1 || sum < 0 || sum > 3*w.Seconds() {
+		t.Fatalf("combo_push_lag_seconds observed %d pushes summing %vs, want 1 of 0 to %v", n, sum, 3*w.Seconds())
+	}
+}
