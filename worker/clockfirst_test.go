@@ -57,10 +57,7 @@ func TestNoFlushBeforeTheNodesClockIsRead(t *testing.T) {
 	r, _, sub, m := setup(t)
 	store := &clockFirst{Repo: r}
 	store.timeFails.Store(1) // the housekeeper's first round; the next is an hour away
-	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
-		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
-	wk.Start()
-	defer stop(t, wk)
+	startWorker(t, store, m)
 	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
 		t.Fatal(err)
 	}

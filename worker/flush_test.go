@@ -7,11 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
-	"github.com/combo-service/combo-service/worker"
 )
 
 // A window whose data vanished before its flush (evicted, deleted) is
@@ -20,15 +18,7 @@ import (
 // drain at shutdown waiting to its bound, and count toward MaxHeld.
 func TestLostWindowIsCountedAndLetGo(t *testing.T) {
 	r, rdb, sub, m := setup(t)
-	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
-		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
-	wk.Start()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			stop(t, wk)
-		}
-	})
+	wk := startWorker(t, r, m)
 	ctx := context.Background()
 	c := contribution(1, 5)
 	if _, err := r.Report(ctx, []*combo.Contribution{c}); err != nil {
@@ -55,7 +45,6 @@ func TestLostWindowIsCountedAndLetGo(t *testing.T) {
 	// Nothing held: the drain at shutdown has nothing to wait for.
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	stopped = true
 	if err := wk.Shutdown(sctx); err != nil {
 		t.Fatalf("Shutdown after a lost window: %v, want nil (nothing held)", err)
 	}
@@ -66,10 +55,7 @@ func TestLostWindowIsCountedAndLetGo(t *testing.T) {
 // the worker's wake-up, well under a window.
 func TestPublishedWindowObservesItsPushLag(t *testing.T) {
 	r, _, sub, m := setup(t)
-	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
-		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
-	wk.Start()
-	t.Cleanup(func() { stop(t, wk) })
+	startWorker(t, r, m)
 	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
 		t.Fatal(err)
 	}

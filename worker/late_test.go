@@ -66,10 +66,7 @@ func (s flushedElsewhereFirst) Flush(ctx context.Context, ws []repo.Window) ([]r
 // published: this replica pushed nothing.
 func TestWindowPublishedElsewhereIsCountedGone(t *testing.T) {
 	r, _, sub, m := setup(t)
-	wk := worker.New(flushedElsewhereFirst{r}, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
-		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
-	wk.Start()
-	t.Cleanup(func() { stop(t, wk) })
+	wk := startWorker(t, flushedElsewhereFirst{r}, m)
 	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
 		t.Fatal(err)
 	}
@@ -103,10 +100,7 @@ func (s slowLink) Flush(ctx context.Context, ws []repo.Window) ([]repo.FlushResu
 // would run past it every time, answer Late, and never publish.
 func TestFlushOverASlowLinkIsPublishedOnce(t *testing.T) {
 	r, _, sub, m := setup(t)
-	wk := worker.New(slowLink{r}, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
-		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
-	wk.Start()
-	t.Cleanup(func() { stop(t, wk) })
+	startWorker(t, slowLink{r}, m)
 	if _, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, 5)}); err != nil {
 		t.Fatal(err)
 	}

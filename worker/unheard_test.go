@@ -24,10 +24,7 @@ func TestPushNoSubscriberHeardIsCountedUnheard(t *testing.T) {
 	rdb := testredis.Start(t, testredis.Options{}).Client()
 	r := newRepo(t, rdb, w, 1) // no subscriber
 	m := metrics.New(prometheus.NewRegistry())
-	wk := worker.New(r, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
-		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
-	wk.Start()
-	t.Cleanup(func() { stop(t, wk) })
+	startWorker(t, r, m)
 	published := func(n float64) func() bool {
 		return func() bool {
 			return testutil.ToFloat64(m.WindowsFlushed.WithLabelValues(metrics.FlushedPublished)) >= n

@@ -54,6 +54,18 @@ func stop(t testing.TB, wk *worker.Worker) {
 	}
 }
 
+// startWorker starts worker c1 on store: it reads every 50 ms and
+// neither claims nor samples within a test. It is stopped at cleanup (a
+// second Shutdown, after the test's own, does nothing).
+func startWorker(t *testing.T, store worker.Store, m *metrics.Metrics) *worker.Worker {
+	t.Helper()
+	wk := worker.New(store, worker.Config{Consumer: "c1", ClaimIdle: time.Hour, Block: 50 * time.Millisecond,
+		SampleEvery: time.Hour}, zaptest.NewLogger(t), m)
+	wk.Start()
+	t.Cleanup(func() { stop(t, wk) })
+	return wk
+}
+
 // prepare makes a repo on rdb (window W, grace 20ms) with its scripts
 // loaded and groups created, and a subscriber on every push channel.
 func prepare(t *testing.T, rdb redis.UniversalClient, window time.Duration, shards int) (*repo.Repo, *redis.PubSub) {
