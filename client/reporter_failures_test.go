@@ -254,6 +254,29 @@ func TestDefaultLoggerOnlyWhenUnobserved(t *testing.T) {
 	}
 }
 
+// With both a Logger and OnDrop, a drop reaches both: the Logger logs every
+// drop "in addition to OnDrop", so a caller's OnDrop (a re-report, a
+// counter) does not take the drop lines out of its logs. (Mutant: drop logs
+// to Logger only when OnDrop is nil.)
+func TestLoggerAndOnDropBothGetADrop(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	f := newFake(func(context.Context, int, []*combo.Contribution) error { return errTransport })
+	drops := newDropLog()
+	r := newTestReporter(t, f, ReporterOptions{MaxRetries: -1, Logger: zap.New(core), OnDrop: drops.onDrop})
+	mustReport(t, r, 5)
+	closeWithin(t, r)
+	if got, _ := drops.snapshot(); !slices.Equal(got, []int64{5}) {
+		t.Fatalf("OnDrop got %v, want [5]", got)
+	}
+	es := logs.FilterMessageSnippet("dropped").All()
+	if len(es) != 1 || es[0].Level != zapcore.ErrorLevel {
+		t.Fatalf("Logger got %v, want one error-level drop besides OnDrop's", logs.All())
+	}
+	if ids, ok := es[0].ContextMap()["ids"].([]any); !ok || len(ids) != 1 || ids[0] != int64(5) {
+		t.Fatalf("drop line ids %v, want [5]", es[0].ContextMap()["ids"])
+	}
+}
+
 // refuseIDs is a sender that refuses, like combo-service's validation, any
 // batch holding one of bad, naming the first such item by its index.
 func refuseIDs(field string, bad ...int64) *fakeSender {
@@ -371,6 +394,47 @@ func TestInvalidItemThenRetryCounts(t *testing.T) {
 	}
 	if s := r.Stats(); s != (ReporterStats{Accepted: 3, Sent: 2, Dropped: 1, Retried: 3}) {
 		t.Fatalf("stats %+v, want 2 sent, 1 dropped, one retry of 3", s)
+	}
+}
+
+// The other way round: after a refusal dropped an item and the rest went
+// again at once, a transport failure of the rest is a retry like any other,
+// waited for (a backoff drawn) and counted; the resend does not leave the
+// batch retrying at once, which would spend its MaxRetries in milliseconds
+// instead of riding out the outage. (Mutant: the send loop no longer
+// resets resend.)
+func TestRetryAfterARefusedItemBacksOff(t *testing.T) {
+	// Attempt 1 is refused for id 2; the rest fails in transport once, then
+	// goes through.
+	f := newFake(func(_ context.Context, attempt int, items []*combo.Contribution) error {
+		switch attempt {
+		case 1:
+			return &combo.ComboError{Code: CodeInvalidArgument, Message: "contributions[1].item_id: must be > 0, got 0"}
+		case 2:
+			return errTransport
+		}
+		return nil
+	})
+	var draws atomic.Int32
+	drops := newDropLog()
+	r, err := newReporter(f, ReporterOptions{
+		BatchSize: 3, Linger: time.Hour, InitialBackoff: time.Millisecond, OnDrop: drops.onDrop,
+	}, func(time.Duration) time.Duration { draws.Add(1); return 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close(context.Background()) }) // if it fails before closeWithin
+	mustReport(t, r, 1, 2, 3)
+	closeWithin(t, r)
+	attempts, _ := f.snapshot()
+	if want := [][]int64{{1, 2, 3}, {1, 3}, {1, 3}}; !slices.EqualFunc(attempts, want, slices.Equal) {
+		t.Fatalf("attempts %v, want %v", attempts, want)
+	}
+	if n := draws.Load(); n != 1 {
+		t.Fatalf("%d backoff draws, want 1: the retry after the transport failure waits", n)
+	}
+	if s := r.Stats(); s != (ReporterStats{Accepted: 3, Sent: 2, Dropped: 1, Retried: 2}) {
+		t.Fatalf("stats %+v, want 2 sent, 1 dropped, one retry of 2", s)
 	}
 }
 

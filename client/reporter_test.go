@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/combo-service/combo-service/internal/stacks"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
 
@@ -1290,6 +1291,74 @@ func TestConcurrentCloseSharesGiveUp(t *testing.T) {
 	}
 	if got, _ := drops.snapshot(); !slices.Equal(got, []int64{1, 2, 3}) {
 		t.Fatalf("OnDrop got %v", got)
+	}
+}
+
+// A Close already waiting when another gives up returns only after the
+// giving-up Close's OnDrop calls have: those run on the giving-up Close's
+// goroutine, and a caller exiting after the patient Close would cut them
+// off. (Mutant: abort leaves out its drops.Add(1).)
+func TestConcurrentCloseWaitsForTheGiveUpsOnDrop(t *testing.T) {
+	f := newFake(func(ctx context.Context, _ int, _ []*combo.Contribution) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	entered, release := make(chan struct{}), make(chan struct{})
+	r := newTestReporter(t, f, ReporterOptions{
+		BatchSize: 1, Linger: time.Hour, RPCTimeout: time.Hour,
+		OnDrop: func([]*combo.Contribution, error) {
+			close(entered)
+			<-release
+		},
+	})
+	mustReport(t, r, 1)
+	f.recv(t) // in flight until canceled
+
+	patient, patientID := make(chan error, 1), make(chan string, 1)
+	go func() { patientID <- stacks.Self(); patient <- r.Close(context.Background()) }()
+	g := <-patientID
+	for deadline := time.Now().Add(waitFor); !r.closed.Load(); runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatal("the patient Close never began")
+		}
+	}
+	givingUp := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		givingUp <- r.Close(ctx)
+	}()
+	select {
+	case <-entered: // the giving-up Close is in OnDrop with id 1
+	case <-time.After(waitFor):
+		t.Fatal("OnDrop was not called")
+	}
+	// Released by the give-up, the patient Close must wait for that OnDrop:
+	// waited for, not slept for, it parks in drops.Wait (or, on the mutant,
+	// returns).
+	for deadline := time.Now().Add(waitFor); ; time.Sleep(time.Millisecond) {
+		select {
+		case err := <-patient:
+			t.Fatalf("the patient Close returned %v while the giving-up Close's OnDrop was running", err)
+		default:
+		}
+		if state, stack, ok := stacks.State(g); ok && state == "sync.WaitGroup.Wait" && strings.Contains(stack, "(*Reporter).Close(") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the patient Close neither returned nor waited for the drops within 5 s")
+		}
+	}
+	close(release)
+	for name, ch := range map[string]chan error{"patient": patient, "giving-up": givingUp} {
+		select {
+		case err := <-ch:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("%s Close = %v, want context.Canceled", name, err)
+			}
+		case <-time.After(waitFor):
+			t.Fatalf("%s Close did not return after OnDrop did", name)
+		}
 	}
 }
 
