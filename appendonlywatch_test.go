@@ -18,6 +18,7 @@ import (
 
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/internal/testwait"
 	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
 )
@@ -103,7 +104,9 @@ func TestAppendOnlyWatchKeepsWhatItCannotRead(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	core, logs := observer.New(zap.WarnLevel)
 	answers := make(chan func() (map[string]string, error), 1)
-	read := func(context.Context) (map[string]string, error) { return (<-answers)() }
+	read := func(context.Context) (map[string]string, error) {
+		return testwait.Receive(t, "a step's answer", answers)()
+	}
 	w := newAppendOnlyWatch(read, time.Hour, time.Second, map[string]string{"a:6379": "0"}, zap.New(core), m)
 	if got := testutil.ToFloat64(m.RedisNodesNotAppendOnly); got != 1 {
 		t.Fatalf("gauge %v, want the start check's 1", got)
@@ -123,7 +126,7 @@ func TestAppendOnlyWatchKeepsWhatItCannotRead(t *testing.T) {
 		{func() (map[string]string, error) { return map[string]string{"c:6379": "1"}, nil }, 1},
 		{func() (map[string]string, error) { return map[string]string{"c:6379": "1"}, nil }, 0},
 	} {
-		answers <- step.answer
+		testwait.Send(t, "a step's answer (the last one unread)", answers, step.answer)
 		w.once(context.Background())
 		if got := testutil.ToFloat64(m.RedisNodesNotAppendOnly); got != step.want {
 			t.Fatalf("gauge %v, want %v", got, step.want)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/internal/testwait"
 	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
 )
@@ -45,7 +46,7 @@ func TestConsumerClaimWarnsOfAnotherProcess(t *testing.T) {
 	core, logs := observer.New(zap.DebugLevel)
 	claims := make(chan func() (string, error), 1)
 	shared := testGauge()
-	claim := newConsumerClaim(func(context.Context, string) (string, error) { return (<-claims)() }, zap.New(core), shared)
+	claim := newConsumerClaim(func(context.Context, string) (string, error) { return testwait.Receive(t, "a step's claim", claims)() }, zap.New(core), shared)
 	found := func(other string) func() (string, error) { return func() (string, error) { return other, nil } }
 	failed := func() (string, error) { return "", errors.New("LOADING Redis is loading the dataset in memory") }
 	for i, step := range []struct {
@@ -70,7 +71,7 @@ func TestConsumerClaimWarnsOfAnotherProcess(t *testing.T) {
 		{found(""), []string{"b"}, []string{"b"}, 0},
 		{found("c"), []string{"b", "c"}, []string{"b"}, 1},
 	} {
-		claims <- step.claim
+		testwait.Send(t, fmt.Sprintf("step %d's claim (the last one unread)", i), claims, step.claim)
 		claim.check(context.Background())
 		if warned, gone := twinLines(logs); !slices.Equal(warned, step.warned) || !slices.Equal(gone, step.gone) {
 			t.Fatalf("claim %d: warned of %q, said gone %q; want %q and %q", i, warned, gone, step.warned, step.gone)
@@ -93,9 +94,11 @@ func TestConsumerClaimWarnsOfAnotherProcess(t *testing.T) {
 	// after a claim succeeded is said at debug only (Redis down is said
 	// by the replica's other loops).
 	calls := make(chan error, 2)
-	fresh := newConsumerClaim(func(context.Context, string) (string, error) { return "", <-calls }, zap.New(core), testGauge())
+	fresh := newConsumerClaim(func(context.Context, string) (string, error) {
+		return "", testwait.Receive(t, "a claim's error", calls)
+	}, zap.New(core), testGauge())
 	for _, err := range []error{context.Canceled, nil, errors.New("connection refused")} {
-		calls <- err
+		testwait.Send(t, "a claim's error (the last one unread)", calls, err)
 		fresh.check(context.Background())
 	}
 	failures = logs.FilterMessageSnippet("could not claim")

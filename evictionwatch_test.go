@@ -17,6 +17,7 @@ import (
 
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/internal/testwait"
 	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
 )
@@ -30,7 +31,9 @@ import (
 func TestEvictionWatchKeepsWhatItCannotRead(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	answers := make(chan func() (map[string]string, error), 1)
-	read := func(context.Context) (map[string]string, error) { return (<-answers)() }
+	read := func(context.Context) (map[string]string, error) {
+		return testwait.Receive(t, "a step's answer", answers)()
+	}
 	w := newEvictionWatch(read, time.Hour, time.Second, map[string]string{"a:6379": "allkeys-lru"}, zap.NewNop(), m)
 	if got := testutil.ToFloat64(m.RedisNodesEvicting); got != 1 {
 		t.Fatalf("gauge %v, want the start check's 1", got)
@@ -52,7 +55,7 @@ func TestEvictionWatchKeepsWhatItCannotRead(t *testing.T) {
 		{func() (map[string]string, error) { return map[string]string{"c:6379": "noeviction"}, nil }, 1},
 		{func() (map[string]string, error) { return map[string]string{"c:6379": "noeviction"}, nil }, 0},
 	} {
-		answers <- step.answer
+		testwait.Send(t, "a step's answer (the last one unread)", answers, step.answer)
 		w.once(context.Background())
 		if got := testutil.ToFloat64(m.RedisNodesEvicting); got != step.want {
 			t.Fatalf("gauge %v, want %v", got, step.want)
@@ -74,7 +77,7 @@ func TestEvictionWatchWarnsOfANodeRefusingTheLogin(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	errs := make(chan error, 1)
 	read := func(context.Context) (map[string]string, error) {
-		return map[string]string{"a:6379": "noeviction"}, <-errs
+		return map[string]string{"a:6379": "noeviction"}, testwait.Receive(t, "a step's error", errs)
 	}
 	w := newEvictionWatch(read, time.Hour, time.Second, nil, zap.New(core), m)
 	for _, step := range []struct {
@@ -89,7 +92,7 @@ func TestEvictionWatchWarnsOfANodeRefusingTheLogin(t *testing.T) {
 		{errors.Join(sentinelRefused{fmt.Errorf("sentinel s:26379: %w", refusals.wrongpass)}), 2, 0, 1},
 		{nil, 2, 0, 0},
 	} {
-		errs <- step.err
+		testwait.Send(t, "a step's error (the last one unread)", errs, step.err)
 		w.once(context.Background())
 		if n := logs.FilterMessageSnippet("refuses this service's login").Len(); n != step.warn {
 			t.Fatalf("after %q: %d warnings of a refused login, want %d: %v", step.err, n, step.warn, logs.All())
@@ -221,12 +224,14 @@ func TestNodeWatchKeepsANodeLeftOutOfOneReading(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	core, logs := observer.New(zap.InfoLevel)
 	answers := make(chan map[string]string, 1)
-	read := func(context.Context) (map[string]string, error) { return <-answers, nil }
+	read := func(context.Context) (map[string]string, error) {
+		return testwait.Receive(t, "a reading's answer", answers), nil
+	}
 	w := newEvictionWatch(read, time.Hour, time.Second, map[string]string{"replica:6379": "allkeys-lru"}, zap.New(core), m)
 	master := map[string]string{"master:6379": "noeviction"}
 	both := map[string]string{"master:6379": "noeviction", "replica:6379": "allkeys-lru"}
 	for i, answer := range []map[string]string{master, both, master, both, master} {
-		answers <- answer
+		testwait.Send(t, fmt.Sprintf("reading %d's answer (the last one unread)", i), answers, answer)
 		w.once(context.Background())
 		if got := testutil.ToFloat64(m.RedisNodesEvicting); got != 1 {
 			t.Fatalf("reading %d: gauge %v, want the replica still counted", i, got)
@@ -235,7 +240,7 @@ func TestNodeWatchKeepsANodeLeftOutOfOneReading(t *testing.T) {
 	if logs.Len() != 0 {
 		t.Fatalf("logs %v, want nothing forgotten or warned again", logs.All())
 	}
-	answers <- master
+	testwait.Send(t, "the last reading's answer (the one before unread)", answers, master)
 	w.once(context.Background())
 	if got := testutil.ToFloat64(m.RedisNodesEvicting); got != 0 {
 		t.Fatalf("gauge %v after two readings in a row without the replica, want it forgotten", got)

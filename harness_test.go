@@ -142,17 +142,26 @@ func startService(t *testing.T, o options) *service {
 		log = testLogger(t)
 	}
 	go func() { s.done <- run(ctx, cfg, log, ready) }()
-	select {
-	case s.addrs = <-ready:
-	case err := <-s.done:
-		t.Fatalf("service did not start: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("service did not start within 10s")
-	}
+	s.addrs = awaitStart(t, ready, s.done)
 	s.rpc = newRPC(t, s.addrs.RPCAddr)
 	s.waitServing()
 	t.Cleanup(func() { s.stop() })
 	return s
+}
+
+// awaitStart returns what run signals once it serves, failing t with
+// run's error if it returned first, or after 10 s.
+func awaitStart(t testing.TB, ready <-chan started, done <-chan error) started {
+	t.Helper()
+	select {
+	case st := <-ready:
+		return st
+	case err := <-done:
+		t.Fatalf("service did not start: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("service did not start within 10s")
+	}
+	return started{}
 }
 
 // waitServing returns once the RPC server has answered a call, whatever

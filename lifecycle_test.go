@@ -28,6 +28,7 @@ import (
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/handler"
 	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/internal/testwait"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 	"github.com/combo-service/combo-service/metrics"
@@ -260,10 +261,10 @@ func TestEmbeddedRedis(t *testing.T) {
 	ready := make(chan started, 1)
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, cfg, testLogger(t), ready) }()
-	st := <-ready
+	st := awaitStart(t, ready, done)
 	defer func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := testwait.Receive(t, "run to return", done); err != nil {
 			t.Errorf("run: %v", err)
 		}
 	}()
@@ -744,13 +745,13 @@ func TestEmbeddedDrainCutShortSaysTheWindowsEnd(t *testing.T) {
 	ready := make(chan started, 1)
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, cfg, testLogger(t), ready) }()
-	st := <-ready
+	st := awaitStart(t, ready, done)
 	rpc := newRPC(t, st.RPCAddr)
 	if _, err := rpc.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: gift(newActivity(), 1, "firework", 1)}); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
-	err := <-done
+	err := testwait.Receive(t, "run to return", done)
 	if err == nil || !strings.Contains(err.Error(), "still held") || !strings.Contains(err.Error(), "embedded Redis ends with this process") {
 		t.Fatalf("run returned %v, want the held window named as ending with the embedded Redis", err)
 	}

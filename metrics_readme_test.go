@@ -47,7 +47,11 @@ func TestREADMEMetricsTableIsTheRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rep.Close(context.Background())
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rep.Close(ctx)
+	}()
 	reporter, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

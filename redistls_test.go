@@ -19,6 +19,7 @@ import (
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/internal/stacks"
 	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/internal/testwait"
 	"github.com/combo-service/combo-service/metrics"
 )
 
@@ -122,7 +123,7 @@ func TestRedisTLSDialerKeepsTheNewerOfTwoReadsAtOnce(t *testing.T) {
 	}
 	first, second, secondID := make(chan struct{}), make(chan struct{}), make(chan string, 1)
 	go func() { d.config(); close(first) }()
-	<-inFirst
+	testwait.Receive(t, "the first dial to read the files again", inFirst)
 	go func() { secondID <- stacks.Self(); d.config(); close(second) }()
 	// Waited for, not slept for: had the first gone on before the second
 	// dial began, they would not be at once, and the test would pass on
@@ -140,8 +141,8 @@ func TestRedisTLSDialerKeepsTheNewerOfTwoReadsAtOnce(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	close(release)
-	<-first
-	<-second
+	testwait.Receive(t, "the first dial to end", first)
+	testwait.Receive(t, "the second dial to end", second)
 	d.config()
 	if n := logs.FilterMessageSnippet("the redis.tls_* files changed").Len(); n != 1 {
 		t.Fatalf("logs %v, want the one change noted once", logs.All())

@@ -197,7 +197,9 @@ func TestReporterServiceDown(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	if err := r.Close(context.Background()); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Close(ctx); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	if d := time.Since(start); d > time.Second {
@@ -226,7 +228,11 @@ func TestReporterRidesOutARedisOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = r.Close(ctx)
+	})
 	a := newActivity()
 	s.redis.Kill()
 	want := map[string]int32{}

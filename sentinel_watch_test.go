@@ -15,6 +15,7 @@ import (
 
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/internal/testwait"
 	"github.com/combo-service/combo-service/metrics"
 )
 
@@ -189,10 +190,14 @@ func TestConnsByAddrRefusesADialOverlappingAnAnnouncement(t *testing.T) {
 		c, err := dial(context.Background(), "tcp", "10.0.0.1:6379")
 		done <- result{c, err}
 	}()
-	<-dialing
-	conns.closeAll("10.0.0.1:6379")
+	testwait.Receive(t, "the dial to begin", dialing)
+	// On a goroutine of its own: a dialer that held its lock through the
+	// dial would leave closeAll waiting for ever.
+	closed := make(chan int, 1)
+	go func() { closed <- conns.closeAll("10.0.0.1:6379") }()
+	testwait.Receive(t, "closeAll during the dial", closed)
 	close(release)
-	r := <-done
+	r := testwait.Receive(t, "the dial to end", done)
 	if r.err == nil || !strings.Contains(r.err.Error(), "left it while it was dialed") {
 		t.Fatalf("a dial overlapping the announcement: %v, %v; want refused", r.c, r.err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/combo-service/combo-service/conf"
 	"github.com/combo-service/combo-service/internal/logging"
+	"github.com/combo-service/combo-service/internal/testwait"
 	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
 )
@@ -29,7 +30,9 @@ func TestSettingsWatchCountsTheReplicasThatDiffer(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	core, logs := observer.New(zap.InfoLevel)
 	answers := make(chan func() (map[string]string, error), 1)
-	share := func(context.Context) (map[string]string, error) { return (<-answers)() }
+	share := func(context.Context) (map[string]string, error) {
+		return testwait.Receive(t, "a step's answer", answers)()
+	}
 	w := newSettingsWatch(share, noClaim(), func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
 		zap.New(core), m)
 	named := func() []string { // the replicas each warning named, in order
@@ -59,7 +62,7 @@ func TestSettingsWatchCountsTheReplicasThatDiffer(t *testing.T) {
 		{func() (map[string]string, error) { return map[string]string{"c": "mine"}, nil }, 0,
 			[]string{"map[c:other e:other]", "map[d:other]", "map[c:third]"}},
 	} {
-		answers <- step.answer
+		testwait.Send(t, fmt.Sprintf("step %d's answer (the last one unread)", i), answers, step.answer)
 		w.once(context.Background())
 		if got := testutil.ToFloat64(m.ReplicasSettingsDiffer); got != step.want {
 			t.Fatalf("step %d: gauge %v, want %v", i, got, step.want)

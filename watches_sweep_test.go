@@ -37,7 +37,10 @@ func TestNodeWatchCountsAnIncompleteReadingThatHoldsTheNode(t *testing.T) {
 		err  error
 	}
 	answers := make(chan answer, 1)
-	read := func(context.Context) (map[string]string, error) { a := <-answers; return a.read, a.err }
+	read := func(context.Context) (map[string]string, error) {
+		a := testwait.Receive(t, "a reading's answer", answers)
+		return a.read, a.err
+	}
 	w := newEvictionWatch(read, time.Hour, time.Second, map[string]string{"replica:6379": "allkeys-lru"}, zap.NewNop(), m)
 	master := map[string]string{"master:6379": "noeviction"}
 	both := map[string]string{"master:6379": "noeviction", "replica:6379": "allkeys-lru"}
@@ -46,7 +49,7 @@ func TestNodeWatchCountsAnIncompleteReadingThatHoldsTheNode(t *testing.T) {
 		{both, errors.New("other:6379: i/o timeout")},
 		{master, nil},
 	} {
-		answers <- a
+		testwait.Send(t, "a reading's answer (the last one unread)", answers, a)
 		w.once(context.Background())
 		if got := testutil.ToFloat64(m.RedisNodesEvicting); got != 1 {
 			t.Fatalf("reading %d: gauge %v, want the replica still counted (never left out of two readings in a row)", i, got)

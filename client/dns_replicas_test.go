@@ -67,7 +67,14 @@ func replica(t *testing.T, ip string, port int) *counting {
 	svr := comboservice.NewServer(h, append(rpcserver.Options(prometheus.NewRegistry(), 100, nil), server.WithListener(ln), rpcserver.StopOn(ctx))...)
 	done := make(chan error, 1)
 	go func() { done <- svr.Run() }()
-	t.Cleanup(func() { stop(); <-done })
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("the replica's server Run did not return within 10 s of its StopOn context ending")
+		}
+	})
 	return h
 }
 

@@ -533,9 +533,9 @@ func TestStressKeepsPerKeyOrder(t *testing.T) {
 						Id: id, ActivityId: 7, UserId: int64(5000 + k), ItemId: 3, ItemType: "rose",
 						Quantity: 1, CreatedAt: 1_732_950_000_000 + id,
 					}
-					for {
+					for deadline := time.Now().Add(waitFor); ; {
 						err := r.Report(context.Background(), c)
-						if errors.Is(err, ErrQueueFull) {
+						if errors.Is(err, ErrQueueFull) && time.Now().Before(deadline) {
 							time.Sleep(50 * time.Microsecond)
 							continue
 						}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/combo-service/combo-service/internal/stacks"
 	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/internal/testwait"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
@@ -142,14 +143,14 @@ func TestReportPushedAfterItsCallerGaveUpIsCountedDegraded(t *testing.T) {
 	}
 	waitFor(t, "the second report to queue in the repo behind the held pipeline", queued)
 	close(release1)
-	<-inSecond
+	testwait.Receive(t, "the pipeline carrying the second report", inSecond)
 	cancel() // its caller gives up while the pipeline carries it
 	waitFor(t, "the second report to see its caller give up", func() bool { return !queued() })
 	close(release2)
-	if err := <-first; err != nil {
+	if err := testwait.Receive(t, "the first report's answer", first); err != nil {
 		t.Fatal(err)
 	}
-	<-second // nobody reads this answer
+	testwait.Receive(t, "the second report's answer", second) // nobody reads this answer
 	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer rcancel()
 	for range 2 {

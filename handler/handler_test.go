@@ -270,7 +270,9 @@ func TestDrainingReplicaAnswersUnavailable(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	h := New(&scriptedStore{}, 3*time.Second, m, zap.NewNop())
-	if err := h.Drain(context.Background()); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // nothing in flight: at once
+	defer cancel()
+	if err := h.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
 	c := &combo.Contribution{Id: 1, ActivityId: 7, UserId: 42, ItemId: 3, ItemType: "rose", Quantity: 1, CreatedAt: 1732950000000}

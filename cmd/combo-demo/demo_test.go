@@ -266,9 +266,20 @@ func TestInterruptWhileStartingIsNoUnreachableRedis(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() { code, err := run(ctx, o); done <- result{code, err} }()
-	<-dialled // the PING is on its way: it waits up to 3 s
+	select {
+	case <-dialled: // the PING is on its way: it waits up to 3 s
+	case r := <-done:
+		t.Fatalf("run = %d, %v before it dialled Redis", r.code, r.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not dial Redis within 10 s")
+	}
 	cancel()
-	r := <-done
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return within 10 s of its interrupt")
+	}
 	if r.code != 130 || r.err == nil || !strings.Contains(r.err.Error(), "interrupted while starting") {
 		t.Fatalf("run = %d, %v; want 130, interrupted while starting", r.code, r.err)
 	}

@@ -2,18 +2,15 @@ package rpcserver
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	kclient "github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
-	"github.com/cloudwego/kitex/server"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/combo-service/combo-service/client"
-	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 )
 
 // README: the caller label of kitex_server_throughput is the name a
@@ -29,18 +26,10 @@ func TestCallerLabelNamesNewClientCaller(t *testing.T) {
 // name and returns the caller label it was counted under ("" if none).
 func countedCaller(t *testing.T, name string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	reg := prometheus.NewRegistry()
-	ctx, stop := context.WithCancel(context.Background())
-	svr := comboservice.NewServer(&okService{}, append(Options(reg, 10, nil), server.WithListener(ln), StopOn(ctx))...)
-	done := make(chan error, 1)
-	go func() { done <- svr.Run() }()
-	t.Cleanup(func() { stop(); <-done })
+	addr := runServer(t, &okService{}, Options(reg, 10, nil)...)
 
-	cli, err := client.NewClient([]string{ln.Addr().String()},
+	cli, err := client.NewClient([]string{addr},
 		kclient.WithClientBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: name}))
 	if err != nil {
 		t.Fatal(err)

@@ -244,7 +244,14 @@ func runServer(t *testing.T, svc combo.ComboService, opts ...server.Option) stri
 	svr := comboservice.NewServer(svc, append(opts, server.WithListener(ln), StopOn(ctx))...)
 	done := make(chan error, 1)
 	go func() { done <- svr.Run() }()
-	t.Cleanup(func() { stop(); <-done })
+	t.Cleanup(func() {
+		stop()
+		select { // Kitex waits at most its exit wait time for the calls under way
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("the server did not stop within 30 s of its StopOn context ending")
+		}
+	})
 	return ln.Addr().String()
 }
 

@@ -158,7 +158,11 @@ func TestLargeRequestWhoseCallerLeftGivesItsRoomBack(t *testing.T) {
 		_, err := cli.MergeLatest(context.Background(), largeMerge(1_200_000), callopt.WithRPCTimeout(200*time.Millisecond))
 		done <- err
 	}()
-	<-svc.entered
+	select {
+	case <-svc.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the large request did not reach the handler")
+	}
 	if err := <-done; err == nil {
 		t.Fatal("the caller's call did not time out")
 	}

@@ -273,7 +273,7 @@ func TestUnreadCloserSaysWhichBound(t *testing.T) {
 	if _, err := u.OnActive(ctx, over); err != nil {
 		t.Fatal(err)
 	}
-	<-over.closed
+	waitClosed(t, []bufferedConn{over}, 1)
 	u.OnInactive(ctx, over)
 	u2 := watchedUnreadCloser(t, 100, 150)
 	a, b := holding(90), holding(80)
@@ -282,7 +282,7 @@ func TestUnreadCloserSaysWhichBound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	<-a.closed
+	waitClosed(t, []bufferedConn{a}, 1)
 	u2.OnInactive(ctx, a)
 	u2.OnInactive(ctx, b)
 	// Each warning is written before its connection is closed; waited for

@@ -14,3 +14,21 @@ func TestForReturnsOnceCondHolds(t *testing.T) {
 		t.Fatal("returned before the condition held")
 	}
 }
+
+func TestReceiveReturnsTheValueSent(t *testing.T) {
+	ch := make(chan int)
+	time.AfterFunc(20*time.Millisecond, func() { ch <- 7 })
+	if got := Receive(t, "the timer's value", ch); got != 7 {
+		t.Fatalf("received %d, want 7", got)
+	}
+}
+
+func TestSendWaitsForRoom(t *testing.T) {
+	ch := make(chan int, 1)
+	ch <- 1
+	time.AfterFunc(20*time.Millisecond, func() { <-ch })
+	Send(t, "the second value", ch, 2)
+	if got := <-ch; got != 2 {
+		t.Fatalf("received %d, want 2", got)
+	}
+}
