@@ -116,6 +116,7 @@ func TestPushTimingIsChecked(t *testing.T) {
 		{w, true, "1/1 pushes between W and", "normal load"},
 		{w + grace + 100*time.Millisecond, true, "1/1 pushes", "normal load"},
 		{w + grace + 300*time.Millisecond, true, "1 pushes came later than W + grace + 100ms", ""},
+		{w + grace + lateSlack + 100*time.Millisecond, false, "(0 early, 1 late)", ""}, // the bound is not rounded up
 		{4800 * time.Millisecond, false, "(0 early, 1 late)", ""},
 	} {
 		s := newSession(t, w, grace)
@@ -449,5 +450,130 @@ func TestPollCheckComparesEveryField(t *testing.T) {
 		if identical != (c.field == "none") {
 			t.Errorf("push differing in %s: poll check says identical %v:\n%s", c.field, identical, lastLines(s.out.String(), 8))
 		}
+	}
+}
+
+// checkLine is the summary line of the check labelled label.
+func checkLine(t *testing.T, out, label string) string {
+	t.Helper()
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), label+" ") {
+			return l
+		}
+	}
+	t.Fatalf("no %q line in the summary:\n%s", label, out)
+	return ""
+}
+
+// A window pushed twice, a window never pushed, and a window pushed with
+// another quantity (more or less than its taps'), each on its own, fail the
+// run, and the summary's windows line says which with ✗; the live feed
+// flagged the push as it arrived.
+func TestEveryWindowFailureFailsTheRun(t *testing.T) {
+	const w, grace = 3 * time.Second, 200 * time.Millisecond
+	for _, c := range []struct {
+		name     string
+		deliver  func(s *session, r push.Record, at time.Time)
+		want     string // in the windows line
+		wantLive string // in the live feed, "" for none
+	}{
+		{"pushed twice", func(s *session, r push.Record, at time.Time) {
+			s.push(r, at)
+			s.push(r, at.Add(10*time.Millisecond))
+		}, "(0 never pushed, 1 pushed more than once, 0 with another quantity", "PUSHED 2 TIMES"},
+		{"never pushed", func(*session, push.Record, time.Time) {},
+			"(1 never pushed, 0 pushed more than once, 0 with another quantity", ""},
+		{"pushed with more", func(s *session, r push.Record, at time.Time) {
+			r.Quantity, r.ComboCount = 11, 11
+			s.push(r, at)
+		}, "(0 never pushed, 0 pushed more than once, 1 with another quantity", "expected ×10"},
+		{"pushed with less", func(s *session, r push.Record, at time.Time) {
+			r.Quantity, r.ComboCount = 9, 9
+			s.push(r, at)
+		}, "(0 never pushed, 0 pushed more than once, 1 with another quantity", "expected ×10"},
+	} {
+		s := newSession(t, w, grace)
+		s.st.ours[1] = true
+		s.st.send(context.Background(), s.svc, s.b, click{Activity: 1001, User: xiaohong, Item: heart, Qty: 10}, 1)
+		tp := s.st.taps[0]
+		c.deliver(s, push.RecordOf(tp.c), tp.at.Add(w+50*time.Millisecond))
+		ok := s.summary(time.Time{})
+		out := s.out.String()
+		windows := checkLine(t, out, "windows")
+		if ok || !strings.Contains(windows, "0/1 windows pushed exactly once") || !strings.Contains(windows, c.want) ||
+			!strings.HasSuffix(windows, "✗") {
+			t.Errorf("window %s: summary %v, want false and a windows line with %q and ✗:\n%s", c.name, ok, c.want, out)
+		}
+		if c.name != "never pushed" && !strings.HasSuffix(checkLine(t, out, "conservation"), "✗") {
+			t.Errorf("window %s: conservation not marked ✗:\n%s", c.name, out)
+		}
+		if c.wantLive != "" && !strings.Contains(out, c.wantLive) {
+			t.Errorf("window %s: the live feed does not say %q:\n%s", c.name, c.wantLive, out)
+		}
+	}
+}
+
+// The live feed marks an early push EARLY and a late one LATE as it
+// arrives, and the push timing line is marked ✗.
+func TestLiveFeedFlagsEarlyAndLatePushes(t *testing.T) {
+	const w, grace = 3 * time.Second, 200 * time.Millisecond
+	for _, c := range []struct {
+		after time.Duration
+		want  string
+	}{
+		{w / 2, "EARLY: before W = 3s"},
+		{w + grace + lateSlack + 100*time.Millisecond, "LATE: after W + grace + 1s = 4.2s"},
+	} {
+		s := newSession(t, w, grace)
+		tp := s.tap(1, xiaoming)
+		s.push(push.RecordOf(tp.c), tp.at.Add(c.after))
+		ok := s.summary(time.Time{})
+		out := s.out.String()
+		if ok || !strings.Contains(out, c.want) || !strings.HasSuffix(checkLine(t, out, "push timing"), "✗") {
+			t.Errorf("push %s after the tap: summary %v, want false, %q live and push timing ✗:\n%s", c.after, ok, c.want, out)
+		}
+	}
+}
+
+// The exit status: 1 whenever a check failed, interrupted or not; 130
+// for an interrupted run whose checks passed; 0 only for a complete run
+// whose checks all passed.
+func TestVerdictExitCodes(t *testing.T) {
+	for _, c := range []struct {
+		ok, interrupted bool
+		code            int
+	}{
+		{true, false, 0},
+		{false, false, 1},
+		{false, true, 1},
+		{true, true, 130},
+	} {
+		code, err := verdict(c.ok, c.interrupted)
+		if code != c.code || (code == 0) != (err == nil) {
+			t.Errorf("verdict(ok %v, interrupted %v) = %d, %v; want %d", c.ok, c.interrupted, code, err, c.code)
+		}
+	}
+}
+
+// emptyMerge answers MergeLatest with no record at all: a poll path that
+// lost the rows.
+type emptyMerge struct{ *fakeService }
+
+func (emptyMerge) MergeLatest(context.Context, *combo.MergeLatestRequest, ...callopt.Option) (*combo.MergeLatestResponse, error) {
+	return &combo.MergeLatestResponse{}, nil
+}
+
+// A MergeLatest that merges the taps into nothing fails the poll check:
+// none of its records differs from a push, but a pushed window has no
+// merged record ("0/0 identical" passed).
+func TestPollCheckWithoutMergedRecordsFails(t *testing.T) {
+	const w, grace = 3 * time.Second, 200 * time.Millisecond
+	s := newSession(t, w, grace)
+	tp := s.tap(1, xiaoming)
+	s.push(push.RecordOf(tp.c), tp.at.Add(w))
+	ok := s.st.summary(context.Background(), emptyMerge{s.svc}, s.b, s.o, time.Second, []int64{1001, 1002}, time.Time{})
+	out := s.out.String()
+	if poll := checkLine(t, out, "poll path (MergeLatest)"); ok || !strings.Contains(poll, "(1 windows were pushed)") || !strings.HasSuffix(poll, "✗") {
+		t.Errorf("MergeLatest with no records, one window pushed: summary %v, want false and the poll line ✗:\n%s", ok, out)
 	}
 }

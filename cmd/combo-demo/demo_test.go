@@ -284,3 +284,42 @@ func TestInterruptWhileStartingIsNoUnreachableRedis(t *testing.T) {
 		t.Fatalf("run = %d, %v; want 130, interrupted while starting", r.code, r.err)
 	}
 }
+
+// A long random run exercises what the demo checks: taps in both
+// activities, gifts of more than one, and a user pausing longer than W
+// between two taps of one item, so that the later tap opens a new window.
+func TestRandomCoversBothActivitiesQuantitiesAndNewWindows(t *testing.T) {
+	const w = 3 * time.Second
+	s := random(1001, 1002, w, 60*time.Second, 1)
+	acts, big, paused := map[int64]bool{}, false, false
+	last := map[int64]click{} // each user's previous tap
+	for _, k := range s {
+		acts[k.Activity] = true
+		big = big || k.Qty > 1
+		if p, ok := last[k.User.ID]; ok && p.Item == k.Item && p.Activity == k.Activity && k.At-p.At > w {
+			paused = true
+		}
+		last[k.User.ID] = k
+	}
+	if len(acts) != 2 || !big || !paused {
+		t.Errorf("a 60 s random run: activities %v, a quantity above 1 %v, a pause longer than W within one key %v; want all",
+			acts, big, paused)
+	}
+}
+
+// -color never prints no escape codes (a log file or a CI job's output),
+// always does, auto follows NO_COLOR; another value is refused.
+func TestUseColor(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	for _, c := range []struct {
+		mode string
+		want bool
+	}{{"never", false}, {"always", true}, {"auto", false}} {
+		if got, err := useColor(c.mode, os.Stdout); got != c.want || err != nil {
+			t.Errorf("useColor(%q) with NO_COLOR = %v, %v; want %v", c.mode, got, err, c.want)
+		}
+	}
+	if _, err := useColor("yes", os.Stdout); err == nil || !strings.Contains(err.Error(), "-color") {
+		t.Errorf("useColor(\"yes\") = %v, want an error naming -color", err)
+	}
+}
