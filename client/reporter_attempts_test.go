@@ -13,6 +13,7 @@ import (
 	"github.com/cloudwego/kitex/pkg/remote"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/combo-service/combo-service/internal/testkitex"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 )
@@ -326,7 +327,7 @@ func TestAttemptMetricsCountOnAcrossClose(t *testing.T) {
 // a NewClient of it.
 func kitexClientOf(t *testing.T, svc combo.ComboService) comboservice.Client {
 	t.Helper()
-	cli, err := NewClient([]string{startKitex(t, svc)})
+	cli, err := NewClient([]string{testkitex.Serve(t, svc)})
 	if err != nil {
 		t.Fatal(err)
 	}

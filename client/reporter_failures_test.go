@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"runtime"
 	"slices"
 	"strings"
@@ -16,14 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudwego/kitex/server"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/internal/testkitex"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
-	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 )
 
 // slowService answers ReportContributions after delay, over real Kitex.
@@ -56,30 +54,6 @@ func (s *slowService) MergeLatest(context.Context, *combo.MergeLatestRequest) (*
 	return nil, &combo.ComboError{Code: CodeInternal, Message: "not used"}
 }
 
-// startKitex serves svc with Kitex on 127.0.0.1:0 until the test ends and
-// returns its address.
-func startKitex(t *testing.T, svc combo.ComboService) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	svr := comboservice.NewServer(svc, server.WithListener(ln), server.WithExitWaitTime(time.Second))
-	ran := make(chan error, 1)
-	go func() { ran <- svr.Run() }()
-	t.Cleanup(func() {
-		if err := svr.Stop(); err != nil {
-			t.Errorf("server Stop: %v", err)
-		}
-		select {
-		case <-ran:
-		case <-time.After(waitFor):
-			t.Error("server Run did not return after Stop")
-		}
-	})
-	return ln.Addr().String()
-}
-
 // A Reporter's RPCTimeout above NewClient's 1 s default must take effect:
 // the server answers after 1.5 s, within the Reporter's 3 s.
 func TestRPCTimeoutOverridesClientDefault(t *testing.T) {
@@ -88,7 +62,7 @@ func TestRPCTimeoutOverridesClientDefault(t *testing.T) {
 		t.Fatalf("delay %v must exceed the client default %v", delay, DefaultClientRPCTimeout)
 	}
 	svc := &slowService{delay: delay, stop: make(chan struct{})}
-	addr := startKitex(t, svc)
+	addr := testkitex.Serve(t, svc)
 	t.Cleanup(func() { close(svc.stop) }) // runs before the server stops
 	cli, err := NewClient([]string{addr})
 	if err != nil {

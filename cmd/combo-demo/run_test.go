@@ -4,18 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/cloudwego/kitex/server"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/combo-service/combo-service/internal/testkitex"
 	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
-	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 	"github.com/combo-service/combo-service/push"
 	"github.com/combo-service/combo-service/window"
 )
@@ -88,29 +86,6 @@ func (p *pushingService) MergeLatest(ctx context.Context, req *combo.MergeLatest
 	return p.merge.MergeLatest(ctx, req)
 }
 
-// startService serves svc over Kitex on a free port until the test ends.
-func startService(t *testing.T, svc combo.ComboService) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	svr := comboservice.NewServer(svc, server.WithListener(ln), server.WithExitWaitTime(time.Second))
-	ran := make(chan error, 1)
-	go func() { ran <- svr.Run() }()
-	t.Cleanup(func() {
-		if err := svr.Stop(); err != nil {
-			t.Errorf("server Stop: %v", err)
-		}
-		select {
-		case <-ran:
-		case <-time.After(10 * time.Second):
-			t.Error("server Run did not return after Stop")
-		}
-	})
-	return ln.Addr().String()
-}
-
 // The scripted run, end to end over RPC and Redis: against a service that
 // pushes every window once, W + grace after it opened, it waits for the last
 // window and exits 0; against one that pushes
@@ -129,7 +104,7 @@ func TestRunExitStatus(t *testing.T) {
 	} {
 		svc := newPushingService(w, srv.Client())
 		svc.twice = c.twice
-		o := options{addr: startService(t, svc), redisAddr: srv.Addr, window: w, grace: 500 * time.Millisecond,
+		o := options{addr: testkitex.Serve(t, svc), redisAddr: srv.Addr, window: w, grace: 500 * time.Millisecond,
 			scenario: "script", activity: 1001, color: "never"}
 		code, err := run(context.Background(), o)
 		if code != c.code || (c.code == 1) != (err != nil && strings.Contains(err.Error(), "a check failed")) {
