@@ -397,7 +397,11 @@ func TestRetryAfterARefusedItemBacksOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = r.Close(context.Background()) }) // if it fails before closeWithin
+	t.Cleanup(func() { // if it fails before closeWithin
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		_ = r.Close(ctx)
+	})
 	mustReport(t, r, 1, 2, 3)
 	closeWithin(t, r)
 	attempts, _ := f.snapshot()

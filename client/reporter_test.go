@@ -1311,6 +1311,12 @@ func TestConcurrentCloseWaitsForTheGiveUpsOnDrop(t *testing.T) {
 			<-release
 		},
 	})
+	// Registered after newTestReporter's, so run before its Close: on a
+	// failure below, OnDrop still waits on release, and that Close, after
+	// the give-up, waits for it with no bound.
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(letGo)
 	mustReport(t, r, 1)
 	f.recv(t) // in flight until canceled
 
@@ -1349,7 +1355,7 @@ func TestConcurrentCloseWaitsForTheGiveUpsOnDrop(t *testing.T) {
 			t.Fatal("the patient Close neither returned nor waited for the drops within 5 s")
 		}
 	}
-	close(release)
+	letGo()
 	for name, ch := range map[string]chan error{"patient": patient, "giving-up": givingUp} {
 		select {
 		case err := <-ch:

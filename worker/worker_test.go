@@ -625,6 +625,7 @@ func TestFlushErrorsBackOff(t *testing.T) {
 	store := &refusing{Repo: r}
 	wk := startReported(t, store, r, m)
 	defer stop(t, wk)
+	defer store.allowed.Store(true) // first: on a failure, stop's drain would retry to its bound
 	waitFor(t, "a flush of the window", func() bool { return store.calls.Load() > 0 })
 	first := store.calls.Load()
 	// Over a second of refusals: 100, 200 and 400 ms apart, a handful of
