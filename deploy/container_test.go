@@ -399,7 +399,7 @@ func TestBuiltBinariesAreStaticAndWork(t *testing.T) {
 	}
 
 	for _, bin := range []string{svc, demo} {
-		out, err := exec.Command(bin, "-h").CombinedOutput()
+		out, err := bounded(t, bin, "-h").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "Usage of") {
 			t.Errorf("%s -h: %v\n%s", filepath.Base(bin), err, out)
 		}
@@ -435,13 +435,13 @@ func TestBuiltBinariesAreStaticAndWork(t *testing.T) {
 	}
 	// The image's HEALTHCHECK: the binary probes its own configured metrics.addr.
 	for _, path := range []string{"/healthz", "/readyz"} {
-		probe := exec.Command(svc, "-healthcheck", path)
+		probe := bounded(t, svc, "-healthcheck", path)
 		probe.Env = append(os.Environ(), "COMBO_METRICS_ADDR=0.0.0.0:"+port(t, s.metrics))
 		if out, err := probe.CombinedOutput(); err != nil {
 			t.Errorf("combo-service -healthcheck %s: %v\n%s", path, err, out)
 		}
 	}
-	closed := exec.Command(svc, "-healthcheck", "/healthz")
+	closed := bounded(t, svc, "-healthcheck", "/healthz")
 	closed.Env = append(os.Environ(), "COMBO_METRICS_ADDR="+testredis.ClosedAddr(t))
 	if out, err := closed.CombinedOutput(); !exitedWith(err, 1) {
 		t.Errorf("healthcheck of a closed port: %v, want exit status 1 (a HEALTHCHECK knows 0 and 1)\n%s", err, out)
@@ -590,6 +590,19 @@ type service struct {
 	err                 error         // its Wait error, once done
 }
 
+// bounded is exec.Command of a built binary, killed after 30 s. A probe
+// or a -h should answer at once; if main lost its branch for one, the
+// binary would start serving and, unbounded, hang the package until go
+// test's timeout, which names no test.
+func bounded(t *testing.T, bin string, args ...string) *exec.Cmd {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.WaitDelay = time.Second
+	return cmd
+}
+
 // startService runs the service binary on free ports with the embedded
 // Redis and waits for its "started" log line.
 func startService(t *testing.T, bin string, env ...string) *service {
@@ -714,7 +727,7 @@ func TestHealthcheckProbesOnlyMetricsAddr(t *testing.T) {
 		"config edited to invalid":              {"COMBO_CONFIG=" + edited, "COMBO_METRICS_ADDR=0.0.0.0:" + port(t, s.metrics)},
 		"config edited with a typo, addr in it": {"COMBO_CONFIG=" + typo},
 	} {
-		probe := exec.Command(svc, "-healthcheck", "/healthz")
+		probe := bounded(t, svc, "-healthcheck", "/healthz")
 		probe.Env = append(os.Environ(), env...)
 		if out, err := probe.CombinedOutput(); err != nil {
 			t.Errorf("%s: combo-service -healthcheck /healthz of a live service: %v\n%s", name, err, out)
@@ -724,14 +737,14 @@ func TestHealthcheckProbesOnlyMetricsAddr(t *testing.T) {
 	// not through the HTTP_PROXY a container may have in its environment.
 	if ip := nonLoopbackIPv4(t); ip != "" {
 		onIP := startService(t, svc, "COMBO_METRICS_ADDR="+net.JoinHostPort(ip, "0"))
-		probe := exec.Command(svc, "-healthcheck", "/healthz")
+		probe := bounded(t, svc, "-healthcheck", "/healthz")
 		probe.Env = append(os.Environ(), "COMBO_METRICS_ADDR="+onIP.metrics, "HTTP_PROXY=http://"+testredis.ClosedAddr(t), "NO_PROXY=")
 		if out, err := probe.CombinedOutput(); err != nil {
 			t.Errorf("healthcheck of %s with HTTP_PROXY set: %v\n%s", onIP.metrics, err, out)
 		}
 	}
 	// metrics.addr is still read, and a port nothing listens on still fails.
-	closed := exec.Command(svc, "-healthcheck", "/healthz")
+	closed := bounded(t, svc, "-healthcheck", "/healthz")
 	closed.Env = append(os.Environ(), "COMBO_CONFIG="+edited, "COMBO_METRICS_ADDR="+testredis.ClosedAddr(t))
 	if out, err := closed.CombinedOutput(); err == nil {
 		t.Errorf("healthcheck of a closed port succeeded:\n%s", out)
