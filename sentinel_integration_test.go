@@ -126,6 +126,32 @@ func TestRedisViaSentinelFailsOver(t *testing.T) {
 	}
 }
 
+// A Sentinel that lets no one in without a login (its default user off)
+// is asked as redis.sentinel_username with redis.sentinel_password by the
+// clients that find the master through it, not only by the start checks
+// and the watch: the service's reports are pushed (mutants: either left
+// out of the clients' options, which asked as the default user, were
+// refused, and failed every report; TestRedisViaSentinelFailsOver's
+// Sentinel lets the default user in).
+func TestRedisViaSentinelsThatRequireALogin(t *testing.T) {
+	ctx := context.Background()
+	master := testredis.Start(t, testredis.Options{})
+	sentinel := testredis.StartSentinel(t, sentinelMaster, master)
+	admin := sentinel.Client()
+	testredis.SetREADMESentinelACLUser(t, func(args ...any) error { return admin.Do(ctx, args...).Err() }, "README.md", "spw")
+	if err := admin.Do(ctx, "ACL", "SETUSER", "default", "off").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := startService(t, options{redis: master, mutate: func(c *conf.Config) {
+		c.Redis.Addr = ""
+		c.Redis.SentinelAddrs, c.Redis.SentinelMaster = []string{sentinel.Addr}, sentinelMaster
+		c.Redis.SentinelUsername, c.Redis.SentinelPassword = "combo-sentinel", "spw"
+	}})
+	a := newActivity()
+	s.report(gift(a, 1, "firework", 1))
+	s.pushes.waitFor(1, wait, forActivity(a))
+}
+
 // A master found through Sentinels that may evict is warned of at start,
 // named by the address the Sentinels give (go-redis gives such a client
 // none), as a master.
