@@ -43,7 +43,7 @@ func TestVersionOfTakesTheStampedRevision(t *testing.T) {
 		t.Errorf("no VCS data, stamped: revision %q, want the stamp", r)
 	}
 	withVCS := &debug.BuildInfo{Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "86e7787abcdef"}, {Key: "vcs.modified", Value: "true"}}}
-	if _, r := versionOf(withVCS, "86e7787abcdef"); r != "86e7787abcdef+dirty" {
+	if _, r := versionOf(withVCS, "0123456789abc"); r != "86e7787abcdef+dirty" {
 		t.Errorf("VCS data and a stamp: revision %q, want Go's, with +dirty", r)
 	}
 }

@@ -296,7 +296,12 @@ func TestEmbeddedRedisRequiresThePassword(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	addr, newClient := openTestRedis(t, cfg)
+	core, logs := observer.New(zap.WarnLevel)
+	addr, newClient, closeAll, err := openRedis(cfg, zap.New(core), prometheus.NewRegistry(), metrics.New(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
 	ctx := context.Background()
 	if err := newClient(0).Ping(ctx).Err(); err != nil {
 		t.Fatalf("the service's client on the embedded Redis at %s: %v", addr, err)
@@ -305,6 +310,44 @@ func TestEmbeddedRedisRequiresThePassword(t *testing.T) {
 	defer anon.Close()
 	if err := anon.Set(ctx, "combo-test:anon", "x", time.Minute).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
 		t.Fatalf("SET without the password on the embedded Redis: %v; want NOAUTH", err)
+	}
+	// The start's hint to watch the pushes asks for the password: without
+	// --askpass its redis-cli is refused NOAUTH.
+	_, port, _ := net.SplitHostPort(addr)
+	hinted := logs.FilterField(zap.String("embedded_redis_addr", addr)).
+		FilterField(zap.String("watch_pushes", "redis-cli --raw --askpass -p "+port+" psubscribe 'act:*:contributions'"))
+	if hinted.Len() != 1 {
+		t.Fatalf("logged %v, want the embedded Redis's address and a watch_pushes hint with --askpass", logs.All())
+	}
+}
+
+// redis.pool_size bounds each client's pool (or the connections its user
+// needs at once, the worker's shards, if more), redis.conn_max_lifetime's
+// renewals are spread over a tenth of it so that a pool's connections do
+// not all dial anew at once, and a command that failed is not sent again
+// (go-redis's default sends it up to 3 more times). Checked on the
+// clients' options, as SETINFO is (mutants: each left out, and every test
+// still passing).
+func TestClientsTakeThePoolAndLifetimeConfigured(t *testing.T) {
+	cfg := conf.Default()
+	cfg.Redis.Addr = testredis.ClosedAddr(t) // nothing is dialed
+	cfg.Redis.PoolSize, cfg.Redis.ConnMaxLifetime = 3, 10*time.Minute
+	_, newClient := openTestRedis(t, cfg)
+	for minConns, want := range map[int]int{0: 3, 7: 7} {
+		c, ok := newClient(minConns).(*redis.Client)
+		if !ok {
+			t.Fatalf("a client of one Redis is a %T", newClient(minConns))
+		}
+		o := c.Options()
+		if o.PoolSize != want {
+			t.Errorf("newClient(%d): pool of %d, want %d (redis.pool_size 3)", minConns, o.PoolSize, want)
+		}
+		if o.ConnMaxLifetime != 10*time.Minute || o.ConnMaxLifetimeJitter != time.Minute {
+			t.Errorf("newClient(%d): connections renewed after %v, jittered by %v; want 10m0s and 1m0s", minConns, o.ConnMaxLifetime, o.ConnMaxLifetimeJitter)
+		}
+		if o.MaxRetries != 0 {
+			t.Errorf("newClient(%d): a failed command sent again up to %d times, want none", minConns, o.MaxRetries)
+		}
 	}
 }
 

@@ -44,6 +44,9 @@ func TestReadinessLogSaysEachChangeOnce(t *testing.T) {
 	if reason := logs.All()[1].ContextMap()["reason"]; reason != "dial tcp: connection refused" {
 		t.Errorf("the first not-ready line's reason %q, want the first error's text", reason)
 	}
+	if was := logs.All()[2].ContextMap()["was"]; was != "redis" {
+		t.Errorf("the ready-again line's was %q, want the kind it was not ready for (redis)", was)
+	}
 }
 
 // On the service: Redis stopped, the next probe logs the replica not

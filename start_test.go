@@ -24,10 +24,11 @@ func TestPortInUseIsLoggedAsAFailureToStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	// The RPC port, then the metrics port, taken.
-	for _, addrs := range [][2]string{{taken.Addr().String(), "127.0.0.1:0"}, {"127.0.0.1:0", taken.Addr().String()}} {
+	// The RPC port, then the metrics port, then the embedded Redis's, taken.
+	free := "127.0.0.1:0"
+	for _, addrs := range [][3]string{{taken.Addr().String(), free, free}, {free, taken.Addr().String(), free}, {free, free, taken.Addr().String()}} {
 		cfg := conf.Default() // the embedded Redis
-		cfg.Server.Addr, cfg.Metrics.Addr = addrs[0], addrs[1]
+		cfg.Server.Addr, cfg.Metrics.Addr, cfg.Redis.EmbeddedAddr = addrs[0], addrs[1], addrs[2]
 		done := make(chan error, 1)
 		go func() { done <- run(context.Background(), cfg, testLogger(t), nil) }()
 		select {
@@ -36,22 +37,27 @@ func TestPortInUseIsLoggedAsAFailureToStart(t *testing.T) {
 			t.Fatalf("run still starting 10 s after failing to listen on %s", taken.Addr())
 		}
 		if err == nil || !errors.As(err, new(startError)) || !strings.Contains(err.Error(), taken.Addr().String()) {
-			t.Fatalf("server.addr %s, metrics.addr %s: run returned %v, want a startError naming %s", addrs[0], addrs[1], err, taken.Addr())
+			t.Fatalf("server.addr %s, metrics.addr %s, redis.embedded_addr %s: run returned %v, want a startError naming %s", addrs[0], addrs[1], addrs[2], err, taken.Addr())
 		}
 	}
 
 	// As production's logger does, with a stacktrace at error level.
 	core, logs := observer.New(zap.InfoLevel)
 	log := zap.New(core, zap.AddStacktrace(zap.ErrorLevel))
+	stopErr := errors.New("drain reports in flight: context deadline exceeded")
 	logRunError(log, err)
-	logRunError(log, errors.New("drain reports in flight: context deadline exceeded"))
+	logRunError(log, stopErr)
 	got := logs.All()
 	if len(got) != 2 || got[0].Message != "combo-service failed to start" || got[1].Message != "combo-service stopped with an error" {
 		t.Fatalf("logged %v, want a failure to start, then an error of the stop", got)
 	}
-	for _, e := range got {
+	for i, e := range got {
 		if e.Level != zap.ErrorLevel || e.Stack != "" {
 			t.Errorf("%q logged at %s with stack %q, want error level, no stack", e.Message, e.Level, e.Stack)
+		}
+		// What failed, or why the stop was cut short: the line's only news.
+		if want := []error{err, stopErr}[i].Error(); e.ContextMap()["error"] != want {
+			t.Errorf("%q logged error %q, want %q", e.Message, e.ContextMap()["error"], want)
 		}
 	}
 }

@@ -7,15 +7,19 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/combo-service/combo-service/conf"
+	"github.com/combo-service/combo-service/metrics"
+	"github.com/combo-service/combo-service/repo"
 	"github.com/combo-service/combo-service/worker"
 )
 
@@ -184,5 +188,67 @@ func TestWorkerConfigIsTheConfigured(t *testing.T) {
 	cfg.Redis.Addrs = []string{"10.0.0.1:7000"}
 	if !workerConfig(cfg).NodePerShard {
 		t.Fatal("on a Redis Cluster (redis.addrs) the worker does not follow each shard's node")
+	}
+}
+
+// Every repo setting is the configured one, each given a value of its own
+// so that one wired from another's key shows, on the report path's repo
+// and the worker's alike (mutants: window.grace, window.dedupe or
+// redis.shards left out, the repo's zero taken instead, and every test
+// still passing).
+func TestRepoSettingsAreTheConfigured(t *testing.T) {
+	cfg := conf.Default()
+	cfg.Redis.Addr = "10.0.0.1:6379"
+	cfg.Window = conf.Window{Size: 1700 * time.Millisecond, Grace: 300 * time.Millisecond, Dedupe: 41 * time.Second, Stale: 37 * time.Second}
+	cfg.Redis.Timeout, cfg.Redis.Shards, cfg.Redis.StreamMaxLen = 700*time.Millisecond, 6, 123_456
+	got := repoSettings(cfg)
+	want := repo.Settings{Window: 1700 * time.Millisecond, Grace: 300 * time.Millisecond, Dedupe: 41 * time.Second, Stale: 37 * time.Second,
+		Timeout: 700 * time.Millisecond, Shards: 6, StreamMaxLen: 123_456}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("repoSettings = %+v\nwant           %+v", got, want)
+	}
+	path := reportPathSettings(got, metrics.New(prometheus.NewRegistry()), zap.NewNop())
+	path.ObservePipeline, path.OnPanic = nil, nil
+	if !reflect.DeepEqual(path, want) {
+		t.Fatalf("reportPathSettings = %+v\nwant                 %+v", path, want)
+	}
+}
+
+// The start line names what this replica runs: which build, where it
+// listens, which Redis, as which consumer, and the window rule an
+// operator compares across replicas, each field as configured.
+func TestStartLineNamesWhatItRuns(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	s := startService(t, options{log: zap.New(core), mutate: func(c *conf.Config) { c.Redis.Shards = 3 }})
+	lines := logs.FilterMessage("combo-service started").All()
+	if len(lines) != 1 {
+		t.Fatalf("logged %d start lines, want 1", len(lines))
+	}
+	version, revision := buildVersion()
+	want := map[string]any{
+		"version": version, "revision": revision, "rpc_addr": s.addrs.RPCAddr, "redis": s.cfg.Redis.Addr, "redis_tls": false,
+		"metrics_addr": s.addrs.MetricsAddr, "consumer": t.Name(), "window": testWindow, "grace": testGrace, "shards": int64(3),
+	}
+	got := lines[0].ContextMap()
+	for k, v := range want {
+		if !reflect.DeepEqual(got[k], v) {
+			t.Errorf("start line's %s = %v (%T), want %v", k, got[k], got[k], v)
+		}
+	}
+}
+
+// /healthz answers ok while the process runs: the image's HEALTHCHECK
+// (-healthcheck /healthz) probes it, and a 404 there marks every replica
+// unhealthy.
+func TestHealthzAnswersOK(t *testing.T) {
+	s := startService(t, options{})
+	resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "ok\n" {
+		t.Fatalf("/healthz: %d %q, want 200 ok", resp.StatusCode, body)
 	}
 }
