@@ -2,12 +2,16 @@ package testredis
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/combo-service/combo-service/internal/testwait"
 )
 
 // FailMaster watches the live nodes over TLS on a TLS cluster: a plain
@@ -17,6 +21,11 @@ func TestFailMasterOnTLSCluster(t *testing.T) {
 		t.Skip("starts a cluster")
 	}
 	c := StartTLSCluster(t, 3)
+	for _, n := range c.Nodes { // the cluster bus over TLS too
+		if got := configOf(t, n.Client(), "tls-cluster"); got != "yes" {
+			t.Errorf("%s: tls-cluster %q, want yes", n.Addr, got)
+		}
+	}
 	c.FailMaster(t, c.Addrs[0])
 	cl := c.Nodes[1].Client()
 	info, err := cl.ClusterInfo(context.Background()).Result()
@@ -133,5 +142,107 @@ func TestAddedReplicaTakesOverAtOnce(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+}
+
+// A test cluster is what StartCluster says: every slot served, by n
+// masters every node knows. ConfigSet and NodeClients reach its replicas
+// too, and a Migration half-moves a slot, then gives it to the target on
+// every node.
+func TestClusterHelpersDoWhatTheySay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	ctx := context.Background()
+	c := StartCluster(t, 3)
+	for _, n := range c.Nodes {
+		info, err := n.Client().ClusterInfo(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for field, want := range map[string]string{"cluster_state": "ok", "cluster_slots_assigned": "16384", "cluster_size": "3", "cluster_known_nodes": "3"} {
+			if got := infoField(info, field); got != want {
+				t.Errorf("%s: CLUSTER INFO %s %q, want %q", n.Addr, field, got, want)
+			}
+		}
+	}
+	cc := c.Client(t)
+	const key = "{helpers}k"
+	if err := cc.Set(ctx, key, "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	from := c.MasterAddr(t, cc, key)
+	replica := c.AddReplica(t, from)
+	if info := replica.Client().Info(ctx, "replication").Val(); !strings.Contains(info, "master_link_status:up") {
+		t.Errorf("replica %s not in sync when AddReplica returns:\n%s", replica.Addr, info)
+	}
+	fromID, replicaID := c.node(t, from).ClusterMyID(ctx).Val(), replica.Client().ClusterMyID(ctx).Val()
+	for _, n := range c.Nodes { // as soon as AddReplica returns
+		if !knowsReplica(ctx, n.Client(), replicaID, fromID) {
+			t.Errorf("%s does not know %s as %s's replica when AddReplica returns", n.Addr, replica.Addr, from)
+		}
+	}
+	// CLUSTER SLOTS lists a replica once the others have heard it has
+	// data (a replication offset past 0).
+	var masters []*redis.Client
+	for _, n := range c.Nodes {
+		masters = append(masters, n.Client())
+	}
+	testwait.For(t, "every master to list the new replica in CLUSTER SLOTS", func() bool {
+		for _, m := range masters {
+			if !strings.Contains(fmt.Sprint(m.ClusterSlots(ctx).Val()), replica.Addr) {
+				return false
+			}
+		}
+		return true
+	})
+	cc = c.Client(t) // one that loads the slot map with the replica
+	c.ConfigSet(t, cc, "maxmemory-policy", "allkeys-lru")
+	nodes := c.NodeClients(t)
+	if len(nodes) != 4 {
+		t.Errorf("NodeClients: %d clients, want the 3 masters and the replica", len(nodes))
+	}
+	for _, s := range append([]*Server{replica}, c.Nodes...) {
+		if got := configOf(t, s.Client(), "maxmemory-policy"); got != "allkeys-lru" {
+			t.Errorf("%s: maxmemory-policy %q after ConfigSet, want allkeys-lru", s.Addr, got)
+		}
+	}
+	to := c.Addrs[0]
+	if to == from {
+		to = c.Addrs[1]
+	}
+	m := c.BeginMigration(t, key, from, to)
+	slot := strconv.FormatInt(m.slot, 10)
+	for addr, mark := range map[string]string{from: "[" + slot + "->-" + m.toID + "]", to: "[" + slot + "-<-"} {
+		if nodes := c.node(t, addr).ClusterNodes(ctx).Val(); !strings.Contains(nodes, mark) {
+			t.Errorf("%s: CLUSTER NODES lacks %s after BeginMigration:\n%s", addr, mark, nodes)
+		}
+	}
+	m.Finish()
+	for _, a := range c.Addrs {
+		got, err := c.node(t, a).Do(ctx, "CLUSTER", "COUNTKEYSINSLOT", m.slot).Int()
+		if a == to && (err != nil || got != 1) || a != to && got != 0 {
+			t.Errorf("%s: %d keys in slot %s after Finish (%v)", a, got, slot, err)
+		}
+		if err := c.node(t, a).Get(ctx, key).Err(); a != to && (err == nil || !strings.HasPrefix(err.Error(), "MOVED "+slot+" "+to)) {
+			t.Errorf("%s: GET %s after Finish: %v, want MOVED to %s", a, key, err, to)
+		}
+	}
+	c.KillMaster(t, cc, from)
+	for _, a := range c.Addrs {
+		if a != from {
+			if got := configOf(t, c.node(t, a), "cluster-require-full-coverage"); got != "no" {
+				t.Errorf("%s: cluster-require-full-coverage %q after KillMaster, want no", a, got)
+			}
+		}
+	}
+}
+
+// waitOK fails, at its timeout, on a cluster whose node is not ok (here
+// a node in no cluster, which serves no slot).
+func TestClusterWaitOKFailsOnAClusterNotOK(t *testing.T) {
+	c := &Cluster{Nodes: []*Server{StartClusterNode(t)}}
+	if err := c.waitOK(300 * time.Millisecond); err == nil {
+		t.Fatal("waitOK of a node in no cluster returned no error")
 	}
 }

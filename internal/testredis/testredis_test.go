@@ -352,6 +352,14 @@ func TestStartSentinelsFailOverAPausedMaster(t *testing.T) {
 	if q := sentinelField(t, ss[0], "m", "quorum"); q != "2" {
 		t.Fatalf("quorum %s, want 2", q)
 	}
+	for _, s := range ss { // as soon as StartSentinels returns
+		if n := sentinelField(t, s, "m", "num-other-sentinels"); n != "2" {
+			t.Errorf("Sentinel %s knows %s other Sentinels, want 2", s.Addr, n)
+		}
+		if n := sentinelField(t, s, "m", "num-slaves"); n != "1" {
+			t.Errorf("Sentinel %s knows %s replicas, want 1", s.Addr, n)
+		}
+	}
 	master.Pause()
 	paused := time.Now()
 	for _, s := range ss {
