@@ -730,3 +730,69 @@ func TestCarriedCallIsAnsweredAfterItsCallerGivesUp(t *testing.T) {
 		t.Fatalf("carried call of a caller that gave up: %+v %v, want its window opened", a.res, a.err)
 	}
 }
+
+// Calls queued behind pipelines that Redis answers, but slowly, leave the
+// queue unsent once they have waited a whole Timeout (expire): the queue
+// is not sent pipeline after pipeline, each a little too slow, while its
+// callers wait for as many answers as there are pipelines ahead of them.
+// Counted, not timed: each report pipeline here takes 0.6 Timeout, so the
+// calls queued behind the second have waited more than a Timeout when it
+// is answered, and no third pipeline is sent.
+func TestQueueBehindSlowlyAnsweredPipelinesLeavesUnsent(t *testing.T) {
+	const timeout = time.Second
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	s := settings()
+	s.Timeout = timeout
+	r := repo.New(rdb, s)
+	if err := r.LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var pipelines atomic.Int64
+	queued := make(chan struct{})
+	rdb.AddHook(beforeScripts(func() {
+		if pipelines.Add(1) == 1 {
+			select { // the first pipeline waits until the rest are queued
+			case <-queued:
+			case <-time.After(5 * time.Second):
+			}
+		}
+		time.Sleep(timeout * 6 / 10) // a Redis that answers slowly
+	}))
+	first := make(chan error, 1)
+	go func() {
+		_, err := r.Report(context.Background(), []*combo.Contribution{contribution(1, "rose", base)})
+		first <- err
+	}()
+	waitFor(t, "a pipeline", func() bool { return pipelines.Load() > 0 })
+	const n = 2100 // three shared pipelines' worth
+	answers := queueReports(context.Background(), r, n)
+	waitPending(t, r, n)
+	close(queued)
+	unsent := 0
+	for range n {
+		select {
+		case a := <-answers:
+			switch {
+			case a.err == nil:
+			case !errors.Is(a.err, repo.ErrUnavailable):
+				t.Fatalf("report queued behind slow pipelines: %v, want it answered, or ErrUnavailable", a.err)
+			case strings.Contains(a.err.Error(), "unsent"):
+				unsent++
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("reports queued behind slow pipelines never returned")
+		}
+	}
+	select {
+	case err := <-first:
+		if err != nil && !errors.Is(err, repo.ErrUnavailable) {
+			t.Fatalf("the first report: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first report never returned")
+	}
+	if got := pipelines.Load(); got > 2 || unsent < n-1000 {
+		t.Errorf("%d report pipelines sent, %d of %d queued calls left unsent; want at most 2 pipelines, "+
+			"the calls past the second left once they waited a Timeout", got, unsent, n)
+	}
+}

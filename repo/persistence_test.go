@@ -3,6 +3,7 @@ package repo_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -134,5 +135,18 @@ func TestFailedNodeOfReadsEachAddressForm(t *testing.T) {
 		if msg := got.Error(); failed && c.hostAddr != "" && !strings.HasPrefix(msg, c.hostAddr+" ("+c.addr+"): not asked") {
 			t.Errorf("%q: the message %q, want it to name %s first, then %s", c.line, msg, c.hostAddr, c.addr)
 		}
+	}
+}
+
+// A node that does not answer is named in NotAppendOnly's error, not
+// passed over as one that keeps an append-only file: the start check
+// would otherwise say nothing of a node it never read.
+func TestNotAppendOnlyNamesANodeThatDidNotAnswer(t *testing.T) {
+	addr := fmt.Sprintf("127.0.0.1:%d", testredis.FreePort(t))
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	got, err := repo.New(c, settings()).NotAppendOnly(context.Background())
+	if err == nil || !strings.Contains(err.Error(), addr) || len(got) != 0 {
+		t.Fatalf("a node that refuses connections: %v %v, want an error naming %s", got, err, addr)
 	}
 }

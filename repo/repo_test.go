@@ -104,6 +104,62 @@ func subscribedRepoWith(t *testing.T, rdb redis.UniversalClient, s repo.Settings
 	return r, sub
 }
 
+// typesOnOneShard returns n item types whose combo keys (activity 7,
+// user 42) fall on one shard of keys other than 0, and that shard: a
+// report placed on shard 0 hides a key built on the wrong shard.
+func typesOnOneShard(keys repo.Keys, n int) ([]string, int) {
+	var types []string
+	shard := 0
+	for i := 0; len(types) < n; i++ {
+		typ := fmt.Sprint("k", i)
+		switch sh := keys.Shard(7, 42, typ); {
+		case sh == 0:
+		case len(types) == 0:
+			types, shard = append(types, typ), sh
+		case sh == shard:
+			types = append(types, typ)
+		}
+	}
+	return types, shard
+}
+
+// A window displaced (parked) by a newer one of its combo key before its
+// flush is published all the same, with the newer one, on a shard other
+// than 0: its flush finds it where the report script parked it, under
+// its own shard's tag, not lost.
+func TestDisplacedWindowOnAnotherShardIsPublished(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s := settings()
+		s.Shards = 4
+		r, sub := subscribedRepoWithGroups(t, rdb, s)
+		types, shard := typesOnOneShard(r.Keys(), 1)
+		for i, c := range []*combo.Contribution{contribution(10, types[0], base), contribution(20, types[0], base+s.Window.Milliseconds())} {
+			if res, err := r.Report(ctx, []*combo.Contribution{c}); err != nil || res[0].Outcome != repo.Opened {
+				t.Fatalf("report %d: %+v %v, want it to open a window", i, res, err)
+			}
+		}
+		ws, bad, _, err := r.Read(ctx, shard, "c1", ">", 10, -1)
+		if err != nil || len(ws) != 2 || len(bad) != 0 {
+			t.Fatalf("read shard %d: %+v %v %v, want two windows", shard, ws, bad, err)
+		}
+		untilDue(t, r, ws[1:]) // the later one
+		fr, err := r.Flush(ctx, ws)
+		if err != nil || fr[0].Status != repo.Published || fr[1].Status != repo.Published {
+			t.Fatalf("flush of the displaced window and its successor: %+v %v, want both published", fr, err)
+		}
+		for _, id := range []int64{10, 20} {
+			msg, err := receive(ctx, sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != id || m.Record.Quantity != 1 {
+				t.Fatalf("push %q, want report %d's window", msg.Payload, id)
+			}
+		}
+	})
+}
+
 func TestReportThenFlush(t *testing.T) {
 	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()

@@ -319,3 +319,66 @@ func TestReportRefusedAtAFullStreamLeavesItsKeysWindowOpen(t *testing.T) {
 		expectNoMorePushes(t, rdb, sub)
 	})
 }
+
+// A degraded report's id is remembered in its own shard's dedupe sets,
+// where the report script looks for it: sent again once its shard's
+// stream has room (its caller's answer lost, say), it is a duplicate, not
+// counted into a window that would push it a second time. Shard 0 would
+// hide a mix-up of shards, so the report is on another.
+func TestDegradedIDOnAnotherShardIsADuplicateOnceItsStreamHasRoom(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s := settings()
+		s.Shards, s.StreamMaxLen = 4, 1
+		r, sub := subscribedRepoWith(t, rdb, s)
+		types, shard := typesOnOneShard(r.Keys(), 2)
+		if res, err := r.Report(ctx, []*combo.Contribution{contribution(1, types[0], base)}); err != nil || res[0].Outcome != repo.Opened {
+			t.Fatalf("filling shard %d's stream: %+v %v", shard, res, err)
+		}
+		c := contribution(2, types[1], base)
+		if res, err := r.Report(ctx, []*combo.Contribution{c}); err != nil || res[0].Outcome != repo.Degraded {
+			t.Fatalf("report at a full stream: %+v %v, want degraded", res, err)
+		}
+		if msg, err := receive(ctx, sub); err != nil {
+			t.Fatal(err)
+		} else if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != 2 {
+			t.Fatalf("push %q, want report 2 on its own", msg.Payload)
+		}
+		entries, err := rdb.XRange(ctx, r.Keys().Stream(shard), "-", "+").Result()
+		if err != nil || len(entries) != 1 {
+			t.Fatalf("shard %d's stream: %v %v, want the one window", shard, entries, err)
+		}
+		if err := r.Drop(ctx, shard, []string{entries[0].ID}); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := r.Report(ctx, []*combo.Contribution{c}); err != nil || res[0].Outcome != repo.Duplicate {
+			t.Fatalf("sent again once its stream has room: %+v %v, want a duplicate", res, err)
+		}
+		expectNoMorePushes(t, rdb, sub)
+	})
+}
+
+// A degraded publish whose script Redis no longer has (SCRIPT FLUSH, a
+// restart, a failover to a replica with an empty script cache) sends it
+// again with EVAL and publishes the report: NOSCRIPT says nothing ran.
+// Left failed, every degraded report failed until the service restarted.
+func TestDegradedPublishReloadsALostScript(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r, sub := boundedRepo(t, rdb, 1)
+		if res, err := r.Report(ctx, []*combo.Contribution{contribution(1, "k0", base)}); err != nil || res[0].Outcome != repo.Opened {
+			t.Fatalf("filling the stream: %+v %v", res, err)
+		}
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := r.Report(ctx, []*combo.Contribution{contribution(2, "k1", base)}); err != nil || res[0].Outcome != repo.Degraded {
+			t.Fatalf("report at a full stream after SCRIPT FLUSH: %+v %v, want degraded", res, err)
+		}
+		if msg, err := receive(ctx, sub); err != nil {
+			t.Fatal(err)
+		} else if m, err := push.Decode([]byte(msg.Payload)); err != nil || m.Record.ID != 2 {
+			t.Fatalf("push %q, want report 2 on its own", msg.Payload)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package repo_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -117,4 +118,39 @@ func shardStats(t *testing.T, r *repo.Repo) repo.StreamStats {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// LastID is the newest entry's id (the final read at shutdown reads new
+// entries up to it; the oldest would leave this replica's later windows
+// unread), and PendingIDs lists only the given consumer's pending
+// entries, in id order (the final read re-reads those, not another
+// replica's).
+func TestLastIDAndPendingIDsOfOneConsumer(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r, _ := subscribedRepoWithGroups(t, rdb, settings())
+		if last, err := r.LastID(ctx, 0); err != nil || last != "" {
+			t.Fatalf("LastID of an empty stream: %q %v, want none", last, err)
+		}
+		for i := range 3 {
+			if res, err := r.Report(ctx, []*combo.Contribution{contribution(int64(i+1), fmt.Sprint("k", i), base)}); err != nil || res[0].Outcome != repo.Opened {
+				t.Fatalf("report %d: %+v %v", i, res, err)
+			}
+		}
+		mine, _, _, err := r.Read(ctx, 0, "c1", ">", 2, -1)
+		if err != nil || len(mine) != 2 {
+			t.Fatalf("c1's read: %+v %v, want two windows", mine, err)
+		}
+		theirs, _, _, err := r.Read(ctx, 0, "c2", ">", 1, -1)
+		if err != nil || len(theirs) != 1 {
+			t.Fatalf("c2's read: %+v %v, want one window", theirs, err)
+		}
+		if last, err := r.LastID(ctx, 0); err != nil || last != theirs[0].ID {
+			t.Fatalf("LastID: %q %v, want the newest entry %s", last, err, theirs[0].ID)
+		}
+		ids, err := r.PendingIDs(ctx, 0, "c1", "-", 10)
+		if err != nil || len(ids) != 2 || ids[0] != mine[0].ID || ids[1] != mine[1].ID {
+			t.Fatalf("c1's pending ids: %v %v, want %s and %s, not c2's %s", ids, err, mine[0].ID, mine[1].ID, theirs[0].ID)
+		}
+	})
 }
