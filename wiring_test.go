@@ -242,7 +242,8 @@ func TestStartLineNamesWhatItRuns(t *testing.T) {
 // unhealthy.
 func TestHealthzAnswersOK(t *testing.T) {
 	s := startService(t, options{})
-	resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/healthz")
+	probe := &http.Client{Timeout: 10 * time.Second} // a hung handler fails the test, not go test's timeout
+	resp, err := probe.Get("http://" + s.addrs.MetricsAddr + "/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/combo-service/combo-service/internal/testwait"
 )
 
 // blocked starts n goroutines that wait on their own channel, and returns
@@ -85,17 +86,10 @@ func TestStateFindsThatGoroutineOnly(t *testing.T) {
 		t.Skipf("no goroutine number began with %s", id)
 	}
 	close(ends[0])
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		state, _, ok := State(id)
-		if !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("State(%s) of a goroutine that ended: %q, still ok 10 s on (goroutine %s waits)", id, state, longer)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.For(t, "State("+id+") to say goroutine "+id+" ended, while goroutine "+longer+" waits", func() bool {
+		_, _, ok := State(id)
+		return !ok
+	})
 	if state, _, ok := State(longer); !ok || state != "chan receive" {
 		t.Fatalf("State(%s) of a goroutine waiting on a channel: %q, %v", longer, state, ok)
 	}

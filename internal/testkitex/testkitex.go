@@ -5,8 +5,8 @@ package testkitex
 
 import (
 	"errors"
-	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -31,7 +31,7 @@ func Serve(t testing.TB, svc combo.ComboService) string {
 	svr := comboservice.NewServer(svc, server.WithListener(ln), server.WithExitWaitTime(time.Second))
 	ran := make(chan error, 1)
 	go func() { ran <- svr.Run() }()
-	awaitServing(t, ln.Addr().String(), ran)
+	awaitServing(t, ln.Addr().String(), ran, 10*time.Second)
 	t.Cleanup(func() {
 		if err := svr.Stop(); err != nil {
 			t.Errorf("server Stop: %v", err)
@@ -45,30 +45,45 @@ func Serve(t testing.TB, svc combo.ComboService) string {
 	return ln.Addr().String()
 }
 
-// awaitServing returns once the server at addr serves: it closes a
-// connection that sent it no RPC. Until then the kernel queues
-// connections on the listener, and a Stop (of a test that ends before
-// its first call) could come before Run had set up its server: Kitex
-// v0.16.3's Stop then does nothing, once and for all, and Run serves on
-// for good.
-func awaitServing(t testing.TB, addr string, ran <-chan error) {
+// awaitServing returns once the server at addr serves: it accepts a
+// connection and closes it when the connection's writes end with no RPC
+// sent (netpoll closes a connection whose peer half-closed it, without a
+// line; bytes that are no RPC would log an error at every Serve). Until
+// then the kernel queues connections on the listener, and a Stop (of a
+// test that ends before its first call) could come before Run had set up
+// its server: Kitex v0.16.3's Stop then does nothing, once and for all,
+// and Run serves on for good. It fails t if Run returns first, or if the
+// server neither closes the connection nor answers on it within wait.
+func awaitServing(t testing.TB, addr string, ran <-chan error, wait time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	probed := make(chan error, 1)
+	go func() { probed <- probe(addr, wait) }()
+	select {
+	case err := <-probed:
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("testkitex.Serve: the server at %s did not close a connection that sent no RPC in %s", addr, wait)
+		} else if err != nil {
+			t.Fatalf("testkitex.Serve: %v", err)
+		}
+	case err := <-ran:
+		t.Fatalf("testkitex.Serve: server Run returned %v before it served", err)
+	}
+}
+
+// probe dials addr, ends its writes and reads: anything but a timeout (a
+// byte, the server's close, a reset) shows the server accepted it.
+func probe(addr string, wait time.Duration) error {
+	c, err := net.DialTimeout("tcp", addr, wait)
 	if err != nil {
-		t.Fatalf("testkitex.Serve: %v", err)
+		return err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(deadline)
-	if _, err := c.Write([]byte("no RPC\r\n\r\n")); err == nil {
-		_, err = io.Copy(io.Discard, c) // until the server closes it
+	_ = c.SetDeadline(time.Now().Add(wait))
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		return err
 	}
-	if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
-		select {
-		case err := <-ran:
-			t.Fatalf("testkitex.Serve: server Run returned %v", err)
-		default:
-			t.Fatalf("testkitex.Serve: the server at %s did not close a connection that sent no RPC in 10 s", addr)
-		}
+	if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
 	}
+	return nil
 }

@@ -3,13 +3,16 @@ package testkitex
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cloudwego/kitex/client"
 
+	"github.com/combo-service/combo-service/internal/testwait"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 )
@@ -68,5 +71,52 @@ func TestServeStopsWhenItsTestEndsAtOnce(t *testing.T) {
 			_ = c.Close()
 			t.Fatal("the server still listens after its test ended")
 		}
+	}
+}
+
+// fatalTB records Fatalf and ends the goroutine that called it, as
+// testing's does, without failing the test.
+type fatalTB struct {
+	testing.TB
+	fatal string
+}
+
+func (f *fatalTB) Helper() {}
+
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.fatal = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// awaitServingOf runs awaitServing on addr with a wait of 300 ms and
+// returns what it failed t with, "" if it returned.
+func awaitServingOf(t *testing.T, addr string, ran <-chan error) string {
+	f := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		awaitServing(f, addr, ran, 300*time.Millisecond)
+	}()
+	testwait.Receive(t, "awaitServing to return or fail", done)
+	return f.fatal
+}
+
+// Serve fails its test, saying why, when the server does not come to
+// serve: its listener never accepts, or Run returned. (The timeout's
+// check once read the dial's error, not the read's: Serve then returned
+// as if the server served, and the cleanup's Stop was the one lost.)
+func TestAwaitServingFailsWhenTheServerDoesNotServe(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // never accepts
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if got := awaitServingOf(t, ln.Addr().String(), make(chan error)); !strings.Contains(got, "did not close a connection") {
+		t.Errorf("awaitServing of a listener that never accepts: failed with %q, want a timeout", got)
+	}
+	ran := make(chan error, 1)
+	ran <- errors.New("no service")
+	if got := awaitServingOf(t, ln.Addr().String(), ran); !strings.Contains(got, "Run returned no service") {
+		t.Errorf("awaitServing of a server whose Run returned: failed with %q, want Run's error", got)
 	}
 }
