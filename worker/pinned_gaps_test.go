@@ -336,4 +336,8 @@ func TestGroupLossFoundFirstByTheClaimerIsCounted(t *testing.T) {
 	if n := testutil.ToFloat64(m.GroupsRecreated); n != 1 {
 		t.Fatalf("groups recreated %v, want 1: the loss the claimer found", n)
 	}
+	// Redis answered the claim: a lost group is no Redis error.
+	if n := testutil.ToFloat64(m.RedisErrors.WithLabelValues(metrics.OpClaim)); n != 0 {
+		t.Errorf("redis claim errors counted: %v, want 0", n)
+	}
 }
