@@ -185,10 +185,15 @@ func (s *service) waitServing() {
 	}
 }
 
+// httpGet is the tests' client of the metrics port: a handler that hung
+// fails its test after 10 s, where http.Get would wait until go test's
+// timeout, which names no test.
+var httpGet = (&http.Client{Timeout: 10 * time.Second}).Get
+
 // readyz returns /readyz's status and body.
 func readyz(t *testing.T, s *service) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/readyz")
+	resp, err := httpGet("http://" + s.addrs.MetricsAddr + "/readyz")
 	if err != nil {
 		t.Fatalf("/readyz: %v", err)
 	}
@@ -200,7 +205,7 @@ func readyz(t *testing.T, s *service) (int, string) {
 // scrape returns the service's /metrics text.
 func scrape(t *testing.T, s *service) string {
 	t.Helper()
-	resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/metrics")
+	resp, err := httpGet("http://" + s.addrs.MetricsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

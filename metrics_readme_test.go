@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"net/http"
 	"os"
 	"regexp"
 	"sort"
@@ -101,7 +100,7 @@ func TestREADMEMetricsTableIsTheRegistry(t *testing.T) {
 // gatherService parses the service's /metrics.
 func gatherService(t *testing.T, s *service) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/metrics")
+	resp, err := httpGet("http://" + s.addrs.MetricsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

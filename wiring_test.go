@@ -63,7 +63,7 @@ func TestShutdownTimeoutBoundsTheDrain(t *testing.T) {
 // not for the open network).
 func TestPprofIsOffByDefault(t *testing.T) {
 	s := startService(t, options{})
-	resp, err := http.Get("http://" + s.addrs.MetricsAddr + "/debug/pprof/")
+	resp, err := httpGet("http://" + s.addrs.MetricsAddr + "/debug/pprof/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,8 +242,7 @@ func TestStartLineNamesWhatItRuns(t *testing.T) {
 // unhealthy.
 func TestHealthzAnswersOK(t *testing.T) {
 	s := startService(t, options{})
-	probe := &http.Client{Timeout: 10 * time.Second} // a hung handler fails the test, not go test's timeout
-	resp, err := probe.Get("http://" + s.addrs.MetricsAddr + "/healthz")
+	resp, err := httpGet("http://" + s.addrs.MetricsAddr + "/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}
