@@ -242,26 +242,39 @@ func TestRefusedFlushBacksOffTo5s(t *testing.T) {
 	waitPushes(t, sub, 1)
 }
 
-// With room to spare after claim_idle (window.stale far off), the claimer
-// scans every claim_idle/2, so a dead replica's window is taken over at
-// most half a claim_idle after it could be: scanning every 2 × claim_idle
-// passed every other test, which set window.stale tight, and left a dead
-// replica's windows up to 8 s later than need be at the defaults.
-func TestClaimerScansEveryHalfClaimIdle(t *testing.T) {
-	r, _, _, m := setup(t)
-	store := &claimCounting{Repo: r}
-	const claimIdle = time.Second
-	wk := worker.New(store, worker.Config{Consumer: "live", ClaimIdle: claimIdle, Stale: time.Minute,
-		Block: 50 * time.Millisecond}, zaptest.NewLogger(t), m)
-	start := time.Now()
-	wk.Start()
-	defer stop(t, wk)
-	// Three scans 500 ms apart (claim_idle/2) take 1.5 s; a claim_idle
-	// apart 3 s, two 6 s. 2.5 s is room for a loaded machine's late
-	// ticks (a ticker does not add them up), not for a scan a claim_idle
-	// apart.
-	waitFor(t, "three scans", func() bool { return store.calls[0].Load() >= 3 })
-	if took := time.Since(start); took >= 2500*time.Millisecond {
-		t.Fatalf("three scans took %v, want about 1.5 s (one each claim_idle/2, 500 ms)", took.Round(time.Millisecond))
+// The claimer scans every claim_idle/2, or every room/2 when window.stale
+// leaves less room than claim_idle after it (room = stale - claim_idle),
+// so a dead replica's window is taken over at most half a period after it
+// could be and still has half the room to be published in. Both periods
+// are 500 ms here: three scans take 1.5 s; scanning a whole period apart
+// 3 s, or 2 × claim_idle apart 6 s. 2.5 s is room for a loaded machine's
+// late ticks (a ticker does not add them up), not for a scan a whole
+// period apart.
+func TestClaimerScansEveryHalfPeriod(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		claimIdle, stale time.Duration
+	}{
+		// Every other test set window.stale tight: scanning every 2 ×
+		// claim_idle passed them, and left a dead replica's windows up to
+		// 8 s later than need be at the defaults.
+		{"half claim_idle, stale far off", time.Second, time.Minute},
+		// Scanning every room, a window found at the end of a period had
+		// no room left, and went stale.
+		{"half the room before stale", 2 * time.Second, 3 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _, _, m := setup(t)
+			store := &claimCounting{Repo: r}
+			wk := worker.New(store, worker.Config{Consumer: "live", ClaimIdle: tc.claimIdle, Stale: tc.stale,
+				Block: 50 * time.Millisecond}, zaptest.NewLogger(t), m)
+			start := time.Now()
+			wk.Start()
+			defer stop(t, wk)
+			waitFor(t, "three scans", func() bool { return store.calls[0].Load() >= 3 })
+			if took := time.Since(start); took >= 2500*time.Millisecond {
+				t.Fatalf("three scans took %v, want about 1.5 s (one each 500 ms)", took.Round(time.Millisecond))
+			}
+		})
 	}
 }

@@ -143,26 +143,6 @@ func TestWindowsOfAClaimThatPanickedAreReadAgain(t *testing.T) {
 	}
 }
 
-// When window.stale leaves less than claim_idle after it (room), the
-// claimer scans every room/2, so that a dead replica's window, claimable
-// at claim_idle and found up to a period later, still has half the room
-// to be published in: scanning every room, one found at the end of a
-// period had none, and went stale. claim_idle 2 s and stale 3 s: a scan
-// each 500 ms, three in 1.5 s; each room (1 s) 3 s.
-func TestClaimerScansEveryHalfTheRoomBeforeStale(t *testing.T) {
-	r, _, _, m := setup(t)
-	store := &claimCounting{Repo: r}
-	wk := worker.New(store, worker.Config{Consumer: "live", ClaimIdle: 2 * time.Second, Stale: 3 * time.Second,
-		Block: 50 * time.Millisecond}, zaptest.NewLogger(t), m)
-	start := time.Now()
-	wk.Start()
-	defer stop(t, wk)
-	waitFor(t, "three scans", func() bool { return store.calls[0].Load() >= 3 })
-	if took := time.Since(start); took >= 2500*time.Millisecond {
-		t.Fatalf("three scans took %v, want about 1.5 s (one each (stale - claim_idle)/2, 500 ms)", took.Round(time.Millisecond))
-	}
-}
-
 // lostReplyAt is the real store whose first claim that takes windows
 // loses its reply (see lostClaimReply), saying when.
 type lostReplyAt struct {
