@@ -134,10 +134,12 @@ type Worker struct {
 	// entries again.
 	Consumer string `mapstructure:"consumer"`
 	// ClaimIdle: entries pending on another consumer longer than this are
-	// taken over. Must exceed Window.Size + Window.Grace.
+	// taken over. Must exceed Window.Size + Window.Grace and stay below
+	// Window.Stale.
 	ClaimIdle time.Duration `mapstructure:"claim_idle"`
 	// ConsumerIdleDelete: a consumer with no pending entries, idle this long,
-	// is removed from the group.
+	// is removed from the group once its replica's settings key has expired
+	// (a live replica's consumer is kept however idle: repo.PruneConsumers).
 	ConsumerIdleDelete time.Duration `mapstructure:"consumer_idle_delete"`
 	// ReadCount is XREADGROUP COUNT; BatchSize is how many due windows one
 	// pipelined flush carries.

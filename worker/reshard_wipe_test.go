@@ -18,7 +18,9 @@ import (
 // slot is MIGRATING, before MIGRATE moved it, is lost: nothing holds it on
 // the new master but the empty one EnsureGroup made there. Yet the old
 // master answers every command on a missing key of a migrating slot with
-// ASK, so slotMoved takes the loss for a move and nothing is counted.
+// ASK, so a check by redirect (slotMoved, added in 53b3644 and reverted
+// in b5f3d59) took the loss for a move and counted nothing; the group's
+// consumer decides again (repo's moved), and this pins that it does.
 func TestWipeOfAStreamWhoseSlotIsMigratingIsCountedLost(t *testing.T) {
 	c := newClusterCase(t)
 	ctx := context.Background()

@@ -18,8 +18,11 @@
 //     Redis Cluster a master that does not answer holds up only its own
 //     shards' flushes (go-redis fails a whole cluster pipeline when one
 //     node's part times out, answered parts included);
-//   - one housekeeper: samples stream length and pending count, and removes
-//     dead consumers once they have nothing pending.
+//   - one housekeeper: reads each shard's Redis clock, samples the stream
+//     gauges (length, pending count, oldest overdue, ids ahead), writes
+//     recovery lines the sampler held back, and removes dead consumers
+//     once they have nothing pending and their replica's settings key is
+//     gone (putting this replica's own back if it finds it removed).
 //
 // Shutdown order: stop the readers, the claimers and the housekeeper (nothing new is taken),
 // read once more this replica's own pending entries it does not hold and
@@ -109,7 +112,7 @@ type Config struct {
 	// OpTimeout bounds one Redis call of a loop.
 	OpTimeout time.Duration
 	// ConsumerIdleDelete: remove consumers idle this long with nothing
-	// pending (0 = never).
+	// pending whose replica's settings key is gone (0 = never).
 	ConsumerIdleDelete time.Duration
 	// SampleEvery is how often stream length and pending count are sampled.
 	SampleEvery time.Duration

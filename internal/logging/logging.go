@@ -51,8 +51,8 @@ func New(level, format string) (*zap.Logger, error) {
 // request errors, which repeat by the thousand during a Redis outage (every
 // request is also counted in a metric). Debug lines are never thinned: an
 // operator who turns debug on asked for every one. Lines are told apart by
-// their message alone, not their fields: what must not hide another line
-// needs a message of its own.
+// their level and message, not their fields: what must not hide another
+// line needs a message of its own.
 //
 // Each line left out is counted by suppressed, unless it is nil (the
 // service counts them in combo_log_lines_suppressed_total).
