@@ -21,6 +21,78 @@ var (
 	grey   = color.RGBA{R: 120, G: 120, B: 120, A: 255}
 )
 
+// series is one line of a panel: its legend name, its colour, and the
+// figure it plots for each point, against the point's offered rate.
+type series struct {
+	name   string
+	c      color.Color
+	y      func(point) float64
+	dashed bool
+}
+
+// lagSeries are the push lag panel's lines.
+var lagSeries = []series{
+	{name: "p50", c: blue, y: func(p point) float64 { return p.LagP50 }},
+	{name: "p99", c: orange, y: func(p point) float64 { return p.LagP99 }},
+	{name: "max", c: red, y: func(p point) float64 { return p.LagMax }},
+}
+
+// labelled are the lag lines whose measured values are written next to
+// their points, dy above: on a scale that must also show the targets,
+// small lags are hard to read off the axis.
+var labelled = []struct {
+	series
+	dy vg.Length
+}{{lagSeries[1], -vg.Points(14)}, {lagSeries[2], vg.Points(4)}}
+
+// targets are the lag panel's target lines, each at its ms across the
+// offered rates; a target of 0 (or less) is none.
+func targets(p99Target, maxTarget float64) []series {
+	var ts []series
+	for _, t := range []struct {
+		name string
+		ms   float64
+		c    color.Color
+	}{{"p99 target", p99Target, orange}, {"max target", maxTarget, red}} {
+		if ms := t.ms; ms > 0 {
+			ts = append(ts, series{name: fmt.Sprintf("%s %.0f ms", t.name, ms), c: t.c, y: func(point) float64 { return ms }})
+		}
+	}
+	return ts
+}
+
+// throughputSeries are the lower panel's lines: achieved against the ideal
+// of achieving what was offered.
+func throughputSeries(pts []point) []series {
+	return []series{
+		{name: "achieved " + missingNote(pts), c: blue, y: func(p point) float64 { return p.Throughput }},
+		{name: "offered (ideal)", c: grey, y: func(p point) float64 { return p.Offered }, dashed: true},
+	}
+}
+
+// lagTop is the lag panel's y axis top: room above the highest target or
+// sample for the legend, so neither the target lines nor the data run
+// under it (or off the top).
+func lagTop(pts []point, p99Target, maxTarget float64) float64 {
+	return 1.4 * highest(pts, append(targets(p99Target, maxTarget), lagSeries...))
+}
+
+// throughputTop is the throughput panel's: above achieved and offered.
+func throughputTop(pts []point) float64 {
+	return 1.15 * highest(pts, throughputSeries(pts))
+}
+
+// highest is the highest figure any of lines draws, 0 if none is above.
+func highest(pts []point, lines []series) float64 {
+	var hi float64
+	for _, s := range lines {
+		for _, xy := range xys(pts, s.y) {
+			hi = max(hi, xy.Y)
+		}
+	}
+	return hi
+}
+
 // render writes a two-panel PNG: push lag against offered load on top,
 // achieved against offered throughput below, sharing the x axis so a knee
 // in one lines up with the other.
@@ -32,52 +104,23 @@ func render(path, title string, pts []point, p99Target, maxTarget float64) error
 	lag.Legend.Top = true
 	lag.Legend.Left = true
 	lag.Add(plotter.NewGrid())
-	for _, s := range []struct {
-		name string
-		c    color.Color
-		y    func(point) float64
-	}{
-		{"p50", blue, func(p point) float64 { return p.LagP50 }},
-		{"p99", orange, func(p point) float64 { return p.LagP99 }},
-		{"max", red, func(p point) float64 { return p.LagMax }},
-	} {
-		if err := addSeries(lag, s.name, s.c, pts, s.y, false); err != nil {
+	for _, s := range lagSeries {
+		if err := addSeries(lag, s, pts); err != nil {
 			return err
 		}
 	}
-	// The measured values next to the p99 and max points: on a scale that
-	// must also show the targets, small lags are hard to read off the axis.
-	for _, s := range []struct {
-		c  color.Color
-		y  func(point) float64
-		dy vg.Length
-	}{
-		{orange, func(p point) float64 { return p.LagP99 }, -vg.Points(14)},
-		{red, func(p point) float64 { return p.LagMax }, vg.Points(4)},
-	} {
+	for _, s := range labelled {
 		if err := addValueLabels(lag, s.c, pts, s.y, s.dy); err != nil {
 			return err
 		}
 	}
-	for _, t := range []struct {
-		name string
-		ms   float64
-		c    color.Color
-	}{{"p99 target", p99Target, orange}, {"max target", maxTarget, red}} {
-		if t.ms > 0 {
-			if err := addTarget(lag, fmt.Sprintf("%s %.0f ms", t.name, t.ms), t.c, pts, t.ms); err != nil {
-				return err
-			}
+	for _, t := range targets(p99Target, maxTarget) {
+		if err := addTarget(lag, t, pts); err != nil {
+			return err
 		}
 	}
 	lag.Y.Min = 0
-	// Leave room above the highest target or sample for the legend, so
-	// neither the target lines nor the data run under it.
-	top := max(p99Target, maxTarget)
-	for _, p := range pts {
-		top = max(top, p.LagMax)
-	}
-	lag.Y.Max = 1.4 * top
+	lag.Y.Max = lagTop(pts, p99Target, maxTarget)
 	lag.Y.Tick.Marker = stepTicks{step: niceStep(lag.Y.Max)}
 
 	tp := plot.New()
@@ -86,18 +129,13 @@ func render(path, title string, pts []point, p99Target, maxTarget float64) error
 	tp.Legend.Top = true
 	tp.Legend.Left = true
 	tp.Add(plotter.NewGrid())
-	if err := addSeries(tp, "achieved "+missingNote(pts), blue, pts, func(p point) float64 { return p.Throughput }, false); err != nil {
-		return err
-	}
-	if err := addSeries(tp, "offered (ideal)", grey, pts, func(p point) float64 { return p.Offered }, true); err != nil {
-		return err
+	for _, s := range throughputSeries(pts) {
+		if err := addSeries(tp, s, pts); err != nil {
+			return err
+		}
 	}
 	tp.Y.Min = 0
-	tp.Y.Max = 0
-	for _, p := range pts {
-		tp.Y.Max = max(tp.Y.Max, p.Offered, p.Throughput)
-	}
-	tp.Y.Max *= 1.15
+	tp.Y.Max = throughputTop(pts)
 	tp.Y.Tick.Marker = stepTicks{step: niceStep(tp.Y.Max)}
 
 	img := vgimg.New(vg.Points(720), vg.Points(760))
@@ -120,36 +158,40 @@ func render(path, title string, pts []point, p99Target, maxTarget float64) error
 	return f.Close()
 }
 
-func addSeries(p *plot.Plot, name string, c color.Color, pts []point, y func(point) float64, dashed bool) error {
+// xys are y's figure of each point against its offered rate.
+func xys(pts []point, y func(point) float64) plotter.XYs {
 	xy := make(plotter.XYs, len(pts))
 	for i, pt := range pts {
 		xy[i] = plotter.XY{X: pt.Offered, Y: y(pt)}
 	}
-	line, points, err := plotter.NewLinePoints(xy)
+	return xy
+}
+
+func addSeries(p *plot.Plot, s series, pts []point) error {
+	line, points, err := plotter.NewLinePoints(xys(pts, s.y))
 	if err != nil {
 		return err
 	}
-	line.Color, line.Width = c, vg.Points(2)
-	points.Color, points.Shape = c, draw.CircleGlyph{}
-	if dashed {
+	line.Color, line.Width = s.c, vg.Points(2)
+	points.Color, points.Shape = s.c, draw.CircleGlyph{}
+	if s.dashed {
 		line.Dashes = []vg.Length{vg.Points(6), vg.Points(4)}
 		points.Radius = 0
 	}
 	p.Add(line, points)
-	p.Legend.Add(name, line, points)
+	p.Legend.Add(s.name, line, points)
 	return nil
 }
 
-func addTarget(p *plot.Plot, name string, c color.Color, pts []point, ms float64) error {
-	xy := plotter.XYs{{X: pts[0].Offered, Y: ms}, {X: pts[len(pts)-1].Offered, Y: ms}}
-	l, err := plotter.NewLine(xy)
+func addTarget(p *plot.Plot, t series, pts []point) error {
+	l, err := plotter.NewLine(xys(pts, t.y))
 	if err != nil {
 		return err
 	}
-	l.Color, l.Width = c, vg.Points(1)
+	l.Color, l.Width = t.c, vg.Points(1)
 	l.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
 	p.Add(l)
-	p.Legend.Add(name, l)
+	p.Legend.Add(t.name, l)
 	return nil
 }
 
@@ -161,17 +203,21 @@ func missingNote(pts []point) string {
 	return fmt.Sprintf("(windows missing: %d)", miss)
 }
 
-// addValueLabels writes each point's value (rounded) beside it, dy above.
-func addValueLabels(p *plot.Plot, c color.Color, pts []point, y func(point) float64, dy vg.Length) error {
-	l := plotter.XYLabels{XYs: make(plotter.XYs, len(pts)), Labels: make([]string, len(pts))}
-	for i, pt := range pts {
-		l.XYs[i] = plotter.XY{X: pt.Offered, Y: y(pt)}
-		l.Labels[i] = fmt.Sprintf("%.0f", y(pt))
-		if y(pt) < 10 {
-			l.Labels[i] = fmt.Sprintf("%.1f", y(pt))
+// valueLabels are y's figure of each point (rounded), at the point.
+func valueLabels(pts []point, y func(point) float64) plotter.XYLabels {
+	l := plotter.XYLabels{XYs: xys(pts, y), Labels: make([]string, len(pts))}
+	for i, xy := range l.XYs {
+		l.Labels[i] = fmt.Sprintf("%.0f", xy.Y)
+		if xy.Y < 10 {
+			l.Labels[i] = fmt.Sprintf("%.1f", xy.Y)
 		}
 	}
-	labels, err := plotter.NewLabels(l)
+	return l
+}
+
+// addValueLabels writes each point's value (rounded) beside it, dy above.
+func addValueLabels(p *plot.Plot, c color.Color, pts []point, y func(point) float64, dy vg.Length) error {
+	labels, err := plotter.NewLabels(valueLabels(pts, y))
 	if err != nil {
 		return err
 	}

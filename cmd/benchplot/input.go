@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,10 +38,14 @@ func readRuns(files []string) ([]run, error) {
 			return nil, err
 		}
 		dec := json.NewDecoder(fh)
-		for {
+		for docs := 0; ; docs++ {
 			var raw json.RawMessage
 			err := dec.Decode(&raw)
-			if errors.Is(err, io.EOF) {
+			if errors.Is(err, io.EOF) && docs == 0 {
+				// A run cut short before its output, most likely: the
+				// median would silently stand on one run fewer.
+				err = errors.New("no JSON document")
+			} else if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
@@ -59,22 +64,32 @@ func readRuns(files []string) ([]run, error) {
 	return all, nil
 }
 
+// doc is an object document: one run, or a compare holding its runs.
+type doc struct {
+	run
+	Runs []run `json:"runs"`
+}
+
+// decodeDoc decodes raw once, as the shape its first byte says it is: tried
+// as each shape in turn, a run's field of the wrong type failed them all,
+// and the error named the last shape tried, or a compare object's runs
+// failed and it was read as one empty run, dropped without a word.
 func decodeDoc(raw json.RawMessage) ([]run, error) {
-	var list []run
-	if err := json.Unmarshal(raw, &list); err == nil {
+	if bytes.HasPrefix(bytes.TrimSpace(raw), []byte("[")) {
+		var list []run
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, err
+		}
 		return list, nil
 	}
-	var cmp struct {
-		Runs []run `json:"runs"`
-	}
-	if err := json.Unmarshal(raw, &cmp); err == nil && cmp.Runs != nil {
-		return cmp.Runs, nil
-	}
-	var one run
-	if err := json.Unmarshal(raw, &one); err != nil {
+	var d doc
+	if err := json.Unmarshal(raw, &d); err != nil {
 		return nil, err
 	}
-	return []run{one}, nil
+	if d.Runs != nil {
+		return d.Runs, nil
+	}
+	return []run{d.run}, nil
 }
 
 // point is the median of the runs at one offered rate.

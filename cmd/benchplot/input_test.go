@@ -10,7 +10,7 @@ import (
 
 // The plot takes each figure from its own combo-bench JSON field, as the
 // median over the runs at one offered rate, and the largest missing count
-// of them. The RPC latency and send delay fields, which look alike, are
+// of them (not their sum). The RPC latency and send delay fields, which look alike, are
 // set to decoys: a plot of one for another would show them.
 func TestMediansTakeEachFigureFromItsOwnField(t *testing.T) {
 	run := func(p50, p99, max, throughput float64, missing int) string {
@@ -20,7 +20,7 @@ func TestMediansTakeEachFigureFromItsOwnField(t *testing.T) {
 	}
 	dir := t.TempDir()
 	var files []string
-	for i, doc := range []string{run(1, 5, 20, 1990, 0), run(2, 6, 30, 1995, 3), run(3, 7, 40, 2000, 0)} {
+	for i, doc := range []string{run(1, 5, 20, 1990, 1), run(2, 6, 30, 1995, 3), run(3, 7, 40, 2000, 0)} {
 		path := filepath.Join(dir, fmt.Sprintf("rate-2000-%d.json", i))
 		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 			t.Fatal(err)
@@ -51,12 +51,13 @@ func TestMedian(t *testing.T) {
 }
 
 // A file may hold several documents, each a list of runs or a compare
-// object holding its runs; the points come out by offered rate, rising.
+// object holding its runs; the points come out by offered rate, rising
+// (the rates are read in an order no rotation of which is sorted).
 func TestReadRunsTakesEveryDocumentAndSortsByRate(t *testing.T) {
 	rate := func(offered, throughput float64) string {
 		return fmt.Sprintf(`{"mode":"rate","offered_windows_per_s":%g,"reports_per_s":%g,"pushes":{"windows_missing":0,"push_lag":{"p50_ms":1,"p99_ms":2,"max_ms":3}}}`, offered, throughput)
 	}
-	doc := "[" + rate(4000, 3990) + "]\n" + `{"runs":[` + rate(1000, 1000) + `],"ratios":{}}` + "\n[" + rate(2000, 1999) + "]\n"
+	doc := "[" + rate(4000, 3990) + "," + rate(1000, 1000) + "]\n" + `{"runs":[` + rate(500, 500) + `],"ratios":{}}` + "\n[" + rate(2000, 1999) + "]\n"
 	path := filepath.Join(t.TempDir(), "runs.json")
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
@@ -70,7 +71,7 @@ func TestReadRunsTakesEveryDocumentAndSortsByRate(t *testing.T) {
 	for _, p := range pts {
 		got = append(got, p.Offered, p.Throughput)
 	}
-	if want := []float64{1000, 1000, 2000, 1999, 4000, 3990}; !slices.Equal(got, want) {
+	if want := []float64{500, 500, 1000, 1000, 2000, 1999, 4000, 3990}; !slices.Equal(got, want) {
 		t.Fatalf("offered, throughput of the points: %v, want %v", got, want)
 	}
 }
