@@ -19,7 +19,6 @@ import (
 	"github.com/cloudwego/kitex/pkg/transmeta"
 	"github.com/cloudwego/kitex/transport"
 
-	"github.com/combo-service/combo-service/internal/connreset"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
 )
@@ -93,15 +92,15 @@ func NewClient(hostPorts []string, opts ...kclient.Option) (comboservice.Client,
 		// busy activityService replica; pass WithLongConnection to change it.
 		kclient.WithLongConnection(connpool.IdleConfig{MaxIdlePerAddress: 64, MaxIdleGlobal: 1024, MaxIdleTimeout: time.Minute}),
 		// TTHeader framing carries the server's "close this connection"
-		// mark: a stopping replica sets it on every answer, and the pool
-		// then drops the connection instead of sending the next call down
-		// it, so retries reach a replica that is still up.
+		// mark: a stopping replica sets it on every answer, Kitex's own
+		// TTHeader handler reads it, and the pool then drops the
+		// connection instead of sending the next call down it, so retries
+		// reach a replica that is still up. The handler also sends the
+		// caller's name (kclient.WithClientBasicInfo): without it the
+		// header carries none, and the service counts every RPC of this
+		// client as caller="unknown" in kitex_server_throughput, however
+		// it is named.
 		kclient.WithTransportProtocol(transport.TTHeaderFramed),
-		kclient.WithMetaHandler(connreset.Client{}),
-		// Kitex's own TTHeader handler sends the caller's name
-		// (kclient.WithClientBasicInfo): without it the header carries
-		// none, and the service counts every RPC of this client as
-		// caller="unknown" in kitex_server_throughput, however it is named.
 		kclient.WithMetaHandler(transmeta.ClientTTHeaderHandler),
 	)
 	all = append(all, opts...)
