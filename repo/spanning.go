@@ -21,8 +21,10 @@ import (
 //
 // The call answers when every part has. A part that failed fails the
 // call, with the first failed part's error (in the nodes' order) and the
-// windows the other parts opened (WindowsOpened), as a cluster pipeline
-// answered in part did; the caller's retry finds those reports duplicates.
+// windows every part opened (WindowsOpened), the failed part's own
+// included when its reports aggregated but a degraded publish failed, as a
+// cluster pipeline answered in part did; the caller's retry finds those
+// reports duplicates.
 // A part's degraded reports are published with that part, as its own call's
 // would be, and remembered, so the retry answers them duplicate too; when
 // another part fails the call, they count as its error's outcome in
