@@ -229,7 +229,7 @@ func addValueLabels(p *plot.Plot, c color.Color, pts []point, y func(point) floa
 	return nil
 }
 
-// stepTicks marks the axis every step (labelled, as integers) and every
+// stepTicks marks the axis every step (labelled) and every
 // step/5 (unlabelled): gonum's default ticker labels too few values here.
 type stepTicks struct{ step float64 }
 
@@ -240,7 +240,11 @@ func (t stepTicks) Ticks(lo, hi float64) []plot.Tick {
 		v := i * minor
 		label := ""
 		if math.Mod(i, 5) == 0 {
-			label = strconv.FormatFloat(v, 'f', -1, 64)
+			// The shortest decimal at float32's precision: a multiple of
+			// a step under 1 is not exact in float64 (7 × 0.1 reads
+			// 0.7000000000000001), and every figure plotted is far
+			// within float32's exact integers.
+			label = strconv.FormatFloat(v, 'f', -1, 32)
 		}
 		ticks = append(ticks, plot.Tick{Value: v, Label: label})
 	}
