@@ -12,15 +12,18 @@ import (
 // The service's own thinned lines say how many of them were left out, as
 // Kitex's and netpoll's do (suppressed_since_last): an outage that drops 71
 // stale windows in a second wrote one "window dropped unpublished" line,
-// quantity 1, and nothing in the log said it stood for 71.
+// quantity 1, and nothing in the log said it stood for 71. It says when
+// the first of them came too (suppressed_since), as Kitex's lines do.
 func TestSampledLineSaysHowManyWereLeftOut(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
-	mono := time.Now()
+	burst := time.Now()
+	mono := burst
 	l := sampled(zap.New(core), nil, func() time.Time { return mono })
-	for range 71 {
+	for i := range 71 {
+		mono = burst.Add(time.Duration(i) * time.Millisecond)
 		l.Warn("window dropped unpublished: older than window.stale")
 	}
-	mono = mono.Add(1100 * time.Millisecond)
+	mono = burst.Add(1100 * time.Millisecond)
 	l.Warn("window dropped unpublished: older than window.stale")
 	if n := logs.Len(); n != 2 {
 		t.Fatalf("%d lines written, want 2", n)
@@ -28,6 +31,10 @@ func TestSampledLineSaysHowManyWereLeftOut(t *testing.T) {
 	got, ok := logs.All()[1].ContextMap()["suppressed_since_last"]
 	if !ok || got != int64(70) {
 		t.Fatalf("second line's suppressed_since_last = %v (present %v), want 70: fields %v", got, ok, logs.All()[1].ContextMap())
+	}
+	if since, _ := logs.All()[1].ContextMap()["suppressed_since"].(time.Time); !since.Equal(burst.Add(time.Millisecond)) {
+		t.Errorf("second line's suppressed_since = %v, want the first suppressed line's time %v",
+			logs.All()[1].ContextMap()["suppressed_since"], burst.Add(time.Millisecond))
 	}
 }
 

@@ -2,11 +2,15 @@ package rpcserver
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"strings"
 	"testing"
 
 	"github.com/cloudwego/gopkg/protocol/thrift"
+	"github.com/cloudwego/kitex/pkg/remote"
+	"github.com/cloudwego/kitex/pkg/remote/codec"
+	"github.com/cloudwego/kitex/pkg/rpcinfo"
 )
 
 // Requests of other Thrift stacks' protocols and transports that Kitex does
@@ -24,6 +28,12 @@ func TestOtherThriftStacksAreToldWhy(t *testing.T) {
 	nonStrict := binary.BigEndian.AppendUint32(nil, uint32(len(name)))
 	nonStrict = append(nonStrict, name...)
 	nonStrict = append(nonStrict, 1, 0, 0, 0, 1, 0)
+	// Apache Thrift's TMultiplexedProtocol names the method service:method,
+	// a name longer than any of the service's own.
+	multiplexed := "ComboService:" + name + "s"
+	nonStrictMux := binary.BigEndian.AppendUint32(nil, uint32(len(multiplexed)))
+	nonStrictMux = append(nonStrictMux, multiplexed...)
+	nonStrictMux = append(nonStrictMux, 1, 0, 0, 0, 1, 0)
 	framed := func(p []byte) []byte { return append(binary.BigEndian.AppendUint32(nil, uint32(len(p))), p...) }
 	// Apache/fbthrift THeader: magic 0x0FFF, flags, seq, header size 1 (4 bytes): protocol 0 (binary), no transforms.
 	theader := func(p []byte) []byte {
@@ -34,16 +44,24 @@ func TestOtherThriftStacksAreToldWhy(t *testing.T) {
 		b    []byte
 		want string
 	}{
-		"Framed Compact":          {framed(compact), "Framed Thrift Compact"},
-		"unframed Compact":        {compact, "Thrift Compact request (unframed"},
-		"TTHeader with Compact":   {ttHeader(uint32(14+len(compact)), compact), "Thrift Compact request (unframed, or in a TTHeader"},
-		"Framed non-strict":       {framed(nonStrict), "Framed non-strict"},
-		"unframed non-strict":     {nonStrict, "unframed non-strict"},
-		"Apache/fbthrift THeader": {theader(request(name, batch(1))), "THeader"},
+		"Framed Compact":                  {framed(compact), "Framed Thrift Compact"},
+		"unframed Compact":                {compact, "Thrift Compact request (unframed"},
+		"TTHeader with Compact":           {ttHeader(uint32(14+len(compact)), compact), "Thrift Compact request (unframed, or in a TTHeader"},
+		"Framed non-strict":               {framed(nonStrict), "Framed non-strict"},
+		"unframed non-strict":             {nonStrict, "unframed non-strict"},
+		"Framed non-strict multiplexed":   {framed(nonStrictMux), "Framed non-strict"},
+		"unframed non-strict multiplexed": {nonStrictMux, "unframed non-strict"},
+		"Apache/fbthrift THeader":         {theader(request(name, batch(1))), "THeader"},
 	} {
 		err := decodeError(c.b)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: refused with %v, want it to say %q", label, err, c.want)
+			continue
+		}
+		// Kitex's own words stay: its first bytes are what the caller's
+		// team matches against its client's output.
+		if kitex := kitexDecodeError(c.b); kitex == nil || !strings.Contains(err.Error(), kitex.Error()) {
+			t.Errorf("%s: refused with %v, want Kitex's refusal %v kept in it", label, err, kitex)
 		}
 	}
 }
@@ -94,4 +112,14 @@ func TestHTTPRequestIsToldWhereMetricsAre(t *testing.T) {
 			t.Errorf("%q refused with %v, want it named an HTTP request, metrics.addr named", req[:12], err)
 		}
 	}
+}
+
+// kitexDecodeError is Kitex's own refusal of b, by the codec the guard
+// wraps.
+func kitexDecodeError(b []byte) error {
+	ri := rpcinfo.NewRPCInfo(rpcinfo.NewEndpointInfo("", "", nil, nil), rpcinfo.NewEndpointInfo("", "", nil, nil),
+		rpcinfo.NewInvocation("", ""), rpcinfo.NewRPCConfig(), rpcinfo.NewRPCStats())
+	msg := remote.NewMessage(nil, ri, remote.Call, remote.Server)
+	meta := codec.NewDefaultCodecWithSizeLimit(MaxRequestBytes).(remote.MetaDecoder)
+	return meta.DecodeMeta(context.Background(), msg, remote.NewReaderBuffer(b))
 }
