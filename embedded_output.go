@@ -140,7 +140,9 @@ func (q *outputQueuedConn) writeLoop() {
 			return
 		}
 		out := q.queue
-		q.queue = spare[:0]
+		// The spare is the queue's now: kept as the spare too, it was
+		// handed out again after a write too large to keep, while written.
+		q.queue, spare = spare[:0], nil
 		q.inFlight = len(out)
 		q.mu.Unlock()
 

@@ -6,10 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"regexp"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/combo-service/combo-service/internal/testwait"
 )
 
 // stalledPair is a loopback connection: the server's side, to be queued,
@@ -220,8 +225,10 @@ func TestOutputQueuedConnLimitsOnlyASubscriber(t *testing.T) {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
-	// The client subscribes, in a command split between two reads.
-	go func() { _, _ = client.Write([]byte("*2\r\n$10\r\nPSUBSC")) }()
+	// The client subscribes, in a command split between two reads, the
+	// first holding all but the name's last letter (mutant: a byte less
+	// of it kept for the next read, the name never seen whole).
+	go func() { _, _ = client.Write([]byte("*2\r\n$10\r\nPSUBSCRIB")) }()
 	buf := make([]byte, 64)
 	if _, err := q.Read(buf); err != nil {
 		t.Fatal(err)
@@ -229,7 +236,7 @@ func TestOutputQueuedConnLimitsOnlyASubscriber(t *testing.T) {
 	if q.subscribed.Load() {
 		t.Fatal("limited on half a command name")
 	}
-	go func() { _, _ = client.Write([]byte("RIBE\r\n$1\r\n*\r\n")) }()
+	go func() { _, _ = client.Write([]byte("E\r\n$1\r\n*\r\n")) }()
 	if _, err := q.Read(buf); err != nil {
 		t.Fatal(err)
 	}
@@ -243,4 +250,171 @@ func (q *outputQueuedConn) queuedBytes() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.queue) + q.inFlight
+}
+
+// A subscribing command is noted in whatever case the client sends it:
+// redis-cli sends it as typed, lower case in README's `psubscribe` line
+// (mutant: matched in upper case alone, a suspended redis-cli subscriber
+// was never limited, its output growing in the service's memory).
+func TestOutputQueuedConnNotesASubscriptionInAnyCase(t *testing.T) {
+	for _, name := range []string{"psubscribe", "SUBSCRIBE", "sSubscribe"} {
+		t.Run(name, func(t *testing.T) {
+			server, client := stalledPair(t)
+			q := newOutputQueuedConn(server, pubsubOutputLimits, nil)
+			defer q.Close()
+			cmd := fmt.Sprintf("*2\r\n$%d\r\n%s\r\n$1\r\n*\r\n", len(name), name)
+			if _, err := client.Write([]byte(cmd)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(q, make([]byte, len(cmd))); err != nil {
+				t.Fatal(err)
+			}
+			if !q.subscribed.Load() {
+				t.Fatalf("%q read, not noted as a subscription", cmd)
+			}
+		})
+	}
+}
+
+// A connection closed leaves its embedded Redis's set (mutant: kept, with
+// its socket and its last write's buffer, up to 1 MiB, for every client
+// ever connected, as long as the service runs).
+func TestOutputQueuesForgetAClosedConnection(t *testing.T) {
+	var s outputQueues
+	server, _ := stalledPair(t)
+	q := newOutputQueuedConn(server, pubsubOutputLimits, nil)
+	s.add(q)
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.conns) != 0 {
+		t.Fatalf("%d connections held after the only one closed, want none", len(s.conns))
+	}
+}
+
+// A subscriber's limits are the ones README gives, Redis's own defaults
+// (mutant: the soft limit's 60 s made 600, or its 8 MB 32, which the
+// tests of a cut, each with limits of its own, do not see).
+func TestEmbeddedSubscriberLimitsAreREADMEs(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("`client-output-buffer-limit pubsub (\\d+)mb (\\d+)mb (\\d+)`").FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README gives no `client-output-buffer-limit pubsub` for the embedded Redis")
+	}
+	n := func(b []byte) int { i, _ := strconv.Atoi(string(b)); return i }
+	want := outputLimits{hard: n(m[1]) << 20, soft: n(m[2]) << 20, softFor: time.Duration(n(m[3])) * time.Second}
+	if pubsubOutputLimits != want {
+		t.Fatalf("pubsubOutputLimits %+v, want README's %+v", pubsubOutputLimits, want)
+	}
+}
+
+// A client back under the soft limit starts its time over it anew when it
+// goes over again: once over it for softFor in all, but never for long, a
+// client reading on was cut at its next write (mutant: the time over it
+// never reset, so that the first write, however little was queued,
+// softFor after the client first went over it cut it).
+func TestOutputQueuedConnForgetsATimeOverTheSoftLimit(t *testing.T) {
+	server, client := stalledPair(t)
+	const softFor = 100 * time.Millisecond
+	q := newOutputQueuedConn(server, outputLimits{hard: 1 << 30, soft: 64 << 10, softFor: softFor},
+		func(queued int) { t.Errorf("cut with %d bytes queued", queued) })
+	defer q.Close()
+	q.subscribed.Store(true)
+	for q.queuedBytes() <= 64<<10 { // over it, the client reading nothing
+		if _, err := q.Write(make([]byte, 16<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A write that finds it over starts its time over it.
+	if _, err := q.Write(make([]byte, 16<<10)); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, client) }() // then reading on
+	testwait.For(t, "all that was queued written", func() bool { return q.queuedBytes() == 0 })
+	time.Sleep(softFor) // what is tested: the time since it went over
+	if _, err := q.Write([]byte("+OK\r\n")); err != nil {
+		t.Fatalf("a write with nothing queued, softFor after the client was over the soft limit: %v", err)
+	}
+}
+
+// What a write took is kept for the next only up to 1 MiB: a connection
+// that was once sent a large reply (a 4 MiB value; the service's own
+// pooled connections to the embedded Redis live as long as it does) does
+// not hold its buffer for good (mutant: every buffer kept).
+func TestOutputQueuedConnKeepsNoLargeBuffer(t *testing.T) {
+	server, client := stalledPair(t)
+	go func() { _, _ = io.Copy(io.Discard, client) }()
+	q := newOutputQueuedConn(server, pubsubOutputLimits, nil)
+	defer q.Close()
+	for _, size := range []int{4 << 20, 16} {
+		if _, err := q.Write(make([]byte, size)); err != nil {
+			t.Fatal(err)
+		}
+		testwait.For(t, "the write written", func() bool { return q.queuedBytes() == 0 })
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if c := cap(q.queue); c > 1<<20 {
+		t.Fatalf("the queue holds a buffer of %d bytes after a 16-byte write, want 1 MiB or less", c)
+	}
+}
+
+// A write queued while a large one is written does not overwrite what is
+// being written: a buffer of more than 1 MiB is not kept, and the one kept
+// before it was handed to the queue while the writer still held it as its
+// spare, so that the next writes went into the buffer then being written
+// (the race detector saw it in TestOutputQueuedConnCutsAClientPastTheHardLimit;
+// a subscriber or a pooled client was sent bytes of a later reply in place
+// of an earlier one's).
+func TestOutputQueuedConnWritesWhatWasQueuedAfterALargeWrite(t *testing.T) {
+	server, client := stalledPair(t)
+	if err := server.(*net.TCPConn).SetWriteBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	q := newOutputQueuedConn(server, pubsubOutputLimits, nil)
+	defer q.Close()
+	fill := func(c byte, n int) []byte { return bytes.Repeat([]byte{c}, n) }
+	read := func(want []byte) {
+		t.Helper()
+		got := make([]byte, len(want))
+		client.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(client, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			i := 0
+			for got[i] == want[i] {
+				i++
+			}
+			t.Fatalf("byte %d of %d read is %q, want %q", i, len(want), got[i], want[i])
+		}
+	}
+	// A write of 1 MiB (its buffer kept), then one of 2 MiB (not kept).
+	for _, w := range [][]byte{fill('a', 1<<20), fill('b', 2<<20)} {
+		if _, err := q.Write(w); err != nil {
+			t.Fatal(err)
+		}
+		read(w)
+	}
+	testwait.For(t, "the writes written", func() bool { return q.queuedBytes() == 0 })
+	// The client reads nothing while one is written past the sockets'
+	// buffers, and another is queued meanwhile.
+	first, second := fill('c', 768<<10), fill('d', 768<<10)
+	if _, err := q.Write(first); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "the first taken by the writer", func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.inFlight > 0
+	})
+	if _, err := q.Write(second); err != nil {
+		t.Fatal(err)
+	}
+	read(append(first, second...))
 }
