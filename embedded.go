@@ -17,7 +17,8 @@ import (
 
 // startEmbedded runs mr on its own listener at addr, each connection's
 // output queued within Redis's limits for a subscriber (outputQueuedConn),
-// and returns the address it listens on and how to stop it: the listener
+// each client cut at a command that would crash mr (checkedConn), and
+// returns the address it listens on and how to stop it: the listener
 // first, then mr with every connection. log (sampled) hears of connections
 // it could not accept and of clients cut.
 func startEmbedded(mr *miniredis.Miniredis, addr string, log *zap.Logger) (string, func(), error) {
@@ -55,7 +56,7 @@ func startEmbedded(mr *miniredis.Miniredis, addr string, log *zap.Logger) (strin
 					zap.String("client", remote), zap.Int("queued_bytes", queued))
 			})
 			queues.add(q)
-			srv.ServeConn(q)
+			srv.ServeConn(&checkedConn{Conn: q})
 		}
 	}()
 	stop := func() {

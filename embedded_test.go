@@ -80,10 +80,15 @@ func TestEmbeddedRedisCutsASubscriberThatStopsReading(t *testing.T) {
 	if sent < 32<<4 {
 		t.Errorf("cut after %d MB, before Redis's 32 MB output limit", sent>>4)
 	}
+	// Cut at the first PUBLISH that finds the limit queued: the warning
+	// names the client an operator is to find, and what was queued, from
+	// the limit to one payload past it.
 	if cut := logs.FilterMessageSnippet("cut a subscriber that fell behind").All(); len(cut) != 1 {
 		t.Errorf("logged %d warnings of the cut, want 1: %v", len(cut), logs.All())
-	} else if q := cut[0].ContextMap()["queued_bytes"]; q.(int64) < 32<<20 {
-		t.Errorf("the warning says %v bytes were queued, want the limit (32 MiB) or more", q)
+	} else if q := cut[0].ContextMap()["queued_bytes"]; q.(int64) < 32<<20 || q.(int64) >= 32<<20+int64(len(payload)) {
+		t.Errorf("the warning says %v bytes were queued, want the limit (32 MiB), or less than a payload more", q)
+	} else if c := cut[0].ContextMap()["client"]; c != sub.LocalAddr().String() {
+		t.Errorf("the warning names client %v, want the subscriber %s", c, sub.LocalAddr())
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("PING after the subscriber was cut: %v", err)
@@ -174,9 +179,16 @@ func TestEmbeddedRedisRunsOnlyTheServicesScripts(t *testing.T) {
 	}
 	refused("EVAL of loadfile", rdb.Eval(ctx, "return tostring(select(2, loadfile('/etc/hostname')))", nil).Err())
 	refused("EVAL of an endless loop", rdb.Eval(ctx, "while true do end", nil).Err())
+	refused("EVAL_RO of loadfile", rdb.EvalRO(ctx, "return tostring(select(2, loadfile('/etc/hostname')))", nil).Err())
 	refused("EVALSHA of another script", rdb.EvalSha(ctx, "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", nil).Err())
 	refused("SCRIPT LOAD of another script", rdb.ScriptLoad(ctx, "return 1").Err())
 	refused("SCRIPT FLUSH", rdb.ScriptFlush(ctx).Err())
+	// One with no script is refused too: the hook reads the script before
+	// miniredis checks the arguments' count, and a panic there, in
+	// miniredis's goroutine of the connection, would end the service.
+	for _, cmd := range [][]any{{"EVAL"}, {"EVAL_RO"}, {"EVALSHA"}, {"EVALSHA_RO"}, {"SCRIPT"}, {"SCRIPT", "LOAD"}} {
+		refused(fmt.Sprint(cmd), rdb.Do(ctx, cmd...).Err())
+	}
 
 	// The service's own run: loaded, then by EVALSHA and by EVAL.
 	r := repo.New(rdb, repo.Settings{Window: time.Second, Grace: 100 * time.Millisecond, Dedupe: time.Minute,

@@ -97,6 +97,11 @@ func TestEvictionWatchWarnsOfANodeRefusingTheLogin(t *testing.T) {
 		if n := logs.FilterMessageSnippet("refuses this service's login").Len(); n != step.warn {
 			t.Fatalf("after %q: %d warnings of a refused login, want %d: %v", step.err, n, step.warn, logs.All())
 		}
+		// Nothing else at warn: a node down is no news here, told by the
+		// replica's other loops (mutant: warned of each minute too).
+		if other := logs.Filter(func(e observer.LoggedEntry) bool { return !strings.Contains(e.Message, "refuses") }); other.Len() != 0 {
+			t.Fatalf("after %q: logged %v, want only the refused logins' warnings", step.err, other.All())
+		}
 		nodes, sentinels := testutil.ToFloat64(m.RedisLoginsRefused.WithLabelValues("node")),
 			testutil.ToFloat64(m.RedisLoginsRefused.WithLabelValues("sentinel"))
 		if nodes != step.nodes || sentinels != step.sentinels {
