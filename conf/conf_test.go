@@ -205,7 +205,8 @@ func TestLoadRefusesStringThatIsNoDuration(t *testing.T) {
 func TestLoadRefusesInexactNumbers(t *testing.T) {
 	for _, yaml := range []string{"redis:\n  shards: 2.7\n", "redis:\n  shards: 99999999999999999999\n",
 		"metrics:\n  pprof: 7\n", "worker:\n  read_count: 1e100\n", "redis:\n  db: true\n",
-		"redis:\n  password: 012345\n", "worker:\n  consumer: 1e3\n", "redis:\n  stream_maxlen: 18446744073709551615\n"} {
+		"redis:\n  password: 012345\n", "worker:\n  consumer: 1e3\n", "redis:\n  stream_maxlen: 18446744073709551615\n",
+		"redis:\n  stream_maxlen: 9223372036854775808.0\n"} { // the last: 2^63, one past int64, as a float
 		path := filepath.Join(t.TempDir(), "combo.yaml")
 		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
@@ -287,6 +288,14 @@ func TestDerivedDefaultsFollowTheWindow(t *testing.T) {
 	c, err := Load("")
 	if err != nil || c.Worker.ClaimIdle != 5200*time.Millisecond || c.Worker.ConsumerIdleDelete != 24*time.Hour {
 		t.Fatalf("defaults: claim_idle %s, consumer_idle_delete %s, %v", c.Worker.ClaimIdle, c.Worker.ConsumerIdleDelete, err)
+	}
+	// consumer_idle_delete follows claim_idle as set, not as derived from
+	// the window: a claim_idle set past a day must not make Load refuse
+	// consumer_idle_delete, a key the operator never set.
+	t.Setenv("COMBO_WINDOW_STALE", "48h")
+	t.Setenv("COMBO_WORKER_CLAIM_IDLE", "30h")
+	if c, err := Load(""); err != nil || c.Worker.ConsumerIdleDelete != 30*time.Hour {
+		t.Fatalf("claim_idle 30h: consumer_idle_delete %s, %v; want 30h", c.Worker.ConsumerIdleDelete, err)
 	}
 }
 
@@ -629,6 +638,9 @@ func TestLoadDoesNotRepeatAMapWrittenForAPassword(t *testing.T) {
 		"sentinel_password: {s3cret}\n":                      "sentinel_password",
 		"redis:\npassword: {s3cret}\n":                       "password",
 		"redis:\n  addr: \"h:6379\"\npassword:\n  s3cret:\n": "password",
+		// A key that begins a section's name ("w" of window and worker)
+		// is no section: its map's keys are not walked, nor named.
+		"w: {s3cret}\n": "w: no such key",
 	} {
 		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
@@ -744,6 +756,7 @@ func TestValidateSaysHowAnIPv6AddressIsWritten(t *testing.T) {
 		"10.0.0.1:6379:":        "got no host:port",
 		"[::1]:6379]":           "got no host:port",
 		"redis.internal":        "got no host:port",
+		"10.0.0.1":              "got no host:port", // an IPv4 address: no bracket hint
 		"[::1]:0":               "got a port that is no number 1..65535",
 		"[::1]:6379":            "",
 		"[fe80::1%eth0]:1":      "",
@@ -757,8 +770,9 @@ func TestValidateSaysHowAnIPv6AddressIsWritten(t *testing.T) {
 			}
 			continue
 		}
-		if err == nil || !strings.Contains(err.Error(), "redis.addr: must be host:port or empty (embedded Redis), "+want) {
-			t.Errorf("redis.addr %q: %v, want %q", addr, err, want)
+		if err == nil || !strings.Contains(err.Error(), "redis.addr: must be host:port or empty (embedded Redis), "+want) ||
+			!strings.Contains(err.Error(), "(the value is not repeated: it may hold a password, which goes in redis.password)") {
+			t.Errorf("redis.addr %q: %v, want %q, saying the value is not repeated", addr, err, want)
 		}
 	}
 }
@@ -1006,6 +1020,11 @@ func TestLoadNamesTheKeyOfAnAliasToNoAnchor(t *testing.T) {
 	}
 	if _, err := Load(path); err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("Load of a flow-style alias: %v; want a refusal without the value", err)
+	}
+	// Two unknown aliases in one list name it once.
+	_, err = Load(writeConf(t, "redis:\n  addrs:\n    - *s3cret\n    - *other\n"))
+	if err == nil || !strings.Contains(err.Error(), ": redis.addrs: a YAML alias") || strings.Count(err.Error(), "redis.addrs") != 1 || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("Load of two unknown aliases in a list: %v; want redis.addrs named once", err)
 	}
 }
 

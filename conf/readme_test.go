@@ -124,6 +124,7 @@ func TestValidateAcceptsREADMEEdges(t *testing.T) {
 		// The remaining edges README states ("0 to 1m", "1ms..1h", "at least
 		// 10000", "1s..720h", "0 to 24h", "1s to 720h").
 		"shutdown_delay 1m":      func(c *Config) { c.Server.ShutdownDelay = time.Minute },
+		"shutdown_delay 2500ms":  func(c *Config) { c.Server.ShutdownDelay = 2500 * time.Millisecond },
 		"timeout 1ms":            func(c *Config) { c.Redis.Timeout = time.Millisecond },
 		"timeout 1h":             func(c *Config) { c.Redis.Timeout = time.Hour },
 		"stream_maxlen 10000":    func(c *Config) { c.Redis.StreamMaxLen = 10_000 },

@@ -39,20 +39,35 @@ func TestLoadDoesNotRepeatAPasswordWrittenWithoutItsSpace(t *testing.T) {
 
 // redis.tls_key_file given the key itself, not its path (a secret's
 // value put in COMBO_REDIS_TLS_KEY_FILE): the refusal must not print the
-// private key, as os.ReadFile's "open <name>: ..." did.
+// private key, as os.ReadFile's "open <name>: ..." did. The same for
+// the CA's and the certificate's files, whose PEM printed whole buried
+// the line that says what to fix.
 func TestTLSKeyGivenForItsPathIsNotRepeated(t *testing.T) {
 	pki := testredis.NewTLSFiles(t, t.TempDir())
-	key, err := os.ReadFile(pki.ClientKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := Default()
-	c.Redis.Addr, c.Redis.TLS = "10.0.0.1:6380", true
-	c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile = pki.CA, pki.ClientCert, string(key)
-	err = c.Validate()
-	body := strings.Split(strings.TrimSpace(string(key)), "\n")[1]
-	if err == nil || !strings.Contains(err.Error(), "redis.tls_key_file") || strings.Contains(err.Error(), body) {
-		t.Fatalf("Validate() = %.300v; want redis.tls_key_file named without the key's PEM", err)
+	for _, tc := range []struct {
+		key  string
+		file string
+		set  func(r *Redis, pem string)
+	}{
+		{"redis.tls_ca_file", pki.CA, func(r *Redis, pem string) { r.TLSCAFile = pem }},
+		{"redis.tls_cert_file", pki.ClientCert, func(r *Redis, pem string) { r.TLSCertFile = pem }},
+		{"redis.tls_key_file", pki.ClientKey, func(r *Redis, pem string) { r.TLSKeyFile = pem }},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			pem, err := os.ReadFile(tc.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := Default()
+			c.Redis.Addr, c.Redis.TLS = "10.0.0.1:6380", true
+			c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile = pki.CA, pki.ClientCert, pki.ClientKey
+			tc.set(&c.Redis, string(pem))
+			err = c.Validate()
+			body := strings.Split(strings.TrimSpace(string(pem)), "\n")[1]
+			if err == nil || !strings.Contains(err.Error(), tc.key+": holds a PEM file's contents") || strings.Contains(err.Error(), body) {
+				t.Fatalf("Validate() = %.300v; want %s named without the file's PEM", err, tc.key)
+			}
+		})
 	}
 }
 

@@ -164,8 +164,10 @@ func TestUnknownAliasNamesOnlyTheBrokenAlias(t *testing.T) {
 }
 
 // An anchor defined in a '[' or '{' value that also holds a '*' (in a
-// quote or a comment) stays: quoting that value out blamed the valid
-// aliases to it beside the one at fault.
+// quote, a comment, or an alias) stays: quoting that value out blamed the
+// valid aliases to it beside the one at fault. A '{' in a quote and a '#'
+// inside a word are text, as YAML reads them: taken for an open bracket or
+// a comment, the value was left out and nothing named.
 func TestUnknownAliasBesideAFlowValueDefiningAnAnchor(t *testing.T) {
 	for name, c := range map[string]struct{ body, want string }{
 		"a '*' in the comment": {"redis:\n  sentinel_addrs: [&s1 \"10.0.0.1:26379\", \"10.0.0.2:26379\"] # * = primary site\n" +
@@ -173,6 +175,14 @@ func TestUnknownAliasBesideAFlowValueDefiningAnAnchor(t *testing.T) {
 		"a list item": {"redis:\n  addrs:\n    - [&n1 \"10.0.0.1:7000\"] # *\n    - *n1\n  password: *S3CRETpw\n", "redis.password: "},
 		// a '&' inside a plain word is no anchor: the value is still checked
 		"a plain a&b": {"redis:\n  addrs: [a&b, *S3CRET]\n", "redis.addrs: "},
+		// a '*' outside quotes too: the value that defines the anchor stays
+		// as written, so the valid alias to it is not blamed
+		"an alias beside its anchor": {"redis:\n  addrs: [&n1 \"10.0.0.1:7000\", *n1]\n  sentinel_username: [*n1]\n" +
+			"  password: *S3CRETpw\n", "redis.password: "},
+		// a '{' in a quote, a '#' inside a plain word: no bracket left open,
+		// no comment, so the flow map is one value, named by its section
+		"a '{' in a quote": {"redis: {addr: \"h:6379\", password: \"p{w\", sentinel_password: *S3CRET}\n", "redis: "},
+		"a '#' in a word":  {"redis: {addr: \"h:6379\", password: p#w, sentinel_password: *S3CRET}\n", "redis: "},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Load(writeConf(t, c.body))
@@ -199,13 +209,16 @@ func TestUnknownAliasNamesNoneWhereQuotingBreaksTheFile(t *testing.T) {
 		"flow map, one line":  "redis: {sentinel_password: &pw \"x\",\n  password: *pw, addr: *nope}\n",
 		"password over lines": "redis:\n  password: \"p\n    hunter2s3cret: *x\"\n  tls_ca_file: {a: *nope}\n",
 		"password, single '":  "redis:\n  password: 'p\n    hunter2s3cret: *x'\n  tls_ca_file: {a: *nope}\n",
+		// an unknown alias in a '[' value that defines an anchor: a list all
+		// the same, not one to call no list or map
+		"flow list with an anchor": "redis:\n  addrs: [&a \"h:1\", *nope]\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Load(writeConf(t, body))
 			if err == nil {
 				t.Fatal("Load took the file")
 			}
-			for _, leak := range []string{"hunter2s3cret", "nope", "sentinel_password", "redis.password", "a YAML alias"} {
+			for _, leak := range []string{"hunter2s3cret", "nope", "sentinel_password", "redis.password", "a YAML alias", "is neither"} {
 				if strings.Contains(err.Error(), leak) {
 					t.Errorf("Load: %v; names %q", err, leak)
 				}
@@ -237,8 +250,10 @@ func TestWarningsAtTheirBoundsAreNone(t *testing.T) {
 			c.Window.Stale = c.Window.Size + c.Window.Grace + minStaleMargin
 			c.Worker.ClaimIdle = DefaultClaimIdle(c.Window)
 		},
-		"timeout = 10ms":         func(c *Config) { c.Redis.Timeout = minSensibleTimeout },
-		"dedupe = retry horizon": func(c *Config) { c.Window.Dedupe = ReporterRetryHorizon },
+		// README's own figures ("below 10ms", "below 35 s"), not the
+		// constants, which the cases would follow wherever they moved.
+		"timeout = 10ms": func(c *Config) { c.Redis.Timeout = 10 * time.Millisecond },
+		"dedupe = 35s":   func(c *Config) { c.Window.Dedupe = 35 * time.Second },
 		// README: warned of when the lifetime and its tenth are longer than
 		// window.stale less W + grace; here they are exactly that.
 		"conn_max_lifetime and its tenth = stale less W + grace": func(c *Config) {
@@ -297,7 +312,7 @@ func TestTaggedDecimalIsTaken(t *testing.T) {
 // local tag, naming the key: "!!s3cret x" and "!<s3cret> x" loaded as "x",
 // a password nobody wrote. YAML's own tags still read.
 func TestUnknownYAMLTagsAreRefused(t *testing.T) {
-	for _, v := range []string{"!!S3CRET x", "!<S3CRET> x", "!S3CRET x", "! S3CRET", "!<!> S3CRET"} {
+	for _, v := range []string{"!!S3CRET x", "!<S3CRET> x", "!S3CRET x", "! S3CRET", "!\tS3CRET", "!<!> S3CRET"} {
 		_, err := Load(writeConf(t, "redis:\n  addr: \"h:6379\"\n  password: "+v+"\n"))
 		if err == nil || !strings.Contains(err.Error(), "redis.password: a YAML tag") || strings.Contains(err.Error(), "S3CRET") {
 			t.Errorf("password: %s: Load: %v; want redis.password named as a tag, the value not repeated", v, err)

@@ -84,6 +84,12 @@ func TestTLSSettingsAreChecked(t *testing.T) {
 	if err := os.WriteFile(encrypted, []byte("-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIBAA==\n-----END ENCRYPTED PRIVATE KEY-----\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// OpenSSL's older form: the block's headers say it is encrypted.
+	legacyEncrypted := filepath.Join(t.TempDir(), "legacy-enc.key")
+	if err := os.WriteFile(legacyEncrypted, []byte("-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n"+
+		"DEK-Info: AES-128-CBC,00112233445566778899AABBCCDDEEFF\n\nMIIBAA==\n-----END RSA PRIVATE KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// A first block that does not parse, then the good certificate: the
 	// leaf X509KeyPair takes is the broken one, and the key is fine.
 	good, err := os.ReadFile(pki.ClientCert)
@@ -144,6 +150,8 @@ func TestTLSSettingsAreChecked(t *testing.T) {
 			[]string{"redis.tls_key_file: " + pki.ClientCert + " tls: "}},
 		{"an encrypted key", func(r *Redis) { r.TLSKeyFile = encrypted },
 			[]string{"redis.tls_key_file: " + encrypted + " tls: ", "(an encrypted key: the service takes it unencrypted)"}},
+		{"a legacy encrypted key", func(r *Redis) { r.TLSKeyFile = legacyEncrypted },
+			[]string{"redis.tls_key_file: " + legacyEncrypted + " tls: ", "(an encrypted key: the service takes it unencrypted)"}},
 		{"an X25519 key", func(r *Redis) { r.TLSKeyFile = x25519 },
 			[]string{"redis.tls_key_file: " + x25519 + " tls: "}},
 		{"a certificate file whose first block is broken", func(r *Redis) { r.TLSCertFile = brokenFirst },
