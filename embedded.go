@@ -56,7 +56,10 @@ func startEmbedded(mr *miniredis.Miniredis, addr string, log *zap.Logger) (strin
 					zap.String("client", remote), zap.Int("queued_bytes", queued))
 			})
 			queues.add(q)
-			srv.ServeConn(&checkedConn{Conn: q})
+			srv.ServeConn(&checkedConn{Conn: q, cut: func(err error) {
+				log.Warn("the embedded Redis cut a client whose command would have crashed it",
+					zap.String("client", remote), zap.Error(err))
+			}})
 		}
 	}()
 	stop := func() {

@@ -30,6 +30,7 @@ var (
 // connection, as miniredis ends one at any other protocol error.
 type checkedConn struct {
 	net.Conn
+	cut  func(error) // told of the cut, once, so that an operator can find the client
 	scan commandScanner
 	err  error // the cut's, returned by every Read from then on (the reader's alone)
 }
@@ -43,6 +44,9 @@ func (c *checkedConn) Read(b []byte) (int, error) {
 		// What came before the command is miniredis's to read (n with an
 		// error, as io.Reader allows); the command itself, never.
 		c.err = bad
+		if c.cut != nil {
+			c.cut(bad)
+		}
 		return at, bad
 	}
 	return n, err

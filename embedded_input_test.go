@@ -12,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // A client that sends a command miniredis would panic on is cut, and the
@@ -20,7 +21,8 @@ import (
 // Dispatch takes the command's name from an empty array), and a bulk
 // length past the int range did too (it allocates the length, plus 2).
 func TestEmbeddedRedisCutsAClientSendingWhatCrashedIt(t *testing.T) {
-	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0", zap.NewNop())
+	core, logs := observer.New(zap.WarnLevel)
+	addr, stop, err := startEmbedded(miniredis.NewMiniRedis(), "127.0.0.1:0", zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +34,7 @@ func TestEmbeddedRedisCutsAClientSendingWhatCrashedIt(t *testing.T) {
 		{"an empty command", "*0\r\n"},
 		{"a nil command", "*-1\r\n"},
 		{"an empty command after a whole one", "*1\r\n$4\r\nPING\r\n*0\r\n"},
-		{"a bulk length past the int range", "*1\r\n$9223372036854775807\r\n"},
+		{"a bulk length whose body and CRLF overflow an int", "*1\r\n$9223372036854775807\r\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := net.Dial("tcp", addr)
@@ -53,6 +55,17 @@ func TestEmbeddedRedisCutsAClientSendingWhatCrashedIt(t *testing.T) {
 			}
 			if err := rdb.Ping(ctx).Err(); err != nil {
 				t.Fatalf("PING from another client: %v", err)
+			}
+			// The operator is told which client was cut, and why.
+			cut := logs.TakeAll()
+			if len(cut) != 1 || !strings.Contains(cut[0].Message, "cut a client whose command would have crashed it") {
+				t.Fatalf("logged %v, want one warning of the cut", cut)
+			}
+			if got := cut[0].ContextMap()["client"]; got != c.LocalAddr().String() {
+				t.Errorf("the warning names client %v, want %s", got, c.LocalAddr())
+			}
+			if got, _ := cut[0].ContextMap()["error"].(string); !strings.Contains(got, "connection cut") {
+				t.Errorf("the warning's error %q says not why", got)
 			}
 		})
 	}
