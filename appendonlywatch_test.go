@@ -238,7 +238,7 @@ func TestStartNodeWatchesReadEachItsOwnSetting(t *testing.T) {
 // so a test counts its own loops and not another test's, still ending.
 func tickingLoops() map[string]bool {
 	ids := map[string]bool{}
-	for _, g := range strings.Split(string(goroutines()), "\n\n") {
+	for g := range strings.SplitSeq(string(goroutines()), "\n\n") {
 		if strings.Contains(g, "combo-service.startTicking.func") {
 			id, _, _ := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
 			ids[id] = true

@@ -83,9 +83,7 @@ func TestRedisCluster(t *testing.T) {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		for g := range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				for range 10 {
 					batch := make([]*combo.Contribution, 50)
 					for i := range batch {
@@ -105,7 +103,7 @@ func TestRedisCluster(t *testing.T) {
 					}
 					mu.Unlock()
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		total := int32(0)

@@ -188,7 +188,7 @@ func pauseBeforeDegradedPublish(t *testing.T, node *testredis.Server, cl *redis.
 // announces tells whether the node cl talks to knows node id by port.
 func announces(ctx context.Context, cl *redis.Client, id, port string) bool {
 	nodes, _ := cl.ClusterNodes(ctx).Result()
-	for _, line := range strings.Split(nodes, "\n") {
+	for line := range strings.SplitSeq(nodes, "\n") {
 		if strings.HasPrefix(line, id+" ") {
 			return strings.Contains(line, ":"+port+"@")
 		}

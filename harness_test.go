@@ -63,7 +63,7 @@ func serviceGoroutinesLeft(within time.Duration) string {
 	deadline := time.Now().Add(within)
 	for {
 		var left []string
-		for _, g := range strings.Split(string(goroutines()), "\n\n") {
+		for g := range strings.SplitSeq(string(goroutines()), "\n\n") {
 			if strings.Contains(g, "github.com/combo-service/combo-service") &&
 				!strings.Contains(g, "combo-service/internal/testredis.") && !strings.Contains(g, "combo-service.TestMain") &&
 				!strings.Contains(g, "combo-service.serviceGoroutinesLeft") && !strings.Contains(g, "(*unreadCloser).watch") {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -69,9 +70,7 @@ func (d *drops) snapshot() (map[int64]int, []error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ids := make(map[int64]int, len(d.ids))
-	for k, v := range d.ids {
-		ids[k] = v
-	}
+	maps.Copy(ids, d.ids)
 	return ids, append([]error(nil), d.errs...)
 }
 

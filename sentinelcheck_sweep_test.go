@@ -77,9 +77,7 @@ func hungSentinel(t *testing.T, replicas string) string {
 			}
 		}
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
@@ -91,7 +89,7 @@ func hungSentinel(t *testing.T, replicas string) string {
 			mu.Unlock()
 			go serve(c)
 		}
-	}()
+	})
 	return ln.Addr().String()
 }
 

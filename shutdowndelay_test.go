@@ -95,7 +95,7 @@ func TestShutdownDelayKeepsPooledConnections(t *testing.T) {
 		_, err := cli.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: gift(act, 1, "firework", 1)})
 		return err
 	}
-	for i := 0; i < 20; i++ { // warm the pool
+	for range 20 { // warm the pool
 		if err := call(); err != nil {
 			t.Fatal(err)
 		}
@@ -104,10 +104,8 @@ func TestShutdownDelayKeepsPooledConnections(t *testing.T) {
 	signalled := time.Now()
 	var wg sync.WaitGroup
 	var ok, failed atomic.Int32
-	for g := 0; g < 8; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range 8 {
+		wg.Go(func() {
 			for time.Since(signalled) < delay-300*time.Millisecond {
 				if err := call(); err != nil {
 					failed.Add(1)
@@ -117,7 +115,7 @@ func TestShutdownDelayKeepsPooledConnections(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	t.Logf("inside the delay: %d ok, %d failed", ok.Load(), failed.Load())

@@ -177,7 +177,7 @@ func TestDropLinesStayShort(t *testing.T) {
 	closeWithin(t, r) // one batch of 600, dropped
 
 	var got []int64
-	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+	for line := range strings.SplitSeq(strings.TrimSpace(out.String()), "\n") {
 		var entry struct {
 			Count int     `json:"count"`
 			IDs   []int64 `json:"ids"`

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/netip"
@@ -814,7 +815,7 @@ func keyNames() map[string]bool {
 	return names
 }
 
-var durationType = reflect.TypeOf(time.Duration(0))
+var durationType = reflect.TypeFor[time.Duration]()
 
 // durationsAreStrings refuses anything but a string where a duration goes
 // (timeout: 500, or true, in YAML): viper's weak decoding would read a
@@ -951,9 +952,7 @@ func flatten(prefix string, m map[string]any) map[string]any {
 			key = prefix + "." + k
 		}
 		if sub, ok := val.(map[string]any); ok {
-			for kk, vv := range flatten(key, sub) {
-				out[kk] = vv
-			}
+			maps.Copy(out, flatten(key, sub))
 			continue
 		}
 		out[key] = val

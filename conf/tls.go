@@ -37,7 +37,7 @@ func notAPath(path string) string {
 	if strings.Contains(path, "-----BEGIN") {
 		return "holds a PEM file's contents, not its path: give the file's path (not repeated here, as it may hold a private key)"
 	}
-	for _, part := range strings.Split(path, "/") {
+	for part := range strings.SplitSeq(path, "/") {
 		if len(part) > 255 {
 			return fmt.Sprintf("is no file's path (a part of %d bytes, where a file name has at most 255: a file's contents, base64?): give the file's path (not repeated here, as it may hold a private key)", len(part))
 		}

@@ -150,7 +150,7 @@ func goBuilds(t *testing.T, text string) []goBuild {
 	text = strings.ReplaceAll(text, "\\\n", " ")
 	text = strings.ReplaceAll(text, "`", " ") // Markdown code spans
 	var found []goBuild
-	for _, line := range strings.Split(text, "\n") {
+	for line := range strings.SplitSeq(text, "\n") {
 		line = strings.TrimSpace(line)
 		if strings.HasPrefix(line, "#") || !strings.Contains(line, "go build") {
 			continue
@@ -304,7 +304,7 @@ func TestDockerfileBuildsLikeBuildSh(t *testing.T) {
 func dockerfile(t *testing.T) [][2]string {
 	t.Helper()
 	var ins [][2]string
-	for _, line := range strings.Split(strings.ReplaceAll(read(t, "Dockerfile"), "\\\n", " "), "\n") {
+	for line := range strings.SplitSeq(strings.ReplaceAll(read(t, "Dockerfile"), "\\\n", " "), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
@@ -1253,7 +1253,7 @@ func TestAlertRules(t *testing.T) {
 				if known == nil {
 					continue
 				}
-				for _, v := range strings.Split(m[2], "|") { // an =~ alternation
+				for v := range strings.SplitSeq(m[2], "|") { // an =~ alternation
 					if !known[v] {
 						t.Errorf("%s: %s, which the service does not export (it has %s=%v)",
 							file, sel[0], m[1], slices.Sorted(maps.Keys(known)))

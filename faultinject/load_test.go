@@ -261,9 +261,7 @@ func (g *loadgen) run(w workload) {
 	g.stopRun = cancel
 	g.mu.Unlock()
 	for i := range w.workers {
-		g.workers.Add(1)
-		go func() {
-			defer g.workers.Done()
+		g.workers.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(i)))
 			for ctx.Err() == nil {
 				k := comboKey{
@@ -281,7 +279,7 @@ func (g *loadgen) run(w workload) {
 					time.Sleep(w.pause)
 				}
 			}
-		}()
+		})
 	}
 }
 

@@ -278,20 +278,16 @@ func TestDuplicateReports(t *testing.T) {
 	for i := range cs {
 		k := comboKey{activity: 1 + int64(i%2), user: 1 + int64(i%10), itemType: itemTypes[i%len(itemTypes)]}
 		cs[i] = contribution(k, int32(1+i%7))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(i), 6))
 			gate := make(chan struct{})
 			var answers [2]*combo.ReportContributionResponse
 			var both sync.WaitGroup
 			for j, r := range rs {
-				both.Add(1)
-				go func() {
-					defer both.Done()
+				both.Go(func() {
 					<-gate
 					answers[j], _ = g.send(rand.New(rand.NewPCG(uint64(i), uint64(j))), cs[i], r)
-				}()
+				})
 			}
 			close(gate)
 			both.Wait()
@@ -311,7 +307,7 @@ func TestDuplicateReports(t *testing.T) {
 					t.Errorf("id %d sent a third time: duplicate=false", cs[i].Id)
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	settle(t, g, o, 10*time.Second, 0) // every window published

@@ -212,8 +212,8 @@ func TestDecodeRefusesEachMissingOrNullMemberForItsReason(t *testing.T) {
 func TestRecordKeysAreRecordsJSONNames(t *testing.T) {
 	var tags []string
 	rt := reflect.TypeFor[Record]()
-	for i := range rt.NumField() {
-		tags = append(tags, rt.Field(i).Tag.Get("json"))
+	for field := range rt.Fields() {
+		tags = append(tags, field.Tag.Get("json"))
 	}
 	contract := []string{"id", "user_id", "nickname", "avatar_url", "star_id", "item_id",
 		"item_type", "item_name", "item_icon", "quantity", "combo_count", "created_at"}

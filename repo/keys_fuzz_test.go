@@ -44,7 +44,7 @@ func FuzzEntryComboKey(f *testing.F) {
 			t.Fatalf("shard %d of %d", shard, keys.Shards())
 		}
 		cur := keys.Current(shard, a, u, itemType)
-		if i := strings.Index(cur, ":w:"); i < 0 || cur[i+3:] != s {
+		if _, after, ok := strings.Cut(cur, ":w:"); !ok || after != s {
 			t.Fatalf("window key %q: after its first \":w:\" is not %q", cur, s)
 		}
 		tag := hashTag(keys.Stream(shard))

@@ -591,9 +591,7 @@ func TestConcurrentReportsShareCorrectly(t *testing.T) {
 	seen := map[int32]bool{}
 	var wg sync.WaitGroup
 	for g := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range per {
 				c := contribution(int64(1+g*per+i), "x", base)
 				res, err := r.Report(context.Background(), []*combo.Contribution{c})
@@ -614,7 +612,7 @@ func TestConcurrentReportsShareCorrectly(t *testing.T) {
 					}
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	for q := int32(1); q <= callers*per; q++ {

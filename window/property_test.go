@@ -123,7 +123,7 @@ func shuffled(rng *rand.Rand, rows []Row) []Row {
 
 func TestMergeProperties(t *testing.T) {
 	sizes := []time.Duration{3 * time.Second, time.Second, 7 * time.Second, time.Millisecond, 250 * time.Millisecond}
-	for seed := uint64(0); seed < 200; seed++ {
+	for seed := range uint64(200) {
 		rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 		rows := genRows(rng)
 		size := sizes[int(seed)%len(sizes)]
@@ -133,7 +133,7 @@ func TestMergeProperties(t *testing.T) {
 		got := Merge(rows, size)
 
 		// (a) The result does not depend on input order.
-		for s := 0; s < 4; s++ {
+		for s := range 4 {
 			if again := Merge(shuffled(rng, rows), size); !slices.Equal(again, got) {
 				t.Fatalf("%s: shuffle %d changes the result:\n got %+v\nwant %+v", label, s, again, got)
 			}
@@ -276,7 +276,7 @@ func FuzzMergeOrderIndependent(f *testing.F) {
 	// No merging.
 	f.Add([]byte{1, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 1}, uint64(6), int64(0))
 	// A handful of random workloads.
-	for s := uint64(0); s < 8; s++ {
+	for s := range uint64(8) {
 		rng := rand.New(rand.NewPCG(s, 42))
 		data := make([]byte, 6*rng.IntN(60))
 		for i := range data {

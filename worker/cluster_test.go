@@ -703,7 +703,7 @@ func blockedReads(ctx context.Context, rdb *redis.Client) int {
 		return -1
 	}
 	n := 0
-	for _, c := range strings.Split(list, "\n") {
+	for c := range strings.SplitSeq(list, "\n") {
 		if strings.Contains(c, "cmd=xreadgroup") && strings.Contains(c, "flags=b") {
 			n++
 		}

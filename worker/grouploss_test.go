@@ -223,7 +223,7 @@ func readerBlocked(ctx context.Context, rdb *redis.Client) bool {
 	if err != nil {
 		return false
 	}
-	for _, c := range strings.Split(list, "\n") {
+	for c := range strings.SplitSeq(list, "\n") {
 		if strings.Contains(c, "cmd=xreadgroup") && strings.Contains(c, "flags=b") {
 			return true
 		}

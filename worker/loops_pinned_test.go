@@ -144,7 +144,7 @@ func TestRestartReReadsEveryPageOfItsOwnPendingEntries(t *testing.T) {
 	// Due W + grace (170 ms) after their reports; generous margin, and
 	// far below ClaimIdle.
 	deadline := time.After(w + 3*time.Second)
-	for got := 0; got < n; got++ {
+	for got := range n {
 		select {
 		case <-sub.Channel():
 		case <-deadline:

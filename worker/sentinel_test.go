@@ -164,15 +164,13 @@ func flushScriptHash(t *testing.T) string {
 func warmPipelinePool(t *testing.T, rdb *redis.Client, n int) {
 	t.Helper()
 	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() { // each pipeline holds its connection for 100 ms
-			defer wg.Done()
+	for range n {
+		wg.Go(func() { // each pipeline holds its connection for 100 ms
 			_, _ = rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
 				p.Do(context.Background(), "BLPOP", "warm:nothing", "0.1") // BLPop rounds up to 1 s
 				return nil
 			})
-		}()
+		})
 	}
 	wg.Wait()
 	if st := rdb.PoolStats().PipelineStats; st == nil || st.IdleConns < uint32(n) {

@@ -23,9 +23,7 @@ func runFresh(c int, cli comboservice.Client, wl *workload, keys *keyCounter, co
 	start := time.Now()
 	for g := range recs {
 		recs[g] = newRecorder()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			rec := recs[g]
 			for {
 				hi := keys.next.Add(int64(batch))
@@ -44,7 +42,7 @@ func runFresh(c int, cli comboservice.Client, wl *workload, keys *keyCounter, co
 					sendBatch(cli, cs, rec)
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	// Callers overshoot the counter at the end; the next phase starts at the limit.

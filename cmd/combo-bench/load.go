@@ -69,8 +69,7 @@ func closedLoop(cfg config, wl *workload, call func(g int, keys []comboKey, rec 
 		for k := g; k < cfg.Keys; k += cfg.Concurrency {
 			keys = append(keys, wl.key(int64(k)))
 		}
-		wg.Add(1)
-		go func() { defer wg.Done(); call(g, keys, recs[g], more) }()
+		wg.Go(func() { call(g, keys, recs[g], more) })
 	}
 	wg.Wait()
 	end := time.Now()

@@ -195,7 +195,7 @@ func scriptStats(ctx context.Context, rdb *redis.Client) (calls, usec int64, err
 	if err := m.Err(); err != nil {
 		return 0, 0, err
 	}
-	for _, f := range strings.Split(m.Item("Commandstats", "cmdstat_evalsha"), ",") {
+	for f := range strings.SplitSeq(m.Item("Commandstats", "cmdstat_evalsha"), ",") {
 		k, v, _ := strings.Cut(f, "=")
 		switch k {
 		case "calls":

@@ -49,7 +49,7 @@ func TestUnmeasuredServiceCPUIsNotZero(t *testing.T) {
 	runs{{Mode: "single", CPU: u}}.print(&b)
 	curveResult{Points: []curvePoint{{Level: 1000, CPU: u}}}.print(&b)
 	out := b.String()
-	for _, line := range strings.Split(out, "\n") {
+	for line := range strings.SplitSeq(out, "\n") {
 		if strings.HasPrefix(strings.TrimSpace(line), "cpu ms/1k svc") && !strings.HasSuffix(strings.TrimSpace(line), "n/a") {
 			t.Errorf("unmeasured service CPU printed as %q", line)
 		}

@@ -34,16 +34,14 @@ func runRate(cfg config, cli comboservice.Client, wl *workload) load {
 	var wg sync.WaitGroup
 	for g := range recs {
 		recs[g] = newRecorder()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			rec := recs[g]
 			for j := range jobs {
 				lastSends[g] = time.Now()
 				delays[g] = append(delays[g], time.Since(j.due))
 				sendOneFrom(cli, wl.contribution(wl.key(j.n)), rec, j.released)
 			}
-		}()
+		})
 	}
 
 	total := int64(cfg.Rate * cfg.Duration.Seconds())

@@ -456,7 +456,7 @@ func TestPollCheckComparesEveryField(t *testing.T) {
 // checkLine is the summary line of the check labelled label.
 func checkLine(t *testing.T, out, label string) string {
 	t.Helper()
-	for _, l := range strings.Split(out, "\n") {
+	for l := range strings.SplitSeq(out, "\n") {
 		if strings.HasPrefix(strings.TrimSpace(l), label+" ") {
 			return l
 		}

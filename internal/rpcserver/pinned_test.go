@@ -413,7 +413,7 @@ func watcherIDs() map[string]bool {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	ids := map[string]bool{}
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
 		if strings.Contains(g, "created by github.com/combo-service/combo-service/internal/rpcserver.(*unreadCloser).OnActive") {
 			id, _, _ := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
 			ids[id] = true

@@ -256,7 +256,7 @@ func (s *Server) exitErr() error {
 
 // infoField is the value of field in the text of INFO.
 func infoField(info, field string) string {
-	for _, line := range strings.Split(info, "\n") {
+	for line := range strings.SplitSeq(info, "\n") {
 		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			return strings.TrimSpace(v)
 		}
