@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -152,8 +153,8 @@ func TestOutputQueuedConnKeepsAClientThatReadsOn(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	for burst := 0; burst < 20; burst++ {
-		for i := 0; i < 100; i++ {
+	for burst := range 20 {
+		for i := range 100 {
 			line := fmt.Appendf(nil, "burst %d line %d %s\n", burst, i, bytes.Repeat([]byte("x"), 1000))
 			want.Write(line)
 			if _, err := q.Write(line); err != nil {
@@ -220,7 +221,7 @@ func TestOutputQueuedConnLimitsOnlyASubscriber(t *testing.T) {
 	q := newOutputQueuedConn(server, outputLimits{hard: 1 << 20, soft: 1 << 20, softFor: time.Millisecond},
 		func(queued int) { t.Errorf("cut with %d bytes queued", queued) })
 	defer q.Close()
-	for i := 0; i < 256; i++ { // 4 MiB, four times the hard limit
+	for i := range 256 { // 4 MiB, four times the hard limit
 		if _, err := q.Write(make([]byte, 16<<10)); err != nil {
 			t.Fatalf("write %d: %v", i, err)
 		}
@@ -249,7 +250,7 @@ func TestOutputQueuedConnLimitsOnlyASubscriber(t *testing.T) {
 func (q *outputQueuedConn) queuedBytes() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.queue) + q.inFlight
+	return q.queued + q.inFlight
 }
 
 // A subscribing command is noted in whatever case the client sends it:
@@ -342,26 +343,144 @@ func TestOutputQueuedConnForgetsATimeOverTheSoftLimit(t *testing.T) {
 	}
 }
 
-// What a write took is kept for the next only up to 1 MiB: a connection
-// that was once sent a large reply (a 4 MiB value; the service's own
-// pooled connections to the embedded Redis live as long as it does) does
-// not hold its buffer for good (mutant: every buffer kept).
+// What was written is kept for the next writes only up to 1 MiB: a
+// connection that was once sent a large reply (a 4 MiB value; the
+// service's own pooled connections to the embedded Redis live as long as
+// it does), or fell behind by many chunks, does not hold them for good
+// (mutants: every chunk kept, or every chunk of outputChunk bytes).
 func TestOutputQueuedConnKeepsNoLargeBuffer(t *testing.T) {
-	server, client := stalledPair(t)
-	go func() { _, _ = io.Copy(io.Discard, client) }()
+	server, client := net.Pipe() // nothing written till the client reads
 	q := newOutputQueuedConn(server, pubsubOutputLimits, nil)
 	defer q.Close()
-	for _, size := range []int{4 << 20, 16} {
-		if _, err := q.Write(make([]byte, size)); err != nil {
+	if _, err := q.Write(make([]byte, 4<<20)); err != nil {
+		t.Fatal(err)
+	}
+	for range 256 { // 4 MiB more, in chunks, behind it
+		if _, err := q.Write(make([]byte, outputChunk)); err != nil {
 			t.Fatal(err)
 		}
-		testwait.For(t, "the write written", func() bool { return q.queuedBytes() == 0 })
 	}
+	if _, err := q.Write(make([]byte, 16)); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, client) }()
+	testwait.For(t, "the writes written", func() bool { return q.queuedBytes() == 0 })
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if c := cap(q.queue); c > 1<<20 {
-		t.Fatalf("the queue holds a buffer of %d bytes after a 16-byte write, want 1 MiB or less", c)
+	held := 0
+	for _, c := range append(q.spare, q.queue...) {
+		held += cap(c)
 	}
+	if held > 1<<20 {
+		t.Fatalf("the queue holds %d bytes after its writes were written, want 1 MiB or less", held)
+	}
+}
+
+// A chunk the writer holds is not reused before it is written: a
+// subscriber behind on small PUBLISHes was sent later bytes in place of
+// earlier ones (mutant: the chunks made spares when taken, not once
+// written).
+func TestOutputQueuedConnReusesNoChunkBeingWritten(t *testing.T) {
+	server, client := net.Pipe() // nothing written till the client reads
+	q := newOutputQueuedConn(server, pubsubOutputLimits, nil)
+	defer q.Close()
+	var want bytes.Buffer
+	write := func(n int) {
+		t.Helper()
+		for range n { // 1 KiB writes, each of a byte of its own
+			w := bytes.Repeat([]byte{byte(want.Len() >> 10)}, 1<<10)
+			want.Write(w)
+			if _, err := q.Write(w); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(4 * outputChunk >> 10)
+	testwait.For(t, "chunks taken by the writer", func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.inFlight > 0
+	})
+	write(8 * outputChunk >> 10) // into new chunks: none of those taken
+	got := make([]byte, want.Len())
+	client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(client, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		i := 0
+		for got[i] == want.Bytes()[i] {
+			i++
+		}
+		t.Fatalf("byte %d of %d read is %d, want %d", i, len(got), got[i], want.Bytes()[i])
+	}
+}
+
+// A write costs what it writes, however much is queued before it: in one
+// growing slice, each growth copied all that was queued, under
+// miniredis's lock, so that one PUBLISH to a subscriber 30 MB behind took
+// up to 0.7 s (mutant: the queue one []byte again). Counted in bytes
+// allocated, not time, which a loaded machine stretches.
+func TestOutputQueuedConnWriteCopiesNotWhatIsQueued(t *testing.T) {
+	server, client := net.Pipe() // read by no one: all stays queued
+	q := newOutputQueuedConn(server, pubsubOutputLimits, nil)
+	defer func() {
+		client.Close() // fails the writer's write, so that Close need not wait
+		q.Close()
+	}()
+	w := make([]byte, 4<<10) // as miniredis's bufio.Writer writes
+	for q.queuedBytes() < 16<<20 {
+		if _, err := q.Write(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var before, after runtime.MemStats
+	var worst uint64
+	for range 2048 { // 8 MiB more: a slice grows by a quarter
+		runtime.ReadMemStats(&before)
+		if _, err := q.Write(w); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		worst = max(worst, after.TotalAlloc-before.TotalAlloc)
+	}
+	if worst > 1<<20 {
+		t.Fatalf("a write of %d bytes allocated %d with 16 MiB queued, want less than 1 MiB", len(w), worst)
+	}
+}
+
+// BenchmarkOutputQueuedConnWrite queues 1 KiB writes behind 16 to 32 MiB a
+// client reading nothing left queued; max-ns/op is the slowest write.
+func BenchmarkOutputQueuedConnWrite(b *testing.B) {
+	w := make([]byte, 1<<10)
+	var q *outputQueuedConn
+	var client net.Conn
+	end := func() {
+		if q != nil {
+			client.Close()
+			q.Close()
+		}
+	}
+	defer end()
+	var slowest time.Duration
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if i%(16<<10) == 0 { // a new client, 16 MiB behind
+			b.StopTimer()
+			end()
+			var server net.Conn
+			server, client = net.Pipe()
+			q = newOutputQueuedConn(server, pubsubOutputLimits, nil)
+			for range 1024 {
+				q.Write(make([]byte, 16<<10))
+			}
+			b.StartTimer()
+		}
+		start := time.Now()
+		q.Write(w)
+		slowest = max(slowest, time.Since(start))
+	}
+	b.ReportMetric(float64(slowest.Nanoseconds()), "max-ns/op")
 }
 
 // A write queued while a large one is written does not overwrite what is
