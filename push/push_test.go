@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"path"
 	"reflect"
 	"slices"
 	"strconv"
@@ -80,6 +81,41 @@ func TestChannel(t *testing.T) {
 	if Channel(42) != "act:42:contributions" {
 		t.Fatal(Channel(42))
 	}
+	// The subscribers' pattern takes every activity's channel and no other
+	// (path.Match's glob agrees with Redis's on these).
+	for ch, want := range map[string]bool{Channel(42): true, Channel(1 << 62): true, "act:42:other": false, "act:42": false} {
+		if got, _ := path.Match(ChannelPattern, ch); got != want {
+			t.Errorf("%s matches %s: %v, want %v", ChannelPattern, ch, got, want)
+		}
+	}
+}
+
+// Decode refuses a member of the wrong JSON type, as it refuses a missing
+// one: a producer that quoted an integer (or wrote a fraction, or one past
+// int64) would otherwise decode as 0, every member still present.
+func TestDecodeRefusesWrongTypedMember(t *testing.T) {
+	good, err := Single(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ from, to string }{
+		{`"activity_id":7`, `"activity_id":"7"`},
+		{`"id":9223372036854775807`, `"id":"9223372036854775807"`},
+		{`"id":9223372036854775807`, `"id":9223372036854775808`},
+		{`"quantity":3`, `"quantity":3.5`},
+		{`"quantity":3`, `"quantity":2147483648`},
+		{`"created_at":1732950000123`, `"created_at":1.732950000123e12`},
+		{`"nickname":"`, `"nickname":1,"x":"`},
+		{`"type":"contributions_response"`, `"type":1`},
+	} {
+		if !bytes.Contains(good, []byte(tc.from)) {
+			t.Fatalf("%s not in %s", tc.from, good)
+		}
+		bad := bytes.Replace(good, []byte(tc.from), []byte(tc.to), 1)
+		if _, err := Decode(bad); err == nil {
+			t.Errorf("Decode(%s) = nil error, want a refusal of %s", bad, tc.to)
+		}
+	}
 }
 
 // BenchmarkFragment: "typical" is a row whose strings need no escaping (the
@@ -113,7 +149,9 @@ func BenchmarkSingle(b *testing.B) {
 // writes exactly the bytes encoding/json would.
 func FuzzFragmentMatchesEncodingJSON(f *testing.F) {
 	for _, s := range []string{"", "小明", "https://cdn.example.com/a.png?x=1&y=2", `a"b\c`, "<b>", "\u2028", "\u2029",
-		"\xe2\x82\xac", "tab\there", "\x7f", "\xff", "é"} {
+		"\xe2\x82\xac", "tab\there", "\x7f", "\xff", "é",
+		// Each HTML character alone: "<b>" is escaped for either of its two.
+		"<", ">", "&"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -40,7 +40,8 @@ func TestContribution(t *testing.T) {
 		{"item type control", func(c *combo.Contribution) { c.ItemType = "a\nb" }, "item_type", "control"},
 		{"item type DEL", func(c *combo.Contribution) { c.ItemType = "a\x7f" }, "item_type", "control"},
 		{"item type NUL", func(c *combo.Contribution) { c.ItemType = "a\x00" }, "item_type", "control"},
-		{"item type C1 control", func(c *combo.Contribution) { c.ItemType = "a\u0085b" }, "item_type", "found U+0085"},
+		// The byte offset lets a caller find the character in a long value.
+		{"item type C1 control", func(c *combo.Contribution) { c.ItemType = "a\u0085b" }, "item_type", "found U+0085 at byte 1"},
 		{"item type bad utf8", func(c *combo.Contribution) { c.ItemType = "a\xff" }, "item_type", "UTF-8"},
 		{"item name long", func(c *combo.Contribution) { c.ItemName = strings.Repeat("n", 257) }, "item_name", "at most 256"},
 		{"item name bad utf8", func(c *combo.Contribution) { c.ItemName = "\xc3\x28" }, "item_name", "UTF-8"},
@@ -64,6 +65,9 @@ func TestContribution(t *testing.T) {
 		// this service's own upper one, year 9999's last millisecond.
 		{"created_at lowest", func(c *combo.Contribution) { c.CreatedAt = MinCreatedAt }, "", ""},
 		{"created_at highest", func(c *combo.Contribution) { c.CreatedAt = MaxCreatedAt }, "", ""},
+		// README's bound written out, not through the constant: a constant
+		// that drifts (a year 9999 cut a millisecond early) moves with it.
+		{"created_at 9999-12-31T23:59:59.999Z", func(c *combo.Contribution) { c.CreatedAt = 253402300799999 }, "", ""},
 		{"created_at microseconds", func(c *combo.Contribution) { c.CreatedAt = 1732950000123000 }, "created_at", "year 9999), got 1732950000123000 (that looks like microseconds)"},
 		{"created_at nanoseconds", func(c *combo.Contribution) { c.CreatedAt = 1732950000123000000 }, "created_at", "(that looks like nanoseconds)"},
 	}

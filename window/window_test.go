@@ -467,6 +467,11 @@ func TestJoins(t *testing.T) {
 		{"total reaches MaxQuantity exactly", t0, t0, W, MaxQuantity - 5, 5, true},
 		{"total would exceed MaxQuantity", t0, t0, W, MaxQuantity - 5, 6, false},
 		{"total already at MaxQuantity", t0, t0, W, MaxQuantity, 1, false},
+		// The bound written out: the push path's Lua compares with the
+		// literal 2147483647, so MaxQuantity moving alone would split the
+		// two paths while every case above, written with it, still passed.
+		{"total reaches 2^31-1 exactly", t0, t0, W, 2147483646, 1, true},
+		{"total would pass 2^31-1", t0, t0, W, 2147483647, 1, false},
 		{"largest valid quantity", t0, t0, W, 1, 1000000, true},
 		{"size 0: no merging", t0, t0, 0, 1, 1, false},
 		{"size 0: a late row does not join either", t0, t0 - 500, 0, 1, 1, false},
@@ -484,6 +489,40 @@ func TestJoins(t *testing.T) {
 			if got := Joins(tc.anchor, tc.createdAt, tc.sizeMs, tc.total, tc.q); got != tc.want {
 				t.Fatalf("Joins(%d, %d, %d, %d, %d) = %v, want %v",
 					tc.anchor, tc.createdAt, tc.sizeMs, tc.total, tc.q, got, tc.want)
+			}
+		})
+	}
+}
+
+// Copies of one id tied on created_at that differ in one other field:
+// which copy is kept must not depend on the input's order (README: "ties
+// broken by the other fields in a fixed order, whatever the order of the
+// rows"), field by field, so no tie-break of compareByID can go missing.
+// The other cases' repeats differ in created_at, or in nothing.
+func TestMergeTiedRepeatsDoNotDependOnInputOrder(t *testing.T) {
+	base := row(5, 1, 1, "rose", 2, t0)
+	for _, tc := range []struct {
+		field  string
+		change func(r *Row)
+	}{
+		{"item_type", func(r *Row) { r.ItemType = "car" }},
+		{"user_id", func(r *Row) { r.UserID = 2 }},
+		{"activity_id", func(r *Row) { r.ActivityID = 2 }},
+		{"quantity", func(r *Row) { r.Quantity = 3 }},
+		{"star_id", func(r *Row) { r.StarID++ }},
+		{"item_id", func(r *Row) { r.ItemID++ }},
+		{"item_name", func(r *Row) { r.ItemName = "renamed" }},
+		{"item_icon", func(r *Row) { r.ItemIcon = "other.png" }},
+		{"nickname", func(r *Row) { r.Nickname = "renamed" }},
+		{"avatar_url", func(r *Row) { r.AvatarURL = "other.png" }},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			other := base
+			tc.change(&other)
+			a := Merge([]Row{base, other}, 3*time.Second)
+			b := Merge([]Row{other, base}, 3*time.Second)
+			if len(a) != 1 || !slices.Equal(a, b) {
+				t.Fatalf("copies differing in %s: %+v, reversed %+v; want one record, the same", tc.field, a, b)
 			}
 		})
 	}
