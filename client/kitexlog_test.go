@@ -20,4 +20,8 @@ func TestKitexLoggerThinsRetryWarnings(t *testing.T) {
 	if n := logs.Len(); n != 1 {
 		t.Fatalf("%d lines written for a burst of 1000 retry warnings, want 1", n)
 	}
+	// KitexLogger's doc: lines are logged under the name "kitex".
+	if name := logs.All()[0].LoggerName; name != "kitex" {
+		t.Fatalf("logged under %q, want \"kitex\"", name)
+	}
 }

@@ -1458,11 +1458,20 @@ func TestOptionsValidate(t *testing.T) {
 		{Linger: -time.Second},
 		{Concurrency: -1},
 		{InitialBackoff: time.Second, MaxBackoff: time.Millisecond},
+		{InitialBackoff: time.Second, MaxBackoff: time.Second - 1},
+		// Not caught by MaxBackoff's check (its default is 5 s): a
+		// negative backoff would make the retry loop's rand.N panic.
+		{InitialBackoff: -time.Second},
 		{RPCTimeout: -1},
 	} {
 		if err := bad.Validate(); err == nil {
 			t.Errorf("Validate(%+v) = nil, want an error", bad)
 		}
+	}
+	// Every problem is named, not only the first.
+	two := ReporterOptions{Linger: -time.Second, RPCTimeout: -1}
+	if err := two.Validate(); err == nil || !strings.Contains(err.Error(), "Linger") || !strings.Contains(err.Error(), "RPCTimeout") {
+		t.Errorf("Validate(%+v) = %v, want both fields named", two, err)
 	}
 	// MaxBackoff left zero takes a longer InitialBackoff, as its doc says.
 	long := ReporterOptions{InitialBackoff: 2 * DefaultMaxBackoff}
