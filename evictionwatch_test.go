@@ -66,6 +66,29 @@ func TestEvictionWatchKeepsWhatItCannotRead(t *testing.T) {
 	}
 }
 
+// Each reading is given the watch's timeout (nodeReader's, three round
+// trips a Sentinel): a reading left without one, on a node that takes a
+// connection and never answers, held back every later reading, and the
+// gauges and warnings with them, until Stop.
+func TestNodeWatchGivesEachReadingItsTimeout(t *testing.T) {
+	start := time.Now()
+	readings := 0
+	read := func(ctx context.Context) (map[string]string, error) {
+		readings++
+		if end, ok := ctx.Deadline(); !ok || end.Sub(start) > 2*time.Second {
+			t.Errorf("reading %d given deadline %v (set: %v), want within the watch's one second", readings, end, ok)
+		}
+		return map[string]string{"a:6379": "noeviction"}, nil
+	}
+	w := newEvictionWatch(read, time.Hour, time.Second, nil, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	for range 2 {
+		w.once(context.Background())
+	}
+	if readings != 2 {
+		t.Fatalf("%d readings in 2 rounds, want 2", readings)
+	}
+}
+
 // A node that refuses the service's login (restarted without its ACL user,
 // it rejoins as a replica with no other sign) is warned of at each
 // reading, and counted in combo_redis_logins_refused (an alert reads it);

@@ -312,6 +312,11 @@ func TestStartNamesAReplicaWithoutTheUser(t *testing.T) {
 		if unread := logs.FilterMessageSnippet("could not read every Redis node's maxmemory-policy").Len(); unread != 1 || (said == 1) != tc.refused {
 			t.Errorf("rules %v: %d unread warnings, %d saying the login is refused (want %v): %v", tc.rules, unread, said, tc.refused, logs.All())
 		}
+		// The AOF check names the node it could not read in a warning of
+		// its own: the eviction check's may have read it.
+		if unread := logs.FilterMessageSnippet("could not read every Redis node's aof_enabled").Len(); unread != 1 {
+			t.Errorf("rules %v: %d warnings of nodes the AOF check could not read, want 1: %v", tc.rules, unread, logs.All())
+		}
 		if err := s.stop(); err != nil {
 			t.Fatal(err)
 		}
