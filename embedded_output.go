@@ -36,10 +36,12 @@ var errOutputLimit = errors.New("embedded Redis: client output limit reached; co
 // that, a chunk of its own), so that a write copies only itself: in one
 // growing slice, each growth copied all that was queued, under miniredis's
 // lock (a PUBLISH to a subscriber 30 MB behind took up to 0.7 s). Up to
-// spareChunks written are kept for the next writes.
+// spareChunks written are kept for the next writes, and the writer's lists
+// of chunks only while they have room for at most keptListChunks.
 const (
-	outputChunk = 16 << 10
-	spareChunks = 4
+	outputChunk    = 16 << 10
+	spareChunks    = 4
+	keptListChunks = 64
 )
 
 // outputQueuedConn is a connection whose writes are queued and written to
@@ -199,6 +201,13 @@ func (q *outputQueuedConn) writeLoop() {
 		}
 		clear(out)
 		q.mu.Unlock()
+		// A slice header a chunk: a client that fell 256 MB behind (one
+		// reading a pipeline's replies slowly has no limit) left lists of
+		// 0.4 MB each, kept as long as the connection (the queue takes
+		// out's array next).
+		if cap(out) > keptListChunks || cap(iov) > keptListChunks {
+			out, iov = nil, nil
+		}
 		if err != nil {
 			q.Conn.Close()
 			return

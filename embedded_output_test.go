@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"regexp"
@@ -346,8 +347,9 @@ func TestOutputQueuedConnForgetsATimeOverTheSoftLimit(t *testing.T) {
 // What was written is kept for the next writes only up to 1 MiB: a
 // connection that was once sent a large reply (a 4 MiB value; the
 // service's own pooled connections to the embedded Redis live as long as
-// it does), or fell behind by many chunks, does not hold them for good
-// (mutants: every chunk kept, or every chunk of outputChunk bytes).
+// it does), or fell behind by many chunks, does not hold them for good,
+// nor a list of as many (mutants: every chunk kept, or every chunk of
+// outputChunk bytes; the writer's lists kept whatever their size).
 func TestOutputQueuedConnKeepsNoLargeBuffer(t *testing.T) {
 	server, client := net.Pipe() // nothing written till the client reads
 	q := newOutputQueuedConn(server, pubsubOutputLimits, nil)
@@ -355,6 +357,11 @@ func TestOutputQueuedConnKeepsNoLargeBuffer(t *testing.T) {
 	if _, err := q.Write(make([]byte, 4<<20)); err != nil {
 		t.Fatal(err)
 	}
+	testwait.For(t, "the 4 MiB taken by the writer", func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.inFlight > 0
+	})
 	for range 256 { // 4 MiB more, in chunks, behind it
 		if _, err := q.Write(make([]byte, outputChunk)); err != nil {
 			t.Fatal(err)
@@ -365,6 +372,12 @@ func TestOutputQueuedConnKeepsNoLargeBuffer(t *testing.T) {
 	}
 	go func() { _, _ = io.Copy(io.Discard, client) }()
 	testwait.For(t, "the writes written", func() bool { return q.queuedBytes() == 0 })
+	// The writer's list of the chunks it took is the queue's at its next
+	// take: one more write, and the queue is in the list of 257 if kept.
+	if _, err := q.Write(make([]byte, 16)); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "the last write written", func() bool { return q.queuedBytes() == 0 })
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	held := 0
@@ -373,6 +386,9 @@ func TestOutputQueuedConnKeepsNoLargeBuffer(t *testing.T) {
 	}
 	if held > 1<<20 {
 		t.Fatalf("the queue holds %d bytes after its writes were written, want 1 MiB or less", held)
+	}
+	if c := cap(q.queue); c > keptListChunks {
+		t.Fatalf("the queue's list has room for %d chunks after its writes were written, want %d at most", c, keptListChunks)
 	}
 }
 
@@ -536,4 +552,96 @@ func TestOutputQueuedConnWritesWhatWasQueuedAfterALargeWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	read(append(first, second...))
+}
+
+// Writes of any size, queued while the writer writes what it took and a
+// slow client reads in small pieces, reach the client in order, each byte
+// once, and Close writes what is still queued: over TCP (the chunks in one
+// writev) and over a pipe (written one by one). Each write's buffer is
+// overwritten once taken, as miniredis's bufio.Writer reuses its own
+// (mutants: a chunk made spare when taken; the last chunk filled past its
+// length while written; a partial writev's rest dropped).
+func TestOutputQueuedConnDeliversEveryWriteInOrder(t *testing.T) {
+	for _, transport := range []string{"tcp", "pipe"} {
+		t.Run(transport, func(t *testing.T) {
+			var server, client net.Conn
+			if transport == "tcp" {
+				server, client = stalledPair(t)
+				if err := server.(*net.TCPConn).SetWriteBuffer(16 << 10); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				server, client = net.Pipe()
+			}
+			q := newOutputQueuedConn(server, pubsubOutputLimits, nil)
+			q.subscribed.Store(true) // the limits checked (none reached)
+			seed := time.Now().UnixNano()
+			t.Logf("seed %d", seed)
+			rng := rand.New(rand.NewPCG(uint64(seed), 0))
+			var want bytes.Buffer
+			var wrote atomic.Bool
+			got := make(chan []byte, 1)
+			go func() {
+				var b bytes.Buffer
+				rr := rand.New(rand.NewPCG(uint64(seed), 1))
+				p := make([]byte, 64<<10)
+				for {
+					n := len(p)
+					if !wrote.Load() {
+						n = 1 + rr.IntN(8<<10) // slow: small reads, now and then a yield
+						if rr.IntN(16) == 0 {
+							runtime.Gosched()
+						}
+					}
+					k, err := client.Read(p[:n])
+					b.Write(p[:k])
+					if err != nil {
+						got <- b.Bytes()
+						return
+					}
+				}
+			}()
+			buf := make([]byte, 3*outputChunk)
+			for range 300 {
+				var n int
+				switch rng.IntN(8) {
+				case 0:
+					n = outputChunk + rng.IntN(2*outputChunk) // a chunk of its own
+				case 1:
+					n = outputChunk - rng.IntN(16) // about a chunk
+				default:
+					n = 1 + rng.IntN(512) // a reply or a PUBLISH
+				}
+				w := buf[:n]
+				for i := range w {
+					w[i] = byte(want.Len() + i + (want.Len()+i)>>8)
+				}
+				want.Write(w)
+				if _, err := q.Write(w); err != nil {
+					t.Fatal(err)
+				}
+				for i := range w { // as bufio.Writer's next reply
+					w[i] = 0xff
+				}
+				if rng.IntN(4) == 0 {
+					runtime.Gosched() // let the writer take what is queued
+				}
+			}
+			wrote.Store(true)
+			// Closed with some still queued, which it writes first: less
+			// than the client reads in closeFlushTimeout on a busy machine.
+			testwait.For(t, "the queue under 1 MiB", func() bool { return q.queuedBytes() < 1<<20 })
+			if err := q.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			b := <-got
+			if !bytes.Equal(b, want.Bytes()) {
+				i := 0
+				for i < min(len(b), want.Len()) && b[i] == want.Bytes()[i] {
+					i++
+				}
+				t.Fatalf("the client read %d bytes, want %d; they differ from byte %d", len(b), want.Len(), i)
+			}
+		})
+	}
 }
