@@ -160,6 +160,16 @@ if [ -n "$with_errors" ]; then
 else
   echo "no run had an RPC error"
 fi
+# A VM whose host gives its vCPUs to others (steal) runs slower without
+# showing it in the per-process CPU figures: name the runs that lost 2% or
+# more of the machine's CPU time to it (each mode's share is in its JSON).
+stolen=$(jq -r 'input_filename as $f | [.. | objects | select(has("machine_steal_share")) | .machine_steal_share]
+  | select(length > 0 and max >= 0.02) | "\($f | split("/") | last) (\(max * 1000 | round / 10)%)"' "$OUT"/*.json 2>/dev/null || true)
+if [ -n "$stolen" ]; then
+  echo "STEAL (the VM lost 2% or more of its CPU time to others during; the worst mode's share) in:" $stolen
+else
+  echo "no run lost 2% of the machine's CPU time to steal"
+fi
 
 # Medians of the runs, as benchplot and the docs take them: the mean of
 # the two middle values of an even number of runs.

@@ -68,6 +68,58 @@ func spentSince(start, end procCPU) (time.Duration, bool) {
 	return end.cpu - start.cpu, true
 }
 
+// machineCPU is one reading of /proc/stat's first line: the CPU time of
+// every CPU of the machine, in clock ticks. Steal is time the hypervisor
+// gave this VM's vCPUs to someone else while they had work: a run that
+// lost much to it measured the host's other tenants as well as this code,
+// and /proc/<pid>/stat does not show it (a process waiting on a stolen
+// vCPU is not charged), but every figure of the run is slower for it.
+type machineCPU struct {
+	steal, total int64
+	ok           bool // false: /proc/stat unreadable or not as Linux writes it
+}
+
+func readMachineCPU() machineCPU {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineCPU{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return parseMachineCPU(line)
+}
+
+// parseMachineCPU reads "cpu  user nice system idle iowait irq softirq
+// steal [guest guest_nice]". The total is the first eight: guest time is
+// counted in user already (proc(5)).
+func parseMachineCPU(line string) machineCPU {
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return machineCPU{}
+	}
+	var m machineCPU
+	for i, v := range f[1:9] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return machineCPU{}
+		}
+		m.total += n
+		if i == 7 {
+			m.steal = n
+		}
+	}
+	m.ok = true
+	return m
+}
+
+// stealShare is the share of the machine's CPU time between two readings
+// that was stolen, and false when either reading failed or no time passed.
+func stealShare(start, end machineCPU) (float64, bool) {
+	if !start.ok || !end.ok || end.total <= start.total || end.steal < start.steal {
+		return 0, false
+	}
+	return float64(end.steal-start.steal) / float64(end.total-start.total), true
+}
+
 // cpuUse is CPU spent per 1000 acked reports, in ms, by each process.
 type cpuUse struct {
 	ServiceMsPer1k float64 `json:"service_cpu_ms_per_1k,omitempty"`
@@ -84,6 +136,10 @@ type cpuUse struct {
 	// service exited or restarted during the run: the service's figures
 	// are absent from the JSON and print as n/a.
 	ServiceUnmeasured bool `json:"service_cpu_unmeasured,omitempty"`
+	// MachineStealShare is the share of all the machine's CPU time during
+	// the run that the hypervisor gave to others (steal, in /proc/stat),
+	// 0 to 1; absent where /proc/stat cannot be read.
+	MachineStealShare *float64 `json:"machine_steal_share,omitempty"`
 }
 
 // serviceMsPer1k, serviceCores, redisMsPer1k and redisCores print a
@@ -93,6 +149,14 @@ func (u cpuUse) serviceCores() string   { return orNA(u.ServiceUnmeasured, "%.2f
 func (u cpuUse) redisMsPer1k() string   { return orNA(u.RedisUnmeasured, "%.1f", u.RedisMsPer1k) }
 func (u cpuUse) redisCores() string     { return orNA(u.RedisUnmeasured, "%.2f", u.RedisCores) }
 
+// stealPercent prints the steal share as a percentage, or n/a.
+func (u cpuUse) stealPercent() string {
+	if u.MachineStealShare == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", 100*(*u.MachineStealShare))
+}
+
 func orNA(unmeasured bool, format string, v float64) string {
 	if unmeasured {
 		return "n/a"
@@ -101,15 +165,17 @@ func orNA(unmeasured bool, format string, v float64) string {
 }
 
 type cpuSampler struct {
-	pids  [3]int // service, redis, bench
-	start [3]procCPU
-	at    time.Time
+	pids    [3]int // service, redis, bench
+	start   [3]procCPU
+	at      time.Time
+	machine func() machineCPU // readMachineCPU; a test's readings
+	mstart  machineCPU
 }
 
 // newCPUSampler samples the service (servicePID) and Redis (redisPid, from
 // redisPID), each not measured when 0, and this process.
 func newCPUSampler(servicePID, redisPid int) *cpuSampler {
-	s := &cpuSampler{pids: [3]int{servicePID, redisPid, os.Getpid()}}
+	s := &cpuSampler{pids: [3]int{servicePID, redisPid, os.Getpid()}, machine: readMachineCPU}
 	s.reset()
 	return s
 }
@@ -118,6 +184,7 @@ func (s *cpuSampler) reset() {
 	for i, p := range s.pids {
 		s.start[i] = readProcCPU(p)
 	}
+	s.mstart = s.machine()
 	s.at = time.Now()
 }
 
@@ -144,6 +211,9 @@ func (s *cpuSampler) since(acked int64) cpuUse {
 	}
 	if measured[0] {
 		u.ServiceMsPer1k, u.ServiceCores = per1k(d[0]), cores(d[0])
+	}
+	if share, ok := stealShare(s.mstart, s.machine()); ok {
+		u.MachineStealShare = &share
 	}
 	return u
 }

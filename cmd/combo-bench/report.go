@@ -155,6 +155,7 @@ func (rs runs) print(w io.Writer) {
 	row("cores svc/redis/bench", func(r result) string {
 		return fmt.Sprintf("%s/%s/%.2f", r.CPU.serviceCores(), r.CPU.redisCores(), r.CPU.BenchCores)
 	})
+	row("machine cpu stolen %", func(r result) string { return r.CPU.stealPercent() })
 	_ = tw.Flush()
 	for _, r := range rs {
 		if r.FirstError != "" {
