@@ -27,6 +27,12 @@ func startTicking(every time.Duration, once func(context.Context)) *ticking {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
+				// A tick that came while the last call ran is still
+				// waiting when stop cancels, and select picks between
+				// ready cases at random: no call once stopped.
+				if ctx.Err() != nil {
+					return
+				}
 				once(ctx)
 			}
 		}

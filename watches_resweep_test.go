@@ -74,6 +74,30 @@ func TestTickingStopWaitsForACallUnderWay(t *testing.T) {
 	}
 }
 
+// Once stopped, the loop calls once no more, even with a tick waiting:
+// a tick that came while a call ran is still in the ticker's channel when
+// stop cancels, and select, with both ready, took it half the time,
+// calling once again with a cancelled context (each watch checks its
+// context, so nothing was read, but every call was one too many).
+func TestTickingCallsNothingOnceStopped(t *testing.T) {
+	for i := range 30 {
+		var calls atomic.Int32
+		first := make(chan struct{})
+		tk := startTicking(time.Millisecond, func(ctx context.Context) {
+			if calls.Add(1) == 1 {
+				close(first)
+				<-ctx.Done()
+				time.Sleep(5 * time.Millisecond) // ticks come meanwhile: one waits in the channel
+			}
+		})
+		testwait.Receive(t, "the first call", first)
+		tk.stop()
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("try %d: once called %d times, want 1: a call came after stop", i, n)
+		}
+	}
+}
+
 // The watches read as often as README says: the settings every 30 s
 // (their key living 90 s, three readings), the nodes' policy and AOF
 // every minute, the slot map every 10 s (mutants: another interval,
