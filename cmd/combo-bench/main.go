@@ -232,6 +232,9 @@ func (b *bench) run(mode string, cfg config) (result, error) {
 	}
 	if viaService {
 		res.Pushes = awaitPushes(cfg, b.col, wl, l)
+		// Its pushes' lag is measured until now: steal meanwhile slowed
+		// them as much as the load.
+		res.CPU.MachineStealShare = cpu.stealSinceReset()
 	} else {
 		b.col.take(wl.activity)
 	}

@@ -138,7 +138,9 @@ type cpuUse struct {
 	ServiceUnmeasured bool `json:"service_cpu_unmeasured,omitempty"`
 	// MachineStealShare is the share of all the machine's CPU time during
 	// the run that the hypervisor gave to others (steal, in /proc/stat),
-	// 0 to 1; absent where /proc/stat cannot be read.
+	// 0 to 1; absent where /proc/stat cannot be read. A run through the
+	// service counts the wait for its pushes too: its push lag is
+	// measured then.
 	MachineStealShare *float64 `json:"machine_steal_share,omitempty"`
 }
 
@@ -212,10 +214,17 @@ func (s *cpuSampler) since(acked int64) cpuUse {
 	if measured[0] {
 		u.ServiceMsPer1k, u.ServiceCores = per1k(d[0]), cores(d[0])
 	}
-	if share, ok := stealShare(s.mstart, s.machine()); ok {
-		u.MachineStealShare = &share
-	}
+	u.MachineStealShare = s.stealSinceReset()
 	return u
+}
+
+// stealSinceReset is the steal share since the last reset, nil when it
+// cannot be told.
+func (s *cpuSampler) stealSinceReset() *float64 {
+	if share, ok := stealShare(s.mstart, s.machine()); ok {
+		return &share
+	}
+	return nil
 }
 
 // redisPID is the pid of rdb's redis-server as this host numbers it: given

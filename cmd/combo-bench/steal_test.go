@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -84,5 +85,39 @@ func TestMachineCPUReadsProcStat(t *testing.T) {
 	u := s.since(1000)
 	if u.MachineStealShare == nil || *u.MachineStealShare < 0 || *u.MachineStealShare > 1 {
 		t.Fatalf("steal share %v over a run here", u.MachineStealShare)
+	}
+}
+
+// A run through the service counts the steal while its pushes are awaited
+// too, where a rate run's push lag is measured (mutant: the share read as
+// the load ends, a steal burst in the pushes' wait never named).
+func TestStealShareCoversTheWaitForPushes(t *testing.T) {
+	const window = 400 * time.Millisecond
+	cfg := config{Concurrency: 1, Reports: 20, Keys: 4, Window: window, Settle: 20 * time.Millisecond}
+	b := inProcessBench(t, cfg)
+	var mu sync.Mutex
+	var last time.Time
+	n := int64(0)
+	b.cpu.machine = func() machineCPU {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		last = time.Now()
+		return machineCPU{steal: n, total: 100 * n, ok: true}
+	}
+	start := time.Now()
+	res, err := b.run("single", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if res.CPU.MachineStealShare == nil {
+		t.Fatal("no steal share")
+	}
+	// The load of 20 in-process reports takes milliseconds; the pushes are
+	// awaited until a window past its end.
+	if after := last.Sub(start); after < window {
+		t.Fatalf("the steal share's last reading came %v after the run began, want after the pushes' wait (at least %v)", after, window)
 	}
 }
