@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"io"
 	"net"
 	"syscall"
@@ -13,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/combo-service/combo-service/conf"
-	"github.com/combo-service/combo-service/internal/testredis"
 )
 
 // A connection reset by the peer with nothing waiting (Redis's
@@ -50,16 +48,7 @@ func TestPeerClosedAfterAReset(t *testing.T) {
 // idle, 5 s apart, 3 probes): without them a pooled connection to a host
 // that vanished without a FIN is never found dead before use.
 func TestRedisTLSDialerSetsGoRedisKeepAlives(t *testing.T) {
-	pki := testredis.NewTLSFiles(t, t.TempDir())
-	cert, err := tls.LoadX509KeyPair(pki.ServerCert, pki.ServerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln, caFile := tlsListener(t)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -69,7 +58,7 @@ func TestRedisTLSDialerSetsGoRedisKeepAlives(t *testing.T) {
 			go func() { defer c.Close(); _, _ = io.Copy(io.Discard, c) }()
 		}
 	}()
-	cfg := conf.Redis{TLS: true, TLSCAFile: pki.CA}
+	cfg := conf.Redis{TLS: true, TLSCAFile: caFile}
 	d, err := newRedisTLSDialer(cfg.TLSConfigFrom, cfg.TLSFiles(), time.Second, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"io"
 	"net"
 	"syscall"
@@ -14,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/combo-service/combo-service/conf"
-	"github.com/combo-service/combo-service/internal/testredis"
 	"github.com/combo-service/combo-service/internal/testwait"
 )
 
@@ -25,16 +23,7 @@ import (
 // whole afterwards. A check that read a byte instead of peeking broke the
 // connection's TLS stream.
 func TestCheckableTLSConnHidesAndKeepsWaitingBytes(t *testing.T) {
-	pki := testredis.NewTLSFiles(t, t.TempDir())
-	cert, err := tls.LoadX509KeyPair(pki.ServerCert, pki.ServerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln, caFile := tlsListener(t)
 	const reply = "+PONG\r\n"
 	wrote := make(chan error, 1)
 	go func() {
@@ -48,7 +37,7 @@ func TestCheckableTLSConnHidesAndKeepsWaitingBytes(t *testing.T) {
 		wrote <- err
 		_, _ = io.Copy(io.Discard, c) // open until the client closes
 	}()
-	cfg := conf.Redis{TLS: true, TLSCAFile: pki.CA}
+	cfg := conf.Redis{TLS: true, TLSCAFile: caFile}
 	d, err := newRedisTLSDialer(cfg.TLSConfigFrom, cfg.TLSFiles(), 5*time.Second, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)
