@@ -62,6 +62,9 @@ type k8sPodSpec struct {
 		} `yaml:"env"`
 		LivenessProbe  k8sProbe `yaml:"livenessProbe"`
 		ReadinessProbe k8sProbe `yaml:"readinessProbe"`
+		Resources      struct {
+			Limits map[string]string `yaml:"limits"`
+		} `yaml:"resources"`
 	} `yaml:"containers"`
 }
 
@@ -76,7 +79,8 @@ type k8sProbe struct {
 // it must stay true to the service: every COMBO_* variable a key, the
 // whole loading; the probes on the metrics port, liveness on /healthz;
 // the grace period covering the stop; stable, distinct consumer names;
-// no Service links (each a start warning); the image's user.
+// no Service links (each a start warning); the image's user; a memory
+// limit that holds what the service admits (kubernetes_memory_test.go).
 func TestKubernetesExample(t *testing.T) {
 	dec := yaml.NewDecoder(bytes.NewReader([]byte(read(t, "deploy/kubernetes.yaml"))))
 	var svc, sts *k8sObject
@@ -139,6 +143,14 @@ func TestKubernetesExample(t *testing.T) {
 	if pod.SecurityContext.RunAsUser != 65532 {
 		t.Errorf("runAsUser %d, the image's is 65532", pod.SecurityContext.RunAsUser)
 	}
+
+	goMemLimit := ""
+	for _, e := range ctr.Env {
+		if e.Name == "GOMEMLIMIT" {
+			goMemLimit = e.Value
+		}
+	}
+	checkExampleMemory(t, ctr.Resources.Limits["memory"], goMemLimit)
 
 	// Ports and probes are the service's.
 	_, rpcPort, _ := net.SplitHostPort(c.Server.Addr)
