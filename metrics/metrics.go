@@ -230,7 +230,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}),
 		LogLinesSuppressed: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "log_lines_suppressed_total",
 			Help: "Log lines at info or above left out because the same message was logged at the same level less than a second before, " +
-				"by logger: worker, handler, shard_nodes, sentinel_watch, settings_watch, repo (a report pipeline's panic), main (the Redis TLS dialer's and the embedded Redis's)."}, []string{"logger"}),
+				"by logger: worker, handler, shard_nodes, sentinel_watch, settings_watch, repo (a report pipeline's panic), main (the Redis TLS dialer's and the embedded Redis's), kitex, netpoll."}, []string{"logger"}),
 	}
 	for _, o := range reportOutcomes {
 		m.Reports.WithLabelValues(o)

@@ -26,23 +26,33 @@ import (
 // may come hours later, or never (no timer writes the count on its own):
 // the time says when the suppressed lines were.
 func Klog(l *zap.Logger) klog.FullLogger {
-	return &klogger{s: l.Named("kitex").WithOptions(zap.AddCallerSkip(4)).Sugar(), sample: newKeySampler()}
+	return &klogger{s: l.Named("kitex").WithOptions(zap.AddCallerSkip(4)).Sugar(), sample: newKeySampler(),
+		count: &libraryCount{name: "kitex"}}
 }
 
 type klogger struct {
 	s      *zap.SugaredLogger
-	sample *keySampler // by format (Kitex's formats are a fixed set)
+	sample *keySampler   // by format (Kitex's formats are a fixed set)
+	count  *libraryCount // the lines left out
 }
+
+// CountSuppressed counts the lines left out from now on by s (logger
+// "kitex"), nil for none.
+func (k *klogger) CountSuppressed(s Suppressed) { k.count.set(s) }
 
 var _ klog.FullLogger = (*klogger)(nil)
 
 func (k *klogger) write(lvl zapcore.Level, key, msg string) {
+	if !k.s.Level().Enabled(lvl) {
+		return // below log.level: not counted as left out either
+	}
 	ok, suppressed, since := true, 0, time.Time{}
 	if lvl >= zapcore.InfoLevel {
 		ok, suppressed, since = k.sample.pass(key)
 	}
 	switch {
 	case !ok:
+		k.count.add()
 	case suppressed > 0:
 		k.s.Logw(lvl, msg, "suppressed_since_last", suppressed, "suppressed_since", since)
 	default:

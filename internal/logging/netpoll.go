@@ -29,10 +29,17 @@ import (
 type NetpollWriter struct {
 	l      atomic.Pointer[zap.Logger]
 	sample *keySampler
+	count  libraryCount // the lines left out
 }
 
 // NewNetpollWriter returns a writer that writes to stderr until SetLogger.
-func NewNetpollWriter() *NetpollWriter { return &NetpollWriter{sample: newKeySampler()} }
+func NewNetpollWriter() *NetpollWriter {
+	return &NetpollWriter{sample: newKeySampler(), count: libraryCount{name: "netpoll"}}
+}
+
+// CountSuppressed counts the lines left out from now on by s (logger
+// "netpoll"), nil for none.
+func (w *NetpollWriter) CountSuppressed(s Suppressed) { w.count.set(s) }
 
 // SetLogger sends the lines written from now on to l; nil, to stderr again.
 func (w *NetpollWriter) SetLogger(l *zap.Logger) {
@@ -59,6 +66,7 @@ func (w *NetpollWriter) Write(p []byte) (int, error) {
 	ok, suppressed, since := w.sample.pass(netpollKey(msg))
 	switch {
 	case !ok:
+		w.count.add()
 	case suppressed > 0:
 		ce.Write(zap.Int("suppressed_since_last", suppressed), zap.Time("suppressed_since", since))
 	default:

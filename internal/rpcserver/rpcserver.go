@@ -58,6 +58,10 @@ var netpollLog = logging.NewNetpollWriter()
 // sampled (logging.NetpollWriter); nil sends them to stderr again.
 func SetNetpollLogger(l *zap.Logger) { netpollLog.SetLogger(l) }
 
+// CountNetpollSuppressed counts netpoll's log lines left out by the
+// sampling from now on by s (logger "netpoll"), nil for none.
+func CountNetpollSuppressed(s logging.Suppressed) { netpollLog.CountSuppressed(s) }
+
 // StopOn makes the server stop taking RPCs when ctx ends (Run then drains
 // the ones in flight and returns).
 func StopOn(ctx context.Context) server.Option {

@@ -1,0 +1,39 @@
+package logging
+
+import "sync/atomic"
+
+// libraryCount counts the lines Klog or NetpollWriter leaves out. Those
+// loggers are the process's (Kitex and netpoll take one logger each,
+// installed at start), while the metrics they count into are made later,
+// by each run of the service: so the count is set after the logger is
+// built, and unset when the run ends.
+type libraryCount struct {
+	name string // the logger label: "kitex", "netpoll"
+	fn   atomic.Pointer[Suppressed]
+}
+
+// set counts the lines left out from now on by s, nil for none. Like
+// Sampled, it calls s with n = 0 at once, so that the count exists, at 0,
+// before the first line is left out.
+func (c *libraryCount) set(s Suppressed) {
+	if s == nil {
+		c.fn.Store(nil)
+		return
+	}
+	s(c.name, 0)
+	c.fn.Store(&s)
+}
+
+// add counts one line left out.
+func (c *libraryCount) add() {
+	if s := c.fn.Load(); s != nil {
+		(*s)(c.name, 1)
+	}
+}
+
+// SuppressedCounter is what Klog's logger and a NetpollWriter offer to
+// count the lines they leave out (combo_log_lines_suppressed_total, by
+// logger "kitex" and "netpoll").
+type SuppressedCounter interface {
+	CountSuppressed(s Suppressed)
+}

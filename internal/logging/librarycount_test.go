@@ -1,0 +1,87 @@
+package logging
+
+import (
+	"sync"
+	"testing"
+
+	"go.uber.org/zap/zapcore"
+)
+
+// counted records what a Suppressed was called with.
+type counted struct {
+	mu    sync.Mutex
+	calls map[string][]int
+}
+
+func (c *counted) suppressed(logger string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.calls == nil {
+		c.calls = map[string][]int{}
+	}
+	c.calls[logger] = append(c.calls[logger], n)
+}
+
+func (c *counted) total(logger string) (sum int, seen bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns, seen := c.calls[logger]
+	for _, n := range ns {
+		sum += n
+	}
+	return sum, seen
+}
+
+// Kitex's and netpoll's thinned lines count in
+// combo_log_lines_suppressed_total as the service's own do: a flood of
+// refused connections is thinned there above all, and the metric showed
+// none of it. The count exists at 0 once set; unset, nothing counts.
+func TestLibraryLoggersCountTheLinesTheyLeaveOut(t *testing.T) {
+	k, _, _ := observedKlog(zapcore.InfoLevel)
+	w, _, _ := observedNetpoll(zapcore.InfoLevel)
+	nl := netpollLogger(w)
+	var c counted
+	k.CountSuppressed(c.suppressed)
+	w.CountSuppressed(c.suppressed)
+	for _, name := range []string{"kitex", "netpoll"} {
+		if n, seen := c.total(name); !seen || n != 0 {
+			t.Errorf("logger %q once counted: total %d, seen %v; want the count made, at 0", name, n, seen)
+		}
+	}
+	for range 5 {
+		k.Errorf("KITEX: refused connection from %s", "10.0.0.1:5000")
+		nl.Printf("NETPOLL: accept conn failed: %v", "too many open files")
+	}
+	for _, name := range []string{"kitex", "netpoll"} {
+		if n, _ := c.total(name); n != 4 {
+			t.Errorf("logger %q left out %d lines of 5 in a second by the count, want 4", name, n)
+		}
+	}
+
+	k.CountSuppressed(nil)
+	w.CountSuppressed(nil)
+	for range 5 {
+		k.Errorf("KITEX: refused connection from %s", "10.0.0.1:5000")
+		nl.Printf("NETPOLL: accept conn failed: %v", "too many open files")
+	}
+	for _, name := range []string{"kitex", "netpoll"} {
+		if n, _ := c.total(name); n != 4 {
+			t.Errorf("logger %q counted %d lines, want still 4 once its count was unset", name, n)
+		}
+	}
+}
+
+// A line below log.level is no line left out: the service's own loggers
+// and netpoll's count none, and Kitex's counted a flood of info lines
+// that log.level=warn would never have written.
+func TestKitexCountsNoLineBelowLogLevel(t *testing.T) {
+	k, _, _ := observedKlog(zapcore.WarnLevel)
+	var c counted
+	k.CountSuppressed(c.suppressed)
+	for range 5 {
+		k.Infof("KITEX: connection from %s closed", "10.0.0.1:5000")
+	}
+	if n, _ := c.total("kitex"); n != 0 {
+		t.Errorf("5 info lines at log.level warn counted %d left out, want 0", n)
+	}
+}
