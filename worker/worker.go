@@ -427,7 +427,9 @@ func (w *Worker) readOnce(ctx context.Context, shard int, start string, block ti
 		// after a restart): lost windows, counted as the claimer counts
 		// them. XREADGROUP, unlike XAUTOCLAIM, leaves them pending.
 		w.deletedEntries(shard, deleted)
-		if err := w.op(ctx, func(ctx context.Context) error { return w.store.Drop(ctx, shard, deleted) }); err != nil {
+		// Not counted when the stop cut it short, as in dropBad: no
+		// Redis failure.
+		if err := w.op(ctx, func(ctx context.Context) error { return w.store.Drop(ctx, shard, deleted) }); err != nil && ctx.Err() == nil {
 			w.oneOffError(metrics.OpDrop, shard, err)
 		}
 	}
