@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,4 +67,40 @@ func (quietStore) StreamStats(context.Context, int) (repo.StreamStats, error) {
 }
 func (quietStore) PruneConsumers(context.Context, int, string, time.Duration) ([]string, error) {
 	return nil, nil
+}
+
+// A recovery line the sampler held back is no line left out: it is
+// written later. Tried again at exit every 100 ms while the sampler's
+// second ran, each refusal counted one more in
+// combo_log_lines_suppressed_total{logger="worker"}, and the line, once
+// written, said suppressed_since_last 11: one held line read as a flood
+// of eleven left out. Only the first refusal, when the run ended, may
+// count (the sampler counts every refused Check).
+func TestHeldRecoveryLineIsNotCountedAsLeftOutAgain(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	m := metrics.New(prometheus.NewRegistry())
+	w := New(quietStore{}, Config{Consumer: "c1", Shards: 2, SampleEvery: time.Hour}, zap.NewNop(), m)
+	var mu sync.Mutex
+	leftOut := 0
+	w.log = logging.Sampled(zap.New(core), func(_ string, n int) { mu.Lock(); leftOut += n; mu.Unlock() })
+	w.redisError(metrics.OpPrepare, 0, errors.New("i/o timeout"))
+	w.redisOK(metrics.OpPrepare, 0)                               // its recovery line: written
+	w.redisError(metrics.OpPrepare, 1, errors.New("i/o timeout")) // a failure line under 1 s after the first: left out
+	w.redisOK(metrics.OpPrepare, 1)                               // its recovery line: held
+	if n := logs.FilterMessage("redis prepare recovered").Len(); n != 1 {
+		t.Fatalf("%d recovery lines before exit, want 1: the sampler let the second through, nothing to test", n)
+	}
+	w.writeHeldAtExit(context.Background())
+	lines := logs.FilterMessage("redis prepare recovered").All()
+	if len(lines) != 2 {
+		t.Fatalf("%d recovery lines after exit, want 2: the held one written", len(lines))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if leftOut > 2 { // the failure line, and the held line's one refusal
+		t.Errorf("%d lines counted left out, want at most 2: the held line's retries counted as lines left out", leftOut)
+	}
+	if n, _ := lines[1].ContextMap()["suppressed_since_last"].(int64); n > 1 {
+		t.Errorf("the held line, once written, says suppressed_since_last %d, want at most 1", n)
+	}
 }
