@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 
 	"go.uber.org/zap"
 
@@ -18,6 +19,33 @@ const (
 	CodeUnavailable     int32 = 2
 	CodeInternal        int32 = 3
 )
+
+// errPanicked answers a call whose handler method panicked: the caller
+// reads no panic text, the log has it (recoverPanic).
+var errPanicked = errors.New("internal error: the RPC handler panicked")
+
+// recoverPanic, deferred by each RPC method on entry, recovers a panic in
+// it (validation, a store's outside the repo's pipeline, which recovers
+// its own, MergeLatest's merge, building the answer) as the repo does a
+// report pipeline's: counted in combo_loop_panics_total{loop="rpc_handler"},
+// logged once with its stack, and answered INTERNAL through fail, which
+// counts the call's *uncounted reports internal (nil: a call counting no
+// reports). A method zeroes *uncounted once it counts its reports by their
+// outcome: Redis took those, and they are pushed. Left to Kitex, the panic
+// reached no combo_* metric, so no alert fired, and the caller got Kitex's
+// generic error, not the IDL's ComboError.
+func (h *Handler) recoverPanic(ctx context.Context, rpc string, uncounted *int, err *error) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	h.metrics.LoopPanics.WithLabelValues(metrics.LoopRPCHandler).Inc()
+	n := 0
+	if uncounted != nil {
+		n = *uncounted
+	}
+	*err = h.fail(ctx, errPanicked, n, zap.String("rpc", rpc), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+}
 
 // fail maps any error to the ComboError the caller receives, counts it
 // against n reports and logs what the caller cannot fix. It is the only
@@ -47,6 +75,9 @@ func (h *Handler) fail(_ context.Context, err error, n int, fields ...zap.Field)
 		// pass the caller's context on, is the same and no internal error.
 		code, outcome = CodeUnavailable, metrics.OutcomeCanceled
 		h.log.Debug("report abandoned by its caller", append(fields, zap.Error(err))...)
+	case errors.Is(err, errPanicked):
+		code, outcome = CodeInternal, metrics.OutcomeInternal
+		h.log.Error("recovered panic in an RPC handler; the call fails INTERNAL", fields...)
 	case errors.Is(err, repo.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		code, outcome = CodeUnavailable, metrics.OutcomeUnavailable
 		h.log.Warn("report refused: redis unavailable", append(fields, zap.Error(err))...)

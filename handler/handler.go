@@ -43,10 +43,12 @@ func New(store Store, windowSize time.Duration, m *metrics.Metrics, log *zap.Log
 func (h *Handler) Drain(ctx context.Context) error { return h.gate.drain(ctx) }
 
 // ReportContribution counts one contribution.
-func (h *Handler) ReportContribution(ctx context.Context, req *combo.ReportContributionRequest) (*combo.ReportContributionResponse, error) {
+func (h *Handler) ReportContribution(ctx context.Context, req *combo.ReportContributionRequest) (_ *combo.ReportContributionResponse, err error) {
 	if req == nil {
 		req = &combo.ReportContributionRequest{}
 	}
+	uncounted := 1
+	defer h.recoverPanic(ctx, "ReportContribution", &uncounted, &err)
 	if !h.gate.enter() {
 		return nil, h.fail(ctx, ErrDraining, 1)
 	}
@@ -61,6 +63,7 @@ func (h *Handler) ReportContribution(ctx context.Context, req *combo.ReportContr
 	if err != nil {
 		return nil, h.fail(ctx, err, 1, zap.Int64("activity", c.ActivityId), zap.Int64("user", c.UserId), zap.Int64("id", c.Id))
 	}
+	uncounted = 0
 	h.count(res)
 	h.observeAge(arrived, cs, res)
 	h.logReported(cs, res)
@@ -69,10 +72,12 @@ func (h *Handler) ReportContribution(ctx context.Context, req *combo.ReportContr
 
 // ReportContributions counts a batch, validated whole first: one bad item
 // refuses the call and nothing is counted.
-func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportContributionsRequest) (*combo.ReportContributionsResponse, error) {
+func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportContributionsRequest) (_ *combo.ReportContributionsResponse, err error) {
 	if req == nil {
 		req = &combo.ReportContributionsRequest{}
 	}
+	uncounted := len(req.Contributions)
+	defer h.recoverPanic(ctx, "ReportContributions", &uncounted, &err)
 	if !h.gate.enter() {
 		return nil, h.fail(ctx, ErrDraining, len(req.Contributions))
 	}
@@ -87,6 +92,7 @@ func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportCont
 		return nil, h.fail(ctx, err, len(req.Contributions), zap.Int("batch", len(req.Contributions)),
 			zap.Int64("activity", first.ActivityId), zap.Int64("user", first.UserId), zap.Int64("id", first.Id))
 	}
+	uncounted = 0
 	h.count(res)
 	h.observeAge(arrived, req.Contributions, res)
 	h.logReported(req.Contributions, res)
@@ -110,7 +116,8 @@ func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportCont
 // which has its created_at refused, or its id 0, is refused, naming the
 // first (validate.MisreadColumn): that is the caller's own mistake (seconds
 // for milliseconds, a column not read), which an empty feed would hide.
-func (h *Handler) MergeLatest(ctx context.Context, req *combo.MergeLatestRequest) (*combo.MergeLatestResponse, error) {
+func (h *Handler) MergeLatest(ctx context.Context, req *combo.MergeLatestRequest) (_ *combo.MergeLatestResponse, err error) {
+	defer h.recoverPanic(ctx, "MergeLatest", nil, &err) // it counts no reports
 	if err := validate.MergeLatest(req); err != nil {
 		return nil, h.fail(ctx, err, 0)
 	}

@@ -53,8 +53,8 @@ const (
 // The background loops (label loop of combo_loop_panics_total): the
 // worker's, the one that reads which Redis Cluster node serves each
 // shard, the eviction and append-only watches, the Sentinel watch, the
-// settings watch, the RPC server's watch of unread bytes, and the report
-// path's shared pipelines.
+// settings watch, the RPC server's watch of unread bytes, the report
+// path's shared pipelines, and the RPC handler's methods.
 const (
 	LoopRead         = "read"
 	LoopClaim        = "claim"
@@ -78,6 +78,9 @@ const (
 	// LoopReportPipeline is the report path's shared pipelines, run by a
 	// caller or by the goroutine that carries on for queued calls.
 	LoopReportPipeline = "report_pipeline"
+	// LoopRPCHandler is the RPC handler's methods (package handler):
+	// their call fails INTERNAL.
+	LoopRPCHandler = "rpc_handler"
 )
 
 // Every label value above is exported at 0 from the start. A labelled
@@ -88,7 +91,7 @@ var (
 	reportOutcomes  = []string{OutcomeOK, OutcomeDuplicate, OutcomeDegraded, OutcomeInvalid, OutcomeUnavailable, OutcomeInternal, OutcomeCanceled, OutcomeDraining}
 	flushedStatuses = []string{FlushedPublished, FlushedStale, FlushedGone, FlushedLost}
 	redisOps        = []string{OpPrepare, OpRead, OpDrop, OpRetire, OpClaim, OpFlush, OpFlushScript, OpFinalRead, OpTime, OpStreamStats, OpPruneConsumers}
-	loops           = []string{LoopRead, LoopClaim, LoopFlush, LoopHousekeeping, LoopShardNodes, LoopEvictionWatch, LoopAppendOnlyWatch, LoopSentinelWatch, LoopSettingsWatch, LoopUnreadWatch, LoopReportPipeline}
+	loops           = []string{LoopRead, LoopClaim, LoopFlush, LoopHousekeeping, LoopShardNodes, LoopEvictionWatch, LoopAppendOnlyWatch, LoopSentinelWatch, LoopSettingsWatch, LoopUnreadWatch, LoopReportPipeline, LoopRPCHandler}
 )
 
 // Metrics are the service's collectors.
@@ -193,7 +196,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		RedisErrors: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "redis_errors_total",
 			Help: "Failed Redis operations, by operation."}, []string{"op"}),
 		LoopPanics: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "loop_panics_total",
-			Help: "Panics recovered in background loops, by loop."}, []string{"loop"}),
+			Help: "Panics recovered in background loops and RPC handlers, by loop."}, []string{"loop"}),
 		HeldWindows: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "held_windows",
 			Help: "Windows this replica has read and holds until they are due."}),
 		StreamLength: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "stream_length",
