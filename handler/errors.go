@@ -85,13 +85,19 @@ func (h *Handler) fail(_ context.Context, err error, n int, fields ...zap.Field)
 		code, outcome = CodeInternal, metrics.OutcomeInternal
 		h.log.Error("report failed", append(fields, zap.Error(err))...)
 	}
+	// The answer's message and the windows opened are read before the
+	// count: a panic reading them (an error whose Error panics) is
+	// recovered by recoverPanic, which counts the call's reports internal,
+	// so a count made before it would count them twice.
+	ce := &combo.ComboError{Code: code, Message: err.Error()}
+	// A failed batch may have opened windows all the same (its degraded
+	// publish failed, its other reports aggregated): they will be pushed.
+	opened := repo.WindowsOpened(err)
 	if n > 0 {
 		h.metrics.Reports.WithLabelValues(outcome).Add(float64(n))
 	}
-	// A failed batch may have opened windows all the same (its degraded
-	// publish failed, its other reports aggregated): they will be pushed.
-	if opened := repo.WindowsOpened(err); opened > 0 {
+	if opened > 0 {
 		h.metrics.WindowsOpened.Add(float64(opened))
 	}
-	return &combo.ComboError{Code: code, Message: err.Error()}
+	return ce
 }

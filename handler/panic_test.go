@@ -134,3 +134,31 @@ func TestAHandlerPanicIsInternal(t *testing.T) {
 		})
 	}
 }
+
+// brokenErr is an error whose Error panics, as a typed nil pointer's
+// does: a store bug that returns one where it meant nil.
+type brokenErr struct{ msg string }
+
+func (e *brokenErr) Error() string { return e.msg }
+
+// A panic inside fail, after it counted the call's reports by their
+// outcome (here building the answer's message from an error whose Error
+// panics), must not count them again as internal when recoverPanic
+// answers the call: one report, counted once.
+func TestAPanicInFailCountsTheReportsOnce(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	h := New(&scriptedStore{fail: (*brokenErr)(nil)}, 3*time.Second, m, zap.NewNop())
+	_, err := h.ReportContribution(context.Background(), &combo.ReportContributionRequest{Contribution: contributionWithID(1)})
+	var ce *combo.ComboError
+	if !errors.As(err, &ce) || ce.Code != CodeInternal {
+		t.Fatalf("answer %v, want a ComboError of code 3 (INTERNAL)", err)
+	}
+	var total float64
+	for _, o := range []string{metrics.OutcomeOK, metrics.OutcomeDuplicate, metrics.OutcomeDegraded, metrics.OutcomeInvalid,
+		metrics.OutcomeUnavailable, metrics.OutcomeInternal, metrics.OutcomeCanceled, metrics.OutcomeDraining} {
+		total += testutil.ToFloat64(m.Reports.WithLabelValues(o))
+	}
+	if total != 1 {
+		t.Errorf("combo_reports_total summed over outcomes = %v for one report, want 1", total)
+	}
+}
