@@ -32,6 +32,10 @@ type failingOps struct {
 	open atomic.Int32 // runs open or unlogged: successes take no lock while none is
 	mu   sync.Mutex
 	runs map[string]*failRun // by op
+	// written is when each op's last recovery line was written, read
+	// just after (so not before the sampler's own reading of the clock):
+	// a held line's wait for the sampler's second starts there.
+	written map[string]time.Time
 }
 
 // failRun is one op's run of failures.
@@ -41,6 +45,7 @@ type failRun struct {
 	where    map[any]struct{} // failed there and not succeeded there since
 	lastErr  error
 	endedAt  time.Time // when every place had succeeded, its line not written yet; zero while failing
+	lastLine time.Time // when op's previous recovery line was written; zero if none
 }
 
 // failed records op's failure at where.
@@ -52,7 +57,7 @@ func (f *failingOps) failed(op string, where any, err error, now time.Time) {
 		if f.runs == nil {
 			f.runs = map[string]*failRun{}
 		}
-		run = &failRun{since: now, where: map[any]struct{}{}}
+		run = &failRun{since: now, where: map[any]struct{}{}, lastLine: f.written[op]}
 		f.runs[op] = run
 		f.open.Add(1)
 	}
@@ -84,9 +89,18 @@ func (f *failingOps) succeeded(op string, where any, now time.Time, logRecovery 
 	}
 	run.endedAt = now
 	if logRecovery(op, *run) {
-		delete(f.runs, op)
-		f.open.Add(-1)
+		f.ended(op)
 	}
+}
+
+// ended ends op's run, its recovery line just written. Under f.mu.
+func (f *failingOps) ended(op string) {
+	if f.written == nil {
+		f.written = map[string]time.Time{}
+	}
+	f.written[op] = time.Now()
+	delete(f.runs, op)
+	f.open.Add(-1)
 }
 
 // writeHeld calls logRecovery again for every run that ended with its
@@ -103,8 +117,7 @@ func (f *failingOps) writeHeld(logRecovery func(op string, run failRun) (written
 			continue
 		}
 		if logRecovery(op, *run) {
-			delete(f.runs, op)
-			f.open.Add(-1)
+			f.ended(op)
 		} else {
 			stillHeld = true
 		}

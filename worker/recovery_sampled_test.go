@@ -104,3 +104,38 @@ func TestHeldRecoveryLineIsNotCountedAsLeftOutAgain(t *testing.T) {
 		t.Errorf("the held line, once written, says suppressed_since_last %d, want at most 1", n)
 	}
 }
+
+// The held line waits for the sampler's second since the op's last
+// recovery line was written, not a second since its own run ended: the
+// sampler lets it through from then on. Waiting for the run's end plus a
+// second lost the line at an exit whose drain had run out (writeHeldAtExit
+// then tries once) when the run had ended under a second before, though
+// the last line written was over a second old: the log's last word on the
+// op was its failure.
+func TestHeldRecoveryLineIsWrittenAtAnExitCutShort(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	m := metrics.New(prometheus.NewRegistry())
+	w := New(quietStore{}, Config{Consumer: "c1", Shards: 2, SampleEvery: time.Hour}, zap.NewNop(), m)
+	w.log = logging.Sampled(zap.New(core), nil)
+	w.redisError(metrics.OpPrepare, 0, errors.New("i/o timeout"))
+	w.redisOK(metrics.OpPrepare, 0) // its recovery line: written
+	written := time.Now()
+	time.Sleep(500 * time.Millisecond)
+	w.redisError(metrics.OpPrepare, 1, errors.New("i/o timeout"))
+	w.redisOK(metrics.OpPrepare, 1) // under 1 s after the first recovery line: held
+	ended := time.Now()
+	if n := logs.FilterMessage("redis prepare recovered").Len(); n != 1 || ended.Sub(written) >= time.Second {
+		t.Skipf("%d recovery lines before exit, the run ended %s after the first line: the sampler let the second through, nothing to test", n, ended.Sub(written))
+	}
+	time.Sleep(time.Until(written.Add(1100 * time.Millisecond)))
+	if time.Since(ended) >= time.Second {
+		t.Skipf("the exit came %s after the run ended, not under a second: nothing to test", time.Since(ended))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the drain's bound has run out: one try
+	w.writeHeldAtExit(ctx)
+	if n := logs.FilterMessage("redis prepare recovered").Len(); n != 2 {
+		t.Errorf("%d recovery lines after an exit %s after the last one was written, want 2: the held line lost",
+			n, time.Since(written).Round(time.Millisecond))
+	}
+}

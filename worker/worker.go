@@ -1260,15 +1260,17 @@ func (w *Worker) redisOK(op string, where any) {
 
 // writeHeldRecoveries writes the recovery lines the sampler held back
 // (see failingOps), and reports whether any is held still. A line is not
-// tried again within a second of its run's end: the sampler refused it
-// then, for a line of its message written less than a second before (no
-// other is written while it is held), and would refuse it until that
-// second is over, counting each refusal as a line left out
-// (combo_log_lines_suppressed_total, and the line's suppressed_since_last
-// once written): tried every 100 ms at exit, one held line counted eleven.
+// tried again within a second of the op's previous recovery line: the
+// sampler refused it for that line (no other of its message is written
+// while it is held), and would refuse it until that second is over,
+// counting each refusal as a line left out (combo_log_lines_suppressed_total,
+// and the line's suppressed_since_last once written): tried every 100 ms
+// at exit, one held line counted eleven. Not a second from its own run's
+// end, later: an exit whose drain had run out tries once, and lost a line
+// the sampler would have let through.
 func (w *Worker) writeHeldRecoveries() (stillHeld bool) {
 	return w.failing.writeHeld(func(op string, run failRun) bool {
-		if time.Since(run.endedAt) < time.Second { // the sampler's second (logging.Sampled)
+		if time.Since(run.lastLine) < time.Second { // the sampler's second (logging.Sampled)
 			return false
 		}
 		return w.logRecovery(op, run)
