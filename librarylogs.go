@@ -9,13 +9,18 @@ import (
 
 // countLibrarySuppressed counts the lines Kitex's and netpoll's loggers
 // leave out (logging.Klog, rpcserver's netpoll writer) in
-// combo_log_lines_suppressed_total, by s, nil for none. Those loggers are
-// the process's, installed in main before run makes its metrics; a flood
-// of refused connections is thinned there above all, and an operator
-// reading the metric must see it.
-func countLibrarySuppressed(s logging.Suppressed) {
+// combo_log_lines_suppressed_total, by s, until stop is called. Those
+// loggers are the process's, installed in main before run makes its
+// metrics; a flood of refused connections is thinned there above all,
+// and an operator reading the metric must see it.
+func countLibrarySuppressed(s logging.Suppressed) (stop func()) {
+	stopKitex := func() {}
 	if c, ok := klog.DefaultLogger().(logging.SuppressedCounter); ok {
-		c.CountSuppressed(s)
+		stopKitex = c.CountSuppressed(s)
 	}
-	rpcserver.CountNetpollSuppressed(s)
+	stopNetpoll := rpcserver.CountNetpollSuppressed(s)
+	return func() {
+		stopKitex()
+		stopNetpoll()
+	}
 }

@@ -36,8 +36,9 @@ func TestKitexAndNetpollThinnedLinesAreCounted(t *testing.T) {
 		t.Fatal(`/metrics lacks combo_log_lines_suppressed_total{logger="kitex"}`)
 	}
 	// Five lines of one format, microseconds apart: four left out, fewer
-	// only if a second passed between two of them.
-	if n, _ := strconv.Atoi(m[1]); n < 1 || n > 4 {
-		t.Errorf(`combo_log_lines_suppressed_total{logger="kitex"} = %d after 5 lines of one format, want 1 to 4 (4 unless a second passed between them)`, n)
+	// only if a second passed between two of them (more if Kitex thinned
+	// lines of its own meanwhile, the test's clients' among them).
+	if n, _ := strconv.Atoi(m[1]); n < 1 {
+		t.Errorf(`combo_log_lines_suppressed_total{logger="kitex"} = %d after 5 lines of one format, want them counted (4 unless a second passed between them)`, n)
 	}
 }

@@ -149,8 +149,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector())
 	m := metrics.New(reg)
-	countLibrarySuppressed(m.LogSuppressed)
-	defer countLibrarySuppressed(nil)
+	defer countLibrarySuppressed(m.LogSuppressed)()
 	m.StreamMaxLength.Set(float64(cfg.Redis.StreamMaxLen))
 	version, revision := buildVersion()
 	m.BuildInfo.WithLabelValues(version, revision).Set(1)

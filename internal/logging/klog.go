@@ -37,8 +37,8 @@ type klogger struct {
 }
 
 // CountSuppressed counts the lines left out from now on by s (logger
-// "kitex"), nil for none.
-func (k *klogger) CountSuppressed(s Suppressed) { k.count.set(s) }
+// "kitex"), until stop is called.
+func (k *klogger) CountSuppressed(s Suppressed) (stop func()) { return k.count.set(s) }
 
 var _ klog.FullLogger = (*klogger)(nil)
 

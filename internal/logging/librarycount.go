@@ -12,16 +12,17 @@ type libraryCount struct {
 	fn   atomic.Pointer[Suppressed]
 }
 
-// set counts the lines left out from now on by s, nil for none. Like
-// Sampled, it calls s with n = 0 at once, so that the count exists, at 0,
-// before the first line is left out.
-func (c *libraryCount) set(s Suppressed) {
-	if s == nil {
-		c.fn.Store(nil)
-		return
-	}
+// set counts the lines left out from now on by s, until stop is called.
+// Like Sampled, it calls s with n = 0 at once, so that the count exists,
+// at 0, before the first line is left out. stop unsets s only if no later
+// set replaced it: of two runs of the service in one process (tests that
+// run replicas side by side), the first to end must not stop the other's
+// count.
+func (c *libraryCount) set(s Suppressed) (stop func()) {
 	s(c.name, 0)
-	c.fn.Store(&s)
+	p := &s
+	c.fn.Store(p)
+	return func() { c.fn.CompareAndSwap(p, nil) }
 }
 
 // add counts one line left out.
@@ -35,5 +36,5 @@ func (c *libraryCount) add() {
 // count the lines they leave out (combo_log_lines_suppressed_total, by
 // logger "kitex" and "netpoll").
 type SuppressedCounter interface {
-	CountSuppressed(s Suppressed)
+	CountSuppressed(s Suppressed) (stop func())
 }

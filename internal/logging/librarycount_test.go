@@ -35,14 +35,14 @@ func (c *counted) total(logger string) (sum int, seen bool) {
 // Kitex's and netpoll's thinned lines count in
 // combo_log_lines_suppressed_total as the service's own do: a flood of
 // refused connections is thinned there above all, and the metric showed
-// none of it. The count exists at 0 once set; unset, nothing counts.
+// none of it. The count exists at 0 once set; stopped, nothing counts.
 func TestLibraryLoggersCountTheLinesTheyLeaveOut(t *testing.T) {
 	k, _, _ := observedKlog(zapcore.InfoLevel)
 	w, _, _ := observedNetpoll(zapcore.InfoLevel)
 	nl := netpollLogger(w)
 	var c counted
-	k.CountSuppressed(c.suppressed)
-	w.CountSuppressed(c.suppressed)
+	stopK := k.CountSuppressed(c.suppressed)
+	stopW := w.CountSuppressed(c.suppressed)
 	for _, name := range []string{"kitex", "netpoll"} {
 		if n, seen := c.total(name); !seen || n != 0 {
 			t.Errorf("logger %q once counted: total %d, seen %v; want the count made, at 0", name, n, seen)
@@ -62,9 +62,9 @@ func TestLibraryLoggersCountTheLinesTheyLeaveOut(t *testing.T) {
 		}
 	}
 	floodThenCount("5 lines in a second")
-	k.CountSuppressed(nil)
-	w.CountSuppressed(nil)
-	floodThenCount("5 more once the count was unset")
+	stopK()
+	stopW()
+	floodThenCount("5 more once the count was stopped")
 }
 
 // A line below log.level is no line left out: the service's own loggers
@@ -79,5 +79,30 @@ func TestKitexCountsNoLineBelowLogLevel(t *testing.T) {
 	}
 	if n, _ := c.total("kitex"); n != 0 {
 		t.Errorf("5 info lines at log.level warn counted %d left out, want 0", n)
+	}
+}
+
+// Two runs of the service in one process (tests that run replicas side by
+// side) each set the count of the process's one Kitex logger: the first
+// to end must not stop the other's, and the other's stop ends counting.
+func TestLibraryCountOutlastsAnEarlierRunsStop(t *testing.T) {
+	k, _, _ := observedKlog(zapcore.InfoLevel)
+	var first, second counted
+	stopFirst := k.CountSuppressed(first.suppressed)
+	stopSecond := k.CountSuppressed(second.suppressed)
+	stopFirst()
+	for range 3 {
+		k.Errorf("KITEX: refused connection from %s", "10.0.0.1:5000")
+	}
+	if n, _ := second.total("kitex"); n != 2 {
+		t.Errorf("the second run's count: %d lines left out of 3, want 2 after the first run stopped its own", n)
+	}
+	if n, _ := first.total("kitex"); n != 0 {
+		t.Errorf("the first run's count: %d, want 0 (replaced before any line)", n)
+	}
+	stopSecond()
+	k.Errorf("KITEX: refused connection from %s", "10.0.0.1:5000")
+	if n, _ := second.total("kitex"); n != 2 {
+		t.Errorf("the second run's count after its stop: %d, want still 2", n)
 	}
 }

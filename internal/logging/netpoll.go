@@ -38,8 +38,8 @@ func NewNetpollWriter() *NetpollWriter {
 }
 
 // CountSuppressed counts the lines left out from now on by s (logger
-// "netpoll"), nil for none.
-func (w *NetpollWriter) CountSuppressed(s Suppressed) { w.count.set(s) }
+// "netpoll"), until stop is called.
+func (w *NetpollWriter) CountSuppressed(s Suppressed) (stop func()) { return w.count.set(s) }
 
 // SetLogger sends the lines written from now on to l; nil, to stderr again.
 func (w *NetpollWriter) SetLogger(l *zap.Logger) {

@@ -59,8 +59,8 @@ var netpollLog = logging.NewNetpollWriter()
 func SetNetpollLogger(l *zap.Logger) { netpollLog.SetLogger(l) }
 
 // CountNetpollSuppressed counts netpoll's log lines left out by the
-// sampling from now on by s (logger "netpoll"), nil for none.
-func CountNetpollSuppressed(s logging.Suppressed) { netpollLog.CountSuppressed(s) }
+// sampling from now on by s (logger "netpoll"), until stop is called.
+func CountNetpollSuppressed(s logging.Suppressed) (stop func()) { return netpollLog.CountSuppressed(s) }
 
 // StopOn makes the server stop taking RPCs when ctx ends (Run then drains
 // the ones in flight and returns).
