@@ -8,10 +8,12 @@ import (
 	"github.com/combo-service/combo-service/internal/rpcserver"
 )
 
-// checkExampleMemory holds the example's memory limit to what the service
-// admits by design, with GOMEMLIMIT below it (README, "Sizing a replica's
-// memory": set it to about 80% of the container's limit). The large
-// requests decoded at once (rpcserver.MaxLargeInFlightBytes, two of the
+// checkExampleMemory holds the example's memory limit to the large
+// requests the service decodes at once, with GOMEMLIMIT below it (README,
+// "Sizing a replica's memory": set it to about 80% of the container's
+// limit; requests waiting for room hold their bytes too, bounded only at
+// 1 GiB in all, which is why README asks for few concurrent polls). The
+// large requests decoded at once (rpcserver.MaxLargeInFlightBytes, two of the
 // largest MergeLatest pages) cost about four times their size while in
 // flight (inflight.go): a limit below that is an OOM kill for a gateway
 // polling with large pages, which GOMEMLIMIT cannot prevent, since that

@@ -30,10 +30,10 @@ var errPanicked = errors.New("internal error: the RPC handler panicked")
 // report pipeline's: counted in combo_loop_panics_total{loop="rpc_handler"},
 // logged once with its stack, and answered INTERNAL through fail, which
 // counts the call's *uncounted reports internal (nil: a call counting no
-// reports). A method zeroes *uncounted once it counts its reports by their
-// outcome: Redis took those, and they are pushed. Left to Kitex, the panic
-// reached no combo_* metric, so no alert fired, and the caller got Kitex's
-// generic error, not the IDL's ComboError.
+// reports). A method zeroes *uncounted just before it counts its reports
+// by their outcome: Redis took those, and they are pushed. Left to Kitex,
+// the panic reached no combo_* metric, so no alert fired, and the caller
+// got Kitex's generic error, not the IDL's ComboError.
 func (h *Handler) recoverPanic(ctx context.Context, rpc string, uncounted *int, err *error) {
 	p := recover()
 	if p == nil {
