@@ -222,13 +222,7 @@ func TestSpreadDialerBoundsEveryDialByItsTimeout(t *testing.T) {
 	t.Cleanup(func() { silent.Close() })
 	(&FakeDNS{conn: silent}).UseResolver(t) // takes queries, answers none
 
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	Blackhole(t, "127.0.0.2", port)
+	port := blackholedPort(t, "127.0.0.2")
 
 	for _, addr := range []string{
 		net.JoinHostPort("127.0.0.2", strconv.Itoa(port)),         // drops SYNs

@@ -115,6 +115,19 @@ func TestSpreadDialerGivesEachAddressAQuarterAtLeast(t *testing.T) {
 	}
 }
 
+// blackholedPort blackholes a port free on ip (Blackhole) and returns it.
+func blackholedPort(t *testing.T, ip string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	Blackhole(t, ip, port)
+	return port
+}
+
 // Blackhole listens on ip:port with its accept queue full and never
 // accepts: the kernel drops further SYNs, as for a replica whose packets
 // are dropped.
