@@ -1279,6 +1279,11 @@ func (w *Worker) writeHeldRecoveries() (stillHeld bool) {
 
 // logRecovery writes op's recovery line, unless the sampler thins it away.
 func (w *Worker) logRecovery(op string, run failRun) (written bool) {
+	if !w.log.Core().Enabled(zapcore.InfoLevel) {
+		// log.level leaves the line out, not the sampler: nothing to
+		// hold, and a run held for good kept its op's successes locking.
+		return true
+	}
 	ce := w.log.Check(zapcore.InfoLevel, "redis "+op+" recovered")
 	if ce == nil {
 		return false // thinned away: written by the housekeeper's next round
