@@ -141,10 +141,10 @@ type brokenErr struct{ msg string }
 
 func (e *brokenErr) Error() string { return e.msg }
 
-// A panic inside fail, after it counted the call's reports by their
-// outcome (here building the answer's message from an error whose Error
-// panics), must not count them again as internal when recoverPanic
-// answers the call: one report, counted once.
+// A panic inside fail (here building the answer's message from an error
+// whose Error panics) must not count the call's reports twice: by their
+// outcome in fail, then as internal when recoverPanic answers the call.
+// fail reads the message before it counts: one report, counted once.
 func TestAPanicInFailCountsTheReportsOnce(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	h := New(&scriptedStore{fail: (*brokenErr)(nil)}, 3*time.Second, m, zap.NewNop())

@@ -1,6 +1,10 @@
 package logging
 
-import "sync/atomic"
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+)
 
 // libraryCount counts the lines Klog or NetpollWriter leaves out. Those
 // loggers are the process's (Kitex and netpoll take one logger each,
@@ -8,21 +12,38 @@ import "sync/atomic"
 // by each run of the service: so the count is set after the logger is
 // built, and unset when the run ends.
 type libraryCount struct {
-	name string // the logger label: "kitex", "netpoll"
-	fn   atomic.Pointer[Suppressed]
+	name   string                     // the logger label: "kitex", "netpoll"
+	fn     atomic.Pointer[Suppressed] // active's last, nil if none
+	mu     sync.Mutex
+	active []*Suppressed // the counts not stopped yet, in the order set
 }
 
 // set counts the lines left out from now on by s, until stop is called.
 // Like Sampled, it calls s with n = 0 at once, so that the count exists,
-// at 0, before the first line is left out. stop unsets s only if no later
-// set replaced it: of two runs of the service in one process (tests that
-// run replicas side by side), the first to end must not stop the other's
-// count.
+// at 0, before the first line is left out. Of two runs of the service in
+// one process (tests that run replicas side by side), the one set last
+// counts, and the one to end first, in either order, must not stop the
+// other's count: stop drops s alone, and the lines count again by the
+// latest s not stopped.
 func (c *libraryCount) set(s Suppressed) (stop func()) {
 	s(c.name, 0)
 	p := &s
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.active = append(c.active, p)
 	c.fn.Store(p)
-	return func() { c.fn.CompareAndSwap(p, nil) }
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if i := slices.Index(c.active, p); i >= 0 {
+			c.active = slices.Delete(c.active, i, i+1)
+		}
+		var last *Suppressed
+		if n := len(c.active); n > 0 {
+			last = c.active[n-1]
+		}
+		c.fn.Store(last)
+	}
 }
 
 // add counts one line left out.

@@ -106,3 +106,29 @@ func TestLibraryCountOutlastsAnEarlierRunsStop(t *testing.T) {
 		t.Errorf("the second run's count after its stop: %d, want still 2", n)
 	}
 }
+
+// The other order: the later of two runs ends first (a replica started
+// beside another, then stopped). Its stop must not leave the earlier run,
+// still serving, counting nothing: the count goes back to the earlier
+// run's, which its own stop then ends.
+func TestLibraryCountOutlastsALaterRunsStop(t *testing.T) {
+	k, _, _ := observedKlog(zapcore.InfoLevel)
+	var first, second counted
+	stopFirst := k.CountSuppressed(first.suppressed)
+	stopSecond := k.CountSuppressed(second.suppressed)
+	stopSecond()
+	for range 3 {
+		k.Errorf("KITEX: refused connection from %s", "10.0.0.1:5000")
+	}
+	if n, _ := first.total("kitex"); n != 2 {
+		t.Errorf("the first run's count: %d lines left out of 3, want 2 after the second run stopped its own", n)
+	}
+	if n, _ := second.total("kitex"); n != 0 {
+		t.Errorf("the second run's count after its stop: %d, want 0", n)
+	}
+	stopFirst()
+	k.Errorf("KITEX: refused connection from %s", "10.0.0.1:5000")
+	if n, _ := first.total("kitex"); n != 2 {
+		t.Errorf("the first run's count after its stop: %d, want still 2", n)
+	}
+}
