@@ -6,12 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/combo-service/combo-service/internal/logging"
 	"github.com/combo-service/combo-service/metrics"
 )
 
@@ -20,10 +16,7 @@ import (
 // (every later success taking failingOps' lock, its failures adding up
 // across outages) and each exit spent writeHeldAtExit's 1.1 s on it.
 func TestRecoveryLineBelowLogLevelIsNotHeld(t *testing.T) {
-	core, logs := observer.New(zapcore.WarnLevel)
-	m := metrics.New(prometheus.NewRegistry())
-	w := New(quietStore{}, Config{Consumer: "c1", Shards: 2, SampleEvery: time.Hour}, zap.NewNop(), m)
-	w.log = logging.Sampled(zap.New(core), nil)
+	w, logs := sampledWorker(zapcore.WarnLevel, time.Hour, nil)
 	w.redisError(metrics.OpRead, 0, errors.New("i/o timeout"))
 	w.redisOK(metrics.OpRead, 0)
 	if n := w.failing.open.Load(); n != 0 {

@@ -27,10 +27,7 @@ import (
 // success of its own could. The line says how long the run lasted, to the
 // success that ended it, not to when the line was written.
 func TestRecoveryLineIsNotThinnedAway(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
-	m := metrics.New(prometheus.NewRegistry())
-	w := New(quietStore{}, Config{Consumer: "c1", Shards: 2, SampleEvery: 20 * time.Millisecond}, zap.NewNop(), m)
-	w.log = logging.Sampled(zap.New(core), nil)
+	w, logs := sampledWorker(zapcore.InfoLevel, 20*time.Millisecond, nil)
 	w.redisError(metrics.OpPrepare, 0, errors.New("i/o timeout"))
 	time.Sleep(900 * time.Millisecond)
 	w.redisOK(metrics.OpPrepare, 0)
@@ -77,12 +74,9 @@ func (quietStore) PruneConsumers(context.Context, int, string, time.Duration) ([
 // of eleven left out. Only the first refusal, when the run ended, may
 // count (the sampler counts every refused Check).
 func TestHeldRecoveryLineIsNotCountedAsLeftOutAgain(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
-	m := metrics.New(prometheus.NewRegistry())
-	w := New(quietStore{}, Config{Consumer: "c1", Shards: 2, SampleEvery: time.Hour}, zap.NewNop(), m)
 	var mu sync.Mutex
 	leftOut := 0
-	w.log = logging.Sampled(zap.New(core), func(_ string, n int) { mu.Lock(); leftOut += n; mu.Unlock() })
+	w, logs := sampledWorker(zapcore.InfoLevel, time.Hour, func(_ string, n int) { mu.Lock(); leftOut += n; mu.Unlock() })
 	w.redisError(metrics.OpPrepare, 0, errors.New("i/o timeout"))
 	w.redisOK(metrics.OpPrepare, 0)                               // its recovery line: written
 	w.redisError(metrics.OpPrepare, 1, errors.New("i/o timeout")) // a failure line under 1 s after the first: left out
@@ -113,10 +107,7 @@ func TestHeldRecoveryLineIsNotCountedAsLeftOutAgain(t *testing.T) {
 // the last line written was over a second old: the log's last word on the
 // op was its failure.
 func TestHeldRecoveryLineIsWrittenAtAnExitCutShort(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
-	m := metrics.New(prometheus.NewRegistry())
-	w := New(quietStore{}, Config{Consumer: "c1", Shards: 2, SampleEvery: time.Hour}, zap.NewNop(), m)
-	w.log = logging.Sampled(zap.New(core), nil)
+	w, logs := sampledWorker(zapcore.InfoLevel, time.Hour, nil)
 	w.redisError(metrics.OpPrepare, 0, errors.New("i/o timeout"))
 	w.redisOK(metrics.OpPrepare, 0) // its recovery line: written
 	written := time.Now()
@@ -138,4 +129,14 @@ func TestHeldRecoveryLineIsWrittenAtAnExitCutShort(t *testing.T) {
 		t.Errorf("%d recovery lines after an exit %s after the last one was written, want 2: the held line lost",
 			n, time.Since(written).Round(time.Millisecond))
 	}
+}
+
+// sampledWorker is a worker of two shards on quietStore whose log goes
+// through a sampled logger observed from lvl, as the service's does, its
+// lines left out counted by leftOut (nil: not counted).
+func sampledWorker(lvl zapcore.Level, sampleEvery time.Duration, leftOut logging.Suppressed) (*Worker, *observer.ObservedLogs) {
+	core, logs := observer.New(lvl)
+	w := New(quietStore{}, Config{Consumer: "c1", Shards: 2, SampleEvery: sampleEvery}, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	w.log = logging.Sampled(zap.New(core), leftOut)
+	return w, logs
 }

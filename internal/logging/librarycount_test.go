@@ -83,52 +83,37 @@ func TestKitexCountsNoLineBelowLogLevel(t *testing.T) {
 }
 
 // Two runs of the service in one process (tests that run replicas side by
-// side) each set the count of the process's one Kitex logger: the first
-// to end must not stop the other's, and the other's stop ends counting.
-func TestLibraryCountOutlastsAnEarlierRunsStop(t *testing.T) {
-	k, _, _ := observedKlog(zapcore.InfoLevel)
-	var first, second counted
-	stopFirst := k.CountSuppressed(first.suppressed)
-	stopSecond := k.CountSuppressed(second.suppressed)
-	stopFirst()
-	for range 3 {
-		k.Errorf("KITEX: refused connection from %s", "10.0.0.1:5000")
-	}
-	if n, _ := second.total("kitex"); n != 2 {
-		t.Errorf("the second run's count: %d lines left out of 3, want 2 after the first run stopped its own", n)
-	}
-	if n, _ := first.total("kitex"); n != 0 {
-		t.Errorf("the first run's count: %d, want 0 (replaced before any line)", n)
-	}
-	stopSecond()
-	k.Errorf("KITEX: refused connection from %s", "10.0.0.1:5000")
-	if n, _ := second.total("kitex"); n != 2 {
-		t.Errorf("the second run's count after its stop: %d, want still 2", n)
-	}
-}
-
-// The other order: the later of two runs ends first (a replica started
-// beside another, then stopped). Its stop must not leave the earlier run,
-// still serving, counting nothing: the count goes back to the earlier
-// run's, which its own stop then ends.
-func TestLibraryCountOutlastsALaterRunsStop(t *testing.T) {
-	k, _, _ := observedKlog(zapcore.InfoLevel)
-	var first, second counted
-	stopFirst := k.CountSuppressed(first.suppressed)
-	stopSecond := k.CountSuppressed(second.suppressed)
-	stopSecond()
-	for range 3 {
-		k.Errorf("KITEX: refused connection from %s", "10.0.0.1:5000")
-	}
-	if n, _ := first.total("kitex"); n != 2 {
-		t.Errorf("the first run's count: %d lines left out of 3, want 2 after the second run stopped its own", n)
-	}
-	if n, _ := second.total("kitex"); n != 0 {
-		t.Errorf("the second run's count after its stop: %d, want 0", n)
-	}
-	stopFirst()
-	k.Errorf("KITEX: refused connection from %s", "10.0.0.1:5000")
-	if n, _ := first.total("kitex"); n != 2 {
-		t.Errorf("the first run's count after its stop: %d, want still 2", n)
+// side) each set the count of the process's one Kitex logger. Whichever
+// ends first, the other, still serving, goes on counting (the one set
+// last counts while both run), and its own stop ends counting.
+func TestLibraryCountOutlastsTheOtherRunsStop(t *testing.T) {
+	for _, firstToEnd := range []string{"the run set first", "the run set last"} {
+		t.Run(firstToEnd, func(t *testing.T) {
+			k, _, _ := observedKlog(zapcore.InfoLevel)
+			var earlier, later counted
+			stopEarlier := k.CountSuppressed(earlier.suppressed)
+			stopLater := k.CountSuppressed(later.suppressed)
+			ended, going, stopGoing := &earlier, &later, stopLater
+			if firstToEnd == "the run set first" {
+				stopEarlier()
+			} else {
+				stopLater()
+				ended, going, stopGoing = &later, &earlier, stopEarlier
+			}
+			for range 3 {
+				k.Errorf("KITEX: refused connection from %s", "10.0.0.1:5000")
+			}
+			if n, _ := going.total("kitex"); n != 2 {
+				t.Errorf("the run still serving counted %d lines left out of 3, want 2", n)
+			}
+			if n, _ := ended.total("kitex"); n != 0 {
+				t.Errorf("the run that ended counted %d, want 0", n)
+			}
+			stopGoing()
+			k.Errorf("KITEX: refused connection from %s", "10.0.0.1:5000")
+			if n, _ := going.total("kitex"); n != 2 {
+				t.Errorf("the run still serving, once stopped too, counted %d, want still 2", n)
+			}
+		})
 	}
 }
