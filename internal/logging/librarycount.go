@@ -3,7 +3,6 @@ package logging
 import (
 	"slices"
 	"sync"
-	"sync/atomic"
 )
 
 // libraryCount counts the lines Klog or NetpollWriter leaves out. Those
@@ -12,10 +11,9 @@ import (
 // by each run of the service: so the count is set after the logger is
 // built, and unset when the run ends.
 type libraryCount struct {
-	name   string                     // the logger label: "kitex", "netpoll"
-	fn     atomic.Pointer[Suppressed] // active's last, nil if none
+	name   string // the logger label: "kitex", "netpoll"
 	mu     sync.Mutex
-	active []*Suppressed // the counts not stopped yet, in the order set
+	active []*Suppressed // the counts not stopped yet, in the order set; the last counts
 }
 
 // set counts the lines left out from now on by s, until stop is called.
@@ -27,29 +25,26 @@ type libraryCount struct {
 // latest s not stopped.
 func (c *libraryCount) set(s Suppressed) (stop func()) {
 	s(c.name, 0)
-	p := &s
+	p := &s // s's identity for stop (funcs do not compare)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.active = append(c.active, p)
-	c.fn.Store(p)
 	return func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if i := slices.Index(c.active, p); i >= 0 {
 			c.active = slices.Delete(c.active, i, i+1)
 		}
-		var last *Suppressed
-		if n := len(c.active); n > 0 {
-			last = c.active[n-1]
-		}
-		c.fn.Store(last)
 	}
 }
 
-// add counts one line left out.
+// add counts one line left out. Lines are left out at most as often as
+// they are logged, so the lock costs nothing next to the log's own.
 func (c *libraryCount) add() {
-	if s := c.fn.Load(); s != nil {
-		(*s)(c.name, 1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := len(c.active); n > 0 {
+		(*c.active[n-1])(c.name, 1)
 	}
 }
 
