@@ -3,7 +3,9 @@
 # It starts its own redis-server and combo-service (and, for the load part,
 # combo-floor) on free loopback ports, drives them with combo-bench, writes
 # every run's JSON to $OUT, stops what it started, and prints medians.
-# Needs redis-server, jq, go.
+# Needs go, redis-server, redis-cli, jq, ss (iproute2) and shuf; it checks
+# for them first, since without jq its checks at the end would find nothing
+# and say every run conserved.
 #
 #   bash cmd/combo-bench/bench.sh [OUT] [RUNS]
 #   PARTS="rate" bash cmd/combo-bench/bench.sh   # only some parts: load rate memory
@@ -16,6 +18,9 @@ OUT=${1:-/tmp/combo-bench-results}
 RUNS=${2:-3}
 PARTS=${PARTS:-"load rate memory"}
 has() { [[ " $PARTS " == *" $1 "* ]]; }
+for tool in go redis-server redis-cli jq ss shuf; do
+  command -v "$tool" >/dev/null || { echo "bench.sh needs $tool on PATH" >&2; exit 1; }
+done
 BIN=$(mktemp -d)
 mkdir -p "$OUT"
 
