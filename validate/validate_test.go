@@ -239,6 +239,29 @@ func BenchmarkContributions(b *testing.B) {
 	}
 }
 
+// BenchmarkRecords is MergeLatest's validation of a request of 1,000 DB
+// rows, as the handler runs it: the request, then Record for each row.
+func BenchmarkRecords(b *testing.B) {
+	c := good()
+	req := &combo.MergeLatestRequest{ActivityId: c.ActivityId, Records: make([]*combo.ContributionRecord, 1000)}
+	for i := range req.Records {
+		req.Records[i] = &combo.ContributionRecord{Id: int64(i) + 1, UserId: c.UserId, StarId: c.StarId, ItemId: c.ItemId,
+			ItemType: c.ItemType, ItemName: c.ItemName, ItemIcon: c.ItemIcon, Nickname: c.Nickname,
+			AvatarUrl: c.AvatarUrl, Quantity: c.Quantity, CreatedAt: c.CreatedAt}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := MergeLatest(req); err != nil {
+			b.Fatal(err)
+		}
+		for i, r := range req.Records {
+			if err := Record(req.ActivityId, r, i); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
 // Just past year 9999 a value is no date since 2001 in microseconds
 // (1978), so no unit is guessed.
 func TestCreatedAtPastTheBoundGuessesOnlyAPlausibleUnit(t *testing.T) {
