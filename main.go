@@ -680,7 +680,13 @@ func serveMetrics(ln net.Listener, cfg conf.Metrics, reg *prometheus.Registry, s
 	// descriptor and goroutine for as long as the process lived, and Redis
 	// connections need those descriptors too. A scraper's connection,
 	// reused at every scrape, is never idle that long.
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: idle}
+	// What net/http logs (an accept failing for want of file descriptors,
+	// a handler's panic) is a line of the service's log, at warn: without
+	// it, Go's standard logger wrote plain text to stderr among the JSON
+	// lines. Not sampled: net/http backs a failing accept off to one a
+	// second, and a panic is its request's.
+	errorLog, _ := zap.NewStdLogAt(log.Named("metrics_server"), zap.WarnLevel) // fails only for an unknown level
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: idle, ErrorLog: errorLog}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server failed", zap.Error(err))
