@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime/debug"
 
+	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"go.uber.org/zap"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
@@ -44,14 +45,21 @@ func (h *Handler) recoverPanic(ctx context.Context, rpc string, uncounted *int, 
 	if uncounted != nil {
 		n = *uncounted
 	}
-	*err = h.fail(ctx, errPanicked, n, zap.String("rpc", rpc), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+	*err = h.fail(ctx, rpc, errPanicked, n, zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
 }
 
 // fail maps any error to the ComboError the caller receives, counts it
 // against n reports and logs what the caller cannot fix. It is the only
 // place errors become ComboError: Kitex delivers a *combo.ComboError as the
-// IDL's declared exception, a typed error on every client.
-func (h *Handler) fail(_ context.Context, err error, n int, fields ...zap.Field) *combo.ComboError {
+// IDL's declared exception, a typed error on every client. Its lines name
+// the method (rpc) and, where Kitex knows it, the caller's address (peer):
+// a line naming only the refused field did not say which caller regressed,
+// nor whether a report or a MergeLatest was refused.
+func (h *Handler) fail(ctx context.Context, rpc string, err error, n int, fields ...zap.Field) *combo.ComboError {
+	fields = append([]zap.Field{zap.String("rpc", rpc)}, fields...)
+	if peer := peerOf(ctx); peer != "" {
+		fields = append(fields, zap.String("peer", peer))
+	}
 	var invalid *validate.Error
 	var code int32
 	var outcome string
@@ -100,4 +108,14 @@ func (h *Handler) fail(_ context.Context, err error, n int, fields ...zap.Field)
 		h.metrics.WindowsOpened.Add(float64(opened))
 	}
 	return ce
+}
+
+// peerOf is the address of the caller of the RPC ctx serves, or "" when
+// Kitex gave none (a test's context).
+func peerOf(ctx context.Context) string {
+	ri := rpcinfo.GetRPCInfo(ctx)
+	if ri == nil || ri.From() == nil || ri.From().Address() == nil {
+		return ""
+	}
+	return ri.From().Address().String()
 }

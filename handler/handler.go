@@ -50,18 +50,18 @@ func (h *Handler) ReportContribution(ctx context.Context, req *combo.ReportContr
 	uncounted := 1
 	defer h.recoverPanic(ctx, "ReportContribution", &uncounted, &err)
 	if !h.gate.enter() {
-		return nil, h.fail(ctx, ErrDraining, 1)
+		return nil, h.fail(ctx, "ReportContribution", ErrDraining, 1)
 	}
 	defer h.gate.leave()
 	if err := validate.Contribution(req.Contribution, "contribution"); err != nil {
-		return nil, h.fail(ctx, err, 1)
+		return nil, h.fail(ctx, "ReportContribution", err, 1, contributionFields(req.Contribution)...)
 	}
 	c := req.Contribution
 	cs := []*combo.Contribution{c}
 	arrived := time.Now()
 	res, err := h.store.Report(ctx, cs)
 	if err != nil {
-		return nil, h.fail(ctx, err, 1, zap.Int64("activity", c.ActivityId), zap.Int64("user", c.UserId), zap.Int64("id", c.Id))
+		return nil, h.fail(ctx, "ReportContribution", err, 1, contributionFields(c)...)
 	}
 	uncounted = 0
 	h.count(res)
@@ -79,18 +79,16 @@ func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportCont
 	uncounted := len(req.Contributions)
 	defer h.recoverPanic(ctx, "ReportContributions", &uncounted, &err)
 	if !h.gate.enter() {
-		return nil, h.fail(ctx, ErrDraining, len(req.Contributions))
+		return nil, h.fail(ctx, "ReportContributions", ErrDraining, len(req.Contributions))
 	}
 	defer h.gate.leave()
 	if err := validate.Contributions(req.Contributions); err != nil {
-		return nil, h.fail(ctx, err, len(req.Contributions))
+		return nil, h.fail(ctx, "ReportContributions", err, len(req.Contributions), refusedBatchFields(req.Contributions)...)
 	}
 	arrived := time.Now()
 	res, err := h.store.Report(ctx, req.Contributions)
 	if err != nil {
-		first := req.Contributions[0]
-		return nil, h.fail(ctx, err, len(req.Contributions), zap.Int("batch", len(req.Contributions)),
-			zap.Int64("activity", first.ActivityId), zap.Int64("user", first.UserId), zap.Int64("id", first.Id))
+		return nil, h.fail(ctx, "ReportContributions", err, len(req.Contributions), batchFields(req.Contributions)...)
 	}
 	uncounted = 0
 	h.count(res)
@@ -119,7 +117,11 @@ func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportCont
 func (h *Handler) MergeLatest(ctx context.Context, req *combo.MergeLatestRequest) (_ *combo.MergeLatestResponse, err error) {
 	defer h.recoverPanic(ctx, "MergeLatest", nil, &err) // it counts no reports
 	if err := validate.MergeLatest(req); err != nil {
-		return nil, h.fail(ctx, err, 0)
+		var fields []zap.Field
+		if req != nil {
+			fields = append(fields, zap.Int64("activity", req.ActivityId))
+		}
+		return nil, h.fail(ctx, "MergeLatest", err, 0, fields...)
 	}
 	rows := make([]window.Row, 0, len(req.Records))
 	var firstBad error
@@ -139,7 +141,7 @@ func (h *Handler) MergeLatest(ctx context.Context, req *combo.MergeLatestRequest
 	if firstBad != nil {
 		if len(rows) == 0 {
 			if err := validate.MisreadColumn(req.Records); err != nil {
-				return nil, h.fail(ctx, err, 0)
+				return nil, h.fail(ctx, "MergeLatest", err, 0, zap.Int64("activity", req.ActivityId))
 			}
 		}
 		skipped := len(req.Records) - len(rows)
@@ -160,6 +162,39 @@ func (h *Handler) MergeLatest(ctx context.Context, req *combo.MergeLatestRequest
 		}
 	}
 	return out, nil
+}
+
+// contributionFields name a report in its call's log line: its combo
+// key's activity and user, and its id (none for a report left out).
+func contributionFields(c *combo.Contribution) []zap.Field {
+	if c == nil {
+		return nil
+	}
+	return []zap.Field{zap.Int64("activity", c.ActivityId), zap.Int64("user", c.UserId), zap.Int64("id", c.Id)}
+}
+
+// batchFields name a batch in its call's log line: its size, and its
+// first report (client.Reporter's batches mix callers; the error names
+// the item refused, if one was).
+func batchFields(cs []*combo.Contribution) []zap.Field {
+	fields := []zap.Field{zap.Int("batch", len(cs))}
+	if len(cs) > 0 {
+		fields = append(fields, contributionFields(cs[0])...)
+	}
+	return fields
+}
+
+// refusedBatchFields name a batch refused as invalid in its call's log
+// line: its size, and the report refused (the error's index), not the
+// first, which a batch of client.Reporter's mixing callers may not share
+// an activity with.
+func refusedBatchFields(cs []*combo.Contribution) []zap.Field {
+	for _, c := range cs {
+		if validate.Contribution(c, "") != nil {
+			return append([]zap.Field{zap.Int("batch", len(cs))}, contributionFields(c)...)
+		}
+	}
+	return []zap.Field{zap.Int("batch", len(cs))}
 }
 
 func response(r repo.ReportResult) *combo.ReportContributionResponse {
