@@ -268,7 +268,7 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 		zap.String("version", version), zap.String("revision", revision),
 		zap.String("rpc_addr", ln.Addr().String()), zap.String("redis", redisAddr), zap.Bool("redis_tls", cfg.Redis.TLS),
 		zap.String("metrics_addr", metricsAddr), zap.String("consumer", cfg.Worker.Consumer),
-		zap.Duration("window", cfg.Window.Size), zap.Duration("grace", cfg.Window.Grace), zap.Int("shards", cfg.Redis.Shards))
+		zap.Duration("window_size", cfg.Window.Size), zap.Duration("window_grace", cfg.Window.Grace), zap.Int("shards", cfg.Redis.Shards))
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}

@@ -149,7 +149,7 @@ func (w *settingsWatch) once(ctx context.Context) {
 		w.log.Warn("other replicas run with other settings: a combo key's reports may be counted twice "+
 			"or its windows cut by another rule; every replica must have the same redis.shards and window.* "+
 			"(change them by stopping every replica, README)",
-			zap.Any("replicas", found), zap.String("settings", w.mine))
+			zap.Any("replica_settings", found), zap.String("settings", w.mine))
 	}
 	var settled []string
 	for _, replica := range slices.Sorted(maps.Keys(w.differ)) {

@@ -38,7 +38,7 @@ func TestSettingsWatchCountsTheReplicasThatDiffer(t *testing.T) {
 	named := func() []string { // the replicas each warning named, in order
 		var out []string
 		for _, e := range logs.FilterMessageSnippet("other replicas run with other settings").All() {
-			out = append(out, fmt.Sprint(e.ContextMap()["replicas"]))
+			out = append(out, fmt.Sprint(e.ContextMap()["replica_settings"]))
 		}
 		return out
 	}
@@ -93,7 +93,7 @@ func TestSettingsWatchNamesEveryReplicaThroughTheSampledLog(t *testing.T) {
 		logging.Sampled(zap.New(core), m.LogSuppressed), m)
 	w.once(context.Background())
 	warned := logs.FilterMessageSnippet("other replicas run with other settings").All()
-	if len(warned) != 1 || fmt.Sprint(warned[0].ContextMap()["replicas"]) != "map[c:other d:third]" {
+	if len(warned) != 1 || fmt.Sprint(warned[0].ContextMap()["replica_settings"]) != "map[c:other d:third]" {
 		t.Fatalf("warnings %v, want one naming c and d with their settings", warned)
 	}
 }
@@ -212,7 +212,7 @@ func TestAReplicaWithOtherSettingsIsNamed(t *testing.T) {
 		t.Fatalf("the warning names consumer %v, want the replica's own, second", warned[0].ContextMap()["consumer"])
 	}
 	theirs := replicaSettings(first.cfg)
-	if len(warned) != 1 || fmt.Sprint(warned[0].ContextMap()["replicas"]) != fmt.Sprint(map[string]string{"first": theirs, "same": theirs}) ||
+	if len(warned) != 1 || fmt.Sprint(warned[0].ContextMap()["replica_settings"]) != fmt.Sprint(map[string]string{"first": theirs, "same": theirs}) ||
 		!strings.Contains(warned[0].ContextMap()["settings"].(string), "window.dedupe=1m0s") {
 		t.Fatalf("warnings %v, want one naming first and same with their settings", logs.All())
 	}

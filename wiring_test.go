@@ -227,7 +227,7 @@ func TestStartLineNamesWhatItRuns(t *testing.T) {
 	version, revision := buildVersion()
 	want := map[string]any{
 		"version": version, "revision": revision, "rpc_addr": s.addrs.RPCAddr, "redis": s.cfg.Redis.Addr, "redis_tls": false,
-		"metrics_addr": s.addrs.MetricsAddr, "consumer": t.Name(), "window": testWindow, "grace": testGrace, "shards": int64(3),
+		"metrics_addr": s.addrs.MetricsAddr, "consumer": t.Name(), "window_size": testWindow, "window_grace": testGrace, "shards": int64(3),
 	}
 	got := lines[0].ContextMap()
 	for k, v := range want {

@@ -65,7 +65,7 @@ func (w *Worker) byClock(fn func(shards []int)) {
 		wg.Go(func() {
 			defer func() {
 				if p := recover(); p != nil {
-					w.panicked(metrics.LoopHousekeeping, loopPanic, p, zap.Ints("shards", groups[c]))
+					w.panicked(metrics.LoopHousekeeping, loopPanic, p, zap.Ints("node_shards", groups[c]))
 				}
 			}()
 			fn(groups[c])

@@ -154,7 +154,7 @@ func TestFlushScriptRecoveryWaitsForTheWindowRefused(t *testing.T) {
 	if n := logs.FilterMessage("redis flush_script recovered").Len(); n != 0 {
 		t.Fatalf("%d recovery lines while a window was still refused", n)
 	}
-	if w := logs.FilterMessage("redis flush_script failed; retrying").All()[0].ContextMap()["window"]; w == nil || w == "" {
+	if w := logs.FilterMessage("redis flush_script failed; retrying").All()[0].ContextMap()["entry"]; w == nil || w == "" {
 		t.Errorf("the failure line does not name the window refused")
 	}
 	store.allowed.Store(true)

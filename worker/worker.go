@@ -805,7 +805,7 @@ func (w *Worker) flushItems(q *dueQueue, batch []dueItem, split *panickedAlone) 
 		it := batch[i]
 		if r.Err != nil {
 			refusingWrites = refusingWrites && repo.RefusesWrites(r.Err)
-			w.opFailed(metrics.OpFlushScript, windowRef{shard, it.w.ID}, r.Err, zap.Int("shard", shard), zap.String("window", it.w.ID))
+			w.opFailed(metrics.OpFlushScript, windowRef{shard, it.w.ID}, r.Err, zap.Int("shard", shard), zap.String("entry", it.w.ID))
 			failed = append(failed, it)
 			continue
 		}
@@ -879,7 +879,7 @@ func (w *Worker) retireIfDone(win repo.Window) {
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			w.panicked(metrics.LoopFlush, "recovered panic retiring a window", p, zap.Int("shard", win.Shard), zap.String("window", win.ID), zap.String("during", "retire"))
+			w.panicked(metrics.LoopFlush, "recovered panic retiring a window", p, zap.Int("shard", win.Shard), zap.String("entry", win.ID), zap.String("during", "retire"))
 		}
 	}()
 	var res repo.FlushResult
@@ -911,7 +911,7 @@ func (w *Worker) stale(win repo.Window, r repo.FlushResult, lvl zapcore.Level, m
 	if r.Quantity == 0 {
 		held = zap.String("quantity_unknown", "its data had expired: the window waited past its keys' time to live")
 	}
-	w.log.Log(lvl, msg, zap.Int("shard", win.Shard), zap.String("window", win.ID), zap.Int64("activity", win.ActivityID),
+	w.log.Log(lvl, msg, zap.Int("shard", win.Shard), zap.String("entry", win.ID), zap.Int64("activity", win.ActivityID),
 		zap.Int64("user", win.UserID), zap.String("item_type", win.ItemType),
 		zap.Duration("age", r.Age), held)
 }
@@ -921,7 +921,7 @@ func (w *Worker) stale(win repo.Window, r repo.FlushResult, lvl zapcore.Level, m
 func (w *Worker) lost(win repo.Window, age time.Duration) {
 	w.metrics.WindowsFlushed.WithLabelValues(metrics.FlushedLost).Inc()
 	w.log.Error("window lost unpublished: its data was evicted, deleted or overwritten with another type (maxmemory-policy must be noeviction; nothing else may write combo: keys)",
-		zap.Int("shard", win.Shard), zap.String("window", win.ID), zap.Int64("activity", win.ActivityID),
+		zap.Int("shard", win.Shard), zap.String("entry", win.ID), zap.Int64("activity", win.ActivityID),
 		zap.Int64("user", win.UserID), zap.String("item_type", win.ItemType), zap.Duration("age", age))
 }
 
