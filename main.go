@@ -272,6 +272,13 @@ func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- sta
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}
+	// The nodes serving the shards as the slot map read above has them (on
+	// one Redis, or with the slot map unread, one).
+	nodes := 1
+	if len(reportSettings.ShardNodes) > 0 {
+		nodes = slices.Max(reportSettings.ShardNodes) + 1
+	}
+	warnOpenFileLimit(cfg, nodes, log)
 	if ready != nil {
 		ready <- started{RPCAddr: ln.Addr().String(), RedisAddr: redisAddr, MetricsAddr: metricsAddr}
 	}

@@ -1,0 +1,98 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/combo-service/combo-service/conf"
+)
+
+// The start warns when the open-file limit cannot hold
+// server.max_connections and the Redis connections (README's
+// server.max_connections row), naming both, the limit and what is needed;
+// and says nothing once server.max_connections fits. It runs in a child
+// process of this test binary: it lowers the process's descriptor limit.
+func TestStartWarnsOfAnOpenFileLimitTooLow(t *testing.T) {
+	if os.Getenv("COMBO_TEST_FDLIMIT") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestStartWarnsOfAnOpenFileLimitTooLow$", "-test.count=1", "-test.v",
+			"-test.timeout=2m")
+		cmd.Env = append(os.Environ(), "COMBO_TEST_FDLIMIT=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		// As in TestEmbeddedRedisAcceptsAgainAfterEMFILE: only the child's
+		// PASS line says the start was tested.
+		if strings.Contains(string(out), "--- SKIP: TestStartWarnsOfAnOpenFileLimitTooLow") && os.Getenv("CI") == "" {
+			t.Skipf("child skipped:\n%s", out)
+		}
+		if !strings.Contains(string(out), "--- PASS: TestStartWarnsOfAnOpenFileLimitTooLow") {
+			t.Fatalf("child did not pass the test (skipped, or ran none):\n%s", out)
+		}
+		return
+	}
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Skip(err)
+	}
+	low := rl
+	low.Cur = 512
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Skip(err)
+	}
+	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl) //nolint:errcheck // the child ends next
+
+	start := func(maxConns int) *observer.ObservedLogs {
+		t.Helper()
+		cfg := conf.Default() // the embedded Redis
+		cfg.Server.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
+		cfg.Server.MaxConnections = maxConns
+		cfg.Redis.PoolSize = 20
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		core, logs := observer.New(zapcore.WarnLevel)
+		ctx, cancel := context.WithCancel(context.Background())
+		ready, done := make(chan started, 1), make(chan error, 1)
+		go func() { done <- run(ctx, cfg, zap.New(core), ready) }()
+		awaitStart(t, ready, done) // the start's warnings are logged before it signals
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		return logs
+	}
+
+	// 10000 + 2 x (20 + 20) on the embedded Redis + 64 > 512.
+	lines := start(10_000).FilterMessageSnippet("open-file limit (RLIMIT_NOFILE) is below").All()
+	if len(lines) != 1 {
+		t.Fatalf("%d open-file limit warnings at start with 512 open files and server.max_connections 10000, want 1", len(lines))
+	}
+	got := lines[0].ContextMap()
+	for field, want := range map[string]string{"server_max_connections": "10000", "redis_connections": "80",
+		"open_file_limit": "512", "open_files_needed": "10144"} {
+		if v := fmt.Sprint(got[field]); v != want {
+			t.Errorf("warning's %s = %s, want %s (fields %v)", field, v, want, got)
+		}
+	}
+	for _, says := range []string{"lower server.max_connections", "ulimit -n", "--ulimit nofile=", "LimitNOFILE"} {
+		if !strings.Contains(lines[0].Message, says) {
+			t.Errorf("warning does not say %q: %s", says, lines[0].Message)
+		}
+	}
+	// 300 + 80 + 64 fits.
+	if n := start(300).FilterMessageSnippet("open-file limit").Len(); n != 0 {
+		t.Errorf("%d open-file limit warnings with server.max_connections 300, want none", n)
+	}
+}
