@@ -111,8 +111,17 @@ func (h *Handler) fail(ctx context.Context, rpc string, err error, n int, fields
 }
 
 // peerOf is the address of the caller of the RPC ctx serves, or "" when
-// Kitex gave none (a test's context).
-func peerOf(ctx context.Context) string {
+// Kitex gave none (a test's context). An rpcinfo Kitex froze
+// (rpcinfo.FreezeRPCInfo) from one without a caller answers From() with a
+// wrapper of no endpoint, whose Address() panics: peerOf is called on the
+// failure path, in recoverPanic too, where a panic would leave the call
+// uncounted and unlogged.
+func peerOf(ctx context.Context) (peer string) {
+	defer func() {
+		if recover() != nil {
+			peer = ""
+		}
+	}()
 	ri := rpcinfo.GetRPCInfo(ctx)
 	if ri == nil || ri.From() == nil || ri.From().Address() == nil {
 		return ""

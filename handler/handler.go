@@ -187,14 +187,21 @@ func batchFields(cs []*combo.Contribution) []zap.Field {
 // refusedBatchFields name a batch refused as invalid in its call's log
 // line: its size, and the report refused (the error's index), not the
 // first, which a batch of client.Reporter's mixing callers may not share
-// an activity with.
+// an activity with. A batch refused for its size (validate.Contributions
+// judges that first) names no report: none was the one refused, and
+// judging each of a batch past MaxBatch would cost the refusal a walk
+// over all of it.
 func refusedBatchFields(cs []*combo.Contribution) []zap.Field {
+	fields := []zap.Field{zap.Int("batch", len(cs))}
+	if len(cs) > validate.MaxBatch {
+		return fields
+	}
 	for _, c := range cs {
 		if validate.Contribution(c, "") != nil {
-			return append([]zap.Field{zap.Int("batch", len(cs))}, contributionFields(c)...)
+			return append(fields, contributionFields(c)...)
 		}
 	}
-	return []zap.Field{zap.Int("batch", len(cs))}
+	return fields
 }
 
 func response(r repo.ReportResult) *combo.ReportContributionResponse {

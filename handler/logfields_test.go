@@ -17,6 +17,7 @@ import (
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/metrics"
 	"github.com/combo-service/combo-service/repo"
+	"github.com/combo-service/combo-service/validate"
 )
 
 // Each line a failed call logs names its RPC, and the caller that sent it
@@ -85,5 +86,48 @@ func TestFailedCallLinesNameTheRPCTheCallerAndTheActivity(t *testing.T) {
 				t.Errorf("%q line's fields %v: want activity 7, user 42, id 5", tc.line, f)
 			}
 		})
+	}
+}
+
+// A batch refused for its size names no report: the error names the
+// batch ("contributions: must hold 1..1000 items"), and a report of it
+// that is invalid too is not what was refused (nor is it judged: the
+// refusal's line costs no walk over a batch past validate.MaxBatch).
+func TestOversizedBatchLineNamesNoReport(t *testing.T) {
+	cs := make([]*combo.Contribution, validate.MaxBatch+1)
+	for i := range cs {
+		cs[i] = contributionWithID(int64(i) + 1)
+	}
+	cs[3].Quantity = 0
+	core, logs := observer.New(zapcore.DebugLevel)
+	h := New(&scriptedStore{}, 3*time.Second, metrics.New(prometheus.NewRegistry()), zap.New(core))
+	if _, err := h.ReportContributions(context.Background(), &combo.ReportContributionsRequest{Contributions: cs}); err == nil {
+		t.Fatal("a batch past MaxBatch was taken")
+	}
+	es := logs.FilterMessage("request refused: invalid argument").All()
+	if len(es) != 1 {
+		t.Fatalf("logged %v, want one refusal", logs.All())
+	}
+	f := es[0].ContextMap()
+	if _, named := f["id"]; named || f["batch"] != int64(len(cs)) {
+		t.Errorf("the refusal's fields %v: want batch %d and no report's id", f, len(cs))
+	}
+}
+
+// A context whose rpcinfo Kitex froze without a caller (its From() wraps
+// no endpoint, and Address() panics) leaves a refusal counted and logged,
+// without a peer: fail, which reads the peer, runs in recoverPanic too.
+func TestFailedCallLineWithoutACallerEndpoint(t *testing.T) {
+	ctx := rpcinfo.FreezeRPCInfo(rpcinfo.NewCtxWithRPCInfo(context.Background(), rpcinfo.NewRPCInfo(nil, nil, nil, nil, nil)))
+	core, logs := observer.New(zapcore.DebugLevel)
+	h := New(&scriptedStore{}, 3*time.Second, metrics.New(prometheus.NewRegistry()), zap.New(core))
+	bad := contributionWithID(5)
+	bad.Quantity = 0
+	_, err := h.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: bad})
+	if ce, ok := err.(*combo.ComboError); !ok || ce.Code != 1 {
+		t.Fatalf("an invalid report without a caller endpoint: %v, want code 1", err)
+	}
+	if es := logs.FilterMessage("request refused: invalid argument").All(); len(es) != 1 || es[0].ContextMap()["peer"] != nil {
+		t.Errorf("logged %v, want one refusal naming no peer", logs.All())
 	}
 }
