@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/combo-service/combo-service/conf"
@@ -12,6 +13,10 @@ import (
 // probes), netpoll's pollers, the redis.tls_* files read at each dial,
 // stdin, stdout and stderr.
 const fdHeadroom = 64
+
+// runClients is the Redis clients run makes (newClient): the report
+// path's and the worker's.
+const runClients = 2
 
 // openFileLimitWarning is logged at start when the open-file limit cannot
 // hold what the configuration may open: server.max_connections bounds RPC
@@ -29,13 +34,21 @@ const openFileLimitWarning = "open-file limit (RLIMIT_NOFILE) is below server.ma
 // only on a Redis Cluster, whose pools are per node).
 func openFileShortfall(cfg conf.Config, nodes int, limit uint64) (redisConns int, need uint64, short bool) {
 	// run's two clients: the report path's pool and the worker's, which
-	// is at least worker.Conns (newClient's minConns).
+	// is at least worker.Conns (newClient's minConns); beside each pool,
+	// per node, go-redis's own pipeline pool, which the repo's pipelines
+	// take first (spilling into the pool when it is busy).
 	pool := conf.EffectivePoolSize(cfg.Redis.PoolSize)
-	redisConns = (pool + max(pool, worker.Conns(cfg.Redis.Shards, len(cfg.Redis.Addrs) > 0))) * max(nodes, 1)
+	redisConns = (pool + max(pool, worker.Conns(cfg.Redis.Shards, len(cfg.Redis.Addrs) > 0)) +
+		runClients*redis.DefaultPipelinePoolSize) * max(nodes, 1)
 	if cfg.Embedded() {
 		redisConns *= 2 // both ends of each connection are this process's
 	}
-	redisConns += len(cfg.Redis.SentinelAddrs) // the Sentinel watch's subscription to each
+	if cfg.Redis.Sentinel() {
+		// The Sentinel watch's subscription to each; and each client's
+		// go-redis failover keeps two to the Sentinel it found the master
+		// through: one it asks, one subscribed to its failovers.
+		redisConns += len(cfg.Redis.SentinelAddrs) + runClients*2
+	}
 	need = uint64(cfg.Server.MaxConnections) + uint64(redisConns) + fdHeadroom
 	return redisConns, need, limit < need
 }

@@ -28,22 +28,24 @@ func TestOpenFileShortfallCountsWhatTheConfigurationHolds(t *testing.T) {
 		wantNeed  uint64
 		wantShort bool
 	}{
-		// The report path's 20 and the worker's 20 (its 5 fit in the pool).
-		{"one Redis, at the limit", setup{pool: 20, shards: 1, addr: "r:6379"}, 10_000, 1, 10_104, 40, 10_104, false},
-		{"one Redis, one below", setup{pool: 20, shards: 1, addr: "r:6379"}, 10_000, 1, 10_103, 40, 10_104, true},
-		{"a container's 1024 and the default 10000", setup{pool: 20, shards: 1, addr: "r:6379"}, 10_000, 1, 1024, 40, 10_104, true},
-		{"lowered to fit 1024", setup{pool: 20, shards: 1, addr: "r:6379"}, 900, 1, 1024, 40, 1004, false},
+		// The report path's 20 and the worker's 20 (its 5 fit in the
+		// pool), and each client's pipeline pool of 10.
+		{"one Redis, at the limit", setup{pool: 20, shards: 1, addr: "r:6379"}, 10_000, 1, 10_124, 60, 10_124, false},
+		{"one Redis, one below", setup{pool: 20, shards: 1, addr: "r:6379"}, 10_000, 1, 10_123, 60, 10_124, true},
+		{"a container's 1024 and the default 10000", setup{pool: 20, shards: 1, addr: "r:6379"}, 10_000, 1, 1024, 60, 10_124, true},
+		{"lowered to fit 1024", setup{pool: 20, shards: 1, addr: "r:6379"}, 900, 1, 1024, 60, 1024, false},
 		// Both ends of each connection are this process's.
-		{"embedded", setup{pool: 20, shards: 1}, 10_000, 1, 10_143, 80, 10_144, true},
+		{"embedded", setup{pool: 20, shards: 1}, 10_000, 1, 10_183, 120, 10_184, true},
 		// The worker's pool grows to 3 x 8 + 2.
-		{"worker above the pool", setup{pool: 4, shards: 8, addr: "r:6379"}, 100, 1, 1 << 20, 30, 194, false},
-		// Per node: (10 + 4 x 8 + 1) on each of 3 masters.
-		{"cluster", setup{pool: 10, shards: 8, addrs: []string{"a:7000", "b:7000", "c:7000"}}, 1000, 3, 1 << 20, 129, 1193, false},
-		{"cluster, slot map unread", setup{pool: 10, shards: 8, addrs: []string{"a:7000"}}, 1000, 0, 1 << 20, 43, 1107, false},
-		// The watch subscribes to each Sentinel.
-		{"sentinel", setup{pool: 10, shards: 1, sentinels: []string{"s1:26379", "s2:26379", "s3:26379"}}, 1000, 1, 1 << 20, 23, 1087, false},
-		{"go-redis's default pool", setup{shards: 1, addr: "r:6379"}, 10, 1, 1 << 20, 20 * runtime.GOMAXPROCS(0), uint64(74 + 20*runtime.GOMAXPROCS(0)), false},
-		{"unlimited", setup{pool: 20, shards: 1, addr: "r:6379"}, math.MaxInt32, 1, math.MaxUint64, 40, math.MaxInt32 + 104, false},
+		{"worker above the pool", setup{pool: 4, shards: 8, addr: "r:6379"}, 100, 1, 1 << 20, 50, 214, false},
+		// Per node: (10 + 4 x 8 + 1 + 2 x 10) on each of 3 masters.
+		{"cluster", setup{pool: 10, shards: 8, addrs: []string{"a:7000", "b:7000", "c:7000"}}, 1000, 3, 1 << 20, 189, 1253, false},
+		{"cluster, slot map unread", setup{pool: 10, shards: 8, addrs: []string{"a:7000"}}, 1000, 0, 1 << 20, 63, 1127, false},
+		// The watch subscribes to each Sentinel, and each client's
+		// failover holds two to one of them.
+		{"sentinel", setup{pool: 10, shards: 1, sentinels: []string{"s1:26379", "s2:26379", "s3:26379"}}, 1000, 1, 1 << 20, 47, 1111, false},
+		{"go-redis's default pool", setup{shards: 1, addr: "r:6379"}, 10, 1, 1 << 20, 20 + 20*runtime.GOMAXPROCS(0), uint64(94 + 20*runtime.GOMAXPROCS(0)), false},
+		{"unlimited", setup{pool: 20, shards: 1, addr: "r:6379"}, math.MaxInt32, 1, math.MaxUint64, 60, math.MaxInt32 + 124, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := conf.Default()

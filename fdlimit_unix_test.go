@@ -77,14 +77,14 @@ func TestStartWarnsOfAnOpenFileLimitTooLow(t *testing.T) {
 		return logs
 	}
 
-	// 10000 + 2 x (20 + 20) on the embedded Redis + 64 > 512.
+	// 10000 + 2 x (20 + 20 + 2 x 10) on the embedded Redis + 64 > 512.
 	lines := start(10_000).FilterMessageSnippet("open-file limit (RLIMIT_NOFILE) is below").All()
 	if len(lines) != 1 {
 		t.Fatalf("%d open-file limit warnings at start with 512 open files and server.max_connections 10000, want 1", len(lines))
 	}
 	got := lines[0].ContextMap()
-	for field, want := range map[string]string{"server_max_connections": "10000", "redis_connections": "80",
-		"open_file_limit": "512", "open_files_needed": "10144"} {
+	for field, want := range map[string]string{"server_max_connections": "10000", "redis_connections": "120",
+		"open_file_limit": "512", "open_files_needed": "10184"} {
 		if v := fmt.Sprint(got[field]); v != want {
 			t.Errorf("warning's %s = %s, want %s (fields %v)", field, v, want, got)
 		}
@@ -94,7 +94,7 @@ func TestStartWarnsOfAnOpenFileLimitTooLow(t *testing.T) {
 			t.Errorf("warning does not say %q: %s", says, lines[0].Message)
 		}
 	}
-	// 300 + 80 + 64 fits.
+	// 300 + 120 + 64 fits.
 	if n := start(300).FilterMessageSnippet("open-file limit").Len(); n != 0 {
 		t.Errorf("%d open-file limit warnings with server.max_connections 300, want none", n)
 	}
