@@ -434,21 +434,16 @@ func openRedis(cfg conf.Config, log *zap.Logger, reg prometheus.Registerer, m *m
 			metrics.RegisterClientCertificateExpiry(reg, d.clientCertificateExpiry)
 		}
 	}
-	// A connection Redis refuses at its maxclients fails naming it (and
-	// new ones to it fail at once for a second), where go-redis went on
-	// and failed the next command with a broken pipe or EOF.
-	dial := opts.Dialer
-	if dial == nil {
-		dial = redis.NewDialer(&redis.Options{DialTimeout: cfg.Redis.Timeout}) // go-redis's own
-	}
-	dial = namingMaxClients(dial, tlsConfig != nil)
-	opts.Dialer = dial
 	var watch *sentinelWatch
 	if cfg.Redis.Sentinel() {
 		opts.Addrs = cfg.Redis.SentinelAddrs
 		// Every connection is kept by the address dialed, so that a
 		// failover any Sentinel announces closes those to the old master
 		// (sentinelWatch), not only one go-redis's own Sentinel announces.
+		dial := opts.Dialer
+		if dial == nil {
+			dial = redis.NewDialer(&redis.Options{DialTimeout: cfg.Redis.Timeout}) // go-redis's own
+		}
 		conns := newConnsByAddr()
 		opts.Dialer = conns.dialer(dial)
 		watch = watchSentinels(cfg.Redis, tlsConfig, dial, conns, logging.Sampled(log.Named("sentinel_watch"), m.LogSuppressed), m)
