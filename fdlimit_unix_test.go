@@ -5,11 +5,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -24,22 +23,7 @@ import (
 // and says nothing once server.max_connections fits. It runs in a child
 // process of this test binary: it lowers the process's descriptor limit.
 func TestStartWarnsOfAnOpenFileLimitTooLow(t *testing.T) {
-	if os.Getenv("COMBO_TEST_FDLIMIT") == "" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestStartWarnsOfAnOpenFileLimitTooLow$", "-test.count=1", "-test.v",
-			"-test.timeout=2m")
-		cmd.Env = append(os.Environ(), "COMBO_TEST_FDLIMIT=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("child: %v\n%s", err, out)
-		}
-		// As in TestEmbeddedRedisAcceptsAgainAfterEMFILE: only the child's
-		// PASS line says the start was tested.
-		if strings.Contains(string(out), "--- SKIP: TestStartWarnsOfAnOpenFileLimitTooLow") && os.Getenv("CI") == "" {
-			t.Skipf("child skipped:\n%s", out)
-		}
-		if !strings.Contains(string(out), "--- PASS: TestStartWarnsOfAnOpenFileLimitTooLow") {
-			t.Fatalf("child did not pass the test (skipped, or ran none):\n%s", out)
-		}
+	if runInChild(t, "COMBO_TEST_FDLIMIT", 2*time.Minute) {
 		return
 	}
 	var rl syscall.Rlimit
