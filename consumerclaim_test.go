@@ -182,3 +182,36 @@ func TestReplicaSettingsWatchNamesTheConsumerInClaimLines(t *testing.T) {
 
 // testGauge is a gauge registered nowhere.
 func testGauge() prometheus.Gauge { return prometheus.NewGauge(prometheus.GaugeOpts{Name: "test"}) }
+
+// A replica stopping while another process given its worker.consumer
+// holds the claim (it claimed last) leaves that one's settings, its name
+// among the replicas and its claim, and says so; the last to stop deletes
+// them.
+func TestStoppingTwinLeavesTheRunningOnesSettings(t *testing.T) {
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	store := repo.New(rdb, repo.Settings{Shards: 1})
+	core, logs := observer.New(zap.InfoLevel)
+	cfg := conf.Default()
+	cfg.Worker.Consumer = "c1"
+	m := metrics.New(prometheus.NewRegistry())
+	a := newReplicaSettingsWatch(cfg, store, zap.New(core), m)
+	b := newReplicaSettingsWatch(cfg, store, zap.New(core), m)
+	a.Start()
+	b.Start() // b claims last
+	ctx := context.Background()
+	keys := repo.NewKeys(1)
+	a.Stop()
+	if got := rdb.Get(ctx, keys.ConsumerInstance("c1")).Val(); got != b.claim.instance {
+		t.Fatalf("after a stopped the claim is %q, want b's %q", got, b.claim.instance)
+	}
+	if rdb.Exists(ctx, keys.ReplicaSettings("c1")).Val() != 1 || !rdb.SIsMember(ctx, keys.Replicas(), "c1").Val() {
+		t.Fatal("after a stopped, b's settings or its name among the replicas are gone")
+	}
+	if n := logs.FilterMessageSnippet("its settings and claim are left to it").Len(); n != 1 {
+		t.Fatalf("logs %v, want one line saying a left them to b", logs.All())
+	}
+	b.Stop()
+	if n := rdb.Exists(ctx, keys.ConsumerInstance("c1"), keys.ReplicaSettings("c1")).Val(); n != 0 {
+		t.Fatalf("after b stopped %d of its claim and settings remain", n)
+	}
+}

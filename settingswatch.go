@@ -59,7 +59,7 @@ func replicaSettings(cfg conf.Config) string {
 type settingsWatch struct {
 	share   func(context.Context) (map[string]string, error) // others' settings, by consumer
 	claim   *consumerClaim
-	forget  func(context.Context) error
+	forget  func(ctx context.Context, instance string) (bool, error) // false: another process holds the claim
 	mine    string
 	every   time.Duration
 	timeout time.Duration // of one reading
@@ -71,7 +71,7 @@ type settingsWatch struct {
 }
 
 func newSettingsWatch(share func(context.Context) (map[string]string, error), claim *consumerClaim,
-	forget func(context.Context) error, mine string, every, timeout time.Duration, log *zap.Logger, m *metrics.Metrics) *settingsWatch {
+	forget func(ctx context.Context, instance string) (bool, error), mine string, every, timeout time.Duration, log *zap.Logger, m *metrics.Metrics) *settingsWatch {
 	return &settingsWatch{share: share, claim: claim, forget: forget, mine: mine, every: every, timeout: timeout,
 		log: log, m: m, differ: map[string]string{}}
 }
@@ -90,7 +90,9 @@ func newReplicaSettingsWatch(cfg conf.Config, store *repo.Repo, log *zap.Logger,
 		newConsumerClaim(func(ctx context.Context, instance string) (string, error) {
 			return store.ClaimConsumer(ctx, self, instance, 3*settingsWatchEvery)
 		}, log, m.ConsumerShared),
-		func(ctx context.Context) error { return store.ForgetSettings(ctx, self) },
+		func(ctx context.Context, instance string) (bool, error) {
+			return store.ForgetSettings(ctx, self, instance)
+		},
 		mine, settingsWatchEvery, 2*cfg.Redis.Timeout, log, m)
 }
 
@@ -164,12 +166,18 @@ func (w *settingsWatch) once(ctx context.Context) {
 	w.m.ReplicasSettingsDiffer.Set(float64(len(w.differ)))
 }
 
-// Stop ends the loop, waits for it, and deletes this replica's settings.
+// Stop ends the loop, waits for it, and deletes this replica's settings,
+// unless another process given its worker.consumer claimed it since: that
+// one still runs, and the settings key is its too.
 func (w *settingsWatch) Stop() {
 	w.loop.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
-	if err := w.forget(ctx); err != nil {
+	forgot, err := w.forget(ctx, w.claim.instance)
+	switch {
+	case err != nil:
 		w.log.Debug("could not delete this replica's settings; they expire on their own", zap.Error(err))
+	case !forgot:
+		w.log.Info("another process holds this replica's worker.consumer: its settings and claim are left to it")
 	}
 }

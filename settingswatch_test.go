@@ -33,7 +33,7 @@ func TestSettingsWatchCountsTheReplicasThatDiffer(t *testing.T) {
 	share := func(context.Context) (map[string]string, error) {
 		return testwait.Receive(t, "a step's answer", answers)()
 	}
-	w := newSettingsWatch(share, noClaim(), func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
+	w := newSettingsWatch(share, noClaim(), forgetNothing, "mine", time.Hour, time.Second,
 		zap.New(core), m)
 	named := func() []string { // the replicas each warning named, in order
 		var out []string
@@ -89,7 +89,7 @@ func TestSettingsWatchNamesEveryReplicaThroughTheSampledLog(t *testing.T) {
 	share := func(context.Context) (map[string]string, error) {
 		return map[string]string{"c": "other", "d": "third", "e": "mine"}, nil
 	}
-	w := newSettingsWatch(share, noClaim(), func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
+	w := newSettingsWatch(share, noClaim(), forgetNothing, "mine", time.Hour, time.Second,
 		logging.Sampled(zap.New(core), m.LogSuppressed), m)
 	w.once(context.Background())
 	warned := logs.FilterMessageSnippet("other replicas run with other settings").All()
@@ -104,7 +104,7 @@ func TestSettingsWatchWarnsOnceThatItCannotCompare(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	core, logs := observer.New(zap.DebugLevel)
 	share := func(context.Context) (map[string]string, error) { return nil, errors.New("NOPERM smembers") }
-	w := newSettingsWatch(share, noClaim(), func(context.Context) error { return nil }, "mine", time.Hour, time.Second, zap.New(core), m)
+	w := newSettingsWatch(share, noClaim(), forgetNothing, "mine", time.Hour, time.Second, zap.New(core), m)
 	for range 3 {
 		w.once(context.Background())
 	}
@@ -113,6 +113,10 @@ func TestSettingsWatchWarnsOnceThatItCannotCompare(t *testing.T) {
 		t.Fatalf("%d warnings and %d debug lines of 3 failed readings, want 1 and 2", warns, debugs)
 	}
 }
+
+// forgetNothing is a watch's forget at Stop that deletes nothing, and
+// says it did.
+func forgetNothing(context.Context, string) (bool, error) { return true, nil }
 
 // noClaim is a claim of the consumer that finds no other process.
 func noClaim() *consumerClaim {
@@ -143,7 +147,7 @@ func TestSettingsWatchClaimsAtEveryReading(t *testing.T) {
 		shareEnds = append(shareEnds, end)
 		return map[string]string{}, nil
 	}
-	w := newSettingsWatch(share, claim, func(context.Context) error { return nil }, "mine", time.Hour, time.Second,
+	w := newSettingsWatch(share, claim, forgetNothing, "mine", time.Hour, time.Second,
 		zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	for range 3 {
 		w.once(context.Background())

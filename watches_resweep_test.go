@@ -214,7 +214,7 @@ func TestSettingsWatchComparesAfterAClaimOutOfTime(t *testing.T) {
 		return "", ctx.Err()
 	}, zap.NewNop(), testGauge())
 	share := func(context.Context) (map[string]string, error) { return map[string]string{"b": "other"}, nil }
-	w := newSettingsWatch(share, claim, func(context.Context) error { return nil }, "mine", time.Hour, 20*time.Millisecond,
+	w := newSettingsWatch(share, claim, forgetNothing, "mine", time.Hour, 20*time.Millisecond,
 		zap.NewNop(), m)
 	w.once(context.Background())
 	if got := testutil.ToFloat64(m.ReplicasSettingsDiffer); got != 1 {

@@ -26,7 +26,7 @@ func TestPruneConsumersKeepsLiveReplicas(t *testing.T) {
 	if err != nil || !slices.Equal(removed, []string{"dead"}) {
 		t.Fatalf("removed %v, %v; want [dead]: live is a live replica's", removed, err)
 	}
-	if err := r.ForgetSettings(ctx, "live"); err != nil {
+	if _, err := r.ForgetSettings(ctx, "live", "live's process"); err != nil {
 		t.Fatal(err)
 	}
 	removed, err = r.PruneConsumers(ctx, 0, "me", 10*time.Millisecond)

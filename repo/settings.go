@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"time"
 
@@ -103,15 +104,24 @@ func (r *Repo) ClaimConsumer(ctx context.Context, self, instance string, ttl tim
 	return was, nil
 }
 
+//go:embed forget.lua
+var forgetLua string
+
+var forgetScript = redis.NewScript(forgetLua)
+
 // ForgetSettings deletes self's settings and takes it out of the set of
 // replicas: a replica stopped cleanly is not compared with those started
 // after it, with other settings, within its key's TTL. It deletes self's
 // claim too (ClaimConsumer), so the process started next under that name
-// finds none.
-func (r *Repo) ForgetSettings(ctx context.Context, self string) error {
-	pipe := r.rdb.Pipeline()
-	pipe.Del(ctx, r.keys.ReplicaSettings(self), r.keys.ConsumerInstance(self))
-	pipe.SRem(ctx, r.keys.Replicas(), self)
-	_, err := pipe.Exec(ctx)
-	return wrap("repo.ForgetSettings", err)
+// finds none. All of it only while the claim is instance's, or nobody's
+// (forget.lua): when another process given the same consumer claimed it
+// since, that one still runs, its settings are the key's, and nothing is
+// deleted. It reports whether it deleted.
+func (r *Repo) ForgetSettings(ctx context.Context, self, instance string) (bool, error) {
+	keys := []string{r.keys.ConsumerInstance(self), r.keys.ReplicaSettings(self), r.keys.Replicas()}
+	n, err := forgetScript.Run(ctx, r.rdb, keys, instance, self).Int()
+	if err != nil {
+		return false, wrap("repo.ForgetSettings", err)
+	}
+	return n == 1, nil
 }

@@ -49,8 +49,8 @@ func TestShareSettingsSeesTheOtherReplicas(t *testing.T) {
 	if ttl := rdb.PTTL(ctx, keys.Replicas()).Val(); ttl < 23*time.Hour || ttl > 24*time.Hour {
 		t.Fatalf("the set of replicas has TTL %s, want about 24h", ttl)
 	}
-	if err := four.ForgetSettings(ctx, "b"); err != nil {
-		t.Fatal(err)
+	if forgot, err := four.ForgetSettings(ctx, "b", "b's process"); err != nil || !forgot {
+		t.Fatalf("b, never claimed, forgot its settings: %v %v, want true", forgot, err)
 	}
 	if got, err := one.ShareSettings(ctx, "a", "shards=1", time.Minute); err != nil || len(got) != 0 {
 		t.Fatalf("after b forgot its settings a sees %v %v, want none", got, err)
@@ -184,14 +184,55 @@ func TestClaimConsumerFindsAnotherProcess(t *testing.T) {
 		if got, err := r.ClaimConsumer(ctx, "y", "p2", time.Minute); err != nil || got != "" {
 			t.Fatalf("%s: another consumer's claim found %q %v, want nothing", name, got, err)
 		}
-		if err := r.ForgetSettings(ctx, "x"); err != nil {
-			t.Fatalf("%s: %v", name, err)
+		if forgot, err := r.ForgetSettings(ctx, "x", "p1"); err != nil || !forgot {
+			t.Fatalf("%s: p1, holding the claim, forgot: %v %v, want true", name, forgot, err)
 		}
 		if n := rdb.Exists(ctx, key).Val(); n != 0 {
 			t.Fatalf("%s: the claim is still there after ForgetSettings", name)
 		}
 		if got, err := r.ClaimConsumer(ctx, "x", "p3", time.Minute); err != nil || got != "" {
 			t.Fatalf("%s: a claim after ForgetSettings found %q %v, want nothing", name, got, err)
+		}
+	}
+}
+
+// A process stopping while another given the same consumer holds the
+// claim (it claimed since) deletes nothing: the one still running wrote
+// the settings key, and must stay compared with the other replicas and
+// named among them, and its claim must stay for its twin check. Once the
+// holder itself stops, all of it goes. On one Redis and in a Cluster
+// slot (one script over the three keys).
+func TestForgetSettingsKeepsWhatAnotherProcessHolds(t *testing.T) {
+	ctx := context.Background()
+	for name, rdb := range map[string]redis.UniversalClient{
+		"one Redis": testredis.Start(t, testredis.Options{}).Client(),
+		"Cluster":   testredis.StartCluster(t, 3).Client(t),
+	} {
+		r := repo.New(rdb, repo.Settings{Shards: 1})
+		keys := repo.NewKeys(1)
+		for _, p := range []string{"p1", "p2"} { // p2 claims last: it holds the claim
+			if _, err := r.ClaimConsumer(ctx, "x", p, time.Minute); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if _, err := r.ShareSettings(ctx, "x", "s", time.Minute); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+		if forgot, err := r.ForgetSettings(ctx, "x", "p1"); err != nil || forgot {
+			t.Fatalf("%s: p1 stopping while p2 holds the claim forgot: %v %v, want false", name, forgot, err)
+		}
+		if got := rdb.Get(ctx, keys.ConsumerInstance("x")).Val(); got != "p2" {
+			t.Fatalf("%s: after p1 stopped the claim is %q, want p2's", name, got)
+		}
+		if rdb.Exists(ctx, keys.ReplicaSettings("x")).Val() != 1 || !rdb.SIsMember(ctx, keys.Replicas(), "x").Val() {
+			t.Fatalf("%s: after p1 stopped, p2's settings or its name among the replicas are gone", name)
+		}
+		if forgot, err := r.ForgetSettings(ctx, "x", "p2"); err != nil || !forgot {
+			t.Fatalf("%s: p2, holding the claim, forgot: %v %v, want true", name, forgot, err)
+		}
+		if n := rdb.Exists(ctx, keys.ConsumerInstance("x"), keys.ReplicaSettings("x")).Val(); n != 0 ||
+			rdb.SIsMember(ctx, keys.Replicas(), "x").Val() {
+			t.Fatalf("%s: after p2 stopped, %d of its claim and settings remain, or its name", name, n)
 		}
 	}
 }
