@@ -23,3 +23,13 @@ func (b *backoff) step() time.Duration {
 	b.next = min(b.next*2, 2*time.Second)
 	return d
 }
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
