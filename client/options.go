@@ -130,8 +130,12 @@ type ReporterOptions struct {
 	// connection, canceled, bad_response, sender_panicked, other) and the
 	// histogram combo_reporter_attempt_duration_seconds (every attempt,
 	// whatever its result). Registering a second Reporter on the same Registerer fails while the
-	// first is open; wrap it with prometheus.WrapRegistererWith to tell them
-	// apart. Close unregisters the gauges when it returns and leaves the
+	// first is open. To run several at once, give each of them, the first
+	// included, a prometheus.WrapRegistererWith of one label name with a
+	// value of its own: beside a Reporter registered unwrapped, a wrapped
+	// one fails too, as Prometheus takes one metric name with one set of
+	// label names only (or give the others a
+	// prometheus.WrapRegistererWithPrefix). Close unregisters the gauges when it returns and leaves the
 	// counters and the histogram, so a Reporter that replaces a closed one may use the same
 	// Registerer and counts on in them. The counters stay for as long as
 	// the Registerer does: wrapping it with a label of a new value for each

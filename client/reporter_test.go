@@ -1502,6 +1502,22 @@ func TestDuplicateRegistration(t *testing.T) {
 	}
 }
 
+// ReporterOptions.Registerer: beside a Reporter registered unwrapped, one
+// wrapped with a label fails too (Prometheus takes one metric name with
+// one set of label names), so each must be wrapped; a prefix works.
+func TestSecondReporterBesideAnUnwrappedOne(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	newTestReporter(t, newFake(nil), ReporterOptions{Registerer: reg})
+	wrapped := prometheus.WrapRegistererWith(prometheus.Labels{"target": "b"}, reg)
+	if _, err := NewReporter(newFake(nil), ReporterOptions{Registerer: wrapped}); err == nil {
+		t.Fatal("a wrapped Reporter beside an unwrapped one registered: ReporterOptions.Registerer says it fails")
+	}
+	newTestReporter(t, newFake(nil), ReporterOptions{Registerer: prometheus.WrapRegistererWithPrefix("b_", reg)})
+	if got := len(gather(t, reg)); got != 2*21 {
+		t.Fatalf("%d series, want 2 reporters x 21", got)
+	}
+}
+
 // Close takes the gauge off the Registerer, however it returns, so a
 // Reporter that replaces a closed one can register on the same Registerer;
 // the counters stay, so a scrape after a Close that gave up still sees its
