@@ -122,3 +122,30 @@ func nodeOptions(r conf.Redis, tlsConfig *tls.Config, addr, username, password s
 func policyReader(cfg conf.Redis, store *repo.Repo) (func(context.Context) (map[string]string, error), time.Duration) {
 	return nodeReader(cfg, store.Policies, repo.MaxmemoryPolicy)
 }
+
+// warnEvicting logs, once at start, each Redis node whose maxmemory-policy
+// may evict the service's keys: an evicted window, dedupe set or stream
+// loses gifts silently or counts them twice, and a policy set by a
+// platform's default is easy to miss. The embedded Redis has no policy.
+// Found through Sentinels, the master they name and the replicas they
+// list are asked, each by its address. It returns the nodes found evicting
+// (on a Cluster, replicas included), node by node, for the eviction watch to go
+// on from: it reads the same nodes (policyReader).
+func warnEvicting(ctx context.Context, cfg conf.Config, store *repo.Repo, log *zap.Logger) map[string]string {
+	if cfg.Embedded() {
+		return nil
+	}
+	if cfg.Redis.Sentinel() {
+		if tlsConfig, err := cfg.Redis.TLSConfig(); err == nil { // read and checked by Validate already
+			return warnEvictingFoundBySentinel(ctx, cfg.Redis, tlsConfig, log)
+		}
+	}
+	nodes, err := store.Evicting(ctx)
+	if err != nil { // of some nodes: the others' policies are still named
+		log.Warn("could not read Redis's maxmemory-policy; it must be noeviction"+refusingUser(err), zap.Error(err))
+	}
+	for addr, policy := range nodes {
+		log.Warn(nodeMayEvict, zap.String("node", addr), zap.String("maxmemory_policy", policy))
+	}
+	return nodes
+}
