@@ -131,7 +131,8 @@ const embeddedTTLTick = time.Second
 // client's RPC timeout, and with a thousand windows open a batch of 50
 // took about 500 ms. Here the walk is paid once a tick, off the commands.
 // Shutdown order: stopped by openRedis's closeAll (run's deferred
-// closeRedis, the last thing run does), after the clients close and just
+// closeRedis, the last of run's stops but the count of the libraries'
+// thinned log lines, deferred before it), after the clients close and just
 // before the embedded Redis itself.
 func countDownTTLs(mr *miniredis.Miniredis, tick time.Duration) (stop func()) {
 	done := make(chan struct{})

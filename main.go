@@ -133,10 +133,10 @@ type started struct {
 //  2. the worker stops reading, then publishes every window it holds as it
 //     comes due (bounded by server.shutdown_timeout);
 //  3. the metrics server, the settings watch (which deletes this
-//     replica's settings), the append-only and eviction watches and the
-//     loop reading the Cluster's slot map stop; then closeRedis stops the
-//     Sentinel watch and closes the Redis clients, then the embedded Redis
-//     (its TTL ticker first).
+//     replica's settings unless a twin holds its claim), the append-only
+//     and eviction watches and the loop reading the Cluster's slot map
+//     stop; then closeRedis stops the Sentinel watch and closes the Redis
+//     clients, then the embedded Redis (its TTL ticker first).
 func run(ctx context.Context, cfg conf.Config, log *zap.Logger, ready chan<- started) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -34,8 +34,9 @@ import (
 // asking the Sentinels where the master is now.
 //
 // Shutdown order: stopped by openRedis's closeAll (run's deferred
-// closeRedis, the last thing run does), before the service's Redis clients
-// close, after the worker's shutdown and every loop that uses them.
+// closeRedis, the last of run's stops but the count of the libraries'
+// thinned log lines, deferred before it), before the service's Redis
+// clients close, after the worker's shutdown and every loop that uses them.
 type sentinelWatch struct {
 	master string
 	log    *zap.Logger

@@ -54,8 +54,9 @@ func replicaSettings(cfg conf.Config) string {
 //
 // Shutdown order: it stops as run returns, after the worker's shutdown,
 // and deletes this replica's key (so one started next with other settings
-// is not compared with it), before the Redis client closes (run's
-// deferred closeRedis, deferred before it).
+// is not compared with it; not while another process holds its claim:
+// Stop), before the Redis client closes (run's deferred closeRedis,
+// deferred before it).
 type settingsWatch struct {
 	share   func(context.Context) (map[string]string, error) // others' settings, by consumer
 	claim   *consumerClaim

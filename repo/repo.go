@@ -173,8 +173,9 @@ func (r *Repo) LoadScripts(ctx context.Context) error {
 }
 
 // ScriptHashes is the SHA1 (hex, as EVALSHA takes it) of every Lua script
-// the service runs: the embedded Redis runs these and no other (see
-// main's onlyOwnScripts).
+// the service runs on the embedded Redis, which runs these and no other
+// (see main's onlyOwnScripts). forget.lua is not among them: its one
+// caller, the settings watch, is not started with the embedded Redis.
 func ScriptHashes() map[string]bool {
 	out := map[string]bool{}
 	for _, s := range []*redis.Script{reportScript, degradeScript, flushScript, writeProbeScript, timeScript, dropScript, pruneScript} {

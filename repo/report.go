@@ -40,8 +40,8 @@ type ReportResult struct {
 	Cause error
 }
 
-// Report counts validated contributions, one script each. Results are in
-// input order. Concurrent calls share pipelines (see coalesce.go), so under
+// Report counts validated contributions, one script call per shard for
+// up to maxPerScript of them (runReports). Results are in input order. Concurrent calls share pipelines (see coalesce.go), so under
 // load many reports cost one round trip. When a script fails but Redis
 // answers, that contribution is published on its own at once (Degraded),
 // and its id remembered (see publishSingles).
@@ -51,8 +51,9 @@ type ReportResult struct {
 // the calls whose reports were all answered.
 //
 // A call whose contributions all fall on one shard (any single report)
-// shares that shard's pipelines; one spanning shards runs on its own, one
-// per Redis node it spans (reportSpanning).
+// shares that shard's pipelines, unless it holds bigCall reports or more,
+// which run on their own (coalescer.do); one spanning shards runs on its
+// own, one per Redis node it spans (reportSpanning).
 func (r *Repo) Report(ctx context.Context, cs []*combo.Contribution) ([]ReportResult, error) {
 	if len(cs) == 0 {
 		return nil, nil

@@ -258,7 +258,7 @@ type BadEntry struct {
 }
 
 // parseEntry reads an entry's fields; its due time is its id's ms part (when
-// the window opened, by Redis's clock) plus W + grace.
+// the window opened, by Redis's clock) plus W + grace + 1 ms (Repo.delay).
 func (r *Repo) parseEntry(shard int, m redis.XMessage) (Window, error) {
 	k, ok := m.Values["k"].(string)
 	if !ok {
