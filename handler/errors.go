@@ -35,7 +35,9 @@ var errPanicked = errors.New("internal error: the RPC handler panicked")
 // by their outcome: Redis took those, and they are pushed. Left to Kitex,
 // the panic reached no combo_* metric, so no alert fired, and the caller
 // got Kitex's generic error, not the IDL's ComboError.
-func (h *Handler) recoverPanic(ctx context.Context, rpc string, uncounted *int, err *error) {
+// The line names the call's reports as fail's other lines do (req, read
+// only after a panic: naming them up front would cost every call).
+func (h *Handler) recoverPanic(ctx context.Context, rpc string, req any, uncounted *int, err *error) {
 	p := recover()
 	if p == nil {
 		return
@@ -45,7 +47,30 @@ func (h *Handler) recoverPanic(ctx context.Context, rpc string, uncounted *int, 
 	if uncounted != nil {
 		n = *uncounted
 	}
-	*err = h.fail(ctx, rpc, errPanicked, n, zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+	fields := append(requestFields(req), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+	*err = h.fail(ctx, rpc, errPanicked, n, fields...)
+}
+
+// requestFields name a call's reports in its panic's line: a report's
+// activity, user and id, a batch's size and first report, a MergeLatest's
+// activity. A request the panic left unreadable names none.
+func requestFields(req any) (fields []zap.Field) {
+	defer func() {
+		if recover() != nil {
+			fields = nil
+		}
+	}()
+	switch r := req.(type) {
+	case *combo.ReportContributionRequest:
+		return contributionFields(r.Contribution)
+	case *combo.ReportContributionsRequest:
+		return batchFields(r.Contributions)
+	case *combo.MergeLatestRequest:
+		if r != nil {
+			return []zap.Field{zap.Int64("activity", r.ActivityId)}
+		}
+	}
+	return nil
 }
 
 // fail maps any error to the ComboError the caller receives, counts it

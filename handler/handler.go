@@ -48,7 +48,7 @@ func (h *Handler) ReportContribution(ctx context.Context, req *combo.ReportContr
 		req = &combo.ReportContributionRequest{}
 	}
 	uncounted := 1
-	defer h.recoverPanic(ctx, "ReportContribution", &uncounted, &err)
+	defer h.recoverPanic(ctx, "ReportContribution", req, &uncounted, &err)
 	if !h.gate.enter() {
 		return nil, h.fail(ctx, "ReportContribution", ErrDraining, 1)
 	}
@@ -77,7 +77,7 @@ func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportCont
 		req = &combo.ReportContributionsRequest{}
 	}
 	uncounted := len(req.Contributions)
-	defer h.recoverPanic(ctx, "ReportContributions", &uncounted, &err)
+	defer h.recoverPanic(ctx, "ReportContributions", req, &uncounted, &err)
 	if !h.gate.enter() {
 		return nil, h.fail(ctx, "ReportContributions", ErrDraining, len(req.Contributions))
 	}
@@ -115,7 +115,7 @@ func (h *Handler) ReportContributions(ctx context.Context, req *combo.ReportCont
 // first (validate.MisreadColumn): that is the caller's own mistake (seconds
 // for milliseconds, a column not read), which an empty feed would hide.
 func (h *Handler) MergeLatest(ctx context.Context, req *combo.MergeLatestRequest) (_ *combo.MergeLatestResponse, err error) {
-	defer h.recoverPanic(ctx, "MergeLatest", nil, &err) // it counts no reports
+	defer h.recoverPanic(ctx, "MergeLatest", req, nil, &err) // it counts no reports
 	if err := validate.MergeLatest(req); err != nil {
 		var fields []zap.Field
 		if req != nil {

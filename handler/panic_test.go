@@ -52,16 +52,19 @@ func TestAHandlerPanicIsInternal(t *testing.T) {
 		store    Store
 		metrics  func(*metrics.Metrics) // breaks a collector
 		call     func(context.Context, *Handler) error
-		internal float64 // reports counted internal
-		ok       float64 // reports counted ok
-		site     string  // in the logged stack
+		internal float64        // reports counted internal
+		ok       float64        // reports counted ok
+		site     string         // in the logged stack
+		names    map[string]any // the line's fields naming the call's reports
 	}{
 		{name: "ReportContribution in the store", store: panickingStore{}, internal: 1, site: "panickingStore.Report",
+			names: map[string]any{"activity": int64(7), "user": int64(42), "id": int64(1)},
 			call: func(ctx context.Context, h *Handler) error {
 				_, err := h.ReportContribution(ctx, &combo.ReportContributionRequest{Contribution: contributionWithID(1)})
 				return err
 			}},
 		{name: "ReportContributions in the store", store: panickingStore{}, internal: 2, site: "panickingStore.Report",
+			names: map[string]any{"batch": int64(2), "activity": int64(7), "user": int64(42), "id": int64(1)},
 			call: func(ctx context.Context, h *Handler) error {
 				_, err := h.ReportContributions(ctx, &combo.ReportContributionsRequest{
 					Contributions: []*combo.Contribution{contributionWithID(1), contributionWithID(2)}})
@@ -76,7 +79,7 @@ func TestAHandlerPanicIsInternal(t *testing.T) {
 					Contributions: []*combo.Contribution{contributionWithID(1), contributionWithID(2)}})
 				return err
 			}},
-		{name: "MergeLatest", store: &scriptedStore{}, site: "panickingCounter.Add",
+		{name: "MergeLatest", store: &scriptedStore{}, site: "panickingCounter.Add", names: map[string]any{"activity": int64(7)},
 			metrics: func(m *metrics.Metrics) { m.MergeRowsSkipped = panickingCounter{} },
 			call: func(ctx context.Context, h *Handler) error {
 				_, err := h.MergeLatest(ctx, merge)
@@ -127,6 +130,13 @@ func TestAHandlerPanicIsInternal(t *testing.T) {
 			}
 			if s, _ := fields["stack"].(string); !strings.Contains(s, tc.site) {
 				t.Errorf("logged stack %q does not name where it panicked (%s)", s, tc.site)
+			}
+			// The reports the panic hit, to reproduce it with.
+			for k, want := range tc.names {
+				if fields[k] != want {
+					t.Errorf("logged %s=%v (%T), want %v: the line names the call's reports as fail's other lines do",
+						k, fields[k], fields[k], want)
+				}
 			}
 			if n := logs.Len(); n != 1 {
 				t.Errorf("%d lines logged, want 1: %v", n, logs.All())
