@@ -15,7 +15,9 @@ import (
 // replaces the polled record with the push's when the push carries its id
 // (or its user_id, item_type and created_at), rather than adding a second
 // feed item: that holds when a key's later rows have larger ids and
-// created_at, as DB rows reported in order do.
+// created_at, as DB rows reported in order do, and each reached the
+// service before its window was pushed (a late one re-cuts the key's
+// windows on the push path: README).
 func TestPushOfAWindowPolledOpenCarriesThePolledRecordsKey(t *testing.T) {
 	s := startService(t, options{mutate: func(c *conf.Config) {
 		c.Window.Size, c.Window.Grace = time.Second, 100*time.Millisecond

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -31,6 +32,7 @@ func TestTheREADMEACLUserRunsEveryFlow(t *testing.T) {
 			DisableIdentity: true}) // as main.go: no CLIENT SETINFO (Redis 7.2+), which README's line does not grant
 		t.Cleanup(func() { rdb.Close() })
 		runEveryFlow(t, rdb, repo.New(rdb, settings()))
+		runSettingsFlow(t, repo.New(rdb, settings()))
 		testredis.NoneDenied(t, srv.Client())
 	})
 	t.Run("cluster", func(t *testing.T) {
@@ -45,10 +47,35 @@ func TestTheREADMEACLUserRunsEveryFlow(t *testing.T) {
 			DisableIdentity: true})
 		t.Cleanup(func() { cc.Close() })
 		runEveryFlow(t, cc, repo.New(cc, settings()))
+		runSettingsFlow(t, repo.New(cc, settings()))
 		for _, n := range nodes {
 			testredis.NoneDenied(t, n)
 		}
 	})
+}
+
+// runSettingsFlow runs, as r, what the settings watch does: a claim of a
+// consumer and a sharing of its settings at each reading, and at Stop the
+// forgetting (forget.lua), both while a twin holds the claim and once this
+// process does. The watch is off the readiness probe (a user denied it
+// serves all the same), so runEveryFlow leaves it out.
+func runSettingsFlow(t *testing.T, r *repo.Repo) {
+	t.Helper()
+	ctx := context.Background()
+	for _, p := range []string{"p1", "p2", "p1"} { // p1 claims last
+		if _, err := r.ClaimConsumer(ctx, "settings-flow", p, time.Minute); err != nil {
+			t.Fatalf("ClaimConsumer: %v", err)
+		}
+		if _, err := r.ShareSettings(ctx, "settings-flow", "s", time.Minute); err != nil {
+			t.Fatalf("ShareSettings: %v", err)
+		}
+	}
+	if forgot, err := r.ForgetSettings(ctx, "settings-flow", "p2"); err != nil || forgot {
+		t.Fatalf("ForgetSettings while a twin holds the claim: %v %v, want false", forgot, err)
+	}
+	if forgot, err := r.ForgetSettings(ctx, "settings-flow", "p1"); err != nil || !forgot {
+		t.Fatalf("ForgetSettings holding the claim: %v %v, want true", forgot, err)
+	}
 }
 
 // README's ACL user follows a slot being moved (a reshard): go-redis

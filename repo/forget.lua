@@ -2,10 +2,12 @@
 -- consumer, and take it out of the set of replicas, unless another
 -- process holds the claim now. Two processes given one worker.consumer
 -- share one settings key and one claim (ClaimConsumer): the one stopping
--- must not delete what the one still running wrote, or the running one
+-- after the other claimed last must not delete what that one wrote, or it
 -- goes uncompared with the other replicas, and unseen as a twin, until
--- its next reading. Checked and done in one step, as a claim may land
--- between a separate check and the deletion.
+-- its next reading. (One that claimed last itself cannot tell a twin
+-- runs, and deletes: the twin writes all of it again at its next
+-- reading, within 30 s.) Checked and done in one step, as a claim may
+-- land between a separate check and the deletion.
 --
 -- KEYS[1]  the consumer's claim (Keys.ConsumerInstance)   STRING
 -- KEYS[2]  the consumer's settings (Keys.ReplicaSettings) STRING
