@@ -12,7 +12,6 @@ import (
 
 	kclient "github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/pkg/kerrors"
-	"github.com/cloudwego/netpoll"
 
 	"github.com/combo-service/combo-service/internal/testkitex"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
@@ -27,7 +26,7 @@ func (d *timeoutRecorder) DialTimeout(network, address string, timeout time.Dura
 	d.mu.Lock()
 	d.timeouts = append(d.timeouts, timeout)
 	d.mu.Unlock()
-	return netpoll.DialConnection(network, address, timeout)
+	return dialOne(network, address, timeout)
 }
 
 // NewClient dials with DefaultClientConnectTimeout (200 ms), as its doc

@@ -12,7 +12,6 @@ import (
 
 	kclient "github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/pkg/remote"
-	"github.com/cloudwego/netpoll"
 
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/kitex_gen/combo/comboservice"
@@ -108,7 +107,7 @@ type dialCounter struct{ n atomic.Int64 }
 
 func (d *dialCounter) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
 	d.n.Add(1)
-	return netpoll.DialConnection(network, address, timeout)
+	return dialOne(network, address, timeout)
 }
 
 // A caller's kclient.WithDialer replaces NewClient's dialer, in a build
