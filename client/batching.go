@@ -6,6 +6,8 @@ import (
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 )
 
+// signal wakes the dispatcher without blocking: one wake-up pending is
+// enough, as it looks at everything queued when it runs.
 func (r *Reporter) signal() {
 	select {
 	case r.wake <- struct{}{}:

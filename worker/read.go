@@ -13,6 +13,9 @@ import (
 	"github.com/combo-service/combo-service/repo"
 )
 
+// readLoop reads shard's stream as this replica's consumer until ctx ends:
+// its own pending entries first, then new ones, holding each window read
+// for its flusher; a failed read backs off and rereads its own pending.
 func (w *Worker) readLoop(ctx context.Context, shard int) {
 	start := "0" // own pending entries first: they survived our last run
 	bo := newBackoff()

@@ -556,3 +556,41 @@ func redisOptions(addr, password string) *redis.Options {
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
 }
+
+func (st *state) windowsPushed() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := 0
+	for _, w := range st.wins {
+		if len(w.pushes) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func (st *state) complete() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, w := range st.wins {
+		if len(w.pushes) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (st *state) lastOpen() time.Time {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var t time.Time
+	for _, w := range st.wins {
+		if w.firstAt.After(t) {
+			t = w.firstAt
+		}
+	}
+	if t.IsZero() {
+		t = time.Now()
+	}
+	return t
+}

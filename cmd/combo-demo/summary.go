@@ -15,44 +15,6 @@ import (
 	"github.com/combo-service/combo-service/validate"
 )
 
-func (st *state) windowsPushed() int {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	n := 0
-	for _, w := range st.wins {
-		if len(w.pushes) > 0 {
-			n++
-		}
-	}
-	return n
-}
-
-func (st *state) complete() bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	for _, w := range st.wins {
-		if len(w.pushes) == 0 {
-			return false
-		}
-	}
-	return true
-}
-
-func (st *state) lastOpen() time.Time {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	var t time.Time
-	for _, w := range st.wins {
-		if w.firstAt.After(t) {
-			t = w.firstAt
-		}
-	}
-	if t.IsZero() {
-		t = time.Now()
-	}
-	return t
-}
-
 // notDue is the windows not pushed by interruptedAt that were not late
 // yet: opened less than the late bound before it (some may have been due,
 // but a push may come up to that bound). None when not interrupted.
