@@ -215,3 +215,38 @@ func TestStoppingTwinLeavesTheRunningOnesSettings(t *testing.T) {
 		t.Fatalf("after b stopped %d of its claim and settings remain", n)
 	}
 }
+
+// A replica that has found a twin running under its worker.consumer leaves
+// the shared settings, name and claim when it stops, even holding the
+// claim itself (it claimed last): the twin still runs, and deleting them
+// left it uncompared and unprotected from removal as an idle consumer
+// until its next reading.
+func TestStoppingReplicaThatFoundATwinLeavesTheSettings(t *testing.T) {
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	store := repo.New(rdb, repo.Settings{Shards: 1})
+	core, logs := observer.New(zap.InfoLevel)
+	cfg := conf.Default()
+	cfg.Worker.Consumer = "c1"
+	m := metrics.New(prometheus.NewRegistry())
+	a := newReplicaSettingsWatch(cfg, store, zap.New(core), m)
+	b := newReplicaSettingsWatch(cfg, store, zap.New(core), m)
+	a.Start()
+	b.Start()
+	ctx := context.Background()
+	a.once(ctx) // a's second claim finds b's, and a claims last
+	if a.claim.twin != b.claim.instance {
+		t.Fatalf("a found twin %q, want b %q", a.claim.twin, b.claim.instance)
+	}
+	keys := repo.NewKeys(1)
+	a.Stop()
+	if got := rdb.Get(ctx, keys.ConsumerInstance("c1")).Val(); got != a.claim.instance {
+		t.Fatalf("after a stopped the claim is %q, want a's own left for b to replace (%q)", got, a.claim.instance)
+	}
+	if rdb.Exists(ctx, keys.ReplicaSettings("c1")).Val() != 1 || !rdb.SIsMember(ctx, keys.Replicas(), "c1").Val() {
+		t.Fatal("a, which had found b running under its consumer, deleted the settings or the name they share")
+	}
+	if n := logs.FilterMessageSnippet("its settings and claim are left to it").Len(); n != 1 {
+		t.Fatalf("logs %v, want one line saying a left them to its twin", logs.All())
+	}
+	b.Stop()
+}

@@ -168,10 +168,17 @@ func (w *settingsWatch) once(ctx context.Context) {
 }
 
 // Stop ends the loop, waits for it, and deletes this replica's settings,
-// unless another process given its worker.consumer claimed it since: that
-// one still runs, and the settings key is its too.
+// unless another process given its worker.consumer runs: one claimed it
+// since, or this one's claims last found one (it may have claimed last,
+// so the claim alone cannot tell). That one still runs, and the settings
+// key is its too; left, it all expires 90 s after the last one stops.
 func (w *settingsWatch) Stop() {
-	w.loop.stop()
+	w.loop.stop() // waited for: the claim's twin is read after its last check
+	if w.claim.twin != "" {
+		w.log.Info("another process runs with this replica's worker.consumer: its settings and claim are left to it",
+			zap.String("other_process", w.claim.twin))
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
 	forgot, err := w.forget(ctx, w.claim.instance)

@@ -4,9 +4,9 @@
 -- share one settings key and one claim (ClaimConsumer): the one stopping
 -- after the other claimed last must not delete what that one wrote, or it
 -- goes uncompared with the other replicas, and unseen as a twin, until
--- its next reading. (One that claimed last itself cannot tell a twin
--- runs, and deletes: the twin writes all of it again at its next
--- reading, within 30 s.) Checked and done in one step, as a claim may
+-- its next reading. (One that claimed last itself cannot tell from the
+-- claim that a twin runs: the settings watch does not call this once its
+-- claims have found one.) Checked and done in one step, as a claim may
 -- land between a separate check and the deletion.
 --
 -- KEYS[1]  the consumer's claim (Keys.ConsumerInstance)   STRING
