@@ -11,6 +11,7 @@ import (
 	"github.com/cloudwego/kitex/client/callopt"
 
 	"github.com/combo-service/combo-service/internal/testredis"
+	"github.com/combo-service/combo-service/internal/testwait"
 	"github.com/combo-service/combo-service/kitex_gen/combo"
 	"github.com/combo-service/combo-service/push"
 	"github.com/combo-service/combo-service/window"
@@ -318,6 +319,39 @@ func TestReceiveThroughRedis(t *testing.T) {
 	if w == nil || len(w.pushes) != 1 || ignored != 1 || !strings.Contains(s.out.String(), "undecodable push on act:1001:contributions") {
 		t.Errorf("after one push of ours, one of another run and one undecodable: window %+v, %d ignored:\n%s", w, ignored, s.out.String())
 	}
+}
+
+// receive says when go-redis subscribed again after losing the
+// connection (pushes published meanwhile are lost to it; a gateway polls
+// then), and goes on recording pushes on the new connection.
+func TestReceiveSaysWhenItSubscribedAgain(t *testing.T) {
+	srv := testredis.Start(t, testredis.Options{})
+	rdb := srv.Client()
+	ctx := context.Background()
+	sub := rdb.PSubscribe(ctx, push.ChannelPattern)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatalf("PSUBSCRIBE %s: %v", push.ChannelPattern, err)
+	}
+	s := newSession(t, 3*time.Second, 200*time.Millisecond)
+	tp := s.tap(1, xiaoming)
+	go s.st.receive(sub, s.b)
+	output := func() string {
+		s.b.mu.Lock()
+		defer s.b.mu.Unlock()
+		return s.out.String()
+	}
+	if err := rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
+	}
+	testwait.For(t, "a line saying the demo subscribed again after its connection was killed", func() bool {
+		return strings.Contains(output(), "subscribed again to "+push.ChannelPattern)
+	})
+	ours, _ := json.Marshal(push.Message{ActivityID: 1001, Type: push.Type, Record: push.RecordOf(tp.c)})
+	if err := rdb.Publish(ctx, push.Channel(1001), string(ours)).Err(); err != nil {
+		t.Fatalf("PUBLISH: %v", err)
+	}
+	testwait.Receive(t, "a push recorded on the new connection", s.st.pushed)
 }
 
 // Runs started a millisecond apart never share a contribution id or a
