@@ -186,7 +186,8 @@ func testGauge() prometheus.Gauge { return prometheus.NewGauge(prometheus.GaugeO
 // A replica stopping while another process given its worker.consumer
 // holds the claim (it claimed last) leaves that one's settings, its name
 // among the replicas and its claim, and says so; the last to stop deletes
-// them.
+// them, its claims having found no twin (b's one claim is its first, which
+// counts nothing).
 func TestStoppingTwinLeavesTheRunningOnesSettings(t *testing.T) {
 	rdb := testredis.Start(t, testredis.Options{}).Client()
 	store := repo.New(rdb, repo.Settings{Shards: 1})

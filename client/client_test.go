@@ -102,7 +102,8 @@ func TestNewClientRefusesHostsWithSpaces(t *testing.T) {
 	}
 }
 
-// dialCounter is a caller's own dialer: netpoll's, counting its dials.
+// dialCounter is a caller's own dialer: dialOne's (netpoll's; Go's on
+// Windows), counting its dials.
 type dialCounter struct{ n atomic.Int64 }
 
 func (d *dialCounter) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {

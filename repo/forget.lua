@@ -5,9 +5,11 @@
 -- after the other claimed last must not delete what that one wrote, or it
 -- goes uncompared with the other replicas, and unseen as a twin, until
 -- its next reading. (One that claimed last itself cannot tell from the
--- claim that a twin runs: the settings watch does not call this once its
--- claims have found one.) Checked and done in one step, as a claim may
--- land between a separate check and the deletion.
+-- claim that a twin runs: the settings watch does not call this while its
+-- claims' twin is set, until three claims in a row find none, so twins
+-- stopped close together leave all of it to expire, as a killed replica
+-- does.) Checked and done in one step, as a claim may land between a
+-- separate check and the deletion.
 --
 -- KEYS[1]  the consumer's claim (Keys.ConsumerInstance)   STRING
 -- KEYS[2]  the consumer's settings (Keys.ReplicaSettings) STRING
