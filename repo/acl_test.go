@@ -29,7 +29,7 @@ func TestTheREADMEACLUserRunsEveryFlow(t *testing.T) {
 			t.Fatal(err)
 		}
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "combo", Password: "pw", MaxRetries: -1,
-			DisableIdentity: true}) // as main.go: no CLIENT SETINFO (Redis 7.2+), which README's line does not grant
+			DisableIdentity: true}) // as openRedis: no CLIENT SETINFO (Redis 7.2+), which README's line does not grant
 		t.Cleanup(func() { rdb.Close() })
 		runEveryFlow(t, rdb, repo.New(rdb, settings()))
 		runSettingsFlow(t, repo.New(rdb, settings()))

@@ -65,7 +65,7 @@ func TestBatchAnsweredUnavailableWasNotCounted(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	srv := testredis.Start(t, testredis.Options{})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 4, MaxRetries: -1, ContextTimeoutEnabled: true,
-		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, PoolTimeout: timeout}) // as main.go
+		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, PoolTimeout: timeout}) // as openRedis
 	t.Cleanup(func() { rdb.Close() })
 	s := settings()
 	s.Timeout = timeout

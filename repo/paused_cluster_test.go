@@ -62,7 +62,7 @@ func TestDegradedPublishHeldByAPausedMasterIsNotPushedAgain(t *testing.T) {
 	}
 	pushes := sub.Channel()
 
-	// As the service's client (main.go's openRedis), with the master
+	// As the service's client (redisclient.go's openRedis), with the master
 	// paused just before the first degraded publish reaches it.
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs,
 		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, PoolTimeout: timeout,

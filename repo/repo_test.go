@@ -51,7 +51,7 @@ func receive(ctx context.Context, sub *redis.PubSub) (*redis.Message, error) {
 	return sub.ReceiveMessage(ctx)
 }
 
-// serviceLikeClient is a client that, like the service's (main.go's
+// serviceLikeClient is a client that, like the service's (redisclient.go's
 // openRedis), never sends a command again by itself and times out by the
 // repo's contexts. go-redis's defaults resent a whole pipeline of report
 // scripts whose reply took over its 3 s read timeout (miniredis under

@@ -512,7 +512,7 @@ func (c *replyCut) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// replyCutClusterClient is a cluster client with main.go's options
+// replyCutClusterClient is a cluster client with openRedis's options (redisclient.go)
 // (MaxRetries -1, one dial per attempt) whose first reply holding reply,
 // to a command holding match, is lost after Redis ran the command.
 func replyCutClusterClient(t *testing.T, addrs []string, match, reply string, cut *cutReplies) *redis.ClusterClient {

@@ -27,7 +27,7 @@ func TestBlockedReadRedirectedWhileItsSlotMovesDoesNotFail(t *testing.T) {
 	c := newClusterCase(t)
 	keys := c.r.Keys()
 	from, to := c.shard0Move()
-	timeout := 500 * time.Millisecond // redis.timeout's default; main.go's options
+	timeout := 500 * time.Millisecond // redis.timeout's default; openRedis's options
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.cluster.Addrs,
 		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, PoolTimeout: timeout,
 		MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1})
