@@ -12,7 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/combo-service/combo-service/conf"
@@ -144,13 +146,8 @@ func TestConsumerClaimsOnRedis(t *testing.T) {
 // The settings watch run starts names, in each claim line, the consumer
 // (once) and both processes, under the settings_watch logger.
 func TestReplicaSettingsWatchNamesTheConsumerInClaimLines(t *testing.T) {
-	rdb := testredis.Start(t, testredis.Options{}).Client()
-	store := repo.New(rdb, repo.Settings{Shards: 1})
-	core, logs := observer.New(zap.WarnLevel)
-	cfg := conf.Default()
-	cfg.Worker.Consumer = "c1"
-	m := metrics.New(prometheus.NewRegistry())
-	w := newReplicaSettingsWatch(cfg, store, zap.New(core), m)
+	c1 := newC1Watches(t, zap.WarnLevel)
+	rdb, logs, m, w := c1.rdb, c1.logs, c1.m, c1.watch()
 	ctx := context.Background()
 	key := repo.NewKeys(1).ConsumerInstance("c1")
 	for range 2 { // the first claim's find is discounted
@@ -180,6 +177,38 @@ func TestReplicaSettingsWatchNamesTheConsumerInClaimLines(t *testing.T) {
 	}
 }
 
+// c1Watches makes settings watches as run starts them, each a process
+// given worker.consumer "c1", on one real Redis, all logging to logs (at
+// the level given) and counting into m.
+type c1Watches struct {
+	rdb   *redis.Client
+	store *repo.Repo
+	logs  *observer.ObservedLogs
+	log   *zap.Logger
+	m     *metrics.Metrics
+}
+
+func newC1Watches(t *testing.T, lvl zapcore.Level) c1Watches {
+	rdb := testredis.Start(t, testredis.Options{}).Client()
+	core, logs := observer.New(lvl)
+	return c1Watches{rdb: rdb, store: repo.New(rdb, repo.Settings{Shards: 1}), logs: logs, log: zap.New(core),
+		m: metrics.New(prometheus.NewRegistry())}
+}
+
+// watch is one more process's settings watch, not started.
+func (c c1Watches) watch() *settingsWatch {
+	cfg := conf.Default()
+	cfg.Worker.Consumer = "c1"
+	return newReplicaSettingsWatch(cfg, c.store, c.log, c.m)
+}
+
+// sharedKept reports whether c1's settings key and its name among the
+// replicas are there.
+func (c c1Watches) sharedKept(ctx context.Context) bool {
+	keys := repo.NewKeys(1)
+	return c.rdb.Exists(ctx, keys.ReplicaSettings("c1")).Val() == 1 && c.rdb.SIsMember(ctx, keys.Replicas(), "c1").Val()
+}
+
 // testGauge is a gauge registered nowhere.
 func testGauge() prometheus.Gauge { return prometheus.NewGauge(prometheus.GaugeOpts{Name: "test"}) }
 
@@ -189,14 +218,8 @@ func testGauge() prometheus.Gauge { return prometheus.NewGauge(prometheus.GaugeO
 // them, its claims having found no twin (b's one claim is its first, which
 // counts nothing).
 func TestStoppingTwinLeavesTheRunningOnesSettings(t *testing.T) {
-	rdb := testredis.Start(t, testredis.Options{}).Client()
-	store := repo.New(rdb, repo.Settings{Shards: 1})
-	core, logs := observer.New(zap.InfoLevel)
-	cfg := conf.Default()
-	cfg.Worker.Consumer = "c1"
-	m := metrics.New(prometheus.NewRegistry())
-	a := newReplicaSettingsWatch(cfg, store, zap.New(core), m)
-	b := newReplicaSettingsWatch(cfg, store, zap.New(core), m)
+	c1 := newC1Watches(t, zap.InfoLevel)
+	rdb, logs, a, b := c1.rdb, c1.logs, c1.watch(), c1.watch()
 	a.Start()
 	b.Start() // b claims last
 	ctx := context.Background()
@@ -205,7 +228,7 @@ func TestStoppingTwinLeavesTheRunningOnesSettings(t *testing.T) {
 	if got := rdb.Get(ctx, keys.ConsumerInstance("c1")).Val(); got != b.claim.instance {
 		t.Fatalf("after a stopped the claim is %q, want b's %q", got, b.claim.instance)
 	}
-	if rdb.Exists(ctx, keys.ReplicaSettings("c1")).Val() != 1 || !rdb.SIsMember(ctx, keys.Replicas(), "c1").Val() {
+	if !c1.sharedKept(ctx) {
 		t.Fatal("after a stopped, b's settings or its name among the replicas are gone")
 	}
 	if n := logs.FilterMessageSnippet("its settings and claim are left to it").Len(); n != 1 {
@@ -223,14 +246,8 @@ func TestStoppingTwinLeavesTheRunningOnesSettings(t *testing.T) {
 // left it uncompared and unprotected from removal as an idle consumer
 // until its next reading.
 func TestStoppingReplicaThatFoundATwinLeavesTheSettings(t *testing.T) {
-	rdb := testredis.Start(t, testredis.Options{}).Client()
-	store := repo.New(rdb, repo.Settings{Shards: 1})
-	core, logs := observer.New(zap.InfoLevel)
-	cfg := conf.Default()
-	cfg.Worker.Consumer = "c1"
-	m := metrics.New(prometheus.NewRegistry())
-	a := newReplicaSettingsWatch(cfg, store, zap.New(core), m)
-	b := newReplicaSettingsWatch(cfg, store, zap.New(core), m)
+	c1 := newC1Watches(t, zap.InfoLevel)
+	rdb, logs, a, b := c1.rdb, c1.logs, c1.watch(), c1.watch()
 	a.Start()
 	b.Start()
 	ctx := context.Background()
@@ -243,7 +260,7 @@ func TestStoppingReplicaThatFoundATwinLeavesTheSettings(t *testing.T) {
 	if got := rdb.Get(ctx, keys.ConsumerInstance("c1")).Val(); got != a.claim.instance {
 		t.Fatalf("after a stopped the claim is %q, want a's own left for b to replace (%q)", got, a.claim.instance)
 	}
-	if rdb.Exists(ctx, keys.ReplicaSettings("c1")).Val() != 1 || !rdb.SIsMember(ctx, keys.Replicas(), "c1").Val() {
+	if !c1.sharedKept(ctx) {
 		t.Fatal("a, which had found b running under its consumer, deleted the settings or the name they share")
 	}
 	if n := logs.FilterMessageSnippet("its settings and claim are left to it").Len(); n != 1 {
