@@ -1,6 +1,7 @@
 // Command benchplot draws push lag (p50, p99, max) and throughput against
 // offered load from the -json outputs of a combo-bench rate sweep:
 //
+//	mkdir -p sweep
 //	for r in 500 1000 2000 4000; do
 //	  combo-bench -mode rate -rate $r -d 10s -json > sweep/rate-$r-run1.json
 //	done
