@@ -50,7 +50,7 @@ go build -o "$BIN/combo-bench" ./cmd/combo-bench
 go build -o "$BIN/benchplot" ./cmd/benchplot
 go build -o "$BIN/combo-floor" ./cmd/combo-floor
 
-RP=$(free_port); SP=$(free_port); MP=$(free_port)
+read -r RP SP MP < <(free_ports 3) # distinct: none listens yet
 redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
   --pidfile "$BIN/redis.pid" --logfile "$BIN/redis.log"
 SVC_PID= FLOOR_PID=

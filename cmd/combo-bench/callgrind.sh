@@ -33,7 +33,7 @@ BIN=$(mktemp -d)
 trap 'rm -rf "$BIN"' EXIT
 go test -c -o "$BIN/repo.test" ./repo/
 
-. cmd/combo-bench/lib.sh # free_port
+. cmd/combo-bench/lib.sh # free_port, alive
 
 # count SIZE N NAME: the instructions of a redis-server that served N
 # reports in calls of SIZE (and the benchmark's run of 1 before them).
@@ -43,7 +43,14 @@ count() {
   valgrind --tool=callgrind --callgrind-out-file="$OUT/$name.out" \
     "$REDIS_SERVER" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --hz 1 >"$OUT/$name.log" 2>&1 &
   pid=$!
-  for _ in $(seq 200); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
+  for _ in $(seq 200); do
+    redis-cli -p "$port" ping >/dev/null 2>&1 && break
+    # A server that failed to start (a port taken after all) says why in
+    # its log; without this the benchmark's "connection refused" 40 s on
+    # was all there was to read.
+    alive "$pid" || { echo "redis-server under callgrind exited:" >&2; cat "$OUT/$name.log" >&2; exit 1; }
+    sleep 0.2
+  done
   COMBO_BENCH_REDIS_ADDR=127.0.0.1:$port "$BIN/repo.test" -test.run '^$' \
     -test.bench "ReportRedisCPU/reports=$size\$" -test.benchtime "${n}x" >"$OUT/$name.bench" 2>&1 ||
     { cat "$OUT/$name.bench" >&2; exit 1; }
