@@ -11,6 +11,11 @@
 // reports against it: the RPC layer alone, for scale. Targets and figures:
 // issue 4 and BENCHMARKS.md.
 //
+// Build it with go build ./cmd/combo-bench (./build.sh builds only the
+// service and the demo), or run it with go run ./cmd/combo-bench. -redis
+// must name the service's Redis: against the embedded one, the address
+// the service logs as embedded_redis_addr.
+//
 //	combo-bench -addr 127.0.0.1:8888 -redis 127.0.0.1:6379 -mode compare -c 32 -d 10s
 //	combo-bench -mode single -c 32 -service-pid PID -service-metrics 127.0.0.1:9100
 //	combo-bench -mode rate -rate 2000 -d 10s -json

@@ -4,6 +4,7 @@
 // measures the most any implementation of ReportContribution can do over
 // this RPC layer on a machine: the floor the service's own work adds to.
 // It is a measuring tool, never a service: nothing it answers is counted.
+// Build it with go build ./cmd/combo-floor, as combo-bench.
 //
 //	combo-floor -addr 127.0.0.1:8899
 //	combo-bench -mode compare -c 32 -floor 127.0.0.1:8899 -floor-pid PID ...
