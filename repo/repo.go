@@ -468,12 +468,20 @@ var unavailableReplies = []string{"LOADING ", "MASTERDOWN ", "CLUSTERDOWN ", "TR
 // stay as a guard. Redis 7.0 calls a key of a moving slot a non local
 // key, and so does 7.2 (to 7.2.6 at least); 7.4 and later say the slot
 // is rehashing.
+//
+// Valkey 9 runs Lua as a module, and its scripts' commands get the module
+// API's refusals instead: "Can not execute a write command '<cmd>' while
+// the cluster is down and readonly", "Can not execute a command '<cmd>'
+// while the cluster is down", and, for a moving or unserved slot alike,
+// "Attempted to access a non local key in a cluster node".
 var unavailableInScript = []string{
 	"Script attempted to execute a write command while the cluster is down",
 	"Script attempted to execute a command while the cluster is down",
 	"Script attempted to access a non local key",
 	"undeclared keys were accessed during rehashing of the slot",
 	"Script attempted to access a slot not served",
+	"' while the cluster is down",
+	"Attempted to access a non local key in a cluster node",
 }
 
 // pipelineError is the error of a pipeline as a whole, or nil when Exec's
