@@ -244,20 +244,21 @@ func redisPID(ctx context.Context, rdb *redis.Client, given int) int {
 	reported := m.Item("Server", "process_id")
 	pid, _ := strconv.Atoi(reported)
 	if !isRedisServer(pid) {
-		fmt.Fprintf(os.Stderr, "combo-bench: Redis reports process_id %s, which is no redis-server on this host (a container?): "+
+		fmt.Fprintf(os.Stderr, "combo-bench: Redis reports process_id %s, which is no redis-server or valkey-server on this host (a container?): "+
 			"Redis CPU is not measured; pass -redis-pid\n", reported)
 		return 0
 	}
 	return pid
 }
 
-// isRedisServer tells whether pid is a redis-server process here.
+// isRedisServer tells whether pid is a redis-server process here, or a
+// Valkey started under its own name (valkey-server).
 func isRedisServer(pid int) bool {
 	if pid <= 0 {
 		return false
 	}
 	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	return err == nil && strings.HasPrefix(string(comm), "redis-server")
+	return err == nil && (strings.HasPrefix(string(comm), "redis-server") || strings.HasPrefix(string(comm), "valkey-server"))
 }
 
 func usedMemory(ctx context.Context, rdb *redis.Client) (int64, error) {

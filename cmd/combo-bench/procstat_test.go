@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,6 +27,28 @@ func TestRedisPIDIsARedisServerHere(t *testing.T) {
 	}
 	if got := redisPID(ctx, rdb, 4242); got != 4242 {
 		t.Fatalf("-redis-pid 4242 gave %d", got)
+	}
+}
+
+// Valkey started under its own name is its server too: its CPU was not
+// measured, with a note suggesting a container.
+func TestValkeyServerIsARedisServerHere(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep program")
+	}
+	named := t.TempDir() + "/valkey-server"
+	if err := os.Symlink(sleep, named); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(named, "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if !isRedisServer(cmd.Process.Pid) {
+		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/comm")
+		t.Fatalf("a process named %q is not taken for the server", strings.TrimSpace(string(comm)))
 	}
 }
 
