@@ -424,6 +424,11 @@ func isUnavailable(err error) bool {
 			return true
 		}
 	}
+	// flush.lua's BADWINDOW names its window's key, which holds the
+	// caller's item_type: a refusal's words there are the caller's text.
+	if strings.HasPrefix(msg, "BADWINDOW ") {
+		return false
+	}
 	for _, s := range unavailableInScript {
 		if strings.Contains(msg, s) {
 			return true
