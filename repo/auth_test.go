@@ -149,11 +149,17 @@ func userDeniedChannels(t *testing.T) (admin, user *redis.Client) {
 // window from shard 0's stream as consumer "c1".
 func openWindow(t *testing.T, r *repo.Repo) []repo.Window {
 	t.Helper()
+	return openWindowOf(t, r, 1, "rose")
+}
+
+// openWindowOf is openWindow with report id and item_type given.
+func openWindowOf(t *testing.T, r *repo.Repo, id int64, itemType string) []repo.Window {
+	t.Helper()
 	ctx := context.Background()
 	if err := r.EnsureGroups(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Report(ctx, []*combo.Contribution{contribution(1, "rose", time.Now().UnixMilli())}); err != nil {
+	if _, err := r.Report(ctx, []*combo.Contribution{contribution(id, itemType, time.Now().UnixMilli())}); err != nil {
 		t.Fatal(err)
 	}
 	ws, _, _, err := r.Read(ctx, 0, "c1", ">", 10, -1)

@@ -25,20 +25,7 @@ func TestFlushOfAnUnparsableWindowChangesNothing(t *testing.T) {
 		r, sub := subscribedRepo(t, rdb)
 		ws := openWindow(t, r)
 		key := r.Keys().Current(0, 7, 42, "rose")
-		v, err := rdb.Get(ctx, key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Keep the window's head (quantity, anchor, id, created_at, entry
-		// id) and the first three of the six fields of its record.
-		fields := strings.Split(v, push.FragmentSep)
-		if len(fields) != 11 {
-			t.Fatalf("window value has %d fields, want 11: %q", len(fields), v)
-		}
-		damaged := strings.Join(fields[:8], push.FragmentSep)
-		if err := rdb.SetArgs(ctx, key, damaged, redis.SetArgs{KeepTTL: true}).Err(); err != nil {
-			t.Fatal(err)
-		}
+		damaged := damageWindow(t, rdb, key)
 		untilDue(t, r, ws)
 
 		res, err := r.Flush(ctx, ws)
@@ -72,6 +59,52 @@ func TestFlushOfAnUnparsableWindowChangesNothing(t *testing.T) {
 		}
 		if n := rdb.Exists(ctx, key).Val() + rdb.XLen(ctx, stream).Val(); n != 0 {
 			t.Fatalf("%d of the window's key and entry left after it went stale, want none", n)
+		}
+	})
+}
+
+// damageWindow cuts the record of the window at key so that it no longer
+// parses, and returns what it left there: the window's head (quantity,
+// anchor, id, created_at, entry id) and the first three of the six fields
+// of its record.
+func damageWindow(t *testing.T, rdb redis.UniversalClient, key string) string {
+	t.Helper()
+	ctx := context.Background()
+	v, err := rdb.Get(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Split(v, push.FragmentSep)
+	if len(fields) != 11 {
+		t.Fatalf("window value has %d fields, want 11: %q", len(fields), v)
+	}
+	damaged := strings.Join(fields[:8], push.FragmentSep)
+	if err := rdb.SetArgs(ctx, key, damaged, redis.SetArgs{KeepTTL: true}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return damaged
+}
+
+// A BADWINDOW reply names its window's key, and so the caller's item_type:
+// one that holds a Cluster refusal's words (Valkey 9's "' while the
+// cluster is down" among them) must leave it the window's own error, not
+// fail the whole flush batch as Redis unavailable (the batch's other
+// windows, published, then answered as failed).
+func TestBadWindowNamingARefusalIsNotUnavailable(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		r, _ := subscribedRepo(t, rdb)
+		for _, itemType := range []string{"rose' while the cluster is down", "Script attempted to access a non local key"} {
+			ws := openWindowOf(t, r, int64(len(itemType)), itemType)
+			damageWindow(t, rdb, r.Keys().Current(0, 7, 42, itemType))
+			untilDue(t, r, ws)
+			res, err := r.Flush(ctx, ws)
+			if err != nil {
+				t.Fatalf("item_type %q: flush of an unparsable window failed whole: %v, want its own BADWINDOW error", itemType, err)
+			}
+			if res[0].Err == nil || !strings.Contains(res[0].Err.Error(), "BADWINDOW") {
+				t.Fatalf("item_type %q: %+v, want a BADWINDOW error", itemType, res[0])
+			}
 		}
 	})
 }
